@@ -1,0 +1,40 @@
+// llmc::compileModel: the whole compiler as one call (import, passes, lowering, planning,
+// serialization). The CLI and tests use it; nothing else needs to know the pass order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "llmc/status.h"
+
+namespace llmc {
+
+inline constexpr const char* kCompilerVersion = "0.1.0";
+
+struct CompileOptions {
+  std::string input_path;
+  std::string output_path;
+  std::string target = "cpu";
+  // Range of each dimension symbol ("batch" -> {min, max}; max -1 = unbounded).
+  std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
+  bool pass_timing = false;        // print per-pass timing to stderr
+  std::string dump_ir_after;       // a pass flag (e.g. "llmc-shape-inference"), "import" or "all"
+  std::function<void(const std::string&)> progress;  // called at each stage when set
+};
+
+struct CompileStats {
+  uint64_t engine_bytes = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t arena_bytes = 0;
+  size_t num_steps = 0;
+};
+
+// Errors: kInvalidArgument / kUnimplemented for problems with the model or the options
+// (the CLI exits 2), anything else for failures of llmc itself (exit 1). The message lists
+// every problem found, one per line, naming nodes and tensors.
+Status compileModel(const CompileOptions& options, CompileStats* stats);
+
+}  // namespace llmc

@@ -1,0 +1,23 @@
+// exec -> engine file: the FlatBuffer plan plus the aligned weights section.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace llmc {
+
+struct SerializeOptions {
+  std::string compiler_version;
+  std::string source_hash;
+  std::string build_options;
+  std::string target = "cpu";
+};
+
+// Writes the engine for the module's @main (already lowered to exec and memory-planned).
+mlir::LogicalResult serializeEngine(mlir::ModuleOp module, const SerializeOptions& options,
+                                    std::vector<uint8_t>* file);
+
+}  // namespace llmc

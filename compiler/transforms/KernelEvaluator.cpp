@@ -1,0 +1,199 @@
+// MLIR <-> runtime conversions and compile-time kernel evaluation.
+#include "transforms/KernelEvaluator.h"
+
+#include <cstring>
+
+#include "exec/IR/ExecOps.h"
+#include "mlir/IR/Location.h"
+#include "nn/IR/NNOps.h"
+
+using namespace mlir;
+
+namespace llmc {
+
+DType dtypeFromMlir(Type type) {
+  if (type.isF32()) return DType::kFloat32;
+  if (type.isF64()) return DType::kFloat64;
+  if (type.isF16()) return DType::kFloat16;
+  if (type.isBF16()) return DType::kBFloat16;
+  if (auto integer = dyn_cast<IntegerType>(type)) {
+    bool is_unsigned = integer.isUnsigned();
+    switch (integer.getWidth()) {
+      case 1: return DType::kBool;
+      case 8: return is_unsigned ? DType::kUInt8 : DType::kInt8;
+      case 16: return is_unsigned ? DType::kUInt16 : DType::kInt16;
+      case 32: return is_unsigned ? DType::kUInt32 : DType::kInt32;
+      case 64: return is_unsigned ? DType::kUInt64 : DType::kInt64;
+      default: return DType::kUndefined;
+    }
+  }
+  return DType::kUndefined;
+}
+
+Type mlirFromDType(DType dtype, MLIRContext* context) {
+  Builder b(context);
+  switch (dtype) {
+    case DType::kFloat32: return b.getF32Type();
+    case DType::kFloat64: return b.getF64Type();
+    case DType::kFloat16: return b.getF16Type();
+    case DType::kBFloat16: return b.getBF16Type();
+    case DType::kBool: return b.getI1Type();
+    case DType::kInt8: return b.getIntegerType(8);
+    case DType::kInt16: return b.getIntegerType(16);
+    case DType::kInt32: return b.getIntegerType(32);
+    case DType::kInt64: return b.getIntegerType(64);
+    case DType::kUInt8: return b.getIntegerType(8, /*isSigned=*/false);
+    case DType::kUInt16: return b.getIntegerType(16, false);
+    case DType::kUInt32: return b.getIntegerType(32, false);
+    case DType::kUInt64: return b.getIntegerType(64, false);
+    default: return Type();
+  }
+}
+
+Tensor tensorFromElements(ElementsAttr elements) {
+  auto type = cast<ShapedType>(elements.getType());
+  DType dtype = dtypeFromMlir(type.getElementType());
+  Tensor tensor = Tensor::allocate(dtype, Shape(type.getShape().begin(), type.getShape().end()));
+  auto dense = dyn_cast<DenseElementsAttr>(elements);
+  size_t count = static_cast<size_t>(tensor.numElements());
+  if (!dense || count == 0) return tensor;
+  if (dtype == DType::kBool) {
+    auto* out = tensor.data<uint8_t>();
+    size_t i = 0;
+    for (bool v : dense.getValues<bool>()) out[i++] = v ? 1 : 0;
+    return tensor;
+  }
+  ArrayRef<char> raw = dense.getRawData();
+  size_t element_size = dtypeSize(dtype);
+  if (dense.isSplat()) {
+    for (size_t i = 0; i < count; ++i)
+      std::memcpy(static_cast<char*>(tensor.data()) + i * element_size, raw.data(), element_size);
+  } else {
+    std::memcpy(tensor.data(), raw.data(), count * element_size);
+  }
+  return tensor;
+}
+
+DenseElementsAttr elementsFromTensor(const Tensor& tensor, MLIRContext* context) {
+  auto type = RankedTensorType::get(tensor.shape(), mlirFromDType(tensor.dtype(), context));
+  if (tensor.dtype() == DType::kBool) {
+    SmallVector<bool> bits(static_cast<size_t>(tensor.numElements()));
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = tensor.data<uint8_t>()[i] != 0;
+    return DenseElementsAttr::get(type, ArrayRef<bool>(bits));
+  }
+  ArrayRef<char> raw(static_cast<const char*>(tensor.data()), tensor.sizeBytes());
+  return DenseElementsAttr::getFromRawBuffer(type, raw);
+}
+
+Status paramsFromAttributes(llvm::ArrayRef<NamedAttribute> attributes, KernelParams* params) {
+  for (NamedAttribute attr : attributes) {
+    StringRef name = attr.getName().getValue();
+    if (name.starts_with("llmc.")) continue;
+    KernelParam param;
+    Attribute value = attr.getValue();
+    if (auto integer = dyn_cast<IntegerAttr>(value)) {
+      param.kind = KernelParam::Kind::kInt;
+      param.i = integer.getValue().getSExtValue();
+    } else if (auto real = dyn_cast<FloatAttr>(value)) {
+      param.kind = KernelParam::Kind::kFloat;
+      param.f = real.getValueAsDouble();
+    } else if (auto string = dyn_cast<StringAttr>(value)) {
+      param.kind = KernelParam::Kind::kString;
+      param.s = string.getValue().str();
+    } else if (auto ints = dyn_cast<DenseI64ArrayAttr>(value)) {
+      param.kind = KernelParam::Kind::kInts;
+      param.ints.assign(ints.asArrayRef().begin(), ints.asArrayRef().end());
+    } else if (auto floats = dyn_cast<DenseF32ArrayAttr>(value)) {
+      param.kind = KernelParam::Kind::kFloats;
+      for (float f : floats.asArrayRef()) param.floats.push_back(f);
+    } else if (auto elements = dyn_cast<ElementsAttr>(value)) {
+      param.kind = KernelParam::Kind::kTensor;
+      param.tensor = tensorFromElements(elements);
+    } else {
+      return unimplemented("attribute '" + name.str() + "' has a kind llmc does not pass to kernels");
+    }
+    params->set(name.str(), std::move(param));
+  }
+  return okStatus();
+}
+
+std::string kernelNameOf(Operation* op) {
+  if (auto call = dyn_cast<exec::CallOp>(op)) return call.getKernel().str();
+  return nn::onnxNameOf(op).str();
+}
+
+std::string nodeNameOf(Operation* op) {
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc)) {
+    for (Location inner : fused.getLocations())
+      if (auto name = dyn_cast<NameLoc>(inner)) return name.getName().str();
+  }
+  if (auto name = dyn_cast<NameLoc>(loc)) return name.getName().str();
+  return "";
+}
+
+namespace {
+class EvalContext : public KernelContext {
+ public:
+  EvalContext(const KernelParams& params, const std::vector<const Tensor*>& inputs,
+              size_t num_outputs, const std::string& node, bool shape_only)
+      : params_(params), inputs_(inputs), outputs_(num_outputs), node_(node), shape_only_(shape_only) {}
+
+  size_t numInputs() const override { return inputs_.size(); }
+  const Tensor* input(size_t i) const override { return i < inputs_.size() ? inputs_[i] : nullptr; }
+  size_t numOutputs() const override { return outputs_.size(); }
+  Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
+    if (i >= outputs_.size()) return internalError("node '" + node_ + "': output index out of range");
+    for (int64_t d : shape)
+      if (d < 0) return invalidArgument("node '" + node_ + "': negative dimension in " + shapeToString(shape));
+    outputs_[i] = shape_only_ ? Tensor::view(dtype, shape, static_cast<void*>(nullptr)) : Tensor::allocate(dtype, shape);
+    *out = &outputs_[i];
+    return okStatus();
+  }
+  const KernelParams& params() const override { return params_; }
+  const std::string& nodeName() const override { return node_; }
+  bool shapeOnly() const override { return shape_only_; }
+
+  std::vector<Tensor> takeOutputs() { return std::move(outputs_); }
+
+ private:
+  const KernelParams& params_;
+  const std::vector<const Tensor*>& inputs_;
+  std::vector<Tensor> outputs_;
+  const std::string& node_;
+  bool shape_only_;
+};
+}  // namespace
+
+KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
+                         const std::vector<const Tensor*>& inputs, size_t num_outputs,
+                         const std::string& node, bool shape_only) {
+  EvalContext ctx(params, inputs, num_outputs, node, shape_only);
+  KernelRun run;
+  run.status = kernel.fn(ctx);
+  run.outputs = ctx.takeOutputs();
+  if (run.status.ok()) {
+    for (size_t i = 0; i < run.outputs.size(); ++i) {
+      if (run.outputs[i].dtype() == DType::kUndefined)
+        run.status = internalError("node '" + node + "': kernel " + kernel.name + " did not produce output " +
+                                   std::to_string(i));
+    }
+  }
+  return run;
+}
+
+}  // namespace llmc
+
+namespace llmc {
+void replaceWithConstants(Operation* op, const std::vector<Tensor>& values) {
+  OpBuilder builder(op);
+  auto names = op->getAttrOfType<ArrayAttr>("llmc.names");
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    StringAttr name;
+    if (names && i < names.size()) name = dyn_cast<StringAttr>(names[i]);
+    auto constant = builder.create<nn::ConstantOp>(op->getLoc(), elementsFromTensor(values[i], op->getContext()), name);
+    op->getResult(i).replaceAllUsesWith(constant.getResult());
+  }
+  op->erase();
+}
+}  // namespace llmc

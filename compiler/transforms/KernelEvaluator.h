@@ -1,0 +1,53 @@
+// Bridges MLIR and the runtime's reference kernels: converts types, attributes and
+// constants to runtime tensors and parameters, and runs one kernel (shape-only or fully).
+// Shape inference and constant folding use it, so compile-time results are computed by the
+// very code the engine runs.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/kernel.h"
+#include "llmc/tensor.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Operation.h"
+
+namespace llmc {
+
+// MLIR element type <-> runtime dtype. kUndefined / null Type when there is no match.
+DType dtypeFromMlir(mlir::Type element_type);
+mlir::Type mlirFromDType(DType dtype, mlir::MLIRContext* context);
+
+// The bytes of a constant as an owning runtime tensor (splats expanded, i1 as bytes).
+Tensor tensorFromElements(mlir::ElementsAttr elements);
+// A constant attribute holding `tensor` (whose shape must be static).
+mlir::DenseElementsAttr elementsFromTensor(const Tensor& tensor, mlir::MLIRContext* context);
+
+// Kernel parameters from an attribute dictionary; attributes named "llmc.*" are skipped.
+Status paramsFromAttributes(llvm::ArrayRef<mlir::NamedAttribute> attributes, KernelParams* params);
+
+// The runtime kernel name of an nn op ("nn.reduce_mean" -> "ReduceMean").
+std::string kernelNameOf(mlir::Operation* op);
+// The ONNX node name carried in an op's location ("" when none).
+std::string nodeNameOf(mlir::Operation* op);
+
+struct KernelRun {
+  Status status;
+  std::vector<Tensor> outputs;  // shape-only tensors unless run with data
+};
+
+// Runs `kernel` on `inputs` (nullptr = absent). With shape_only, outputs have shapes and
+// dtypes only.
+KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
+                         const std::vector<const Tensor*>& inputs, size_t num_outputs,
+                         const std::string& node, bool shape_only);
+
+}  // namespace llmc
+
+namespace llmc {
+// Replaces every result of `op` with an nn.constant holding the matching tensor (which must
+// have data) and erases `op`. Constant names come from the op's `llmc.names`.
+void replaceWithConstants(mlir::Operation* op, const std::vector<Tensor>& values);
+}  // namespace llmc

@@ -1,0 +1,265 @@
+// --llmc-shape-inference: dtypes and symbolic shapes by running the runtime's kernels in
+// shape-only mode under two probe bindings of the dimension symbols; folds shape arithmetic.
+#include <set>
+
+#include "core/kernel.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_SHAPEINFERENCE
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+constexpr int kProbes = 2;
+// Integer tensors up to this size are evaluated with data (shape arithmetic).
+constexpr int64_t kMaxEvaluatedElements = 4096;
+// Constants up to this size are given to kernels with their data.
+constexpr int64_t kMaxConstantDataElements = 1 << 16;
+
+bool isPrime(int64_t n) {
+  for (int64_t d = 2; d * d <= n; ++d)
+    if (n % d == 0) return false;
+  return n > 1;
+}
+
+// Distinct primes that are unlikely to be real dimensions: probe 0 starts at 7919, probe 1
+// at 9973, so a dimension that follows one symbol's probe values is that symbol.
+std::vector<int64_t> probeValues(int probe, size_t count) {
+  std::vector<int64_t> values;
+  for (int64_t n = probe == 0 ? 7919 : 9973; values.size() < count; ++n)
+    if (isPrime(n)) values.push_back(n);
+  return values;
+}
+
+struct ProbeTensors {
+  bool known = false;
+  Tensor tensor[kProbes];
+};
+
+class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
+ public:
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    MLIRContext* context = &getContext();
+    std::vector<std::string> symbols;
+    if (auto attr = func->getAttrOfType<ArrayAttr>("llmc.symbols"))
+      for (Attribute a : attr) symbols.push_back(cast<StringAttr>(a).getValue().str());
+    std::vector<int64_t> probe[kProbes] = {probeValues(0, symbols.size()), probeValues(1, symbols.size())};
+
+    llvm::DenseMap<Value, ProbeTensors> known;
+    Block& body = func.getBody().front();
+    for (BlockArgument arg : body.getArguments()) {
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (!type) continue;
+      auto dims = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims");
+      ProbeTensors pt;
+      pt.known = true;
+      for (int p = 0; p < kProbes; ++p) {
+        Shape shape;
+        for (int64_t d = 0; d < type.getRank(); ++d) {
+          int64_t size = type.getDimSize(d);
+          if (ShapedType::isDynamic(size)) {
+            std::string name = dims && d < static_cast<int64_t>(dims.size())
+                                   ? cast<StringAttr>(dims[d]).getValue().str() : "";
+            auto it = std::find(symbols.begin(), symbols.end(), name);
+            if (it == symbols.end()) {
+              pt.known = false;
+              break;
+            }
+            size = probe[p][static_cast<size_t>(it - symbols.begin())];
+          }
+          shape.push_back(size);
+        }
+        pt.tensor[p] = Tensor::view(dtypeFromMlir(type.getElementType()), shape, static_cast<void*>(nullptr));
+      }
+      if (pt.known) known[arg] = std::move(pt);
+    }
+
+    std::vector<Operation*> ops;
+    for (Operation& op : body.without_terminator()) ops.push_back(&op);
+    for (Operation* op : ops) {
+      if (isa<nn::NoneOp>(op)) continue;
+      if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+        auto type = cast<ShapedType>(constant.getType());
+        ProbeTensors pt;
+        pt.known = true;
+        Tensor t = type.getNumElements() <= kMaxConstantDataElements
+                       ? tensorFromElements(constant.getValue())
+                       : Tensor::view(dtypeFromMlir(type.getElementType()), Shape(type.getShape()), static_cast<void*>(nullptr));
+        pt.tensor[0] = t;
+        pt.tensor[1] = t;
+        known[constant.getResult()] = std::move(pt);
+        continue;
+      }
+      if (op->getDialect() != context->getLoadedDialect<nn::NNDialect>()) continue;
+      if (failed(inferOp(op, symbols, probe, known))) return signalPassFailure();
+    }
+
+    // The signature follows the returned values' refined types.
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    func.setType(FunctionType::get(context, func.getArgumentTypes(), ret.getOperandTypes()));
+  }
+
+ private:
+  LogicalResult inferOp(Operation* op, const std::vector<std::string>& symbols, const std::vector<int64_t> probe[kProbes],
+                        llvm::DenseMap<Value, ProbeTensors>& known) {
+    std::string kernel_name = kernelNameOf(op);
+    const KernelDef* kernel = KernelRegistry::cpuReference().find(kernel_name);
+    std::string node = nodeNameOf(op);
+    if (!kernel) return op->emitError() << "no runtime kernel '" << kernel_name << "'";
+    KernelParams params;
+    Status status = paramsFromAttributes(op->getAttrs(), &params);
+    if (!status.ok()) return op->emitError() << status.message();
+
+    bool inputs_known = true;
+    bool symbolic_inputs = false;
+    for (Value operand : op->getOperands()) {
+      if (isa<NoneType>(operand.getType())) continue;
+      auto it = known.find(operand);
+      if (it == known.end() || !it->second.known) {
+        inputs_known = false;
+        break;
+      }
+      if (it->second.tensor[0].shape() != it->second.tensor[1].shape()) symbolic_inputs = true;
+    }
+
+    KernelRun runs[kProbes];
+    bool have_data[kProbes] = {false, false};
+    bool unavailable = !inputs_known;
+    for (int p = 0; p < kProbes && !unavailable; ++p) {
+      std::vector<const Tensor*> inputs;
+      bool all_data = true;
+      for (Value operand : op->getOperands()) {
+        if (isa<NoneType>(operand.getType())) {
+          inputs.push_back(nullptr);
+          continue;
+        }
+        const Tensor& t = known[operand].tensor[p];
+        all_data = all_data && t.hasData();
+        inputs.push_back(&t);
+      }
+      runs[p] = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/true);
+      if (runs[p].status.code() == StatusCode::kUnavailable) {
+        unavailable = true;
+        break;
+      }
+      if (!runs[p].status.ok()) {
+        if (symbolic_inputs) {  // may hold for the real sizes; the runtime checks then
+          unavailable = true;
+          break;
+        }
+        return op->emitError() << runs[p].status.message();
+      }
+      int64_t total = 0;
+      for (const Tensor& t : runs[p].outputs) total += t.numElements();
+      if (all_data && total <= kMaxEvaluatedElements) {
+        KernelRun full = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/false);
+        if (full.status.ok()) {
+          runs[p] = std::move(full);
+          have_data[p] = true;
+        }
+      }
+    }
+
+    OpBuilder builder(op);
+    auto untyped = op->getAttrOfType<DenseI64ArrayAttr>("llmc.untyped");
+    op->removeAttr("llmc.untyped");
+    if (unavailable) {
+      for (unsigned i = 0; i < op->getNumResults(); ++i) {
+        bool declared = !untyped || !llvm::is_contained(untyped.asArrayRef(), static_cast<int64_t>(i));
+        if (!declared) op->getResult(i).setType(UnrankedTensorType::get(fallbackElementType(op, i)));
+      }
+      return success();
+    }
+
+    // Fold: every result computed, identical under both probes.
+    bool foldable = have_data[0] && have_data[1];
+    for (unsigned i = 0; foldable && i < op->getNumResults(); ++i) {
+      const Tensor& a = runs[0].outputs[i];
+      const Tensor& b = runs[1].outputs[i];
+      foldable = a.shape() == b.shape() && a.dtype() == b.dtype() &&
+                 (a.sizeBytes() == 0 || std::memcmp(a.data(), b.data(), a.sizeBytes()) == 0);
+    }
+    if (foldable) {
+      std::vector<Tensor> values = runs[0].outputs;
+      OpBuilder after(op);
+      std::vector<Value> results(op->result_begin(), op->result_end());
+      replaceWithConstants(op, values);
+      (void)results;
+      // The new constants are known values for later ops.
+      return success();
+    }
+
+    SmallVector<Attribute> dims_per_result;
+    bool any_symbolic = false;
+    for (unsigned i = 0; i < op->getNumResults(); ++i) {
+      const Tensor& a = runs[0].outputs[i];
+      const Tensor& b = runs[1].outputs[i];
+      Type element = mlirFromDType(a.dtype(), op->getContext());
+      if (a.shape().size() != b.shape().size()) {
+        op->getResult(i).setType(UnrankedTensorType::get(element));
+        dims_per_result.push_back(builder.getArrayAttr({}));
+        continue;
+      }
+      SmallVector<int64_t> shape;
+      SmallVector<Attribute> names;
+      for (size_t d = 0; d < a.shape().size(); ++d) {
+        int64_t d0 = a.shape()[d], d1 = b.shape()[d];
+        std::string name;
+        if (d0 == d1) {
+          shape.push_back(d0);
+        } else {
+          shape.push_back(ShapedType::kDynamic);
+          for (size_t s = 0; s < symbols.size(); ++s)
+            if (d0 == probe[0][s] && d1 == probe[1][s]) name = symbols[s];
+          any_symbolic = any_symbolic || !name.empty();
+        }
+        names.push_back(builder.getStringAttr(name));
+      }
+      op->getResult(i).setType(RankedTensorType::get(shape, element));
+      dims_per_result.push_back(builder.getArrayAttr(names));
+      ProbeTensors pt;
+      pt.known = true;
+      for (int p = 0; p < kProbes; ++p) pt.tensor[p] = runs[p].outputs[i];
+      known[op->getResult(i)] = std::move(pt);
+    }
+    if (any_symbolic) op->setAttr("llmc.dims", builder.getArrayAttr(dims_per_result));
+    else op->removeAttr("llmc.dims");
+    return success();
+  }
+
+  // The element type of result `i` when its shape cannot be inferred at compile time.
+  static Type fallbackElementType(Operation* op, unsigned i) {
+    Builder b(op->getContext());
+    std::string name = kernelNameOf(op);
+    if (name == "ConstantOfShape") {
+      if (auto value = op->getAttrOfType<ElementsAttr>("value")) return value.getElementType();
+      return b.getF32Type();
+    }
+    if (name == "TopK" && i == 1) return b.getI64Type();
+    if (name == "Shape" || name == "Size" || name == "ArgMax" || name == "ArgMin") return b.getI64Type();
+    if (name == "OneHot" && op->getNumOperands() > 2) return cast<ShapedType>(op->getOperand(2).getType()).getElementType();
+    if (name == "Cast") {
+      if (auto to = op->getAttrOfType<IntegerAttr>("to"))
+        if (Type t = mlirFromDType(static_cast<DType>(to.getInt()), op->getContext())) return t;
+    }
+    if (name == "CastLike" && op->getNumOperands() > 1) return cast<ShapedType>(op->getOperand(1).getType()).getElementType();
+    if (name == "Equal" || name == "Less" || name == "Greater" || name == "LessOrEqual" || name == "GreaterOrEqual" ||
+        name == "Not" || name == "And" || name == "Or" || name == "Xor" || name == "IsNaN" || name == "IsInf")
+      return b.getI1Type();
+    if (name == "Where" && op->getNumOperands() > 1) return cast<ShapedType>(op->getOperand(1).getType()).getElementType();
+    for (Value operand : op->getOperands())
+      if (auto shaped = dyn_cast<ShapedType>(operand.getType())) return shaped.getElementType();
+    return b.getF32Type();
+  }
+};
+
+}  // namespace
+}  // namespace llmc

@@ -1,0 +1,77 @@
+// llmc::Engine: a loaded, verified, immutable engine file. Shareable across threads; every
+// Session of an engine shares its weights (mmapped, never copied).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "llmc/status.h"
+#include "llmc/tensor.h"
+
+namespace llmc {
+
+struct Plan;  // the verified execution plan (runtime/src/core/plan.h)
+
+// One dimension of a declared shape.
+struct DimInfo {
+  int64_t size = -1;   // >= 0 when fixed
+  std::string symbol;  // the symbol's name when symbolic; empty when fixed or unknown
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  std::vector<DimInfo> dims;
+};
+
+struct SymbolInfo {
+  std::string name;
+  int64_t min = 1;
+  int64_t max = -1;  // -1: unbounded
+};
+
+struct LoadOptions {
+  // Hash the whole weights section at load and compare with the header's checksum.
+  // Costs one pass over the weights; turn off for very large engines you trust.
+  bool verify_weights_checksum = true;
+};
+
+class Engine {
+ public:
+  // Maps the file and verifies it (header, FlatBuffer, every index, size and kernel name).
+  static Status load(const std::string& path, std::shared_ptr<const Engine>* out,
+                     const LoadOptions& options = {});
+  // Same checks on bytes in memory (copied). `what` names the source in errors.
+  static Status loadFromMemory(std::span<const uint8_t> bytes, const std::string& what,
+                               std::shared_ptr<const Engine>* out, const LoadOptions& options = {});
+  ~Engine();
+
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  const std::vector<SymbolInfo>& symbols() const;
+  const std::string& target() const;
+  std::string formatVersion() const;  // "1.0"
+  const std::string& compilerVersion() const;
+  const std::string& sourceHash() const;
+  const std::string& buildOptions() const;
+  uint64_t weightBytes() const;
+  uint64_t arenaBytes() const;  // at the planning shapes
+  size_t numSteps() const;
+  // The kernel name and ONNX node of step i.
+  const std::string& stepKernel(size_t i) const;
+  const std::string& stepNode(size_t i) const;
+  const std::string& path() const;
+
+  const Plan& plan() const { return *plan_; }
+
+ private:
+  Engine();
+  struct Mapping;
+  std::unique_ptr<Mapping> mapping_;
+  std::unique_ptr<Plan> plan_;
+};
+
+}  // namespace llmc

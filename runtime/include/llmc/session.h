@@ -1,0 +1,42 @@
+// llmc::Session: a per-thread execution context for an engine (its arena and bindings).
+// Create one per thread; an Engine is shared by all of them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/engine.h"
+#include "llmc/status.h"
+#include "llmc/tensor.h"
+
+namespace llmc {
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+class Session {
+ public:
+  static Status create(std::shared_ptr<const Engine> engine, std::unique_ptr<Session>* out);
+  ~Session();
+
+  // Binds `inputs` by name (each engine input exactly once; shapes within the declared
+  // symbols' min/max), runs every step, and returns the engine outputs in engine order.
+  // Output tensors own their memory.
+  Status run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs);
+
+  // Current arena size; grows when a run needs more than the plan's planning shapes.
+  uint64_t arenaBytes() const;
+  const Engine& engine() const { return *engine_; }
+
+  struct State;  // arena and slot capacities (session.cpp)
+
+ private:
+  Session() = default;
+  std::shared_ptr<const Engine> engine_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace llmc

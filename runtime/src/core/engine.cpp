@@ -1,0 +1,349 @@
+// Engine loading: map the file, then verify before trusting anything in it — header,
+// FlatBuffers verifier, every index/offset/size/kernel name, then build the Plan.
+#include "llmc/engine.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "core/engine_file.h"
+#include "core/plan.h"
+#include "llmc/engine_generated.h"
+
+namespace llmc {
+
+struct Engine::Mapping {
+  void* address = nullptr;
+  size_t size = 0;
+  bool mmapped = false;
+  std::vector<uint8_t> copy;  // loadFromMemory
+  ~Mapping() {
+    if (mmapped && address) munmap(address, size);
+  }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(address); }
+};
+
+namespace {
+
+std::string valueRef(const Plan& plan, int index) {
+  return "value " + std::to_string(index) + " ('" + plan.values[static_cast<size_t>(index)].name + "')";
+}
+
+Status convertParam(const fb::Param* param, const Plan& plan, const std::string& where,
+                    KernelParam* out) {
+  switch (param->kind()) {
+    case fb::ParamKind::Int: out->kind = KernelParam::Kind::kInt; out->i = param->i(); break;
+    case fb::ParamKind::Float: out->kind = KernelParam::Kind::kFloat; out->f = param->f(); break;
+    case fb::ParamKind::String:
+      out->kind = KernelParam::Kind::kString;
+      out->s = param->s() ? param->s()->str() : "";
+      break;
+    case fb::ParamKind::Ints:
+      out->kind = KernelParam::Kind::kInts;
+      if (param->ints()) out->ints.assign(param->ints()->begin(), param->ints()->end());
+      break;
+    case fb::ParamKind::Floats:
+      out->kind = KernelParam::Kind::kFloats;
+      if (param->floats()) out->floats.assign(param->floats()->begin(), param->floats()->end());
+      break;
+    case fb::ParamKind::Tensor: {
+      int index = param->tensor();
+      if (index < 0 || static_cast<size_t>(index) >= plan.values.size() ||
+          plan.values[static_cast<size_t>(index)].kind != PlanValueKind::kWeight) {
+        return dataLoss(where + ": parameter '" + param->name()->str() +
+                        "' refers to tensor " + std::to_string(index) + ", which is not a weight");
+      }
+      out->kind = KernelParam::Kind::kTensor;
+      out->tensor = plan.values[static_cast<size_t>(index)].weight;
+      break;
+    }
+    default:
+      return dataLoss(where + ": parameter '" + param->name()->str() + "' has unknown kind " +
+                      std::to_string(static_cast<int>(param->kind())));
+  }
+  return okStatus();
+}
+
+Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std::string& what,
+                 const KernelRegistry& registry, Plan* plan) {
+  const uint8_t* fb_bytes = file + header.flatbuffer_offset;
+  flatbuffers::Verifier verifier(fb_bytes, header.flatbuffer_size);
+  if (!fb::EngineBufferHasIdentifier(fb_bytes))
+    return dataLoss(what + ": plan section lacks the 'LLMC' identifier");
+  if (!fb::VerifyEngineBuffer(verifier))
+    return dataLoss(what + ": plan section fails FlatBuffers verification (corrupted)");
+  const fb::Engine* def = fb::GetEngine(fb_bytes);
+  plan->path = what;
+  plan->target = def->target() ? def->target()->str() : "";
+  if (plan->target != "cpu")
+    return failedPrecondition(what + ": engine targets '" + plan->target + "'; this runtime runs 'cpu' engines");
+  plan->format_version = std::to_string(header.format_major) + "." + std::to_string(header.format_minor);
+  if (const fb::Producer* producer = def->producer()) {
+    if (producer->compiler_version()) plan->compiler_version = producer->compiler_version()->str();
+    if (producer->source_hash()) plan->source_hash = producer->source_hash()->str();
+    if (producer->options()) plan->build_options = producer->options()->str();
+  }
+  plan->arena_bytes = def->arena_bytes();
+  const uint8_t* weights_base = file + header.weights_offset;
+
+  // Symbols.
+  std::set<std::string> symbol_names;
+  if (def->symbols()) {
+    for (const fb::Symbol* symbol : *def->symbols()) {
+      SymbolInfo info{symbol->name()->str(), symbol->min(), symbol->max()};
+      if (info.min < 0 || (info.max >= 0 && info.max < info.min))
+        return dataLoss(what + ": symbol '" + info.name + "' has an empty range");
+      if (!symbol_names.insert(info.name).second)
+        return dataLoss(what + ": symbol '" + info.name + "' is declared twice");
+      plan->symbols.push_back(std::move(info));
+    }
+  }
+
+  // Slots: inside the arena, aligned.
+  if (def->slots()) {
+    for (const fb::Slot* slot : *def->slots()) {
+      if (slot->offset() % kTensorAlignment || slot->offset() > plan->arena_bytes ||
+          slot->size_bytes() > plan->arena_bytes - slot->offset())
+        return dataLoss(what + ": arena slot " + std::to_string(plan->slots.size()) + " lies outside the arena");
+      plan->slots.push_back({slot->offset(), slot->size_bytes()});
+    }
+  }
+
+  // Values and weights.
+  size_t num_weights = def->weights() ? def->weights()->size() : 0;
+  if (!def->values()) return dataLoss(what + ": plan has no value table");
+  for (const fb::Value* value : *def->values()) {
+    PlanValue pv;
+    pv.name = value->name()->str();
+    std::string where = what + ": value '" + pv.name + "'";
+    if (!isValidDType(value->dtype()) || value->dtype() == 0)
+      return dataLoss(where + " has unknown dtype " + std::to_string(value->dtype()));
+    pv.dtype = static_cast<DType>(value->dtype());
+    pv.ranked = value->ranked();
+    Shape static_shape;
+    bool all_static = true;
+    if (value->dims()) {
+      for (const fb::Dim* dim : *value->dims()) {
+        DimInfo info;
+        info.size = dim->size();
+        if (dim->symbol()) info.symbol = dim->symbol()->str();
+        if (info.size < -1) return dataLoss(where + " has a negative dimension");
+        if (!info.symbol.empty() && !symbol_names.count(info.symbol))
+          return dataLoss(where + " uses undeclared symbol '" + info.symbol + "'");
+        all_static = all_static && info.size >= 0;
+        static_shape.push_back(info.size);
+        pv.dims.push_back(std::move(info));
+      }
+    }
+    switch (value->kind()) {
+      case fb::ValueKind::Input: pv.kind = PlanValueKind::kInput; break;
+      case fb::ValueKind::Intermediate: {
+        pv.kind = PlanValueKind::kIntermediate;
+        int slot = value->slot();
+        if (slot < 0 || static_cast<size_t>(slot) >= plan->slots.size())
+          return dataLoss(where + " has arena slot " + std::to_string(slot) + " out of range");
+        pv.slot = slot;
+        break;
+      }
+      case fb::ValueKind::Weight: {
+        pv.kind = PlanValueKind::kWeight;
+        int w = value->weight();
+        if (w < 0 || static_cast<size_t>(w) >= num_weights)
+          return dataLoss(where + " refers to weight " + std::to_string(w) + " out of range");
+        if (!all_static) return dataLoss(where + " is a weight with a non-static shape");
+        const fb::Weight* weight = def->weights()->Get(static_cast<flatbuffers::uoffset_t>(w));
+        uint64_t expected = static_cast<uint64_t>(shapeNumElements(static_shape)) * dtypeSize(pv.dtype);
+        if (weight->size_bytes() != expected)
+          return dataLoss(where + " holds " + std::to_string(weight->size_bytes()) + " bytes, its shape needs " +
+                          std::to_string(expected));
+        if (weight->offset() % kTensorAlignment || weight->offset() > header.weights_size ||
+            weight->size_bytes() > header.weights_size - weight->offset())
+          return dataLoss(where + " lies outside the weights section (truncated or corrupted)");
+        pv.weight = Tensor::view(pv.dtype, static_shape, weights_base + weight->offset());
+        plan->weight_bytes += weight->size_bytes();
+        break;
+      }
+      default:
+        return dataLoss(where + " has unknown kind " + std::to_string(static_cast<int>(value->kind())));
+    }
+    plan->values.push_back(std::move(pv));
+  }
+
+  auto checkIndex = [&](int index, const std::string& where) -> Status {
+    if (index < 0 || static_cast<size_t>(index) >= plan->values.size())
+      return dataLoss(where + " refers to value " + std::to_string(index) + " out of range");
+    return okStatus();
+  };
+
+  // Public inputs and outputs.
+  if (def->inputs()) {
+    for (int index : *def->inputs()) {
+      LLMC_RETURN_IF_ERROR(checkIndex(index, what + ": input list"));
+      if (plan->values[static_cast<size_t>(index)].kind != PlanValueKind::kInput)
+        return dataLoss(what + ": input list names " + valueRef(*plan, index) + ", which is not an input");
+      plan->inputs.push_back(index);
+    }
+  }
+  if (!def->outputs() || def->outputs()->size() == 0) return dataLoss(what + ": engine has no outputs");
+  for (int index : *def->outputs()) {
+    LLMC_RETURN_IF_ERROR(checkIndex(index, what + ": output list"));
+    plan->outputs.push_back(index);
+  }
+
+  // Steps: known kernels, arities, every operand defined before use, each intermediate
+  // produced exactly once.
+  std::vector<bool> defined(plan->values.size(), false);
+  for (size_t i = 0; i < plan->values.size(); ++i)
+    defined[i] = plan->values[i].kind != PlanValueKind::kIntermediate;
+  std::vector<int> last_use_step(plan->values.size(), -1);
+  if (def->steps()) {
+    for (const fb::Step* step : *def->steps()) {
+      PlanStep ps;
+      ps.kernel_name = step->kernel()->str();
+      ps.node = step->node() ? step->node()->str() : "";
+      std::string where = what + ": step " + std::to_string(plan->steps.size()) + " (" + ps.kernel_name +
+                          (ps.node.empty() ? "" : " '" + ps.node + "'") + ")";
+      ps.kernel = registry.find(ps.kernel_name);
+      if (!ps.kernel) return unimplemented(where + ": this runtime has no kernel '" + ps.kernel_name + "'");
+      if (step->inputs()) ps.inputs.assign(step->inputs()->begin(), step->inputs()->end());
+      if (step->outputs()) ps.outputs.assign(step->outputs()->begin(), step->outputs()->end());
+      const KernelDef& kd = *ps.kernel;
+      int n_in = static_cast<int>(ps.inputs.size()), n_out = static_cast<int>(ps.outputs.size());
+      if (n_in < kd.min_inputs || (kd.max_inputs >= 0 && n_in > kd.max_inputs) || n_out < kd.min_outputs ||
+          (kd.max_outputs >= 0 && n_out > kd.max_outputs))
+        return dataLoss(where + ": " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) +
+                        " outputs do not fit the kernel");
+      for (int index : ps.inputs) {
+        if (index == -1) continue;
+        LLMC_RETURN_IF_ERROR(checkIndex(index, where));
+        if (!defined[static_cast<size_t>(index)])
+          return dataLoss(where + " reads " + valueRef(*plan, index) + " before any step produces it");
+        last_use_step[static_cast<size_t>(index)] = static_cast<int>(plan->steps.size());
+      }
+      for (int index : ps.outputs) {
+        LLMC_RETURN_IF_ERROR(checkIndex(index, where));
+        if (plan->values[static_cast<size_t>(index)].kind != PlanValueKind::kIntermediate ||
+            defined[static_cast<size_t>(index)])
+          return dataLoss(where + " writes " + valueRef(*plan, index) + ", which is not a fresh intermediate");
+        defined[static_cast<size_t>(index)] = true;
+        last_use_step[static_cast<size_t>(index)] = static_cast<int>(plan->steps.size());
+      }
+      if (step->params()) {
+        for (const fb::Param* param : *step->params()) {
+          KernelParam kp;
+          LLMC_RETURN_IF_ERROR(convertParam(param, *plan, where, &kp));
+          ps.params.set(param->name()->str(), std::move(kp));
+        }
+      }
+      plan->steps.push_back(std::move(ps));
+    }
+  }
+  for (int index : plan->outputs) {
+    if (!defined[static_cast<size_t>(index)])
+      return dataLoss(what + ": output " + valueRef(*plan, index) + " is never produced");
+    last_use_step[static_cast<size_t>(index)] = static_cast<int>(plan->steps.size());  // live to the end
+  }
+  for (size_t v = 0; v < plan->values.size(); ++v) {
+    int step = last_use_step[v];
+    if (plan->values[v].kind == PlanValueKind::kIntermediate && step >= 0 &&
+        static_cast<size_t>(step) < plan->steps.size())
+      plan->steps[static_cast<size_t>(step)].last_use.push_back(static_cast<int>(v));
+  }
+
+  auto info = [&](int index) {
+    const PlanValue& v = plan->values[static_cast<size_t>(index)];
+    return TensorInfo{v.name, v.dtype, v.dims};
+  };
+  for (int index : plan->inputs) plan->input_infos.push_back(info(index));
+  for (size_t i = 0; i < plan->outputs.size(); ++i) {
+    TensorInfo output = info(plan->outputs[i]);
+    if (def->output_names() && i < def->output_names()->size()) output.name = def->output_names()->Get(static_cast<flatbuffers::uoffset_t>(i))->str();
+    plan->output_infos.push_back(std::move(output));
+  }
+  return okStatus();
+}
+
+Status verifyAndBuild(const uint8_t* data, size_t size, const std::string& what,
+                      const LoadOptions& options, Plan* plan) {
+  EngineFileHeader header;
+  LLMC_RETURN_IF_ERROR(checkEngineHeader(data, size, what, &header));
+  if (checksum64(data + header.flatbuffer_offset, header.flatbuffer_size) != header.flatbuffer_checksum)
+    return dataLoss(what + ": plan section checksum mismatch (the file is corrupted)");
+  if (options.verify_weights_checksum &&
+      checksum64(data + header.weights_offset, header.weights_size) != header.weights_checksum)
+    return dataLoss(what + ": weights section checksum mismatch (the file is corrupted)");
+  return buildPlan(data, header, what, KernelRegistry::cpuReference(), plan);
+}
+
+}  // namespace
+
+Engine::Engine() = default;
+Engine::~Engine() = default;
+
+Status Engine::load(const std::string& path, std::shared_ptr<const Engine>* out, const LoadOptions& options) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return notFound(path + ": cannot open engine: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalidArgument(path + ": not a regular file");
+  }
+  auto mapping = std::make_unique<Mapping>();
+  mapping->size = static_cast<size_t>(st.st_size);
+  if (mapping->size > 0) {
+    void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (address == MAP_FAILED) {
+      ::close(fd);
+      return internalError(path + ": mmap failed: " + std::strerror(errno));
+    }
+    mapping->address = address;
+    mapping->mmapped = true;
+  }
+  ::close(fd);
+  std::shared_ptr<Engine> engine(new Engine());
+  engine->plan_ = std::make_unique<Plan>();
+  LLMC_RETURN_IF_ERROR(verifyAndBuild(mapping->data(), mapping->size, path, options, engine->plan_.get()));
+  engine->mapping_ = std::move(mapping);
+  *out = std::move(engine);
+  return okStatus();
+}
+
+Status Engine::loadFromMemory(std::span<const uint8_t> bytes, const std::string& what,
+                              std::shared_ptr<const Engine>* out, const LoadOptions& options) {
+  auto mapping = std::make_unique<Mapping>();
+  // Over-allocate so the weights section keeps its alignment in memory.
+  mapping->copy.resize(bytes.size() + kWeightsAlignment);
+  uintptr_t base = reinterpret_cast<uintptr_t>(mapping->copy.data());
+  size_t shift = (kWeightsAlignment - base % kWeightsAlignment) % kWeightsAlignment;
+  if (!bytes.empty()) std::memcpy(mapping->copy.data() + shift, bytes.data(), bytes.size());
+  mapping->address = mapping->copy.data() + shift;
+  mapping->size = bytes.size();
+  std::shared_ptr<Engine> engine(new Engine());
+  engine->plan_ = std::make_unique<Plan>();
+  LLMC_RETURN_IF_ERROR(verifyAndBuild(mapping->data(), mapping->size, what, options, engine->plan_.get()));
+  engine->mapping_ = std::move(mapping);
+  *out = std::move(engine);
+  return okStatus();
+}
+
+const std::vector<TensorInfo>& Engine::inputs() const { return plan_->input_infos; }
+const std::vector<TensorInfo>& Engine::outputs() const { return plan_->output_infos; }
+const std::vector<SymbolInfo>& Engine::symbols() const { return plan_->symbols; }
+const std::string& Engine::target() const { return plan_->target; }
+std::string Engine::formatVersion() const { return plan_->format_version; }
+const std::string& Engine::compilerVersion() const { return plan_->compiler_version; }
+const std::string& Engine::sourceHash() const { return plan_->source_hash; }
+const std::string& Engine::buildOptions() const { return plan_->build_options; }
+uint64_t Engine::weightBytes() const { return plan_->weight_bytes; }
+uint64_t Engine::arenaBytes() const { return plan_->arena_bytes; }
+size_t Engine::numSteps() const { return plan_->steps.size(); }
+const std::string& Engine::stepKernel(size_t i) const { return plan_->steps[i].kernel_name; }
+const std::string& Engine::stepNode(size_t i) const { return plan_->steps[i].node; }
+const std::string& Engine::path() const { return plan_->path; }
+
+}  // namespace llmc

@@ -1,0 +1,208 @@
+// Session: binds inputs, resolves symbolic dimensions, and runs the plan's steps with the
+// registered kernels over one arena whose slots the compiler assigned by liveness.
+#include "llmc/session.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "core/plan.h"
+
+namespace llmc {
+
+namespace {
+constexpr uint64_t kAlign = 64;
+uint64_t alignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+struct AlignedDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+}  // namespace
+
+struct Session::State {
+  std::vector<uint64_t> slot_capacity;  // bytes wanted: grows when a run needs more
+  std::vector<uint64_t> slot_offset;
+  std::vector<uint64_t> slot_laid_out;  // bytes each slot has in the current arena
+  std::unique_ptr<std::byte, AlignedDeleter> arena;
+  uint64_t arena_bytes = 0;
+
+  Status layout() {
+    uint64_t total = 0;
+    slot_offset.resize(slot_capacity.size());
+    slot_laid_out = slot_capacity;
+    for (size_t i = 0; i < slot_capacity.size(); ++i) {
+      slot_offset[i] = total;
+      total += alignUp(slot_capacity[i]);
+    }
+    arena.reset();
+    arena_bytes = total;
+    if (total == 0) return okStatus();
+    void* p = std::aligned_alloc(kAlign, total);
+    if (!p) return resourceExhausted("cannot allocate a " + std::to_string(total) + "-byte arena");
+    arena.reset(static_cast<std::byte*>(p));
+    return okStatus();
+  }
+};
+
+namespace {
+
+class StepContext : public KernelContext {
+ public:
+  StepContext(const Plan& plan, const PlanStep& step, std::vector<Tensor>& values,
+              Session::State& state, bool& grew)
+      : plan_(plan), step_(step), values_(values), state_(state), grew_(grew) {}
+
+  size_t numInputs() const override { return step_.inputs.size(); }
+  const Tensor* input(size_t i) const override {
+    if (i >= step_.inputs.size() || step_.inputs[i] < 0) return nullptr;
+    return &values_[static_cast<size_t>(step_.inputs[i])];
+  }
+  size_t numOutputs() const override { return step_.outputs.size(); }
+  Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
+    if (i >= step_.outputs.size()) return internalError("node '" + step_.node + "': output index out of range");
+    size_t index = static_cast<size_t>(step_.outputs[i]);
+    const PlanValue& value = plan_.values[index];
+    // The compiler's inferred dtype and static dims must agree with what the kernel computes.
+    if (dtype != value.dtype || (value.ranked && shape.size() != value.dims.size()))
+      return internalError("node '" + step_.node + "': kernel " + step_.kernel_name + " produced " +
+                           dtypeName(dtype) + shapeToString(shape) + " for '" + value.name +
+                           "', the plan declares " + dtypeName(value.dtype) + " of rank " +
+                           std::to_string(value.dims.size()));
+    for (size_t d = 0; value.ranked && d < shape.size(); ++d) {
+      if (value.dims[d].size >= 0 && value.dims[d].size != shape[d])
+        return internalError("node '" + step_.node + "': kernel " + step_.kernel_name + " produced shape " +
+                             shapeToString(shape) + " for '" + value.name + "', the plan declares dim " +
+                             std::to_string(d) + " = " + std::to_string(value.dims[d].size));
+    }
+    uint64_t bytes = static_cast<uint64_t>(shapeNumElements(shape)) * dtypeSize(dtype);
+    size_t slot = static_cast<size_t>(value.slot);
+    if (bytes <= state_.slot_laid_out[slot] && state_.arena) {
+      values_[index] = Tensor::view(dtype, shape, static_cast<void*>(state_.arena.get() + state_.slot_offset[slot]));
+    } else {
+      // Larger than planned: a private buffer for this run; the arena grows before the next.
+      values_[index] = Tensor::allocate(dtype, shape);
+      if (bytes > state_.slot_capacity[slot]) {
+        state_.slot_capacity[slot] = bytes;
+        grew_ = true;
+      }
+    }
+    *out = &values_[index];
+    return okStatus();
+  }
+  const KernelParams& params() const override { return step_.params; }
+  const std::string& nodeName() const override { return step_.node; }
+
+ private:
+  const Plan& plan_;
+  const PlanStep& step_;
+  std::vector<Tensor>& values_;
+  Session::State& state_;
+  bool& grew_;
+};
+
+}  // namespace
+
+Session::~Session() = default;
+
+Status Session::create(std::shared_ptr<const Engine> engine, std::unique_ptr<Session>* out) {
+  if (!engine) return invalidArgument("Session::create: null engine");
+  std::unique_ptr<Session> session(new Session());
+  session->engine_ = std::move(engine);
+  session->state_ = std::make_unique<State>();
+  const Plan& plan = session->engine_->plan();
+  for (const PlanSlot& slot : plan.slots) session->state_->slot_capacity.push_back(slot.size_bytes);
+  LLMC_RETURN_IF_ERROR(session->state_->layout());
+  *out = std::move(session);
+  return okStatus();
+}
+
+uint64_t Session::arenaBytes() const { return state_->arena_bytes; }
+
+Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
+  const Plan& plan = engine_->plan();
+  const std::string& what = plan.path;
+  std::vector<Tensor> values(plan.values.size());
+  for (size_t i = 0; i < plan.values.size(); ++i)
+    if (plan.values[i].kind == PlanValueKind::kWeight) values[i] = plan.values[i].weight;
+
+  // Bind inputs by name and resolve symbols.
+  std::map<std::string, int> input_by_name;
+  for (int index : plan.inputs) input_by_name[plan.values[static_cast<size_t>(index)].name] = index;
+  std::map<std::string, int64_t> symbol_values;
+  std::map<std::string, std::string> symbol_source;
+  std::vector<bool> bound(plan.values.size(), false);
+  for (const NamedTensor& input : inputs) {
+    auto it = input_by_name.find(input.name);
+    if (it == input_by_name.end()) {
+      std::string known;
+      for (const auto& [name, index] : input_by_name) known += (known.empty() ? "" : ", ") + name;
+      return invalidArgument(what + ": no input named '" + input.name + "' (inputs: " + known + ")");
+    }
+    size_t index = static_cast<size_t>(it->second);
+    if (bound[index]) return invalidArgument(what + ": input '" + input.name + "' is given twice");
+    const PlanValue& value = plan.values[index];
+    const Tensor& t = input.tensor;
+    if (t.dtype() != value.dtype)
+      return invalidArgument(what + ": input '" + input.name + "' must be " + dtypeName(value.dtype) + ", got " +
+                             dtypeName(t.dtype()));
+    if (t.shape().size() != value.dims.size())
+      return invalidArgument(what + ": input '" + input.name + "' must have rank " +
+                             std::to_string(value.dims.size()) + ", got shape " + shapeToString(t.shape()));
+    if (!t.hasData()) return invalidArgument(what + ": input '" + input.name + "' has no data");
+    for (size_t d = 0; d < value.dims.size(); ++d) {
+      const DimInfo& dim = value.dims[d];
+      int64_t actual = t.shape()[d];
+      if (dim.size >= 0 && dim.size != actual)
+        return invalidArgument(what + ": input '" + input.name + "' dim " + std::to_string(d) + " must be " +
+                               std::to_string(dim.size) + ", got " + std::to_string(actual));
+      if (dim.symbol.empty()) continue;
+      auto [sym, inserted] = symbol_values.emplace(dim.symbol, actual);
+      if (inserted) {
+        symbol_source[dim.symbol] = input.name + " dim " + std::to_string(d);
+      } else if (sym->second != actual) {
+        return invalidArgument(what + ": symbol '" + dim.symbol + "' is " + std::to_string(sym->second) + " in " +
+                               symbol_source[dim.symbol] + " but " + std::to_string(actual) + " in input '" +
+                               input.name + "' dim " + std::to_string(d));
+      }
+    }
+    values[index] = Tensor::view(t.dtype(), t.shape(), t.data());
+    bound[index] = true;
+  }
+  for (int index : plan.inputs) {
+    if (!bound[static_cast<size_t>(index)])
+      return invalidArgument(what + ": input '" + plan.values[static_cast<size_t>(index)].name + "' is missing");
+  }
+  for (const SymbolInfo& symbol : plan.symbols) {
+    auto it = symbol_values.find(symbol.name);
+    if (it == symbol_values.end()) continue;
+    if (it->second < symbol.min || (symbol.max >= 0 && it->second > symbol.max))
+      return outOfRange(what + ": symbol '" + symbol.name + "' = " + std::to_string(it->second) + " (from " +
+                        symbol_source[symbol.name] + ") is outside its declared range [" +
+                        std::to_string(symbol.min) + ", " +
+                        (symbol.max >= 0 ? std::to_string(symbol.max) : std::string("unbounded")) + "]");
+  }
+
+  // Execute.
+  bool grew = false;
+  for (const PlanStep& step : plan.steps) {
+    StepContext ctx(plan, step, values, *state_, grew);
+    Status status = step.kernel->fn(ctx);
+    if (!status.ok()) return status.withContext(what + ": step " + step.kernel_name);
+    for (size_t i = 0; i < step.outputs.size(); ++i) {
+      if (values[static_cast<size_t>(step.outputs[i])].dtype() == DType::kUndefined)
+        return internalError(what + ": node '" + step.node + "': kernel " + step.kernel_name +
+                             " did not produce output " + std::to_string(i));
+    }
+    for (int index : step.last_use) values[static_cast<size_t>(index)] = Tensor();
+  }
+
+  outputs->clear();
+  for (size_t i = 0; i < plan.outputs.size(); ++i) {
+    const Tensor& value = values[static_cast<size_t>(plan.outputs[i])];
+    outputs->push_back({plan.output_infos[i].name, value.clone()});
+  }
+  if (grew) LLMC_RETURN_IF_ERROR(state_->layout());
+  return okStatus();
+}
+
+}  // namespace llmc

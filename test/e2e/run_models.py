@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""End-to-end check of llmc on the committed models in test/models/.
+
+For each test/models/<name>/manifest.json: `llmc compile` the model twice (the two engine files
+must be byte-identical), then for each input set `llmc run` the engine and compare every output
+with torch's reference using the manifest's tolerance (numpy.allclose). Prints one line per
+compile and per input set, then `N passed, N failed`; exits 1 if anything failed, 2 on bad usage.
+
+  run_models.py --llmc build/tools/llmc/llmc [--model NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+DEFAULT_MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models")
+
+
+class Tally:
+    """Counts results and prints one line for each."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def report(self, ok: bool, label: str, detail: str, log: str = "") -> None:
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        print(f"{'PASS' if ok else 'FAIL'} {label}: {detail}", flush=True)
+        if log and not ok:
+            for line in log.strip().splitlines()[-20:]:
+                print(f"    | {line}")
+
+
+def _run_llmc(llmc: list[str], args: list[str], timeout_s: float) -> tuple[bool, str]:
+    """Runs llmc; returns (exited 0, a description of what went wrong plus its output)."""
+    command = llmc + args
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout_s:g} s: {' '.join(command)}"
+    except OSError as e:
+        return False, f"could not start {command[0]}: {e}"
+    if result.returncode == 0:
+        return True, ""
+    return False, f"exit {result.returncode}: {' '.join(command)}\n{result.stdout}{result.stderr}"
+
+
+def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
+    """Returns whether `got` matches `want` and a short description of the error."""
+    if got.shape != want.shape:
+        return False, f"shape {list(got.shape)}, expected {list(want.shape)}"
+    if got.dtype != want.dtype:
+        return False, f"dtype {got.dtype}, expected {want.dtype}"
+    if want.size == 0:
+        return True, "empty"
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    magnitude = np.abs(want.astype(np.float64))
+    # Relative error only where the reference is clearly non-zero, so near-zeros don't dominate.
+    significant = magnitude > atol
+    max_rel = float(np.max(diff[significant] / magnitude[significant])) if significant.any() else 0.0
+    ok = bool(np.allclose(got, want, rtol=rtol, atol=atol))
+    return ok, f"max_abs {float(np.max(diff)):.3g} max_rel {max_rel:.3g}"
+
+
+def check_model(
+    llmc: list[str], model_dir: str, work_dir: str, timeout_s: float, tally: Tally
+) -> None:
+    name = os.path.basename(os.path.normpath(model_dir))
+    with open(os.path.join(model_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    rtol = float(manifest["tolerance"]["rtol"])
+    atol = float(manifest["tolerance"]["atol"])
+    model = os.path.join(model_dir, manifest.get("model", "model.onnx"))
+    engine = os.path.join(work_dir, "model.engine")
+    engine_again = os.path.join(work_dir, "model.again.engine")
+
+    ok, log = _run_llmc(llmc, ["compile", model, "-o", engine], timeout_s)
+    if ok:
+        ok, log = _run_llmc(llmc, ["compile", model, "-o", engine_again], timeout_s)
+    if not ok:
+        tally.report(False, f"{name}/compile", "llmc compile failed", log)
+        for input_set in manifest["input_sets"]:
+            tally.report(False, f"{name}/{input_set['name']}", "not run: the model did not compile")
+        return
+    with open(engine, "rb") as a, open(engine_again, "rb") as b:
+        identical = a.read() == b.read()
+    size = os.path.getsize(engine)
+    tally.report(
+        identical,
+        f"{name}/compile",
+        f"engine {size} bytes, " + ("byte-identical on recompile" if identical else "differs on recompile"),
+    )
+
+    for input_set in manifest["input_sets"]:
+        label = f"{name}/{input_set['name']}"
+        out_dir = os.path.join(work_dir, "out")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        os.makedirs(out_dir)
+        args = ["run", engine]
+        for input_name, file in input_set["inputs"].items():
+            args += ["--input", f"{input_name}={os.path.join(model_dir, file)}"]
+        args += ["--output-dir", out_dir]
+        ok, log = _run_llmc(llmc, args, timeout_s)
+        if not ok:
+            tally.report(False, label, "llmc run failed", log)
+            continue
+        all_ok = True
+        details = []
+        for output_name, file in input_set["outputs"].items():
+            got_path = os.path.join(out_dir, f"{output_name}.npy")
+            if not os.path.exists(got_path):
+                all_ok = False
+                details.append(f"{output_name} missing from --output-dir")
+                continue
+            try:
+                got = np.load(got_path, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                all_ok = False
+                details.append(f"{output_name} unreadable ({e})")
+                continue
+            ok, detail = _compare(got, np.load(os.path.join(model_dir, file)), rtol, atol)
+            all_ok = all_ok and ok
+            details.append(f"{output_name} {detail}" + ("" if ok else f" > rtol {rtol:g} atol {atol:g}"))
+        tally.report(all_ok, label, "; ".join(details))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llmc", required=True, help="path to the llmc binary (a .py file runs with this Python)")
+    parser.add_argument("--models-dir", default=DEFAULT_MODELS_DIR, help="folder of <name>/manifest.json")
+    parser.add_argument("--model", action="append", default=[], help="check only this model (repeatable)")
+    parser.add_argument("--work-dir", help="keep engines and outputs here (default: a temporary folder)")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="limit for each llmc command")
+    args = parser.parse_args()
+
+    llmc = [os.path.abspath(args.llmc)]
+    if args.llmc.endswith(".py"):
+        llmc.insert(0, sys.executable)
+    if not os.path.exists(llmc[-1]):
+        print(f"error: llmc not found at {args.llmc}", file=sys.stderr)
+        return 2
+
+    available = sorted(
+        entry
+        for entry in os.listdir(args.models_dir)
+        if os.path.isfile(os.path.join(args.models_dir, entry, "manifest.json"))
+    )
+    unknown = [name for name in args.model if name not in available]
+    if unknown:
+        print(f"error: no manifest for {unknown} in {args.models_dir}; have {available}", file=sys.stderr)
+        return 2
+    names = [name for name in available if not args.model or name in args.model]
+    if not names:
+        print(f"error: no models in {args.models_dir}", file=sys.stderr)
+        return 2
+
+    tally = Tally()
+    root = args.work_dir or tempfile.mkdtemp(prefix="llmc-e2e-")
+    try:
+        for name in names:
+            work_dir = os.path.join(root, name)
+            shutil.rmtree(work_dir, ignore_errors=True)
+            os.makedirs(work_dir)
+            check_model(llmc, os.path.join(args.models_dir, name), work_dir, args.timeout_s, tally)
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"{tally.passed} passed, {tally.failed} failed")
+    return 1 if tally.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

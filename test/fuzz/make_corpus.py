@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets: small, valid (and a few unsupported) inputs
+from which the replay tests' mutations and libFuzzer start.
+
+Run: /work/main/.venv/bin/python test/fuzz/make_corpus.py   (needs numpy and onnx)
+Seeds are tiny on purpose: mutations of a small input reach every branch of a header
+parser faster than those of a big one.
+"""
+import os
+import struct
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(corpus, name, data):
+    directory = os.path.join(HERE, "corpus", corpus)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data)
+
+
+def npy(array, version=None):
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, array, version=version, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def npy_corpus():
+    write("npy", "float32_2x3.npy", npy(np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5))
+    write("npy", "float16_scalar.npy", npy(np.array(1.5, dtype=np.float16)))
+    write("npy", "bool_4.npy", npy(np.array([True, False, False, True])))
+    write("npy", "int64_empty.npy", npy(np.zeros((0, 2), dtype=np.int64)))
+    write("npy", "int32_fortran.npy", npy(np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))))
+    write("npy", "uint8_v2.npy", npy(np.arange(3, dtype=np.uint8), version=(2, 0)))
+    write("npy", "int16_v3.npy", npy(np.arange(3, dtype=np.int16).reshape(1, 3, 1), version=(3, 0)))
+    write("npy", "bfloat16_v2.npy", npy(np.array([0x3F80, 0xBF00], dtype="<u2").view("V2")))
+    write("npy", "big_endian.npy", npy(np.arange(2, dtype=">u4")))
+
+
+def unpacked_float_tensor():
+    """A float tensor with dims and float_data unpacked, which python protobuf never writes."""
+    out = bytearray()
+    out += b"\x08\x02"  # dims: 2
+    out += b"\x10\x01"  # data_type: FLOAT
+    for value in (1.0, -2.5):
+        out += b"\x25" + struct.pack("<f", value)  # float_data, wire type 5
+    out += b"\x42\x01u"  # name: "u"
+    return bytes(out)
+
+
+def tensor_proto_corpus():
+    def pb(tensor):
+        return tensor.SerializeToString()
+
+    write("tensor_proto", "float_raw.pb", pb(numpy_helper.from_array(
+        np.arange(6, dtype=np.float32).reshape(2, 3), name="x")))
+    write("tensor_proto", "float_data.pb", pb(helper.make_tensor(
+        "f", onnx.TensorProto.FLOAT, [3], [0.5, -1.0, 2.0])))
+    write("tensor_proto", "float_unpacked.pb", unpacked_float_tensor())
+    write("tensor_proto", "int8_int32_data.pb", pb(helper.make_tensor(
+        "i8", onnx.TensorProto.INT8, [2, 2], [-128, -1, 0, 127])))
+    write("tensor_proto", "float16_int32_data.pb", pb(helper.make_tensor(
+        "h", onnx.TensorProto.FLOAT16, [2], [1.0, -0.5])))
+    write("tensor_proto", "bool_int32_data.pb", pb(helper.make_tensor(
+        "b", onnx.TensorProto.BOOL, [3], [True, False, True])))
+    write("tensor_proto", "int64_data.pb", pb(helper.make_tensor(
+        "i64", onnx.TensorProto.INT64, [2], [-(2**40), 7])))
+    write("tensor_proto", "double_data.pb", pb(helper.make_tensor(
+        "d", onnx.TensorProto.DOUBLE, [2], [0.25, -8.0])))
+    write("tensor_proto", "uint32_uint64_data.pb", pb(helper.make_tensor(
+        "u32", onnx.TensorProto.UINT32, [2], [4294967295, 1])))
+    scalar = numpy_helper.from_array(np.array(3, dtype=np.int32), name="s")
+    scalar.doc_string = "a scalar"
+    write("tensor_proto", "int32_scalar_doc.pb", pb(scalar))
+    external = numpy_helper.from_array(np.arange(2, dtype=np.float32), name="e")
+    onnx.external_data_helper.set_external_data(external, location="w.bin")
+    external.ClearField("raw_data")
+    external.data_location = onnx.TensorProto.EXTERNAL
+    write("tensor_proto", "external.pb", pb(external))
+
+
+def main():
+    npy_corpus()
+    tensor_proto_corpus()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+Bextj
+locationweights.binp

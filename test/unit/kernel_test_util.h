@@ -1,0 +1,69 @@
+// A KernelContext for unit tests: owns inputs, parameters and outputs, and runs one kernel
+// from the reference registry by name.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/kernel.h"
+
+namespace llmc::testing {
+
+class TestKernelContext : public KernelContext {
+ public:
+  // Inputs; std::nullopt marks an absent optional input.
+  std::vector<std::optional<Tensor>> inputs;
+  KernelParams kernel_params;
+  std::vector<Tensor> outputs;
+  size_t num_outputs = 1;
+  bool shape_only = false;
+  std::string node_name = "test_node";
+
+  size_t numInputs() const override { return inputs.size(); }
+  const Tensor* input(size_t i) const override {
+    return i < inputs.size() && inputs[i] ? &*inputs[i] : nullptr;
+  }
+  size_t numOutputs() const override { return num_outputs; }
+  Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
+    if (i >= num_outputs) return internalError("output index out of range");
+    if (outputs.size() < num_outputs) outputs.resize(num_outputs);
+    outputs[i] = shape_only ? Tensor::view(dtype, shape, static_cast<void*>(nullptr))
+                            : Tensor::allocate(dtype, shape);
+    *out = &outputs[i];
+    return okStatus();
+  }
+  const KernelParams& params() const override { return kernel_params; }
+  const std::string& nodeName() const override { return node_name; }
+  bool shapeOnly() const override { return shape_only; }
+
+  Status run(const std::string& kernel) {
+    const KernelDef* def = KernelRegistry::cpuReference().find(kernel);
+    if (!def) return notFound("no kernel " + kernel);
+    return def->fn(*this);
+  }
+};
+
+template <typename T>
+Tensor makeTensor(DType dtype, Shape shape, const std::vector<T>& values) {
+  Tensor t = Tensor::allocate(dtype, std::move(shape));
+  EXPECT_EQ(static_cast<size_t>(t.numElements()), values.size());
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+
+inline Tensor makeFloat(Shape shape, const std::vector<float>& v) { return makeTensor(DType::kFloat32, shape, v); }
+inline Tensor makeInt64(Shape shape, const std::vector<int64_t>& v) { return makeTensor(DType::kInt64, shape, v); }
+
+template <typename T> std::vector<T> values(const Tensor& t) {
+  std::vector<T> out(static_cast<size_t>(t.numElements()));
+  std::memcpy(out.data(), t.data(), out.size() * sizeof(T));
+  return out;
+}
+
+}  // namespace llmc::testing

@@ -1,0 +1,25 @@
+// Shared pieces of the llmc command line: exit codes and argument helpers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "llmc/status.h"
+
+namespace llmc::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // llmc itself failed at run time
+inline constexpr int kExitBadInput = 2; // bad usage, bad model, bad engine, bad input file
+
+// Exit code for a Status: problems with what the user gave us are 2, the rest 1.
+int exitCodeFor(const Status& status);
+// Prints "llmc <command>: error: <message>" to stderr and returns the exit code.
+int reportError(const std::string& command, const Status& status);
+int usageError(const std::string& command, const std::string& message);
+
+int runCompile(const std::vector<std::string>& args);
+int runRun(const std::vector<std::string>& args);
+int runInspect(const std::vector<std::string>& args);
+
+}  // namespace llmc::cli

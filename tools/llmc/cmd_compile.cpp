@@ -1,0 +1,85 @@
+// llmc compile: ONNX model -> engine file.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "cli.h"
+#include "pipeline/Pipeline.h"
+
+namespace llmc::cli {
+
+namespace {
+bool parseDim(const std::string& spec, std::string* name, int64_t* min, int64_t* max) {
+  size_t eq = spec.find('='), colon = spec.find(':', eq == std::string::npos ? 0 : eq);
+  if (eq == std::string::npos || eq == 0 || colon == std::string::npos) return false;
+  *name = spec.substr(0, eq);
+  try {
+    size_t used = 0;
+    *min = std::stoll(spec.substr(eq + 1, colon - eq - 1), &used);
+    if (used != colon - eq - 1) return false;
+    std::string max_text = spec.substr(colon + 1);
+    *max = std::stoll(max_text, &used);
+    return used == max_text.size();
+  } catch (...) {
+    return false;
+  }
+}
+}  // namespace
+
+int runCompile(const std::vector<std::string>& args) {
+  CompileOptions options;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&](const char* flag) -> const std::string* {
+      if (i + 1 >= args.size()) return nullptr;
+      (void)flag;
+      return &args[++i];
+    };
+    if (arg == "-o" || arg == "--output") {
+      const std::string* v = value("-o");
+      if (!v) return usageError("compile", "-o needs a file name");
+      options.output_path = *v;
+    } else if (arg == "--target") {
+      const std::string* v = value("--target");
+      if (!v) return usageError("compile", "--target needs a value");
+      options.target = *v;
+    } else if (arg == "--dim") {
+      const std::string* v = value("--dim");
+      std::string name;
+      int64_t min = 0, max = 0;
+      if (!v || !parseDim(*v, &name, &min, &max))
+        return usageError("compile", "--dim takes NAME=MIN:MAX (MAX -1 for unbounded)");
+      options.dim_ranges[name] = {min, max};
+    } else if (arg == "--verbose" || arg == "-v") {
+      options.pass_timing = true;
+    } else if (arg == "--dump-ir-after") {
+      const std::string* v = value("--dump-ir-after");
+      if (!v) return usageError("compile", "--dump-ir-after needs a pass name");
+      options.dump_ir_after = *v;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("compile", "unknown option '" + arg + "'");
+    } else if (options.input_path.empty()) {
+      options.input_path = arg;
+    } else {
+      return usageError("compile", "more than one model given ('" + options.input_path + "', '" + arg + "')");
+    }
+  }
+  if (options.input_path.empty()) return usageError("compile", "no model given");
+  if (options.output_path.empty()) return usageError("compile", "no output given (-o OUT.engine)");
+  bool terminal = isatty(STDERR_FILENO);
+  if (terminal || options.pass_timing)
+    options.progress = [](const std::string& stage) { std::fprintf(stderr, "llmc compile: %s\n", stage.c_str()); };
+
+  auto start = std::chrono::steady_clock::now();
+  CompileStats stats;
+  Status status = compileModel(options, &stats);
+  if (!status.ok()) return reportError("compile", status);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s: %zu steps, %.1f KiB weights, %.1f KiB arena, %.1f KiB engine (%.2f s)\n",
+              options.output_path.c_str(), stats.num_steps, stats.weight_bytes / 1024.0, stats.arena_bytes / 1024.0,
+              stats.engine_bytes / 1024.0, seconds);
+  return kExitOk;
+}
+
+}  // namespace llmc::cli

@@ -1,0 +1,140 @@
+// llmc inspect: what an engine holds, as text or as one JSON document.
+#include <cstdio>
+#include <map>
+
+#include "cli.h"
+#include "llmc/engine.h"
+
+namespace llmc::cli {
+
+namespace {
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buffer[8];
+          std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+          out += buffer;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string dimsText(const TensorInfo& info) {
+  std::string text = "[";
+  for (size_t i = 0; i < info.dims.size(); ++i) {
+    if (i) text += ", ";
+    const DimInfo& d = info.dims[i];
+    text += d.size >= 0 ? std::to_string(d.size) : (d.symbol.empty() ? "?" : d.symbol);
+  }
+  return text + "]";
+}
+
+std::string dimsJson(const TensorInfo& info) {
+  std::string text = "[";
+  for (size_t i = 0; i < info.dims.size(); ++i) {
+    if (i) text += ", ";
+    const DimInfo& d = info.dims[i];
+    text += d.size >= 0 ? std::to_string(d.size) : (d.symbol.empty() ? "null" : jsonString(d.symbol));
+  }
+  return text + "]";
+}
+
+std::string tensorsJson(const std::vector<TensorInfo>& list) {
+  std::string out = "[";
+  for (size_t i = 0; i < list.size(); ++i) {
+    out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(list[i].name) + ", \"dtype\": " +
+           jsonString(dtypeName(list[i].dtype)) + ", \"shape\": " + dimsJson(list[i]) + "}";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+int runInspect(const std::vector<std::string>& args) {
+  std::string engine_path;
+  bool json = false;
+  for (const std::string& arg : args) {
+    if (arg == "--json") json = true;
+    else if (!arg.empty() && arg[0] == '-') return usageError("inspect", "unknown option '" + arg + "'");
+    else if (engine_path.empty()) engine_path = arg;
+    else return usageError("inspect", "more than one engine given");
+  }
+  if (engine_path.empty()) return usageError("inspect", "no engine given");
+  std::shared_ptr<const Engine> engine;
+  Status status = Engine::load(engine_path, &engine);
+  if (!status.ok()) return reportError("inspect", status);
+
+  std::map<std::string, int> kernel_counts;
+  for (size_t i = 0; i < engine->numSteps(); ++i) kernel_counts[engine->stepKernel(i)]++;
+
+  if (json) {
+    std::string out = "{\n";
+    out += "  \"path\": " + jsonString(engine_path) + ",\n";
+    out += "  \"format_version\": " + jsonString(engine->formatVersion()) + ",\n";
+    out += "  \"target\": " + jsonString(engine->target()) + ",\n";
+    out += "  \"producer\": {\"compiler_version\": " + jsonString(engine->compilerVersion()) +
+           ", \"source_hash\": " + jsonString(engine->sourceHash()) + ", \"options\": " +
+           jsonString(engine->buildOptions()) + "},\n";
+    out += "  \"inputs\": " + tensorsJson(engine->inputs()) + ",\n";
+    out += "  \"outputs\": " + tensorsJson(engine->outputs()) + ",\n";
+    out += "  \"symbols\": [";
+    for (size_t i = 0; i < engine->symbols().size(); ++i) {
+      const SymbolInfo& s = engine->symbols()[i];
+      out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(s.name) + ", \"min\": " + std::to_string(s.min) +
+             ", \"max\": " + (s.max >= 0 ? std::to_string(s.max) : "null") + "}";
+    }
+    out += "],\n";
+    out += "  \"weight_bytes\": " + std::to_string(engine->weightBytes()) + ",\n";
+    out += "  \"arena_bytes\": " + std::to_string(engine->arenaBytes()) + ",\n";
+    out += "  \"kernel_counts\": {";
+    bool first = true;
+    for (const auto& [kernel, count] : kernel_counts) {
+      out += std::string(first ? "" : ", ") + jsonString(kernel) + ": " + std::to_string(count);
+      first = false;
+    }
+    out += "},\n  \"steps\": [";
+    for (size_t i = 0; i < engine->numSteps(); ++i) {
+      out += std::string(i ? ",\n    " : "\n    ") + "{\"kernel\": " + jsonString(engine->stepKernel(i)) +
+             ", \"node\": " + jsonString(engine->stepNode(i)) + "}";
+    }
+    out += engine->numSteps() ? "\n  ]\n}\n" : "]\n}\n";
+    std::fputs(out.c_str(), stdout);
+    return kExitOk;
+  }
+
+  std::printf("engine:   %s\n", engine_path.c_str());
+  std::printf("format:   %s\n", engine->formatVersion().c_str());
+  std::printf("target:   %s\n", engine->target().c_str());
+  std::printf("producer: llmc %s, source %s, options \"%s\"\n", engine->compilerVersion().c_str(),
+              engine->sourceHash().c_str(), engine->buildOptions().c_str());
+  std::printf("inputs:\n");
+  for (const TensorInfo& t : engine->inputs())
+    std::printf("  %s: %s %s\n", t.name.c_str(), dtypeName(t.dtype), dimsText(t).c_str());
+  std::printf("outputs:\n");
+  for (const TensorInfo& t : engine->outputs())
+    std::printf("  %s: %s %s\n", t.name.c_str(), dtypeName(t.dtype), dimsText(t).c_str());
+  if (!engine->symbols().empty()) {
+    std::printf("symbols:\n");
+    for (const SymbolInfo& s : engine->symbols())
+      std::printf("  %s in [%lld, %s]\n", s.name.c_str(), static_cast<long long>(s.min),
+                  s.max >= 0 ? std::to_string(s.max).c_str() : "unbounded");
+  }
+  std::printf("steps:    %zu\n", engine->numSteps());
+  for (const auto& [kernel, count] : kernel_counts) std::printf("  %-22s %d\n", kernel.c_str(), count);
+  std::printf("weights:  %llu bytes\n", static_cast<unsigned long long>(engine->weightBytes()));
+  std::printf("arena:    %llu bytes (at the planning shapes)\n", static_cast<unsigned long long>(engine->arenaBytes()));
+  return kExitOk;
+}
+
+}  // namespace llmc::cli

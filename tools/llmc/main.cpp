@@ -1,0 +1,74 @@
+// llmc: compile ONNX models to engines, run them, inspect them.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace llmc::cli {
+
+int exitCodeFor(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kDataLoss:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kUnimplemented: return kExitBadInput;
+    default: return kExitFailure;
+  }
+}
+
+int reportError(const std::string& command, const Status& status) {
+  std::fprintf(stderr, "llmc %s: error: %s\n", command.c_str(), status.message().c_str());
+  return exitCodeFor(status);
+}
+
+int usageError(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "llmc %s: error: %s (see llmc --help)\n", command.c_str(), message.c_str());
+  return kExitBadInput;
+}
+
+}  // namespace llmc::cli
+
+namespace {
+const char kUsage[] =
+    "usage: llmc <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  compile MODEL.onnx -o OUT.engine [--target cpu] [--dim NAME=MIN:MAX ...]\n"
+    "          [--verbose] [--dump-ir-after PASS|import|all]\n"
+    "      compile an ONNX model into an engine file\n"
+    "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR]\n"
+    "      run an engine on inputs; writes DIR/NAME.npy for every output\n"
+    "  inspect ENGINE [--json]\n"
+    "      print an engine's format, target, inputs, outputs, steps and memory\n"
+    "\n"
+    "exit codes: 0 success, 1 runtime failure, 2 bad input or usage\n";
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? llmc::cli::kExitBadInput : llmc::cli::kExitOk;
+  }
+  if (args[0] == "--version") {
+    std::puts("llmc 0.1.0");
+    return 0;
+  }
+  std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "compile") return llmc::cli::runCompile(args);
+  if (command == "run") return llmc::cli::runRun(args);
+  if (command == "inspect") return llmc::cli::runInspect(args);
+  std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
+  return llmc::cli::kExitBadInput;
+}
+
+#ifndef LLMC_HAVE_COMPILER
+int llmc::cli::runCompile(const std::vector<std::string>&) {
+  return usageError("compile", "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
+}
+#endif
