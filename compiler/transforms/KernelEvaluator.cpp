@@ -185,15 +185,18 @@ KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
 }  // namespace llmc
 
 namespace llmc {
-void replaceWithConstants(Operation* op, const std::vector<Tensor>& values) {
+std::vector<Value> replaceWithConstants(Operation* op, const std::vector<Tensor>& values) {
   OpBuilder builder(op);
+  std::vector<Value> constants;
   auto names = op->getAttrOfType<ArrayAttr>("llmc.names");
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
     StringAttr name;
     if (names && i < names.size()) name = dyn_cast<StringAttr>(names[i]);
     auto constant = builder.create<nn::ConstantOp>(op->getLoc(), elementsFromTensor(values[i], op->getContext()), name);
     op->getResult(i).replaceAllUsesWith(constant.getResult());
+    constants.push_back(constant.getResult());
   }
   op->erase();
+  return constants;
 }
 }  // namespace llmc

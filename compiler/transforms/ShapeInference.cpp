@@ -17,7 +17,10 @@ using namespace mlir;
 namespace llmc {
 namespace {
 
-constexpr int kProbes = 2;
+// Probe bindings: two with large sizes (which tell symbols apart) and one with tiny sizes
+// (which exposes clamps such as min(seq, max_positions) that large sizes alone would
+// mistake for constants).
+constexpr int kProbes = 3;
 // Integer tensors up to this size are evaluated with data (shape arithmetic).
 constexpr int64_t kMaxEvaluatedElements = 4096;
 // Constants up to this size are given to kernels with their data.
@@ -29,11 +32,11 @@ bool isPrime(int64_t n) {
   return n > 1;
 }
 
-// Distinct primes that are unlikely to be real dimensions: probe 0 starts at 7919, probe 1
-// at 9973, so a dimension that follows one symbol's probe values is that symbol.
+// Distinct primes per probe: probe 0 starts at 7919, probe 1 at 9973, probe 2 at 2. A
+// dimension is a symbol only when it follows that symbol's value under every probe.
 std::vector<int64_t> probeValues(int probe, size_t count) {
   std::vector<int64_t> values;
-  for (int64_t n = probe == 0 ? 7919 : 9973; values.size() < count; ++n)
+  for (int64_t n = probe == 0 ? 7919 : probe == 1 ? 9973 : 2; values.size() < count; ++n)
     if (isPrime(n)) values.push_back(n);
   return values;
 }
@@ -51,7 +54,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     std::vector<std::string> symbols;
     if (auto attr = func->getAttrOfType<ArrayAttr>("llmc.symbols"))
       for (Attribute a : attr) symbols.push_back(cast<StringAttr>(a).getValue().str());
-    std::vector<int64_t> probe[kProbes] = {probeValues(0, symbols.size()), probeValues(1, symbols.size())};
+    std::vector<int64_t> probe[kProbes] = {probeValues(0, symbols.size()), probeValues(1, symbols.size()),
+                                           probeValues(2, symbols.size())};
 
     llvm::DenseMap<Value, ProbeTensors> known;
     Block& body = func.getBody().front();
@@ -93,8 +97,7 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
         Tensor t = type.getNumElements() <= kMaxConstantDataElements
                        ? tensorFromElements(constant.getValue())
                        : Tensor::view(dtypeFromMlir(type.getElementType()), Shape(type.getShape()), static_cast<void*>(nullptr));
-        pt.tensor[0] = t;
-        pt.tensor[1] = t;
+        for (int p = 0; p < kProbes; ++p) pt.tensor[p] = t;
         known[constant.getResult()] = std::move(pt);
         continue;
       }
@@ -131,7 +134,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     }
 
     KernelRun runs[kProbes];
-    bool have_data[kProbes] = {false, false};
+    std::vector<int> failures;
+    bool have_data[kProbes] = {};
     bool unavailable = !inputs_known;
     for (int p = 0; p < kProbes && !unavailable; ++p) {
       std::vector<const Tensor*> inputs;
@@ -151,15 +155,18 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
         break;
       }
       if (!runs[p].status.ok()) {
-        if (symbolic_inputs) {  // may hold for the real sizes; the runtime checks then
-          unavailable = true;
-          break;
-        }
-        return op->emitError() << runs[p].status.message();
+        if (!symbolic_inputs) return op->emitError() << runs[p].status.message();
+        // Symbolic sizes: an op that fails under every probe binding fails for sizes in
+        // general (e.g. a static mismatch); one that fails under some only may hold for
+        // the real sizes, and is left to the runtime's checks.
+        failures.push_back(p);
+        continue;
       }
       int64_t total = 0;
       for (const Tensor& t : runs[p].outputs) total += t.numElements();
-      if (all_data && total <= kMaxEvaluatedElements) {
+      // Shape and Size read only their input's shape, so they evaluate without its data.
+      bool reads_shapes_only = kernel_name == "Shape" || kernel_name == "Size";
+      if ((all_data || reads_shapes_only) && total <= kMaxEvaluatedElements) {
         KernelRun full = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/false);
         if (full.status.ok()) {
           runs[p] = std::move(full);
@@ -168,6 +175,14 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       }
     }
 
+    if (!unavailable && failures.size() == kProbes) {
+      std::string bindings;
+      for (size_t sym = 0; sym < symbols.size(); ++sym)
+        bindings += (sym ? ", " : "") + symbols[sym] + "=" + std::to_string(probe[kProbes - 1][sym]);
+      return op->emitError() << runs[kProbes - 1].status.message()
+                             << " (for every size tried of the dimension symbols, e.g. " << bindings << ")";
+    }
+    if (!failures.empty()) unavailable = true;
     OpBuilder builder(op);
     auto untyped = op->getAttrOfType<DenseI64ArrayAttr>("llmc.untyped");
     op->removeAttr("llmc.untyped");
@@ -180,20 +195,25 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     }
 
     // Fold: every result computed, identical under both probes.
-    bool foldable = have_data[0] && have_data[1];
+    bool foldable = true;
+    for (int p = 0; p < kProbes; ++p) foldable = foldable && have_data[p];
     for (unsigned i = 0; foldable && i < op->getNumResults(); ++i) {
       const Tensor& a = runs[0].outputs[i];
-      const Tensor& b = runs[1].outputs[i];
-      foldable = a.shape() == b.shape() && a.dtype() == b.dtype() &&
-                 (a.sizeBytes() == 0 || std::memcmp(a.data(), b.data(), a.sizeBytes()) == 0);
+      for (int p = 1; p < kProbes; ++p) {
+        const Tensor& b = runs[p].outputs[i];
+        foldable = foldable && a.shape() == b.shape() && a.dtype() == b.dtype() &&
+                   (a.sizeBytes() == 0 || std::memcmp(a.data(), b.data(), a.sizeBytes()) == 0);
+      }
     }
     if (foldable) {
       std::vector<Tensor> values = runs[0].outputs;
-      OpBuilder after(op);
-      std::vector<Value> results(op->result_begin(), op->result_end());
-      replaceWithConstants(op, values);
-      (void)results;
-      // The new constants are known values for later ops.
+      std::vector<Value> constants = replaceWithConstants(op, values);
+      for (size_t i = 0; i < constants.size(); ++i) {  // known values for later ops
+        ProbeTensors pt;
+        pt.known = true;
+        for (int p = 0; p < kProbes; ++p) pt.tensor[p] = values[i];
+        known[constants[i]] = std::move(pt);
+      }
       return success();
     }
 
@@ -201,9 +221,10 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     bool any_symbolic = false;
     for (unsigned i = 0; i < op->getNumResults(); ++i) {
       const Tensor& a = runs[0].outputs[i];
-      const Tensor& b = runs[1].outputs[i];
       Type element = mlirFromDType(a.dtype(), op->getContext());
-      if (a.shape().size() != b.shape().size()) {
+      bool same_rank = true;
+      for (int p = 1; p < kProbes; ++p) same_rank = same_rank && runs[p].outputs[i].shape().size() == a.shape().size();
+      if (!same_rank) {
         op->getResult(i).setType(UnrankedTensorType::get(element));
         dims_per_result.push_back(builder.getArrayAttr({}));
         continue;
@@ -211,14 +232,18 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       SmallVector<int64_t> shape;
       SmallVector<Attribute> names;
       for (size_t d = 0; d < a.shape().size(); ++d) {
-        int64_t d0 = a.shape()[d], d1 = b.shape()[d];
+        bool is_static = true;
+        for (int p = 1; p < kProbes; ++p) is_static = is_static && runs[p].outputs[i].shape()[d] == a.shape()[d];
         std::string name;
-        if (d0 == d1) {
-          shape.push_back(d0);
+        if (is_static) {
+          shape.push_back(a.shape()[d]);
         } else {
           shape.push_back(ShapedType::kDynamic);
-          for (size_t s = 0; s < symbols.size(); ++s)
-            if (d0 == probe[0][s] && d1 == probe[1][s]) name = symbols[s];
+          for (size_t sym = 0; sym < symbols.size() && name.empty(); ++sym) {
+            bool follows = true;
+            for (int p = 0; p < kProbes; ++p) follows = follows && runs[p].outputs[i].shape()[d] == probe[p][sym];
+            if (follows) name = symbols[sym];
+          }
           any_symbolic = any_symbolic || !name.empty();
         }
         names.push_back(builder.getStringAttr(name));

@@ -23,7 +23,15 @@ DEFAULT_ATOL = 1e-7
 # Per-test tolerances on top of the data.json mechanism, for tests whose reference outputs are
 # known to be tighter than any reasonable float32 implementation can meet. Every entry needs a
 # comment saying why. Keyed by test name: (rtol, atol).
-TOLERANCE_OVERRIDES: dict[str, tuple[float, float]] = {}
+TOLERANCE_OVERRIDES: dict[str, tuple[float, float]] = {
+    # The reference bfloat16 values are float32 truncated to their high 16 bits
+    # (onnx/backend/test/case/node/cast.py); round-to-nearest-even, which the Cast spec's
+    # "rounded to the target mantissa width" and every fast implementation use, differs by up
+    # to one bfloat16 ulp, 2^-7 relative.
+    "test_cast_FLOAT_to_BFLOAT16": (2.0**-7, DEFAULT_ATOL),
+    "test_castlike_FLOAT_to_BFLOAT16": (2.0**-7, DEFAULT_ATOL),
+    "test_castlike_FLOAT_to_BFLOAT16_expanded": (2.0**-7, DEFAULT_ATOL),
+}
 
 
 def tolerance(test_name: str, test_dir: str) -> tuple[float, float]:
@@ -43,14 +51,21 @@ class Expected:
     elem_type: int  # TensorProto.DataType of the reference
 
 
-def load_expected(path: str) -> Expected:
-    """Reads output_K.pb. Raises ValueError for anything that is not a plain tensor."""
+def load_expected(path: str, declared_elem_type: int = TensorProto.UNDEFINED) -> Expected:
+    """Reads output_K.pb. Raises ValueError for anything that is not a plain tensor.
+
+    `declared_elem_type` is the graph output's type. Some tests store bfloat16 references as
+    UINT16 tensors of the raw bits while the graph says BFLOAT16; the graph wins.
+    """
     tensor = TensorProto()
     with open(path, "rb") as f:
         tensor.ParseFromString(f.read())
     if tensor.data_type == TensorProto.UNDEFINED:
         raise ValueError(f"{path} is not a TensorProto (a sequence or optional output?)")
-    return Expected(numpy_helper.to_array(tensor), tensor.data_type)
+    elem_type = tensor.data_type
+    if declared_elem_type == TensorProto.BFLOAT16 and elem_type == TensorProto.UINT16:
+        elem_type = TensorProto.BFLOAT16
+    return Expected(numpy_helper.to_array(tensor), elem_type)
 
 
 def _bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -117,8 +132,20 @@ def compare(actual: np.ndarray, expected: Expected, rtol: float, atol: float) ->
 
 def load_actual(path: str) -> np.ndarray:
     # allow_pickle stays off: the file comes from the program under test.
-    return np.load(path, allow_pickle=False)
+    actual = np.load(path, allow_pickle=False)
+    if actual.dtype.kind == "V" and actual.dtype.itemsize == 2:
+        # llmc writes bfloat16 as a 2-byte void type; the ONNX test data stores bfloat16
+        # tensors as their uint16 bit patterns, so compare bit patterns.
+        actual = actual.view(np.uint16)
+    return actual
 
 
 def graph_output_is_tensor(value: onnx.ValueInfoProto) -> bool:
     return value.type.WhichOneof("value") in ("tensor_type", None)
+
+
+def declared_elem_type(value: onnx.ValueInfoProto) -> int:
+    """The graph output's tensor element type, UNDEFINED when it has none."""
+    if value.type.WhichOneof("value") != "tensor_type":
+        return TensorProto.UNDEFINED
+    return value.type.tensor_type.elem_type

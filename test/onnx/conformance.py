@@ -57,6 +57,7 @@ class NodeTest:
     inputs: tuple[str, ...]  # graph inputs that are not initializers, in order
     outputs: tuple[str, ...]
     tensor_outputs: tuple[bool, ...]  # per output: a plain tensor (we can compare it)
+    output_elem_types: tuple[int, ...]  # per output: declared TensorProto.DataType or 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +94,7 @@ def discover(roots: list[str], name_filter: str | None) -> list[NodeTest]:
                 inputs=tuple(i.name for i in model.graph.input if i.name not in initializers),
                 outputs=tuple(o.name for o in model.graph.output),
                 tensor_outputs=tuple(compare.graph_output_is_tensor(o) for o in model.graph.output),
+                output_elem_types=tuple(compare.declared_elem_type(o) for o in model.graph.output),
             )
         )
     return tests
@@ -111,6 +113,27 @@ def _first_line(text: str) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= DETAIL_MAX_CHARS else text[: DETAIL_MAX_CHARS - 3] + "..."
+
+
+_UNSUPPORTED = re.compile(r"unsupported|not support", re.IGNORECASE)
+
+
+def _unsupported_reason(output: str) -> str | None:
+    """The line that says what is unsupported, with the list that follows a trailing colon."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if not _UNSUPPORTED.search(line):
+            continue
+        reason = line.strip()
+        if reason.endswith(":"):
+            listed = []
+            for more in lines[i + 1 :]:
+                if not more.startswith((" ", "\t")) or not more.strip():
+                    break
+                listed.append(more.strip())
+            reason += " " + "; ".join(listed)
+        return reason
+    return None
 
 
 def _step(step: str, argv: list[str]) -> tuple[str, str] | None:
@@ -138,12 +161,11 @@ def _step(step: str, argv: list[str]) -> tuple[str, str] | None:
         message = _first_line(proc.stderr)
         return "crash", f"{step}: killed by {sig}" + (f": {message}" if message else "")
     message = _first_line(proc.stderr) or _first_line(proc.stdout)
-    if proc.returncode == 2 and "unsupported" in (proc.stderr + proc.stdout).lower():
-        unsupported_line = next(
-            (line.strip() for line in proc.stderr.splitlines() if "unsupported" in line.lower()),
-            message,
-        )
-        return "unsupported", f"{step}: {_clip(unsupported_line)}"
+    if proc.returncode == 2:
+        # llmc words it "unsupported", "does not support" or "is not supported".
+        reason = _unsupported_reason(proc.stderr + "\n" + proc.stdout)
+        if reason:
+            return "unsupported", f"{step}: {_clip(reason)}"
     return "error", f"{step}: exit {proc.returncode}: {message}"
 
 
@@ -155,10 +177,12 @@ def _data_sets(test_dir: str) -> list[str]:
 def _check_data_set(test: NodeTest, data_set: str, out_dir: str) -> tuple[str, str] | None:
     rtol, atol = compare.tolerance(test.name, test.dir)
     label = os.path.basename(data_set)
+    compared = 0
     for k, name in enumerate(test.outputs):
         expected_path = os.path.join(data_set, f"output_{k}.pb")
         if not os.path.exists(expected_path):
             continue
+        compared += 1
         if not test.tensor_outputs[k]:
             return "error", f"{label}: output {name} is not a tensor; the harness compares tensors only"
         actual_path = os.path.join(out_dir, f"{name}.npy")
@@ -168,12 +192,33 @@ def _check_data_set(test: NodeTest, data_set: str, out_dir: str) -> tuple[str, s
             actual = compare.load_actual(actual_path)
         except (ValueError, OSError) as e:
             return "error", f"{label}: cannot read {name}.npy: {e}"
-        expected = compare.load_expected(expected_path)
+        expected = compare.load_expected(expected_path, test.output_elem_types[k])
         mismatch = compare.compare(actual, expected, rtol, atol)
         if mismatch:
             err = f"max abs err {mismatch.max_abs_err:.3g}; " if mismatch.max_abs_err is not None else ""
             return "wrong", f"{label}, output {name}: {err}{mismatch.message}"
+    if not compared:
+        return "error", f"harness: {label} has no output_K.pb to compare with"
     return None
+
+
+def _input_file(test: NodeTest, index: int, path: str, tmp: str) -> str:
+    """The input file to give llmc; rewrites the test data's one known quirk.
+
+    The ONNX test data stores bfloat16 inputs as UINT16 tensors holding the bit patterns, while
+    the model declares BFLOAT16. llmc checks input dtypes, so relabel those (same bytes).
+    """
+    model = onnx.load(os.path.join(test.dir, "model.onnx"), load_external_data=False)
+    inputs = [v for v in model.graph.input if v.name not in {i.name for i in model.graph.initializer}]
+    if index >= len(inputs) or inputs[index].type.tensor_type.elem_type != onnx.TensorProto.BFLOAT16:
+        return path
+    tensor = onnx.load_tensor(path)
+    if tensor.data_type != onnx.TensorProto.UINT16:
+        return path
+    tensor.data_type = onnx.TensorProto.BFLOAT16
+    fixed = os.path.join(tmp, f"input_{index}_bfloat16.pb")
+    onnx.save_tensor(tensor, fixed)
+    return fixed
 
 
 def run_test(test: NodeTest, llmc: str) -> Result:
@@ -193,7 +238,8 @@ def run_test(test: NodeTest, llmc: str) -> Result:
             argv = [llmc, "run", engine]
             input_files = glob.glob(os.path.join(data_set, "input_*.pb"))
             for i, name in enumerate(test.inputs[: len(input_files)]):
-                argv += ["--input", f"{name}={os.path.join(data_set, f'input_{i}.pb')}"]
+                path = _input_file(test, i, os.path.join(data_set, f"input_{i}.pb"), tmp)
+                argv += ["--input", f"{name}={path}"]
             argv += ["--output-dir", out_dir]
             failure = _step("run", argv)
             if failure:
@@ -329,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_scope_only:
         tests = [t for t in tests if t.scope.in_scope]
     if args.list_only:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list-only | head` is fine
         list_only(tests)
         return 0
     if not args.llmc:

@@ -224,6 +224,23 @@ class CompareTest(unittest.TestCase):
         self.assertIsNotNone(compare.compare(np.array([0x3F80, 0xC040], np.uint16), want, self.R, self.A))
         self.assertIn("bfloat16", compare.compare(np.array([1.0, -2.5], np.float32), want, self.R, self.A).message)
 
+    def test_bfloat16_reference_stored_as_uint16_bits(self):
+        # test_cast_FLOAT_to_BFLOAT16 stores its reference as UINT16; the graph says BFLOAT16.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "output_0.pb")
+            onnx.save_tensor(numpy_helper.from_array(np.array([0x3F80], np.uint16)), path)
+            self.assertEqual(compare.load_expected(path).elem_type, TensorProto.UINT16)
+            want = compare.load_expected(path, TensorProto.BFLOAT16)
+            self.assertEqual(want.elem_type, TensorProto.BFLOAT16)
+            self.assertIsNone(compare.compare(np.array([0x3F80], np.uint16).view("V2"), want, self.R, self.A))
+
+    def test_bfloat16_cast_tests_allow_one_ulp(self):
+        rtol, _ = compare.tolerance("test_cast_FLOAT_to_BFLOAT16", "/nonexistent")
+        truncated = compare.Expected(np.array([0x3EF5], np.uint16), TensorProto.BFLOAT16)
+        rounded_up = np.array([0x3EF6], np.uint16)
+        self.assertIsNotNone(compare.compare(rounded_up, truncated, self.R, self.A))
+        self.assertIsNone(compare.compare(rounded_up, truncated, rtol, self.A))
+
     def test_tolerance_from_data_json(self):
         with tempfile.TemporaryDirectory() as d:
             self.assertEqual(compare.tolerance("t", d), (1e-3, 1e-7))
@@ -261,7 +278,12 @@ if cmd == "compile":
     model, engine = sys.argv[2], sys.argv[4]
     name = os.path.basename(os.path.dirname(model))
     if "unsupported" in name:
-        print("error: model.onnx: node 'n' (Mod, opset 17): unsupported op", file=sys.stderr)
+        print("llmc compile: error: the model uses 1 operator(s) llmc does not support:", file=sys.stderr)
+        print("  (ai.onnx, Mod, opset 17) at node 'n'", file=sys.stderr)
+        print("done", file=sys.stderr)
+        sys.exit(2)
+    if "usage_error" in name:
+        print("llmc compile: error: bad option", file=sys.stderr)
         sys.exit(2)
     if "compile_error" in name:
         print("error: something broke", file=sys.stderr)
@@ -302,7 +324,7 @@ class RunnerTest(unittest.TestCase):
         root = os.path.join(cls._tmp.name, "node")
         a = np.array([1.0, 2.0], np.float32)
         b = np.array([0.5, -1.0], np.float32)
-        for name in ("test_good", "test_wrong", "test_unsupported", "test_compile_error",
+        for name in ("test_good", "test_wrong", "test_unsupported", "test_usage_error", "test_compile_error",
                      "test_segv", "test_hang", "test_no_output"):
             _write_node_test(root, name, _add_model(), [a, b], [a + b])
         _write_node_test(root, "test_out_good", _add_model(opset=7), [a, b], [a + b])
@@ -327,7 +349,13 @@ class RunnerTest(unittest.TestCase):
         self.assertIn("max abs err 0.5", wrong.detail)
         unsupported = self.run_one("test_unsupported")
         self.assertEqual(unsupported.result, "unsupported")
-        self.assertIn("unsupported op", unsupported.detail)
+        self.assertEqual(
+            unsupported.detail,
+            "compile: llmc compile: error: the model uses 1 operator(s) llmc does not support: "
+            "(ai.onnx, Mod, opset 17) at node 'n'",
+        )
+        usage = self.run_one("test_usage_error")
+        self.assertEqual((usage.result, usage.detail), ("error", "compile: exit 2: llmc compile: error: bad option"))
         error = self.run_one("test_compile_error")
         self.assertEqual((error.result, error.detail), ("error", "compile: exit 1: error: something broke"))
         segv = self.run_one("test_segv")

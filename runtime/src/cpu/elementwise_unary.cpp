@@ -38,7 +38,7 @@ LLMC_FLOAT_UNARY(Erf, std::erf(x))
 LLMC_FLOAT_UNARY(Tanh, std::tanh(x))
 // Written so that exp() never overflows: for x < 0 use e^x / (1 + e^x).
 LLMC_FLOAT_UNARY(Sigmoid, x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)))
-LLMC_FLOAT_UNARY(HardSwish, x* std::fmax(0.0, std::fmin(1.0, x / 6.0 + 0.5)))
+LLMC_FLOAT_UNARY(HardSwish, std::fmax(0.0, std::fmin(1.0, x / 6.0 + 0.5)) * x)
 // log(1 + e^x) without overflow for large x.
 LLMC_FLOAT_UNARY(Softplus, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
 LLMC_FLOAT_UNARY(Sin, std::sin(x))

@@ -170,8 +170,13 @@ Status clipKernel(KernelContext& ctx) {
   dispatchNumeric(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = typename ComputeType<T>::type;
-    const C lo = min_tensor ? C(load(min_tensor->data<T>()[0])) : std::numeric_limits<C>::lowest();
-    const C hi = max_tensor ? C(load(max_tensor->data<T>()[0])) : std::numeric_limits<C>::max();
+    // Absent bounds are the type's extremes; for floats +-inf, so that infinities pass.
+    constexpr C kLowest = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
+                                                               : std::numeric_limits<C>::lowest();
+    constexpr C kHighest = std::numeric_limits<C>::has_infinity ? std::numeric_limits<C>::infinity()
+                                                                : std::numeric_limits<C>::max();
+    const C lo = min_tensor ? C(load(min_tensor->data<T>()[0])) : kLowest;
+    const C hi = max_tensor ? C(load(max_tensor->data<T>()[0])) : kHighest;
     const T* in = x->data<T>();
     T* result = out->data<T>();
     for (int64_t i = 0; i < n; ++i) {

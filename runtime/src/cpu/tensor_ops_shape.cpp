@@ -1,9 +1,8 @@
 // CPU reference kernels for ops that change only a tensor's shape, or make a tensor from a
-// shape: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout (inference), Shape, Size,
+// shape: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout, Shape, Size,
 // ConstantOfShape, Range.
 #include <cmath>
 #include <cstring>
-#include <set>
 
 #include "cpu/tensor_ops_common.h"
 

@@ -277,13 +277,15 @@ TEST(TensorIoTest, ReadTensorFileDispatchesOnExtension) {
 // ---------------------------------------------------------------------------------------
 // ONNX backend test data.
 
-const char* const kOnnxNodeTestDirs[] = {
+// The Debian package's copy and the one in the repository's venv (scripts/setup.sh).
+const fs::path kOnnxNodeTestDirs[] = {
     "/usr/share/libonnx-testdata/data/node",
-    "/work/main/.venv/lib/python3.11/site-packages/onnx/backend/test/data/node",
+    fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / ".venv" / "lib" /
+        "python3.11" / "site-packages" / "onnx" / "backend" / "test" / "data" / "node",
 };
 
 TEST(TensorIoTest, ReadsOnnxNodeTestAdd) {
-  fs::path dir = fs::path(kOnnxNodeTestDirs[0]) / "test_add" / "test_data_set_0";
+  fs::path dir = kOnnxNodeTestDirs[0] / "test_add" / "test_data_set_0";
   if (!fs::exists(dir / "input_0.pb")) GTEST_SKIP() << "no ONNX test data at " << dir;
   Tensor a, b, sum;
   ASSERT_TRUE(readTensorFile((dir / "input_0.pb").string(), &a).ok());
@@ -300,7 +302,7 @@ TEST(TensorIoTest, ReadsOnnxNodeTestAdd) {
 // Sequence and optional tests store SequenceProto/OptionalProto, not TensorProto: skipped.
 TEST(TensorIoTest, ReadsEveryOnnxNodeTestTensor) {
   int loaded = 0, unsupported = 0;
-  for (const char* root : kOnnxNodeTestDirs) {
+  for (const fs::path& root : kOnnxNodeTestDirs) {
     if (!fs::exists(root)) continue;
     for (const auto& test : fs::directory_iterator(root)) {
       std::string test_name = test.path().filename().string();

@@ -588,6 +588,9 @@ TEST(ElementwiseVariadicTest, ClipWithOptionalBounds) {
   TestKernelContext ctx;
   ASSERT_TRUE(runOp(ctx, "Clip", {x}).ok());
   expectFloats({-3, -1, 0, 2, kNaN}, values<float>(ctx.outputs[0]));
+  ASSERT_TRUE(
+      runOp(ctx, "Clip", {makeFloat({2}, {-kInf, kInf}), std::nullopt, makeFloat({}, {1})}).ok());
+  expectFloats({-kInf, 1}, values<float>(ctx.outputs[0]));
   ASSERT_TRUE(runOp(ctx, "Clip", {x, makeFloat({}, {-1.5f}), std::nullopt}).ok());
   expectFloats({-1.5f, -1, 0, 2, kNaN}, values<float>(ctx.outputs[0]));
   ASSERT_TRUE(runOp(ctx, "Clip", {x, std::nullopt, makeFloat({}, {1})}).ok());
@@ -660,7 +663,7 @@ TEST(ElementwiseCastTest, HalfTypesAndWidening) {
 
 TEST(ElementwiseCastTest, CastLikeTakesTheSecondInputsDType) {
   TestKernelContext ctx;
-  ASSERT_TRUE(runOp(ctx, "CastLike", {makeFloat({2}, {1.9f, -1.9f}), makeInt64({0}, {})}).ok());
+  ASSERT_TRUE(runOp(ctx, "CastLike", {makeFloat({2}, {1.9f, -1.9f}), makeInt64({1}, {0})}).ok());
   EXPECT_EQ(ctx.outputs[0].dtype(), DType::kInt64);
   EXPECT_EQ(values<int64_t>(ctx.outputs[0]), (std::vector<int64_t>{1, -1}));
 }

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Command-line contract of llmc: exit codes and one clear error line for bad input.
+
+Covers malformed ONNX files (truncated, not ONNX, wrong types, missing initializers,
+unsupported operators), corrupted engines (truncated, flipped bytes, wrong version, wrong
+magic), bad options and inputs, and reproducible builds. Models are built here with onnx's
+helper API, so the test needs no fixtures.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+LLMC = None
+
+
+def run(*args):
+    proc = subprocess.run([LLMC, *args], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def simple_model(opset=17):
+    """y = softmax(x @ W + b) with a dynamic batch."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal((3,)).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"], name="matmul"),
+        helper.make_node("Add", ["xw", "b"], ["logits"], name="add"),
+        helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "simple",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+class CliTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="llmc-cli-")
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def save(self, model, name="model.onnx"):
+        path = self.path(name)
+        onnx.save(model, path)
+        return path
+
+    def compile_ok(self, model_path, engine_name="model.engine", *extra):
+        engine = self.path(engine_name)
+        code, out, err = run("compile", model_path, "-o", engine, *extra)
+        self.assertEqual(code, 0, err)
+        return engine
+
+    def assert_one_error(self, code, err, expected_code, *fragments):
+        self.assertEqual(code, expected_code, err)
+        lines = [line for line in err.splitlines() if line.strip()]
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertIn("error:", lines[0])
+        for fragment in fragments:
+            self.assertIn(fragment, err)
+
+    # --- usage -------------------------------------------------------------------------
+    def test_usage_errors_exit_2(self):
+        for args in [(), ("frobnicate",), ("compile",), ("compile", "m.onnx"), ("run",), ("inspect",),
+                     ("compile", "m.onnx", "-o", "x", "--dim", "batch"), ("run", "e", "--input", "novalue")]:
+            code, _, err = run(*args)
+            self.assertEqual(code, 2, f"{args}: {err}")
+            self.assertTrue(err.strip(), args)
+
+    # --- malformed ONNX ----------------------------------------------------------------
+    def test_missing_file(self):
+        code, _, err = run("compile", self.path("absent.onnx"), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "absent.onnx", "cannot open")
+
+    def test_truncated_model(self):
+        data = simple_model().SerializeToString()
+        path = self.path("truncated.onnx")
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+        code, _, err = run("compile", path, "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "not a valid ONNX model")
+        self.assertFalse(os.path.exists(self.path("e")), "a failed compile must not leave an engine")
+
+    def test_not_onnx(self):
+        path = self.path("text.onnx")
+        with open(path, "w") as f:
+            f.write("this is not a protobuf\n" * 10)
+        code, _, err = run("compile", path, "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "not a valid ONNX model")
+
+    def test_missing_initializer(self):
+        model = simple_model()
+        del model.graph.initializer[1]  # "b"
+        code, _, err = run("compile", self.save(model), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "node 'add'", "'b'")
+
+    def test_initializer_size_mismatch(self):
+        model = simple_model()
+        model.graph.initializer[0].dims[:] = [5, 3]
+        code, _, err = run("compile", self.save(model), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "'W'", "15 elements")
+
+    def test_wrong_types(self):
+        model = simple_model()
+        model.graph.input[0].type.tensor_type.elem_type = TensorProto.STRING
+        code, _, err = run("compile", self.save(model), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "'x'", "element type 8")
+
+    def test_incompatible_shapes(self):
+        model = simple_model()
+        model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
+        code, _, err = run("compile", self.save(model), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "node 'matmul'")
+
+    def test_unsupported_ops_listed_at_once(self):
+        nodes = [
+            helper.make_node("NonMaxSuppression", ["x", "x"], ["a"], name="nms"),
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Custom", ["r"], ["c"], name="custom1", domain="com.example"),
+            helper.make_node("Custom", ["c"], ["y"], name="custom2", domain="com.example"),
+        ]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.example", 1)])
+        code, _, err = run("compile", self.save(model), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "(ai.onnx, NonMaxSuppression, opset 17) at node 'nms'",
+                              "(com.example, Custom, opset 1) at nodes 'custom1', 'custom2'")
+
+    def test_opset_out_of_range(self):
+        code, _, err = run("compile", self.save(simple_model(opset=11)), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "opset 11")
+
+    def test_bad_dim_option(self):
+        code, _, err = run("compile", self.save(simple_model()), "-o", self.path("e"), "--dim", "seq=1:8")
+        self.assert_one_error(code, err, 2, "no dimension named 'seq'", "batch")
+
+    # --- engines -----------------------------------------------------------------------
+    def engine_bytes(self):
+        engine = self.compile_ok(self.save(simple_model()))
+        with open(engine, "rb") as f:
+            return engine, bytearray(f.read())
+
+    def run_engine(self, engine_path):
+        x = self.path("x.npy")
+        np.save(x, np.ones((2, 4), np.float32))
+        return run("run", engine_path, "--input", f"x={x}", "--output-dir", self.path("out"))
+
+    def write(self, name, data):
+        path = self.path(name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def test_run_and_inspect(self):
+        engine = self.compile_ok(self.save(simple_model()), "ok.engine", "--dim", "batch=1:8")
+        code, out, err = self.run_engine(engine)
+        self.assertEqual(code, 0, err)
+        y = np.load(self.path("out/y.npy"))
+        self.assertEqual(y.shape, (2, 3))
+        np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-6)
+        code, out, err = run("inspect", engine, "--json")
+        self.assertEqual(code, 0, err)
+        doc = json.loads(out)
+        self.assertEqual(doc["target"], "cpu")
+        self.assertEqual(doc["inputs"][0]["shape"], ["batch", 4])
+        self.assertEqual(doc["symbols"], [{"name": "batch", "min": 1, "max": 8}])
+        self.assertEqual([s["kernel"] for s in doc["steps"]], ["MatMul", "Add", "Softmax"])
+        self.assertGreater(doc["arena_bytes"], 0)
+        code, out, err = run("inspect", engine)
+        self.assertEqual(code, 0, err)
+        self.assertIn("x: float32 [batch, 4]", out)
+
+    def test_reproducible(self):
+        model = self.save(simple_model())
+        a = self.compile_ok(model, "a.engine")
+        b = self.compile_ok(model, "b.engine")
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            self.assertEqual(fa.read(), fb.read())
+
+    def test_truncated_engine(self):
+        _, data = self.engine_bytes()
+        for cut in (0, 10, 64, 200, len(data) - 1):
+            path = self.write(f"cut{cut}.engine", data[:cut])
+            code, _, err = self.run_engine(path)
+            self.assertEqual(code, 2, f"cut at {cut}: {err}")
+            self.assertIn("error:", err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+
+    def test_flipped_bytes(self):
+        _, data = self.engine_bytes()
+        # Every byte of the header and plan, and a sample of the weights.
+        positions = list(range(0, min(len(data), 4096), 7)) + list(range(65536, len(data), 3))
+        for pos in positions:
+            corrupted = bytearray(data)
+            corrupted[pos] ^= 0x5A
+            path = self.write("flip.engine", corrupted)
+            code, _, err = self.run_engine(path)
+            if code == 0:
+                continue  # a flip in padding is harmless
+            self.assertEqual(code, 2, f"flip at {pos}: {err}")
+            self.assertEqual(len(err.strip().splitlines()), 1, f"flip at {pos}: {err}")
+
+    def test_wrong_version(self):
+        _, data = self.engine_bytes()
+        newer = bytearray(data)
+        struct.pack_into("<H", newer, 8, 2)
+        code, _, err = self.run_engine(self.write("v2.engine", newer))
+        self.assert_one_error(code, err, 2, "engine format 2.0 cannot be read")
+        newer_minor = bytearray(data)
+        struct.pack_into("<H", newer_minor, 10, 9)
+        code, _, err = self.run_engine(self.write("v1_9.engine", newer_minor))
+        self.assert_one_error(code, err, 2, "engine format 1.9")
+
+    def test_wrong_magic(self):
+        _, data = self.engine_bytes()
+        data[0:4] = b"GGUF"
+        code, _, err = run("inspect", self.write("magic.engine", data))
+        self.assert_one_error(code, err, 2, "not an llmc engine")
+
+    # --- run-time inputs ---------------------------------------------------------------
+    def test_bad_inputs(self):
+        engine = self.compile_ok(self.save(simple_model()), "in.engine", "--dim", "batch=1:4")
+        cases = {
+            "wrong dtype": (np.ones((2, 4), np.int64), "must be float32"),
+            "wrong rank": (np.ones((4,), np.float32), "must have rank 2"),
+            "wrong static dim": (np.ones((2, 5), np.float32), "dim 1 must be 4"),
+            "batch over max": (np.ones((9, 4), np.float32), "outside its declared range [1, 4]"),
+        }
+        for label, (value, message) in cases.items():
+            x = self.path("bad.npy")
+            np.save(x, value)
+            code, _, err = run("run", engine, "--input", f"x={x}")
+            self.assert_one_error(code, err, 2, message)
+        code, _, err = run("run", engine)
+        self.assert_one_error(code, err, 2, "input 'x' is missing")
+        x = self.path("ok.npy")
+        np.save(x, np.ones((1, 4), np.float32))
+        code, _, err = run("run", engine, "--input", f"z={x}")
+        self.assert_one_error(code, err, 2, "no input named 'z'")
+        bad = self.write("garbage.npy", b"\x93NUMPY garbage")
+        code, _, err = run("run", engine, "--input", f"x={bad}")
+        self.assert_one_error(code, err, 2, "garbage.npy")
+
+
+def main():
+    global LLMC
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--llmc", required=True)
+    args, rest = parser.parse_known_args()
+    LLMC = os.path.abspath(args.llmc)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+// RUN: llmc-opt --split-input-file --verify-diagnostics --llmc-shape-inference %s | FileCheck %s
+
+// Tests that dtypes and static shapes come out of broadcasting and matmul.
+// CHECK-LABEL: func @static_shapes
+// CHECK-SAME: -> tensor<2x5xf32>
+func.func @static_shapes(%x: tensor<2x3xf32> {llmc.dims = ["", ""], llmc.name = "x"}) -> tensor<*xf32>
+    attributes {llmc.symbols = []} {
+  %w = nn.constant dense<1.0> : tensor<3x5xf32>
+  // CHECK: nn.matmul({{.*}}) : (tensor<2x3xf32>, tensor<3x5xf32>) -> tensor<2x5xf32>
+  %y = nn.matmul(%x, %w) : (tensor<2x3xf32>, tensor<3x5xf32>) -> tensor<*xf32>
+  // CHECK: nn.less({{.*}}) -> tensor<2x5xi1>
+  %z = nn.less(%y, %y) : (tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+// Tests that symbolic dimensions propagate by name.
+// CHECK-LABEL: func @symbolic
+// CHECK-SAME: -> tensor<?x?x4xf32>
+func.func @symbolic(%x: tensor<?x?x4xf32> {llmc.dims = ["batch", "seq", ""], llmc.name = "x"}) -> tensor<*xf32>
+    attributes {llmc.symbols = ["batch", "seq"]} {
+  // CHECK: nn.softmax
+  // CHECK-SAME: llmc.dims = {{\[}}["batch", "seq", ""]]
+  // CHECK-SAME: -> tensor<?x?x4xf32>
+  %y = nn.softmax(%x) : (tensor<?x?x4xf32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+// Tests that an exporter's Shape/Gather/Concat chain folds where it is static and resolves
+// the Reshape to symbolic dims where it is not.
+// CHECK-LABEL: func @shape_chain
+func.func @shape_chain(%x: tensor<?x?x8xf32> {llmc.dims = ["batch", "seq", ""], llmc.name = "x"}) -> tensor<*xf32>
+    attributes {llmc.symbols = ["batch", "seq"]} {
+  %shape = nn.shape(%x) : (tensor<?x?x8xf32>) -> tensor<*xi64>
+  %i2 = nn.constant dense<2> : tensor<i64>
+  // The last dim (8) is static under every binding: it folds to a constant, and so does
+  // what is computed from it alone.
+  // CHECK: nn.constant dense<8> : tensor<1xi64>
+  %d2 = nn.gather(%shape, %i2) {axis = 0 : i64} : (tensor<*xi64>, tensor<i64>) -> tensor<*xi64>
+  %axes = nn.constant dense<0> : tensor<1xi64>
+  %d2v = nn.unsqueeze(%d2, %axes) : (tensor<*xi64>, tensor<1xi64>) -> tensor<*xi64>
+  %lead = nn.constant dense<[0, 1]> : tensor<2xi64>
+  %first = nn.gather(%shape, %lead) {axis = 0 : i64} : (tensor<*xi64>, tensor<2xi64>) -> tensor<*xi64>
+  %two = nn.constant dense<[2, -1]> : tensor<2xi64>
+  // CHECK: nn.concat
+  %new_shape = nn.concat(%first, %two) {axis = 0 : i64} : (tensor<*xi64>, tensor<2xi64>) -> tensor<*xi64>
+  // CHECK: nn.reshape
+  // CHECK-SAME: llmc.dims = {{\[}}["batch", "seq", "", ""]]
+  // CHECK-SAME: -> tensor<?x?x2x4xf32>
+  %y = nn.reshape(%x, %new_shape) : (tensor<?x?x8xf32>, tensor<*xi64>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+// Tests that a shape known only from run-time data leaves the result unranked.
+// CHECK-LABEL: func @data_dependent
+func.func @data_dependent(%x: tensor<6xf32> {llmc.dims = [""], llmc.name = "x"},
+                          %s: tensor<2xi64> {llmc.dims = [""], llmc.name = "s"}) -> tensor<*xf32>
+    attributes {llmc.symbols = []} {
+  // CHECK: nn.reshape({{.*}}) {{.*}}-> tensor<*xf32>
+  %y = nn.reshape(%x, %s) {llmc.untyped = array<i64: 0>} : (tensor<6xf32>, tensor<2xi64>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+// Tests that incompatible static shapes are a compile error at the node.
+func.func @mismatch(%x: tensor<2x3xf32> {llmc.dims = ["", ""], llmc.name = "x"}) -> tensor<*xf32>
+    attributes {llmc.symbols = []} {
+  %w = nn.constant dense<1.0> : tensor<4x5xf32>
+  // expected-error @+1 {{}}
+  %y = nn.matmul(%x, %w) : (tensor<2x3xf32>, tensor<4x5xf32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
