@@ -74,7 +74,8 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tup
 
 
 def check_model(
-    llmc: list[str], model_dir: str, work_dir: str, timeout_s: float, tally: Tally
+    llmc: list[str], model_dir: str, work_dir: str, timeout_s: float, tally: Tally,
+    run_llmc: list[str] | None = None,
 ) -> None:
     name = os.path.basename(os.path.normpath(model_dir))
     with open(os.path.join(model_dir, "manifest.json")) as f:
@@ -111,7 +112,7 @@ def check_model(
         for input_name, file in input_set["inputs"].items():
             args += ["--input", f"{input_name}={os.path.join(model_dir, file)}"]
         args += ["--output-dir", out_dir]
-        ok, log = _run_llmc(llmc, args, timeout_s)
+        ok, log = _run_llmc(run_llmc or llmc, args, timeout_s)
         if not ok:
             tally.report(False, label, "llmc run failed", log)
             continue
@@ -141,6 +142,7 @@ def main() -> int:
     parser.add_argument("--models-dir", default=DEFAULT_MODELS_DIR, help="folder of <name>/manifest.json")
     parser.add_argument("--model", action="append", default=[], help="check only this model (repeatable)")
     parser.add_argument("--work-dir", help="keep engines and outputs here (default: a temporary folder)")
+    parser.add_argument("--run-with", help="another llmc binary for `llmc run` (e.g. a sanitizer build of the runtime)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit for each llmc command")
     args = parser.parse_args()
 
@@ -172,7 +174,8 @@ def main() -> int:
             work_dir = os.path.join(root, name)
             shutil.rmtree(work_dir, ignore_errors=True)
             os.makedirs(work_dir)
-            check_model(llmc, os.path.join(args.models_dir, name), work_dir, args.timeout_s, tally)
+            check_model(llmc, os.path.join(args.models_dir, name), work_dir, args.timeout_s, tally,
+                        [os.path.abspath(args.run_with)] if args.run_with else None)
     finally:
         if not args.work_dir:
             shutil.rmtree(root, ignore_errors=True)

@@ -2,7 +2,7 @@
 """Writes the seed corpora of the fuzz targets: small, valid (and a few unsupported) inputs
 from which the replay tests' mutations and libFuzzer start.
 
-Run: /work/main/.venv/bin/python test/fuzz/make_corpus.py   (needs numpy and onnx)
+Run: .venv/bin/python test/fuzz/make_corpus.py   (needs numpy and onnx)
 Seeds are tiny on purpose: mutations of a small input reach every branch of a header
 parser faster than those of a big one.
 """

@@ -33,9 +33,18 @@ import scope  # noqa: E402
 
 # Newer tests (from the installed onnx package) come first: on a name clash they win.
 TEST_ROOTS = (
-    "/work/main/.venv/lib/python3.11/site-packages/onnx/backend/test/data/node",
+    os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node"),
     "/usr/share/libonnx-testdata/data/node",
 )
+# How the report names those folders (it is committed as docs/conformance.md).
+ROOT_LABELS = {TEST_ROOTS[0]: "<onnx package node tests>", TEST_ROOTS[1]: "<libonnx-testdata>"}
+
+
+def _scrub(text: str) -> str:
+    """Drops machine paths from a detail: test roots become labels, temp folders vanish."""
+    for root, label in ROOT_LABELS.items():
+        text = text.replace(root, label)
+    return re.sub(r"/tmp/llmc-[^/\s]+/", "", text)
 
 STEP_TIMEOUT_S = 60
 
@@ -313,7 +322,7 @@ def write_report(path: str, results: list[Result], not_run: int) -> None:
         lines.append(f"- not run (stopped at the first in-scope failure): {not_run} tests")
     lines += ["", "| test | ops | scope | result | detail |", "| --- | --- | --- | --- | --- |"]
     for r in results:
-        cells = [r.test.name, ", ".join(r.test.scope.ops), r.test.scope.label(), r.result, r.detail]
+        cells = [r.test.name, ", ".join(r.test.scope.ops), r.test.scope.label(), r.result, _scrub(r.detail)]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:

@@ -2,7 +2,7 @@
 """Tests of the conformance harness itself (classification, comparison, result handling).
 
 Needs no llmc: the runner is exercised with tiny stand-in scripts on synthetic node tests.
-Run: /work/main/.venv/bin/python test/onnx/harness_test.py
+Run: .venv/bin/python test/onnx/harness_test.py
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 """Writes the tiny .npy and .pb files that tensor_io_test.cpp reads, with numpy and onnx
 themselves, so that the C++ readers are tested against what real producers write.
 
-Run from anywhere: /work/main/.venv/bin/python test/unit/core/data/make_tensor_io_fixtures.py
+Run from anywhere: .venv/bin/python test/unit/core/data/make_tensor_io_fixtures.py
 The values are the ones tensor_io_test.cpp expects; change both together.
 """
 import os
