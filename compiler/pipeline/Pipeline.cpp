@@ -39,16 +39,13 @@ std::string describeLocation(Location loc) {
 
 }  // namespace
 
-Status compileModel(const CompileOptions& options, CompileStats* stats) {
+Status compileModelBytes(const std::string& bytes, const CompileOptions& options, std::vector<uint8_t>* engine_out,
+                         CompileStats* stats) {
   if (options.target != "cpu")
     return invalidArgument("unknown target '" + options.target + "' (this build supports: cpu)");
   auto progress = [&](const std::string& stage) {
     if (options.progress) options.progress(stage);
   };
-
-  std::ifstream file(options.input_path, std::ios::binary);
-  if (!file) return invalidArgument(options.input_path + ": cannot open the model file");
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
 
   MLIRContext context;
   context.disableMultithreading();  // deterministic output, and 2-core build machines
@@ -108,6 +105,7 @@ Status compileModel(const CompileOptions& options, CompileStats* stats) {
   OpPassManager& fpm = pm.nest<func::FuncOp>();
   fpm.addPass(createShapeInference());
   fpm.addPass(createFoldConstants());
+  fpm.addPass(createSimplify());
   fpm.addPass(createCanonicalizerPass());
   fpm.addPass(createCSEPass());
   fpm.addPass(createShapeInference());
@@ -122,7 +120,6 @@ Status compileModel(const CompileOptions& options, CompileStats* stats) {
     return invalidArgument(message);
   }
 
-  progress("writing " + options.output_path);
   SerializeOptions serialize;
   serialize.compiler_version = kCompilerVersion;
   serialize.source_hash = hex64(checksum64(bytes.data(), bytes.size()));
@@ -131,13 +128,34 @@ Status compileModel(const CompileOptions& options, CompileStats* stats) {
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
   serialize.build_options = opts;
-  std::vector<uint8_t> engine;
+  std::vector<uint8_t>& engine = *engine_out;
   if (failed(serializeEngine(module, serialize, &engine))) {
     std::string message;
     for (const std::string& d : diagnostics) message += (message.empty() ? "" : "\n") + d;
     return internalError("serialization failed: " + message);
   }
 
+  if (stats) {
+    stats->engine_bytes = engine.size();
+    if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes")) stats->arena_bytes = static_cast<uint64_t>(arena.getInt());
+    for (Operation& op : main.getBody().front()) {
+      if (isa<exec::CallOp>(op)) ++stats->num_steps;
+      if (auto weight = dyn_cast<exec::WeightOp>(op)) {
+        auto type = cast<ShapedType>(weight.getType());
+        stats->weight_bytes += static_cast<uint64_t>(type.getNumElements()) * dtypeSize(dtypeFromMlir(type.getElementType()));
+      }
+    }
+  }
+  return okStatus();
+}
+
+Status compileModel(const CompileOptions& options, CompileStats* stats) {
+  std::ifstream file(options.input_path, std::ios::binary);
+  if (!file) return invalidArgument(options.input_path + ": cannot open the model file");
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> engine;
+  LLMC_RETURN_IF_ERROR(compileModelBytes(bytes, options, &engine, stats));
+  if (options.progress) options.progress("writing " + options.output_path);
   // Write to a temporary file, then rename: a failed compile never leaves a partial engine.
   std::string temporary = options.output_path + ".tmp";
   {
@@ -154,17 +172,6 @@ Status compileModel(const CompileOptions& options, CompileStats* stats) {
     return invalidArgument(options.output_path + ": cannot create the engine file");
   }
 
-  if (stats) {
-    stats->engine_bytes = engine.size();
-    if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes")) stats->arena_bytes = static_cast<uint64_t>(arena.getInt());
-    for (Operation& op : main.getBody().front()) {
-      if (isa<exec::CallOp>(op)) ++stats->num_steps;
-      if (auto weight = dyn_cast<exec::WeightOp>(op)) {
-        auto type = cast<ShapedType>(weight.getType());
-        stats->weight_bytes += static_cast<uint64_t>(type.getNumElements()) * dtypeSize(dtypeFromMlir(type.getElementType()));
-      }
-    }
-  }
   return okStatus();
 }
 

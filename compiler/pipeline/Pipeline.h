@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "llmc/status.h"
 
@@ -36,5 +37,10 @@ struct CompileStats {
 // (the CLI exits 2), anything else for failures of llmc itself (exit 1). The message lists
 // every problem found, one per line, naming nodes and tensors.
 Status compileModel(const CompileOptions& options, CompileStats* stats);
+
+// The same pipeline on a model in memory; writes the engine's bytes instead of a file
+// (options.input_path only names the model in messages; output_path is unused).
+Status compileModelBytes(const std::string& model_bytes, const CompileOptions& options,
+                         std::vector<uint8_t>* engine, CompileStats* stats);
 
 }  // namespace llmc

@@ -5,6 +5,7 @@
 
 #include "exec/IR/ExecOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
 #include "nn/IR/NNOps.h"
 
@@ -12,6 +13,9 @@ namespace llmc {
 
 #define GEN_PASS_DECL
 #include "transforms/Passes.h.inc"
+
+// Canonicalization patterns of --llmc-simplify.
+void populateSimplifyPatterns(mlir::RewritePatternSet& patterns);
 
 #define GEN_PASS_REGISTRATION
 #include "transforms/Passes.h.inc"

@@ -31,6 +31,16 @@ def FoldConstants : Pass<"llmc-fold-constants", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect"];
 }
 
+def Simplify : Pass<"llmc-simplify", "mlir::func::FuncOp"> {
+  let summary = "Remove nn ops that are no-ops for inference";
+  let description = [{
+    Forwards the input of Identity, of Dropout in inference mode, and of Reshape, Expand,
+    Squeeze, Unsqueeze, Flatten, Cast, CastLike and identity Transposes whose static result
+    type equals their input's. Patterns: `populateSimplifyPatterns`.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect"];
+}
+
 def LowerToExec : Pass<"llmc-lower-to-exec", "mlir::func::FuncOp"> {
   let summary = "Lower nn ops to exec kernel calls for the CPU target";
   let description = [{

@@ -37,6 +37,9 @@ struct LoadOptions {
   // Hash the whole weights section at load and compare with the header's checksum.
   // Costs one pass over the weights; turn off for very large engines you trust.
   bool verify_weights_checksum = true;
+  // Compare the plan section with the header's checksum. Only fuzzing turns this off, so
+  // that mutated plans reach the structural checks behind it.
+  bool verify_plan_checksum = true;
 };
 
 class Engine {

@@ -272,7 +272,8 @@ Status verifyAndBuild(const uint8_t* data, size_t size, const std::string& what,
                       const LoadOptions& options, Plan* plan) {
   EngineFileHeader header;
   LLMC_RETURN_IF_ERROR(checkEngineHeader(data, size, what, &header));
-  if (checksum64(data + header.flatbuffer_offset, header.flatbuffer_size) != header.flatbuffer_checksum)
+  if (options.verify_plan_checksum &&
+      checksum64(data + header.flatbuffer_offset, header.flatbuffer_size) != header.flatbuffer_checksum)
     return dataLoss(what + ": plan section checksum mismatch (the file is corrupted)");
   if (options.verify_weights_checksum &&
       checksum64(data + header.weights_offset, header.weights_size) != header.weights_checksum)

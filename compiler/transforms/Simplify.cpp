@@ -1,0 +1,99 @@
+// --llmc-simplify: canonicalization patterns for nn ops that inference makes trivial.
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_SIMPLIFY
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+/// Identity(x) -> x; Dropout(x, ...) -> x when its mask is unused (inference: Dropout is
+/// the identity whatever ratio and training_mode say... except training_mode = true, which
+/// only a training graph sets, and which we keep).
+struct ForwardIdentity : public OpRewritePattern<nn::IdentityOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::IdentityOp op, PatternRewriter& rewriter) const override {
+    Value input = op->getOperand(0);
+    if (input.getType() != op->getResult(0).getType()) return rewriter.notifyMatchFailure(op, "type changes");
+    rewriter.replaceOp(op, input);
+    return success();
+  }
+};
+
+struct ForwardInferenceDropout : public OpRewritePattern<nn::DropoutOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::DropoutOp op, PatternRewriter& rewriter) const override {
+    if (op->getNumResults() > 1 && !op->getResult(1).use_empty())
+      return rewriter.notifyMatchFailure(op, "the mask is used");
+    if (op->getNumOperands() > 2 && !isa<NoneType>(op->getOperand(2).getType())) {
+      // training_mode given: only a constant false makes this the identity.
+      auto constant = op->getOperand(2).getDefiningOp<nn::ConstantOp>();
+      if (!constant) return rewriter.notifyMatchFailure(op, "training_mode is not a constant");
+      auto value = dyn_cast<DenseElementsAttr>(constant.getValue());
+      if (!value || value.getNumElements() != 1 || value.getValues<bool>()[0])
+        return rewriter.notifyMatchFailure(op, "training mode");
+    }
+    Value input = op->getOperand(0);
+    if (input.getType() != op->getResult(0).getType()) return rewriter.notifyMatchFailure(op, "type changes");
+    SmallVector<Value> replacements{input};
+    if (op->getNumResults() > 1) replacements.push_back(Value());
+    rewriter.replaceAllUsesWith(op->getResult(0), input);
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+/// op(x) -> x for shape ops whose static result type equals x's: Reshape, Expand, Squeeze,
+/// Unsqueeze, Flatten, Cast, CastLike, Transpose with the identity permutation.
+template <typename Op>
+struct ForwardNoOpReshape : public OpRewritePattern<Op> {
+  using OpRewritePattern<Op>::OpRewritePattern;
+  LogicalResult matchAndRewrite(Op op, PatternRewriter& rewriter) const override {
+    Value input = op->getOperand(0);
+    auto type = dyn_cast<RankedTensorType>(input.getType());
+    if (!type || !type.hasStaticShape() || type != op->getResult(0).getType())
+      return rewriter.notifyMatchFailure(op, "not statically the same type");
+    if constexpr (std::is_same_v<Op, nn::TransposeOp>) {
+      if (auto perm = op->template getAttrOfType<DenseI64ArrayAttr>("perm")) {
+        for (int64_t i = 0; i < perm.size(); ++i)
+          if (perm[i] != i) return rewriter.notifyMatchFailure(op, "not the identity permutation");
+      } else if (type.getRank() > 1) {
+        return rewriter.notifyMatchFailure(op, "default permutation reverses");
+      }
+    }
+    rewriter.replaceOp(op, input);
+    return success();
+  }
+};
+
+}  // namespace
+
+void populateSimplifyPatterns(RewritePatternSet& patterns) {
+  MLIRContext* context = patterns.getContext();
+  patterns.add<ForwardIdentity, ForwardInferenceDropout, ForwardNoOpReshape<nn::ReshapeOp>,
+               ForwardNoOpReshape<nn::ExpandOp>, ForwardNoOpReshape<nn::SqueezeOp>,
+               ForwardNoOpReshape<nn::UnsqueezeOp>, ForwardNoOpReshape<nn::FlattenOp>,
+               ForwardNoOpReshape<nn::CastOp>, ForwardNoOpReshape<nn::CastLikeOp>,
+               ForwardNoOpReshape<nn::TransposeOp>>(context);
+}
+
+namespace {
+class SimplifyPass : public impl::SimplifyBase<SimplifyPass> {
+ public:
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    populateSimplifyPatterns(patterns);
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) return signalPassFailure();
+  }
+};
+}  // namespace
+
+}  // namespace llmc

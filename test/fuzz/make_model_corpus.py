@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the ONNX-importer and engine fuzz targets.
+
+corpus/onnx/*.onnx: tiny models made here with onnx.helper (every storage form of
+initializers, symbolic dims, optional inputs, a shape chain). corpus/engine/*.engine: the same
+models compiled by llmc (pass its path). Run:
+    .venv/bin/python test/fuzz/make_model_corpus.py build/tools/llmc/llmc
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "seed", inputs, outputs, list(initializers))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def seeds():
+    f = TensorProto.FLOAT
+    yield "add", model([helper.make_node("Add", ["x", "y"], ["z"], name="add")],
+                       [helper.make_tensor_value_info("x", f, [2, 3]), helper.make_tensor_value_info("y", f, [3])],
+                       [helper.make_tensor_value_info("z", f, [2, 3])])
+    yield "softmax_symbolic", model(
+        [helper.make_node("Softmax", ["x"], ["t"], name="sm", axis=-1),
+         helper.make_node("Transpose", ["t"], ["y"], name="tr", perm=[1, 0])],
+        [helper.make_tensor_value_info("x", f, ["batch", 4])], [helper.make_tensor_value_info("y", f, [4, "batch"])])
+    yield "clip_optional", model(
+        [helper.make_node("Clip", ["x", "", "hi"], ["y"], name="clip")],
+        [helper.make_tensor_value_info("x", f, [4]), helper.make_tensor_value_info("hi", f, [])],
+        [helper.make_tensor_value_info("y", f, [4])])
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    h = helper.make_tensor("h", TensorProto.FLOAT16, [3], np.array([1, 2, 3], np.float16).view(np.uint16).tolist())
+    yield "matmul_initializers", model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+         helper.make_node("Cast", ["h"], ["hf"], name="cast", to=TensorProto.FLOAT),
+         helper.make_node("Add", ["m", "hf"], ["y"], name="add")],
+        [helper.make_tensor_value_info("x", f, ["n", 2])], [helper.make_tensor_value_info("y", f, ["n", 3])], [w, h])
+    yield "shape_chain", model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Constant", [], ["i"], name="const", value=numpy_helper.from_array(np.array([0], np.int64))),
+         helper.make_node("Gather", ["s", "i"], ["b"], name="gather", axis=0),
+         helper.make_node("Constant", [], ["rest"], name="rest", value_ints=[-1]),
+         helper.make_node("Concat", ["b", "rest"], ["ns"], name="concat", axis=0),
+         helper.make_node("Reshape", ["x", "ns"], ["y"], name="reshape")],
+        [helper.make_tensor_value_info("x", f, ["batch", 2, 3])], [helper.make_tensor_value_info("y", f, ["batch", 6])])
+    yield "reduce_int", model(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=0)],
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 3])], [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes")])
+
+
+def main():
+    llmc = sys.argv[1] if len(sys.argv) > 1 else None
+    onnx_dir = os.path.join(HERE, "corpus", "onnx")
+    engine_dir = os.path.join(HERE, "corpus", "engine")
+    os.makedirs(onnx_dir, exist_ok=True)
+    os.makedirs(engine_dir, exist_ok=True)
+    for name, m in seeds():
+        onnx.checker.check_model(m)
+        path = os.path.join(onnx_dir, name + ".onnx")
+        with open(path, "wb") as out:
+            out.write(m.SerializeToString())
+        # Engines with weights are >= 64 KiB (the weights section is page aligned); keep the
+        # engine corpus to the weightless ones so replays stay fast.
+        if llmc and not m.graph.initializer and not any(n.op_type == "Constant" for n in m.graph.node):
+            subprocess.run([llmc, "compile", path, "-o", os.path.join(engine_dir, name + ".engine")], check=True,
+                           stdout=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    main()
