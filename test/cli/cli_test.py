@@ -143,6 +143,59 @@ class CliTest(unittest.TestCase):
         self.assert_one_error(code, err, 2, "(ai.onnx, NonMaxSuppression, opset 17) at node 'nms'",
                               "(com.example, Custom, opset 1) at nodes 'custom1', 'custom2'")
 
+    def test_external_data(self):
+        model = simple_model()
+        path = self.path("external.onnx")
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location="external.bin", size_threshold=0)
+        self.assertTrue(os.path.exists(self.path("external.bin")))
+        engine = self.compile_ok(path, "external.engine")
+        reference = self.compile_ok(self.save(simple_model(), "inline.onnx"), "inline.engine")
+        x = self.path("x.npy")
+        np.save(x, np.ones((2, 4), np.float32))
+        outputs = []
+        for e in (engine, reference):
+            out_dir = self.path(os.path.basename(e) + ".out")
+            code, _, err = run("run", e, "--input", f"x={x}", "--output-dir", out_dir)
+            self.assertEqual(code, 0, err)
+            outputs.append(np.load(os.path.join(out_dir, "y.npy")))
+        np.testing.assert_array_equal(outputs[0], outputs[1])
+        # A missing data file, and a location escaping the model's folder, are errors.
+        os.rename(self.path("external.bin"), self.path("moved.bin"))
+        code, _, err = run("compile", path, "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "external.bin")
+        model = onnx.load(path, load_external_data=False)
+        for tensor in model.graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = "../escape.bin"
+        code, _, err = run("compile", self.save(model, "escape.onnx"), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "must be a relative path inside the model's directory")
+
+    def test_typed_and_half_initializers(self):
+        # float16 via int32_data, bfloat16 via raw bytes, int64 via int64_data.
+        half = helper.make_tensor("h", TensorProto.FLOAT16, [3], [0.5, -2.0, 65504])  # stored in int32_data
+        assert len(half.int32_data) == 3 and not half.raw_data
+        bf16_bits = (np.array([1.5, -3.0, 0.25], np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        bf16 = helper.make_tensor("b", TensorProto.BFLOAT16, [3], bf16_bits.tobytes(), raw=True)
+        ints = helper.make_tensor("i", TensorProto.INT64, [3], [1, 2, 3])
+        nodes = [
+            helper.make_node("Cast", ["h"], ["hf"], to=TensorProto.FLOAT, name="cast_h"),
+            helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT, name="cast_b"),
+            helper.make_node("Cast", ["i"], ["if"], to=TensorProto.FLOAT, name="cast_i"),
+            helper.make_node("Sum", ["x", "hf", "bf", "if"], ["y"], name="sum"),
+        ]
+        graph = helper.make_graph(nodes, "typed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [half, bf16, ints])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        engine = self.compile_ok(self.save(model, "typed.onnx"), "typed.engine")
+        x = self.path("x.npy")
+        np.save(x, np.zeros(3, np.float32))
+        code, _, err = run("run", engine, "--input", f"x={x}", "--output-dir", self.path("typed_out"))
+        self.assertEqual(code, 0, err)
+        np.testing.assert_array_equal(np.load(self.path("typed_out/y.npy")),
+                                      np.array([0.5 + 1.5 + 1, -2.0 - 3.0 + 2, 65504 + 0.25 + 3], np.float32))
+
     def test_opset_out_of_range(self):
         code, _, err = run("compile", self.save(simple_model(opset=11)), "-o", self.path("e"))
         self.assert_one_error(code, err, 2, "opset 11")

@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const llmc::TensorInfo& info : engine->inputs()) {
     llmc::Shape shape;
     for (const llmc::DimInfo& dim : info.dims) shape.push_back(dim.size >= 0 ? dim.size : 2);
-    if (llmc::shapeNumElements(shape) > (1 << 16)) return 0;
+    int64_t count = 0;
+    if (!llmc::checkedNumElements(shape, &count) || count > (1 << 16)) return 0;
     inputs.push_back({info.name, llmc::Tensor::allocate(info.dtype, shape)});
   }
   std::unique_ptr<llmc::Session> session;

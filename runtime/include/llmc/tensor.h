@@ -45,6 +45,9 @@ using Shape = std::vector<int64_t>;
 
 // Number of elements of a shape (1 for a scalar).
 int64_t shapeNumElements(const Shape& shape);
+// Same, for untrusted shapes: false when a dimension is negative or the count (or its size
+// in bytes at 8 bytes per element) would overflow int64.
+bool checkedNumElements(const Shape& shape, int64_t* count);
 // "[2, 3, 4]"
 std::string shapeToString(const Shape& shape);
 

@@ -45,11 +45,18 @@ Status convertParam(const fb::Param* param, const Plan& plan, const std::string&
       break;
     case fb::ParamKind::Ints:
       out->kind = KernelParam::Kind::kInts;
-      if (param->ints()) out->ints.assign(param->ints()->begin(), param->ints()->end());
+      // memcpy: FlatBuffers 2.0.8's verifier does not check 8-byte element alignment.
+      if (param->ints()) {
+        out->ints.resize(param->ints()->size());
+        if (!out->ints.empty()) std::memcpy(out->ints.data(), param->ints()->Data(), out->ints.size() * 8);
+      }
       break;
     case fb::ParamKind::Floats:
       out->kind = KernelParam::Kind::kFloats;
-      if (param->floats()) out->floats.assign(param->floats()->begin(), param->floats()->end());
+      if (param->floats()) {
+        out->floats.resize(param->floats()->size());
+        if (!out->floats.empty()) std::memcpy(out->floats.data(), param->floats()->Data(), out->floats.size() * 8);
+      }
       break;
     case fb::ParamKind::Tensor: {
       int index = param->tensor();
@@ -89,6 +96,9 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
     if (producer->options()) plan->build_options = producer->options()->str();
   }
   plan->arena_bytes = def->arena_bytes();
+  // No engine needs a terabyte of scratch memory; such a number is corruption.
+  if (plan->arena_bytes > (uint64_t{1} << 40))
+    return dataLoss(what + ": arena of " + std::to_string(plan->arena_bytes) + " bytes is implausible (corrupted?)");
   const uint8_t* weights_base = file + header.weights_offset;
 
   // Symbols.
@@ -139,6 +149,11 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
         static_shape.push_back(info.size);
         pv.dims.push_back(std::move(info));
       }
+    }
+    if (all_static) {
+      int64_t count = 0;
+      if (!checkedNumElements(static_shape, &count))
+        return dataLoss(where + " has shape " + shapeToString(static_shape) + ", whose size overflows");
     }
     switch (value->kind()) {
       case fb::ValueKind::Input: pv.kind = PlanValueKind::kInput; break;

@@ -91,6 +91,11 @@ Status checkEngineHeader(const void* file, size_t file_size, const std::string& 
                     std::to_string(header->flatbuffer_size) + ") lies outside the " +
                     std::to_string(file_size) + "-byte file (truncated?)");
   }
+  if (header->flatbuffer_offset % 8 != 0)  // the verifier checks alignment relative to this
+    return dataLoss(what + ": plan section is not 8-byte aligned");
+  if (header->weights_offset > file_size)
+    return dataLoss(what + ": weights section starts past the end of the " + std::to_string(file_size) +
+                    "-byte file (truncated?)");
   if (header->weights_size != 0) {
     if (header->weights_offset % kWeightsAlignment != 0)
       return dataLoss(what + ": weights section is not 65536-byte aligned");

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <exception>
+#include <new>
 
 #include "core/plan.h"
 
@@ -74,13 +76,21 @@ class StepContext : public KernelContext {
                              shapeToString(shape) + " for '" + value.name + "', the plan declares dim " +
                              std::to_string(d) + " = " + std::to_string(value.dims[d].size));
     }
-    uint64_t bytes = static_cast<uint64_t>(shapeNumElements(shape)) * dtypeSize(dtype);
+    int64_t count = 0;
+    if (!checkedNumElements(shape, &count))
+      return invalidArgument("node '" + step_.node + "': output shape " + shapeToString(shape) + " is too large");
+    uint64_t bytes = static_cast<uint64_t>(count) * dtypeSize(dtype);
     size_t slot = static_cast<size_t>(value.slot);
     if (bytes <= state_.slot_laid_out[slot] && state_.arena) {
       values_[index] = Tensor::view(dtype, shape, static_cast<void*>(state_.arena.get() + state_.slot_offset[slot]));
     } else {
       // Larger than planned: a private buffer for this run; the arena grows before the next.
-      values_[index] = Tensor::allocate(dtype, shape);
+      try {
+        values_[index] = Tensor::allocate(dtype, shape);
+      } catch (const std::bad_alloc&) {
+        return resourceExhausted("node '" + step_.node + "': cannot allocate " + std::to_string(bytes) +
+                                 " bytes for '" + value.name + "' " + shapeToString(shape));
+      }
       if (bytes > state_.slot_capacity[slot]) {
         state_.slot_capacity[slot] = bytes;
         grew_ = true;
@@ -186,7 +196,14 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
   bool grew = false;
   for (const PlanStep& step : plan.steps) {
     StepContext ctx(plan, step, values, *state_, grew);
-    Status status = step.kernel->fn(ctx);
+    Status status;
+    try {  // no exception crosses the library boundary, whatever a kernel's containers do
+      status = step.kernel->fn(ctx);
+    } catch (const std::bad_alloc&) {
+      status = resourceExhausted("node '" + step.node + "': out of memory");
+    } catch (const std::exception& e) {
+      status = internalError("node '" + step.node + "': " + e.what());
+    }
     if (!status.ok()) return status.withContext(what + ": step " + step.kernel_name);
     for (size_t i = 0; i < step.outputs.size(); ++i) {
       if (values[static_cast<size_t>(step.outputs[i])].dtype() == DType::kUndefined)
@@ -199,7 +216,11 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
   outputs->clear();
   for (size_t i = 0; i < plan.outputs.size(); ++i) {
     const Tensor& value = values[static_cast<size_t>(plan.outputs[i])];
-    outputs->push_back({plan.output_infos[i].name, value.clone()});
+    try {
+      outputs->push_back({plan.output_infos[i].name, value.clone()});
+    } catch (const std::bad_alloc&) {
+      return resourceExhausted(what + ": out of memory copying output '" + plan.output_infos[i].name + "'");
+    }
   }
   if (grew) LLMC_RETURN_IF_ERROR(state_->layout());
   return okStatus();

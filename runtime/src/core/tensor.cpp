@@ -1,6 +1,7 @@
 // Tensor storage and the dtype table.
 #include "llmc/tensor.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -65,6 +66,18 @@ int64_t shapeNumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+bool checkedNumElements(const Shape& shape, int64_t* count) {
+  constexpr int64_t kMaxElements = INT64_MAX / 8;  // bytes of the widest dtype still fit
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (d != 0 && n > kMaxElements / d) return false;
+    n *= d;
+  }
+  *count = n;
+  return true;
 }
 
 std::string shapeToString(const Shape& shape) {
