@@ -257,7 +257,94 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     }
     if (any_symbolic) op->setAttr("llmc.dims", builder.getArrayAttr(dims_per_result));
     else op->removeAttr("llmc.dims");
+    if (kernel_name == "Reshape") foldReshapeTarget(op, known);
+    if (kernel_name == "Expand") foldExpandTarget(op, known);
     return success();
+  }
+
+  /// Expand(x, computed shape) whose result dims are static or symbols that x already has
+  /// in the aligned position -> Expand(x, constant) with 1 ("keep x's dim") for those.
+  static void foldExpandTarget(Operation* op, llvm::DenseMap<Value, ProbeTensors>& known) {
+    if (isa_and_nonnull<nn::ConstantOp>(op->getOperand(1).getDefiningOp())) return;
+    auto result_type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+    auto input_type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    if (!result_type || !input_type || input_type.getRank() > result_type.getRank()) return;
+    SmallVector<std::string> in_names = dimNames(op->getOperand(0));
+    SmallVector<std::string> out_names = dimNames(op->getResult(0));
+    int64_t offset = result_type.getRank() - input_type.getRank();
+    SmallVector<int64_t> target;
+    for (int64_t d = 0; d < result_type.getRank(); ++d) {
+      int64_t size = result_type.getDimSize(d);
+      if (!ShapedType::isDynamic(size)) {
+        target.push_back(size);
+      } else if (!out_names[d].empty() && d >= offset && in_names[d - offset] == out_names[d]) {
+        target.push_back(1);
+      } else {
+        return;
+      }
+    }
+    replaceShapeOperand(op, target, known);
+  }
+
+  static void replaceShapeOperand(Operation* op, ArrayRef<int64_t> target, llvm::DenseMap<Value, ProbeTensors>& known) {
+    OpBuilder builder(op);
+    auto type = RankedTensorType::get({static_cast<int64_t>(target.size())}, builder.getI64Type());
+    auto constant = builder.create<nn::ConstantOp>(op->getLoc(), DenseElementsAttr::get(type, target), StringAttr());
+    op->setOperand(1, constant.getResult());
+    ProbeTensors pt;
+    pt.known = true;
+    Tensor t = tensorFromElements(constant.getValue());
+    for (int p = 0; p < kProbes; ++p) pt.tensor[p] = t;
+    known[constant.getResult()] = std::move(pt);
+  }
+
+  // The symbol name of each dimension of `value` ("" for static or unnamed dims).
+  static SmallVector<std::string> dimNames(Value value) {
+    SmallVector<std::string> names;
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type) return names;
+    ArrayAttr dims;
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+        dims = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims");
+    } else if (auto all = value.getDefiningOp()->getAttrOfType<ArrayAttr>("llmc.dims")) {
+      unsigned index = cast<OpResult>(value).getResultNumber();
+      if (index < all.size()) dims = dyn_cast<ArrayAttr>(all[index]);
+    }
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      names.push_back(dims && d < static_cast<int64_t>(dims.size()) ? cast<StringAttr>(dims[d]).getValue().str() : "");
+    return names;
+  }
+
+  /// Reshape(x, computed shape) whose result dims are all static or named symbols ->
+  /// Reshape(x, constant): a symbol in the same position as in x becomes 0 ("copy that
+  /// dimension"), at most one other dim becomes -1. The exporter's Shape/Gather/Concat
+  /// chain that computed the shape is then dead.
+  static void foldReshapeTarget(Operation* op, llvm::DenseMap<Value, ProbeTensors>& known) {
+    Value shape_operand = op->getOperand(1);
+    if (isa_and_nonnull<nn::ConstantOp>(shape_operand.getDefiningOp())) return;
+    if (auto allowzero = op->getAttrOfType<IntegerAttr>("allowzero"); allowzero && allowzero.getInt() != 0) return;
+    auto result_type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+    auto input_type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    if (!result_type || !input_type) return;
+    SmallVector<std::string> in_names = dimNames(op->getOperand(0));
+    SmallVector<std::string> out_names = dimNames(op->getResult(0));
+    SmallVector<int64_t> target;
+    int inferred = 0;
+    for (int64_t d = 0; d < result_type.getRank(); ++d) {
+      int64_t size = result_type.getDimSize(d);
+      if (!ShapedType::isDynamic(size)) {
+        if (size == 0) return;  // 0 would mean "copy" in the target
+        target.push_back(size);
+      } else if (!out_names[d].empty() && d < input_type.getRank() && in_names[d] == out_names[d]) {
+        target.push_back(0);
+      } else {
+        target.push_back(-1);
+        ++inferred;
+      }
+    }
+    if (inferred > 1) return;
+    replaceShapeOperand(op, target, known);
   }
 
   // The element type of result `i` when its shape cannot be inferred at compile time.

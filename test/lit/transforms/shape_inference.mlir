@@ -47,10 +47,31 @@ func.func @shape_chain(%x: tensor<?x?x8xf32> {llmc.dims = ["batch", "seq", ""], 
   %two = nn.constant dense<[2, -1]> : tensor<2xi64>
   // CHECK: nn.concat
   %new_shape = nn.concat(%first, %two) {axis = 0 : i64} : (tensor<*xi64>, tensor<2xi64>) -> tensor<*xi64>
-  // CHECK: nn.reshape
+  // The Reshape's target becomes a constant ("copy" for the symbols), leaving the chain dead.
+  // CHECK: %[[TARGET:.+]] = nn.constant dense<[0, 0, 2, 4]> : tensor<4xi64>
+  // CHECK: nn.reshape(%{{.+}}, %[[TARGET]])
   // CHECK-SAME: llmc.dims = {{\[}}["batch", "seq", "", ""]]
   // CHECK-SAME: -> tensor<?x?x2x4xf32>
   %y = nn.reshape(%x, %new_shape) : (tensor<?x?x8xf32>, tensor<*xi64>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+// Tests that an Expand whose target repeats the input's symbols gets a constant target.
+// CHECK-LABEL: func @expand_target
+func.func @expand_target(%x: tensor<?x1x?xf32> {llmc.dims = ["batch", "", "seq"], llmc.name = "x"}) -> tensor<*xf32>
+    attributes {llmc.symbols = ["batch", "seq"]} {
+  %shape = nn.shape(%x) : (tensor<?x1x?xf32>) -> tensor<*xi64>
+  %i0 = nn.constant dense<[0]> : tensor<1xi64>
+  %b = nn.gather(%shape, %i0) {axis = 0 : i64} : (tensor<*xi64>, tensor<1xi64>) -> tensor<*xi64>
+  %i2 = nn.constant dense<[2]> : tensor<1xi64>
+  %s = nn.gather(%shape, %i2) {axis = 0 : i64} : (tensor<*xi64>, tensor<1xi64>) -> tensor<*xi64>
+  %four = nn.constant dense<[4]> : tensor<1xi64>
+  %target = nn.concat(%b, %four, %s) {axis = 0 : i64} : (tensor<*xi64>, tensor<1xi64>, tensor<*xi64>) -> tensor<*xi64>
+  // CHECK: %[[T:.+]] = nn.constant dense<[1, 4, 1]> : tensor<3xi64>
+  // CHECK: nn.expand(%{{.+}}, %[[T]]) {{.*}}-> tensor<?x4x?xf32>
+  %y = nn.expand(%x, %target) : (tensor<?x1x?xf32>, tensor<*xi64>) -> tensor<*xf32>
   return %y : tensor<*xf32>
 }
 
