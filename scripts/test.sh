@@ -1,26 +1,45 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit, lit, ONNX conformance, end-to-end models, CLI,
-# fuzz replays, and the runtime alone under ASan/UBSan (built without MLIR/LLVM/protobuf).
-# The last lines are ctest's summary with the number of tests run.
+# fuzz replays. The suite runs twice: on an ASan/UBSan build (build/asan) and on the
+# Release build users get (build/). A third build, the runtime alone without MLIR/LLVM/
+# protobuf (build/runtime-only), is checked for its dependencies. The last lines are
+# ctest's summary with the number of tests run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+JOBS="$(nproc)"
 
 ./scripts/setup.sh
 
 start=$(date +%s)
-echo "== build (Release) =="
+echo "== build: Release (build/) =="
 ./scripts/build.sh
 
-echo "== build the runtime alone with ASan/UBSan (no compiler) =="
-RUNTIME_BUILD="$ROOT/build/runtime-asan"
-if [[ ! -f "$RUNTIME_BUILD/build.ninja" ]]; then
-  cmake -S "$ROOT" -B "$RUNTIME_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DLLMC_BUILD_COMPILER=OFF -DLLMC_SANITIZE=address,undefined >/dev/null
+echo "== build: ASan + UBSan (build/asan) =="
+if [[ ! -f build/asan/build.ninja ]]; then
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLLMC_SANITIZE=address,undefined -DLLMC_PYTHON="$ROOT/.venv/bin/python" >/dev/null
 fi
-ninja -C "$RUNTIME_BUILD" -j "$(nproc)"
+ninja -C build/asan -j "$JOBS"
+
+echo "== build: the runtime alone, without the compiler (build/runtime-only) =="
+if [[ ! -f build/runtime-only/build.ninja ]]; then
+  cmake -S . -B build/runtime-only -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DLLMC_BUILD_COMPILER=OFF -DLLMC_BUILD_TESTS=OFF >/dev/null
+fi
+ninja -C build/runtime-only -j "$JOBS" llmc
 echo "builds took $(( $(date +%s) - start )) s"
 
-echo "== tests =="
-cd build
-ctest -j "$(nproc)" --output-on-failure --timeout 1800
+echo "== tests under ASan + UBSan (build/asan) =="
+asan_status=0
+(cd build/asan && ctest -j "$JOBS" --output-on-failure --timeout 1800) || asan_status=$?
+
+echo "== tests (build/) =="
+release_status=0
+(cd build && ctest -j "$JOBS" --output-on-failure --timeout 1800) || release_status=$?
+
+if [[ $asan_status -ne 0 ]]; then
+  echo "FAILED: the ASan/UBSan run (build/asan) failed; see its output above"
+  exit 1
+fi
+exit $release_status

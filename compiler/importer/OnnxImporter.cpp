@@ -273,6 +273,7 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
 
   Location file_loc = FileLineColLoc::get(&context, path, 0, 0);
   auto module = ModuleOp::create(file_loc);
+  OwningOpRef<ModuleOp> owner(module);  // erases the module on every early return
   builder.setInsertionPointToEnd(module.getBody());
 
   // Declared types of intermediates and outputs (used when inference cannot tell).
@@ -438,17 +439,14 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
     output_names.push_back(builder.getStringAttr(output.name()));
   }
   if (graph.output_size() == 0) result.errors.push_back("the graph has no outputs");
-  if (!result.errors.empty()) {
-    module.erase();
-    return result;
-  }
+  if (!result.errors.empty()) return result;
   builder.setInsertionPointToEnd(body);
   builder.create<func::ReturnOp>(file_loc, outputs);
   SmallVector<Type> result_types;
   for (Value v : outputs) result_types.push_back(v.getType());
   func.setType(builder.getFunctionType(arg_types, result_types));
   func->setAttr("llmc.output_names", builder.getArrayAttr(output_names));
-  result.module = module;
+  result.module = std::move(owner);
   return result;
 }
 

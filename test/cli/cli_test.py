@@ -228,6 +228,10 @@ class CliTest(unittest.TestCase):
         y = np.load(self.path("out/y.npy"))
         self.assertEqual(y.shape, (2, 3))
         np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-6)
+        code, _, err = run("run", engine, "--input", f"x={self.path('x.npy')}", "--output-dir", self.path("pb"),
+                           "--output-format", "pb")
+        self.assertEqual(code, 0, err)
+        np.testing.assert_array_equal(numpy_helper.to_array(onnx.load_tensor(self.path("pb/y.pb"))), y)
         code, out, err = run("inspect", engine, "--json")
         self.assertEqual(code, 0, err)
         doc = json.loads(out)

@@ -47,6 +47,7 @@ int runRun(const std::vector<std::string>& args) {
   std::string engine_path, output_dir;
   std::vector<std::pair<std::string, std::string>> input_files;
   int repeat = 1;
+  std::string output_format = "npy";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--input" || arg == "-i") {
@@ -59,6 +60,11 @@ int runRun(const std::vector<std::string>& args) {
     } else if (arg == "--output-dir" || arg == "-o") {
       if (i + 1 >= args.size()) return usageError("run", "--output-dir needs a directory");
       output_dir = args[++i];
+    } else if (arg == "--output-format") {
+      if (i + 1 >= args.size()) return usageError("run", "--output-format needs npy or pb");
+      output_format = args[++i];
+      if (output_format != "npy" && output_format != "pb")
+        return usageError("run", "--output-format takes npy or pb, got '" + output_format + "'");
     } else if (arg == "--repeat") {
       if (i + 1 >= args.size()) return usageError("run", "--repeat needs a count");
       repeat = std::atoi(args[++i].c_str());
@@ -107,7 +113,8 @@ int runRun(const std::vector<std::string>& args) {
     std::printf("%s: %s%s %s\n", output.name.c_str(), dtypeName(output.tensor.dtype()),
                 shapeToString(output.tensor.shape()).c_str(), preview(output.tensor, 8).c_str());
     if (!output_dir.empty()) {
-      status = writeNpy(output_dir + "/" + fileNameFor(output.name) + ".npy", output.tensor);
+      std::string path = output_dir + "/" + fileNameFor(output.name) + "." + output_format;
+      status = output_format == "npy" ? writeNpy(path, output.tensor) : writeTensorProto(path, output.tensor, output.name);
       if (!status.ok()) return reportError("run", status);
     }
   }
