@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler
   libprotobuf-dev protobuf-compiler libonnx-dev
   libgtest-dev libgmock-dev
+  nlohmann-json3-dev
   libonnx-testdata
   python3 python3-venv
 )

@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "core/kernel.h"
 #include "core/half.h"
+#include "core/kernel.h"
 #include "importer/ImportState.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "nn/IR/NNOps.h"
@@ -29,11 +29,12 @@ void ImportState::nodeError(const NodeInfo& info, const std::string& message) {
 
 Value ImportState::int64Constant(Location loc, ArrayRef<int64_t> values) {
   auto type = RankedTensorType::get({static_cast<int64_t>(values.size())}, builder.getI64Type());
-  return builder.create<nn::ConstantOp>(loc, DenseElementsAttr::get(type, values), StringAttr()).getResult();
+  return builder.create<nn::ConstantOp>(loc, DenseElementsAttr::get(type, values), StringAttr())
+      .getResult();
 }
 
-Operation* ImportState::createNNOp(const NodeInfo& info, StringRef nn_op_name, ArrayRef<Value> operands,
-                                   ArrayRef<NamedAttribute> attributes) {
+Operation* ImportState::createNNOp(const NodeInfo& info, StringRef nn_op_name,
+                                   ArrayRef<Value> operands, ArrayRef<NamedAttribute> attributes) {
   OperationState op_state(info.loc, nn_op_name);
   op_state.addOperands(operands);
   op_state.addTypes(info.result_types);
@@ -46,21 +47,25 @@ Operation* ImportState::createNNOp(const NodeInfo& info, StringRef nn_op_name, A
 
 namespace {
 
-bool readExternalData(const onnx::TensorProto& tensor, const std::string& base_dir, std::string* bytes,
-                      std::string* error) {
+bool readExternalData(const onnx::TensorProto& tensor, const std::string& base_dir,
+                      std::string* bytes, std::string* error) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& entry : tensor.external_data()) {
-    if (entry.key() == "location") location = entry.value();
-    else if (entry.key() == "offset") offset = std::atoll(entry.value().c_str());
-    else if (entry.key() == "length") length = std::atoll(entry.value().c_str());
+    if (entry.key() == "location")
+      location = entry.value();
+    else if (entry.key() == "offset")
+      offset = std::atoll(entry.value().c_str());
+    else if (entry.key() == "length")
+      length = std::atoll(entry.value().c_str());
   }
   if (location.empty()) {
     *error = "external data has no location";
     return false;
   }
   if (location.front() == '/' || location.find("..") != std::string::npos) {
-    *error = "external data location '" + location + "' must be a relative path inside the model's directory";
+    *error = "external data location '" + location +
+             "' must be a relative path inside the model's directory";
     return false;
   }
   std::string path = base_dir.empty() ? location : base_dir + "/" + location;
@@ -84,11 +89,12 @@ bool readExternalData(const onnx::TensorProto& tensor, const std::string& base_d
 
 }  // namespace
 
-DenseElementsAttr convertTensor(MLIRContext* context, const onnx::TensorProto& tensor, const std::string& base_dir,
-                                std::string* error) {
+DenseElementsAttr convertTensor(MLIRContext* context, const onnx::TensorProto& tensor,
+                                const std::string& base_dir, std::string* error) {
   if (!isValidDType(tensor.data_type()) || tensor.data_type() == 0) {
     *error = "tensor '" + tensor.name() + "' has data type " + std::to_string(tensor.data_type()) +
-             ", which llmc does not support (strings, complex, float8 and 4-bit types are not supported)";
+             ", which llmc does not support (strings, complex, float8 and 4-bit types are not "
+             "supported)";
     return {};
   }
   DType dtype = static_cast<DType>(tensor.data_type());
@@ -120,9 +126,10 @@ DenseElementsAttr convertTensor(MLIRContext* context, const onnx::TensorProto& t
   }
   std::vector<char> bytes(static_cast<size_t>(count) * element_size);
   auto mismatch = [&](size_t have) {
-    *error = "tensor '" + tensor.name() + "' declares shape " + shapeToString(Shape(shape.begin(), shape.end())) +
-             " (" + std::to_string(count) + " elements of " + dtypeName(dtype) + ") but holds " +
-             std::to_string(have) + (raw ? " bytes" : " values");
+    *error = "tensor '" + tensor.name() + "' declares shape " +
+             shapeToString(Shape(shape.begin(), shape.end())) + " (" + std::to_string(count) +
+             " elements of " + dtypeName(dtype) + ") but holds " + std::to_string(have) +
+             (raw ? " bytes" : " values");
     return DenseElementsAttr();
   };
   if (raw) {
@@ -131,43 +138,67 @@ DenseElementsAttr convertTensor(MLIRContext* context, const onnx::TensorProto& t
   } else {
     auto fill = [&](const auto& field, auto convert) -> bool {
       if (static_cast<int64_t>(field.size()) != count) return false;
-      for (int64_t i = 0; i < count; ++i) convert(field.Get(static_cast<int>(i)), bytes.data() + i * element_size);
+      for (int64_t i = 0; i < count; ++i)
+        convert(field.Get(static_cast<int>(i)), bytes.data() + i * element_size);
       return true;
     };
     auto store = [&](auto value, char* dst) { std::memcpy(dst, &value, sizeof(value)); };
     bool ok = true;
     switch (dtype) {
-      case DType::kFloat32: ok = fill(tensor.float_data(), [&](float v, char* d) { store(v, d); }); break;
-      case DType::kFloat64: ok = fill(tensor.double_data(), [&](double v, char* d) { store(v, d); }); break;
-      case DType::kInt64: ok = fill(tensor.int64_data(), [&](int64_t v, char* d) { store(v, d); }); break;
-      case DType::kInt32: ok = fill(tensor.int32_data(), [&](int32_t v, char* d) { store(v, d); }); break;
-      case DType::kInt16: ok = fill(tensor.int32_data(), [&](int32_t v, char* d) { store(static_cast<int16_t>(v), d); }); break;
+      case DType::kFloat32:
+        ok = fill(tensor.float_data(), [&](float v, char* d) { store(v, d); });
+        break;
+      case DType::kFloat64:
+        ok = fill(tensor.double_data(), [&](double v, char* d) { store(v, d); });
+        break;
+      case DType::kInt64:
+        ok = fill(tensor.int64_data(), [&](int64_t v, char* d) { store(v, d); });
+        break;
+      case DType::kInt32:
+        ok = fill(tensor.int32_data(), [&](int32_t v, char* d) { store(v, d); });
+        break;
+      case DType::kInt16:
+        ok = fill(tensor.int32_data(),
+                  [&](int32_t v, char* d) { store(static_cast<int16_t>(v), d); });
+        break;
       case DType::kUInt16:
       case DType::kFloat16:
       case DType::kBFloat16:
-        ok = fill(tensor.int32_data(), [&](int32_t v, char* d) { store(static_cast<uint16_t>(v), d); });
+        ok = fill(tensor.int32_data(),
+                  [&](int32_t v, char* d) { store(static_cast<uint16_t>(v), d); });
         break;
-      case DType::kInt8: ok = fill(tensor.int32_data(), [&](int32_t v, char* d) { store(static_cast<int8_t>(v), d); }); break;
+      case DType::kInt8:
+        ok = fill(tensor.int32_data(),
+                  [&](int32_t v, char* d) { store(static_cast<int8_t>(v), d); });
+        break;
       case DType::kUInt8:
       case DType::kBool:
-        ok = fill(tensor.int32_data(), [&](int32_t v, char* d) { store(static_cast<uint8_t>(v), d); });
+        ok = fill(tensor.int32_data(),
+                  [&](int32_t v, char* d) { store(static_cast<uint8_t>(v), d); });
         break;
-      case DType::kUInt32: ok = fill(tensor.uint64_data(), [&](uint64_t v, char* d) { store(static_cast<uint32_t>(v), d); }); break;
-      case DType::kUInt64: ok = fill(tensor.uint64_data(), [&](uint64_t v, char* d) { store(v, d); }); break;
+      case DType::kUInt32:
+        ok = fill(tensor.uint64_data(),
+                  [&](uint64_t v, char* d) { store(static_cast<uint32_t>(v), d); });
+        break;
+      case DType::kUInt64:
+        ok = fill(tensor.uint64_data(), [&](uint64_t v, char* d) { store(v, d); });
+        break;
       default: ok = false;
     }
     if (!ok) {
-      size_t have = std::max({tensor.float_data_size(), tensor.int32_data_size(), tensor.int64_data_size(),
-                              tensor.double_data_size(), tensor.uint64_data_size()});
+      size_t have =
+          std::max({tensor.float_data_size(), tensor.int32_data_size(), tensor.int64_data_size(),
+                    tensor.double_data_size(), tensor.uint64_data_size()});
       return mismatch(have);
     }
   }
-  Tensor view = Tensor::view(dtype, Shape(shape.begin(), shape.end()), static_cast<const void*>(bytes.data()));
+  Tensor view = Tensor::view(dtype, Shape(shape.begin(), shape.end()),
+                             static_cast<const void*>(bytes.data()));
   return elementsFromTensor(view, context);
 }
 
-bool convertAttributes(ImportState& state, const NodeInfo& info, SmallVectorImpl<NamedAttribute>* attributes,
-                       ArrayRef<StringRef> skip) {
+bool convertAttributes(ImportState& state, const NodeInfo& info,
+                       SmallVectorImpl<NamedAttribute>* attributes, ArrayRef<StringRef> skip) {
   OpBuilder& b = state.builder;
   bool ok = true;
   for (const onnx::AttributeProto& attr : info.node->attribute()) {
@@ -178,10 +209,12 @@ bool convertAttributes(ImportState& state, const NodeInfo& info, SmallVectorImpl
       case onnx::AttributeProto::FLOAT: value = b.getF32FloatAttr(attr.f()); break;
       case onnx::AttributeProto::STRING: value = b.getStringAttr(attr.s()); break;
       case onnx::AttributeProto::INTS:
-        value = b.getDenseI64ArrayAttr(SmallVector<int64_t>(attr.ints().begin(), attr.ints().end()));
+        value =
+            b.getDenseI64ArrayAttr(SmallVector<int64_t>(attr.ints().begin(), attr.ints().end()));
         break;
       case onnx::AttributeProto::FLOATS:
-        value = b.getDenseF32ArrayAttr(SmallVector<float>(attr.floats().begin(), attr.floats().end()));
+        value =
+            b.getDenseF32ArrayAttr(SmallVector<float>(attr.floats().begin(), attr.floats().end()));
         break;
       case onnx::AttributeProto::TENSOR: {
         std::string error;
@@ -194,8 +227,9 @@ bool convertAttributes(ImportState& state, const NodeInfo& info, SmallVectorImpl
         break;
       }
       default:
-        state.nodeError(info, "attribute '" + attr.name() + "' has a kind llmc does not support (graphs, "
-                              "sparse tensors, string lists, types)");
+        state.nodeError(info, "attribute '" + attr.name() +
+                                  "' has a kind llmc does not support (graphs, "
+                                  "sparse tensors, string lists, types)");
         state.unsupported = true;
         ok = false;
         continue;
@@ -218,17 +252,19 @@ std::string dirName(const std::string& path) {
 }
 
 // A graph input/output/value_info type; null with *error set when unsupported.
-Type convertValueType(MLIRContext* context, const onnx::ValueInfoProto& info, std::vector<std::string>* dim_names,
-                      std::string* error) {
+Type convertValueType(MLIRContext* context, const onnx::ValueInfoProto& info,
+                      std::vector<std::string>* dim_names, std::string* error) {
   if (!info.type().has_tensor_type()) {
-    *error = "'" + info.name() + "' is not a tensor (sequences, maps and optionals are not supported)";
+    *error =
+        "'" + info.name() + "' is not a tensor (sequences, maps and optionals are not supported)";
     return {};
   }
   const auto& tensor_type = info.type().tensor_type();
   int elem = tensor_type.elem_type();
   if (!isValidDType(elem) || elem == 0) {
     *error = "'" + info.name() + "' has element type " + std::to_string(elem) +
-             ", which llmc does not support (strings, complex, float8 and 4-bit types are not supported)";
+             ", which llmc does not support (strings, complex, float8 and 4-bit types are not "
+             "supported)";
     return {};
   }
   Type element = mlirFromDType(static_cast<DType>(elem), context);
@@ -242,14 +278,16 @@ Type convertValueType(MLIRContext* context, const onnx::ValueInfoProto& info, st
     } else {
       shape.push_back(ShapedType::kDynamic);
       if (dim_names)
-        dim_names->push_back(dim.has_dim_param() && !dim.dim_param().empty() ? dim.dim_param()
-                                                                              : info.name() + "_dim" + std::to_string(d));
+        dim_names->push_back(dim.has_dim_param() && !dim.dim_param().empty()
+                                 ? dim.dim_param()
+                                 : info.name() + "_dim" + std::to_string(d));
     }
   }
   return RankedTensorType::get(shape, element);
 }
 
-ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, const std::string& path) {
+ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model,
+                         const std::string& path) {
   context.getOrLoadDialect<nn::NNDialect>();
   context.getOrLoadDialect<func::FuncDialect>();
   ImportResult result;
@@ -265,8 +303,9 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
   int64_t default_opset = opsets.count("") ? opsets[""] : 0;
   if (default_opset < kMinOpset || default_opset > kMaxOpset) {
     result.errors.push_back(path + ": default-domain opset " + std::to_string(default_opset) +
-                            " is not supported (llmc imports opsets " + std::to_string(kMinOpset) + " to " +
-                            std::to_string(kMaxOpset) + "; convert the model with onnx.version_converter)");
+                            " is not supported (llmc imports opsets " + std::to_string(kMinOpset) +
+                            " to " + std::to_string(kMaxOpset) +
+                            "; convert the model with onnx.version_converter)");
     result.unsupported = true;
     return result;
   }
@@ -304,22 +343,26 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
       continue;
     }
     if (!isa<RankedTensorType>(type)) {
-      result.errors.push_back("graph input '" + input.name() + "' has no shape; llmc needs the rank of every input");
+      result.errors.push_back("graph input '" + input.name() +
+                              "' has no shape; llmc needs the rank of every input");
       continue;
     }
     SmallVector<Attribute> dims;
     for (const std::string& name : dim_names) {
       dims.push_back(builder.getStringAttr(name));
-      if (!name.empty() && std::find(symbols.begin(), symbols.end(), name) == symbols.end()) symbols.push_back(name);
+      if (!name.empty() && std::find(symbols.begin(), symbols.end(), name) == symbols.end())
+        symbols.push_back(name);
     }
     arg_types.push_back(type);
     arg_names.push_back(input.name());
-    arg_attrs.push_back(builder.getDictionaryAttr({builder.getNamedAttr("llmc.name", builder.getStringAttr(input.name())),
-                                                   builder.getNamedAttr("llmc.dims", builder.getArrayAttr(dims))}));
+    arg_attrs.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr("llmc.name", builder.getStringAttr(input.name())),
+         builder.getNamedAttr("llmc.dims", builder.getArrayAttr(dims))}));
   }
   if (!result.errors.empty()) return result;
 
-  auto func = builder.create<func::FuncOp>(file_loc, "main", builder.getFunctionType(arg_types, {}));
+  auto func =
+      builder.create<func::FuncOp>(file_loc, "main", builder.getFunctionType(arg_types, {}));
   func.setAllArgAttrs(arg_attrs);
   SmallVector<Attribute> symbol_attrs;
   for (const std::string& s : symbols) symbol_attrs.push_back(builder.getStringAttr(s));
@@ -328,7 +371,8 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
   builder.setInsertionPointToStart(body);
 
   std::map<std::string, Value> values;
-  for (size_t i = 0; i < arg_names.size(); ++i) values[arg_names[i]] = body->getArgument(static_cast<unsigned>(i));
+  for (size_t i = 0; i < arg_names.size(); ++i)
+    values[arg_names[i]] = body->getArgument(static_cast<unsigned>(i));
 
   // Initializers.
   for (const auto& init : graph.initializer()) {
@@ -342,7 +386,8 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
                                              builder.getStringAttr(init.name()));
     values[init.name()] = op.getResult();
   }
-  if (!graph.sparse_initializer().empty()) result.errors.push_back("sparse initializers are not supported");
+  if (!graph.sparse_initializer().empty())
+    result.errors.push_back("sparse initializers are not supported");
 
   Value none;
   auto getNone = [&]() {
@@ -355,20 +400,23 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
   };
 
   // Nodes. Unsupported ones are collected across the whole model before failing.
-  std::map<std::string, std::vector<std::string>> unsupported_ops;  // "(domain, op, opset)" -> nodes
+  std::map<std::string, std::vector<std::string>>
+      unsupported_ops;  // "(domain, op, opset)" -> nodes
   const KernelRegistry& kernels = KernelRegistry::cpuReference();
   for (int n = 0; n < graph.node_size(); ++n) {
     const onnx::NodeProto& node = graph.node(n);
     std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
     std::string name = node.name().empty() ? node.op_type() + "_" + std::to_string(n) : node.name();
     int64_t opset = opsets.count(domain) ? opsets[domain] : 0;
-    Location loc = NameLoc::get(builder.getStringAttr(name), FileLineColLoc::get(&context, path, n + 1, 0));
+    Location loc =
+        NameLoc::get(builder.getStringAttr(name), FileLineColLoc::get(&context, path, n + 1, 0));
     NodeInfo info{&node, name, opset, loc, {}, {}, {}};
 
     importer::OpHandler handler = importer::findOpHandler(domain, node.op_type(), opset);
-    if (!handler || (domain.empty() && node.op_type() != "Constant" && !kernels.find(node.op_type()))) {
-      std::string key = "(" + (domain.empty() ? std::string("ai.onnx") : domain) + ", " + node.op_type() + ", opset " +
-                        std::to_string(opset) + ")";
+    if (!handler ||
+        (domain.empty() && node.op_type() != "Constant" && !kernels.find(node.op_type()))) {
+      std::string key = "(" + (domain.empty() ? std::string("ai.onnx") : domain) + ", " +
+                        node.op_type() + ", opset " + std::to_string(opset) + ")";
       unsupported_ops[key].push_back(name);
       for (const std::string& output : node.output()) values[output] = Value();
       continue;
@@ -381,8 +429,10 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
       }
       auto it = values.find(input);
       if (it == values.end()) {
-        state.nodeError(info, "input '" + input + "' is not a graph input, an initializer or the output of an "
-                              "earlier node (missing initializer, or nodes not in topological order)");
+        state.nodeError(
+            info, "input '" + input +
+                      "' is not a graph input, an initializer or the output of an "
+                      "earlier node (missing initializer, or nodes not in topological order)");
         inputs_ok = false;
       } else if (!it->second) {
         inputs_ok = false;  // produced by an unsupported node: already reported
@@ -393,7 +443,8 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
     for (const std::string& output : node.output()) {
       info.result_names.push_back(output);
       auto it = declared.find(output);
-      info.result_types.push_back(it != declared.end() ? it->second : UnrankedTensorType::get(builder.getF32Type()));
+      info.result_types.push_back(
+          it != declared.end() ? it->second : UnrankedTensorType::get(builder.getF32Type()));
     }
     if (!inputs_ok) {
       for (const std::string& output : node.output()) values[output] = Value();
@@ -417,7 +468,8 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
                           " operator(s) llmc does not support:";
     for (const auto& [key, nodes] : unsupported_ops) {
       message += "\n  " + key + " at node" + (nodes.size() > 1 ? "s " : " ");
-      for (size_t i = 0; i < nodes.size() && i < 5; ++i) message += (i ? ", '" : "'") + nodes[i] + "'";
+      for (size_t i = 0; i < nodes.size() && i < 5; ++i)
+        message += (i ? ", '" : "'") + nodes[i] + "'";
       if (nodes.size() > 5) message += " and " + std::to_string(nodes.size() - 5) + " more";
     }
     result.errors.insert(result.errors.begin(), message);
@@ -431,7 +483,8 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
   for (const auto& output : graph.output()) {
     auto it = values.find(output.name());
     if (it == values.end()) {
-      result.errors.push_back("graph output '" + output.name() + "' is not produced by any node, input or initializer");
+      result.errors.push_back("graph output '" + output.name() +
+                              "' is not produced by any node, input or initializer");
       continue;
     }
     if (!it->second) continue;  // an unsupported node's output: already reported
@@ -452,14 +505,17 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model, co
 
 }  // namespace
 
-ImportResult importOnnxBytes(MLIRContext& context, const void* data, size_t size_bytes, const std::string& path) {
+ImportResult importOnnxBytes(MLIRContext& context, const void* data, size_t size_bytes,
+                             const std::string& path) {
   onnx::ModelProto model;
-  google::protobuf::io::CodedInputStream stream(static_cast<const uint8_t*>(data), static_cast<int>(size_bytes));
+  google::protobuf::io::CodedInputStream stream(static_cast<const uint8_t*>(data),
+                                                static_cast<int>(size_bytes));
   stream.SetTotalBytesLimit(INT_MAX);
   if (size_bytes > static_cast<size_t>(INT_MAX) || !model.ParseFromCodedStream(&stream) ||
       !stream.ConsumedEntireMessage()) {
     ImportResult result;
-    result.errors.push_back(path + ": not a valid ONNX model (the protobuf does not parse: truncated or not ONNX)");
+    result.errors.push_back(
+        path + ": not a valid ONNX model (the protobuf does not parse: truncated or not ONNX)");
     return result;
   }
   if (!model.has_graph()) {

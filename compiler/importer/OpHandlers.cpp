@@ -54,14 +54,19 @@ Operation* importConstant(ImportState& state, const NodeInfo& info) {
     value = DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()), attr.f());
   } else if (attr.name() == "value_floats") {
     SmallVector<float> v(attr.floats().begin(), attr.floats().end());
-    value = DenseElementsAttr::get(RankedTensorType::get({static_cast<int64_t>(v.size())}, b.getF32Type()), ArrayRef<float>(v));
+    value = DenseElementsAttr::get(
+        RankedTensorType::get({static_cast<int64_t>(v.size())}, b.getF32Type()),
+        ArrayRef<float>(v));
   } else if (attr.name() == "value_int") {
     value = DenseElementsAttr::get(RankedTensorType::get({}, b.getI64Type()), attr.i());
   } else if (attr.name() == "value_ints") {
     SmallVector<int64_t> v(attr.ints().begin(), attr.ints().end());
-    value = DenseElementsAttr::get(RankedTensorType::get({static_cast<int64_t>(v.size())}, b.getI64Type()), ArrayRef<int64_t>(v));
+    value = DenseElementsAttr::get(
+        RankedTensorType::get({static_cast<int64_t>(v.size())}, b.getI64Type()),
+        ArrayRef<int64_t>(v));
   } else {
-    state.nodeError(info, "Constant attribute '" + attr.name() + "' is not supported (strings and sparse tensors)");
+    state.nodeError(info, "Constant attribute '" + attr.name() +
+                              "' is not supported (strings and sparse tensors)");
     state.unsupported = true;
     return nullptr;
   }

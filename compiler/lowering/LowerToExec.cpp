@@ -26,7 +26,8 @@ class LowerToExecPass : public impl::LowerToExecBase<LowerToExecPass> {
       OpBuilder builder(op);
       Operation* lowered = nullptr;
       if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
-        lowered = builder.create<exec::WeightOp>(op->getLoc(), constant.getType(), constant.getValue(), constant.getNameAttr());
+        lowered = builder.create<exec::WeightOp>(op->getLoc(), constant.getType(),
+                                                 constant.getValue(), constant.getNameAttr());
       } else if (isa<nn::NoneOp>(op)) {
         lowered = builder.create<exec::NoneOp>(op->getLoc(), builder.getNoneType());
       } else {
@@ -34,10 +35,10 @@ class LowerToExecPass : public impl::LowerToExecBase<LowerToExecPass> {
         for (NamedAttribute attr : op->getAttrs())
           if (!attr.getName().getValue().starts_with("llmc.")) params.push_back(attr);
         std::string node = nodeNameOf(op);
-        auto call = builder.create<exec::CallOp>(op->getLoc(), op->getResultTypes(), builder.getStringAttr(kernelNameOf(op)),
-                                                 op->getOperands(), builder.getDictionaryAttr(params),
-                                                 node.empty() ? StringAttr() : builder.getStringAttr(node),
-                                                 DenseI64ArrayAttr());
+        auto call = builder.create<exec::CallOp>(
+            op->getLoc(), op->getResultTypes(), builder.getStringAttr(kernelNameOf(op)),
+            op->getOperands(), builder.getDictionaryAttr(params),
+            node.empty() ? StringAttr() : builder.getStringAttr(node), DenseI64ArrayAttr());
         for (StringRef carried : {"llmc.names", "llmc.dims"})
           if (Attribute a = op->getAttr(carried)) call->setAttr(carried, a);
         lowered = call;

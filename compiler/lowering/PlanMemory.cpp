@@ -18,7 +18,9 @@ using namespace mlir;
 namespace llmc {
 namespace {
 
-uint64_t alignUp(uint64_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+uint64_t alignUp(uint64_t n) {
+  return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
 
 class PlanMemoryPass : public impl::PlanMemoryBase<PlanMemoryPass> {
  public:
@@ -59,7 +61,9 @@ class PlanMemoryPass : public impl::PlanMemoryBase<PlanMemoryPass> {
       SmallVector<int64_t> assigned;
       for (unsigned r = 0; r < call.getNumResults(); ++r) {
         Value result = call.getResult(r);
-        uint64_t bytes = plannedBytes(result.getType(), dims && r < dims.size() ? dyn_cast<ArrayAttr>(dims[r]) : ArrayAttr(), planning);
+        uint64_t bytes = plannedBytes(
+            result.getType(), dims && r < dims.size() ? dyn_cast<ArrayAttr>(dims[r]) : ArrayAttr(),
+            planning);
         // A result nobody reads still needs its slot during this step.
         int64_t dead_after = last_read.count(result) ? last_read[result] : here;
         // Best fit among slots free before this step; else grow the largest free one; else new.
@@ -101,7 +105,8 @@ class PlanMemoryPass : public impl::PlanMemoryBase<PlanMemoryPass> {
   }
 
  private:
-  static uint64_t plannedBytes(Type type, ArrayAttr dims, const std::map<std::string, int64_t>& planning) {
+  static uint64_t plannedBytes(Type type, ArrayAttr dims,
+                               const std::map<std::string, int64_t>& planning) {
     auto ranked = dyn_cast<RankedTensorType>(type);
     if (!ranked) return 0;  // rank known only at run time: the runtime sizes the slot
     DType dtype = dtypeFromMlir(ranked.getElementType());
@@ -109,7 +114,9 @@ class PlanMemoryPass : public impl::PlanMemoryBase<PlanMemoryPass> {
     for (int64_t d = 0; d < ranked.getRank(); ++d) {
       int64_t size = ranked.getDimSize(d);
       if (ShapedType::isDynamic(size)) {
-        std::string name = dims && d < static_cast<int64_t>(dims.size()) ? cast<StringAttr>(dims[d]).getValue().str() : "";
+        std::string name = dims && d < static_cast<int64_t>(dims.size())
+                               ? cast<StringAttr>(dims[d]).getValue().str()
+                               : "";
         auto it = planning.find(name);
         size = it != planning.end() ? it->second : 1;
       }

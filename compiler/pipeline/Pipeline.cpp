@@ -39,8 +39,8 @@ std::string describeLocation(Location loc) {
 
 }  // namespace
 
-Status compileModelBytes(const std::string& bytes, const CompileOptions& options, std::vector<uint8_t>* engine_out,
-                         CompileStats* stats) {
+Status compileModelBytes(const std::string& bytes, const CompileOptions& options,
+                         std::vector<uint8_t>* engine_out, CompileStats* stats) {
   if (options.target != "cpu")
     return invalidArgument("unknown target '" + options.target + "' (this build supports: cpu)");
   auto progress = [&](const std::string& stage) {
@@ -78,12 +78,12 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     if (!known_symbols.count(name)) {
       std::string list;
       for (const auto& s : known_symbols) list += (list.empty() ? "" : ", ") + s;
-      return invalidArgument("--dim " + name + ": the model has no dimension named '" + name + "' (it has: " +
-                             (list.empty() ? std::string("none") : list) + ")");
+      return invalidArgument("--dim " + name + ": the model has no dimension named '" + name +
+                             "' (it has: " + (list.empty() ? std::string("none") : list) + ")");
     }
     if (range.first < 0 || (range.second >= 0 && range.second < range.first))
-      return invalidArgument("--dim " + name + ": empty range [" + std::to_string(range.first) + ", " +
-                             std::to_string(range.second) + "]");
+      return invalidArgument("--dim " + name + ": empty range [" + std::to_string(range.first) +
+                             ", " + std::to_string(range.second) + "]");
     ranges.push_back(b.getNamedAttr(name, b.getDenseI64ArrayAttr({range.first, range.second})));
   }
   main->setAttr("llmc.symbol_ranges", b.getDictionaryAttr(ranges));
@@ -99,7 +99,9 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   if (!options.dump_ir_after.empty() && options.dump_ir_after != "import") {
     std::string wanted = options.dump_ir_after;
     pm.enableIRPrinting([](Pass*, Operation*) { return false; },
-                        [wanted](Pass* pass, Operation*) { return wanted == "all" || pass->getArgument() == wanted; },
+                        [wanted](Pass* pass, Operation*) {
+                          return wanted == "all" || pass->getArgument() == wanted;
+                        },
                         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
   }
   OpPassManager& fpm = pm.nest<func::FuncOp>();
@@ -137,12 +139,14 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
 
   if (stats) {
     stats->engine_bytes = engine.size();
-    if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes")) stats->arena_bytes = static_cast<uint64_t>(arena.getInt());
+    if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes"))
+      stats->arena_bytes = static_cast<uint64_t>(arena.getInt());
     for (Operation& op : main.getBody().front()) {
       if (isa<exec::CallOp>(op)) ++stats->num_steps;
       if (auto weight = dyn_cast<exec::WeightOp>(op)) {
         auto type = cast<ShapedType>(weight.getType());
-        stats->weight_bytes += static_cast<uint64_t>(type.getNumElements()) * dtypeSize(dtypeFromMlir(type.getElementType()));
+        stats->weight_bytes += static_cast<uint64_t>(type.getNumElements()) *
+                               dtypeSize(dtypeFromMlir(type.getElementType()));
       }
     }
   }
@@ -161,7 +165,8 @@ Status compileModel(const CompileOptions& options, CompileStats* stats) {
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) return invalidArgument(options.output_path + ": cannot write the engine file");
-    out.write(reinterpret_cast<const char*>(engine.data()), static_cast<std::streamsize>(engine.size()));
+    out.write(reinterpret_cast<const char*>(engine.data()),
+              static_cast<std::streamsize>(engine.size()));
     if (!out) {
       std::remove(temporary.c_str());
       return internalError(options.output_path + ": write failed (disk full?)");

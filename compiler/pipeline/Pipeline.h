@@ -21,8 +21,8 @@ struct CompileOptions {
   std::string target = "cpu";
   // Range of each dimension symbol ("batch" -> {min, max}; max -1 = unbounded).
   std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
-  bool pass_timing = false;        // print per-pass timing to stderr
-  std::string dump_ir_after;       // a pass flag (e.g. "llmc-shape-inference"), "import" or "all"
+  bool pass_timing = false;   // print per-pass timing to stderr
+  std::string dump_ir_after;  // a pass flag (e.g. "llmc-shape-inference"), "import" or "all"
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };
 

@@ -17,7 +17,8 @@ namespace {
 
 class EngineWriter {
  public:
-  LogicalResult run(func::FuncOp func, const SerializeOptions& options, std::vector<uint8_t>* file) {
+  LogicalResult run(func::FuncOp func, const SerializeOptions& options,
+                    std::vector<uint8_t>* file) {
     Block& body = func.getBody().front();
     std::map<std::string, std::pair<int64_t, int64_t>> ranges;
     if (auto attr = func->getAttrOfType<DictionaryAttr>("llmc.symbol_ranges")) {
@@ -31,7 +32,8 @@ class EngineWriter {
       for (Attribute a : attr) {
         std::string name = cast<StringAttr>(a).getValue().str();
         auto range = ranges.count(name) ? ranges[name] : std::pair<int64_t, int64_t>{1, -1};
-        symbols.push_back(fb::CreateSymbol(fbb_, fbb_.CreateString(name), range.first, range.second));
+        symbols.push_back(
+            fb::CreateSymbol(fbb_, fbb_.CreateString(name), range.first, range.second));
       }
     }
 
@@ -39,15 +41,17 @@ class EngineWriter {
     for (BlockArgument arg : body.getArguments()) {
       auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
       auto dims = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims");
-      int32_t index = addValue(arg, name ? name.getValue().str() : "input" + std::to_string(arg.getArgNumber()),
-                               fb::ValueKind::Input, dims, -1, -1);
+      int32_t index =
+          addValue(arg, name ? name.getValue().str() : "input" + std::to_string(arg.getArgNumber()),
+                   fb::ValueKind::Input, dims, -1, -1);
       inputs.push_back(index);
     }
 
     std::vector<flatbuffers::Offset<fb::Step>> steps;
     for (Operation& op : body.without_terminator()) {
       if (auto weight = dyn_cast<exec::WeightOp>(op)) {
-        std::string name = weight.getName() ? weight.getName()->str() : "weight" + std::to_string(weights_.size());
+        std::string name =
+            weight.getName() ? weight.getName()->str() : "weight" + std::to_string(weights_.size());
         addWeight(weight.getResult(), name, weight.getValue());
       } else if (auto call = dyn_cast<exec::CallOp>(op)) {
         auto step = addStep(call);
@@ -80,7 +84,8 @@ class EngineWriter {
     auto arena = func->getAttrOfType<IntegerAttr>("exec.arena_bytes");
 
     auto producer = fb::CreateProducer(fbb_, fbb_.CreateString(options_version(options)),
-                                       fbb_.CreateString(options.source_hash), fbb_.CreateString(options.build_options));
+                                       fbb_.CreateString(options.source_hash),
+                                       fbb_.CreateString(options.build_options));
     auto values_vec = fbb_.CreateVector(values_);
     auto weights_vec = fbb_.CreateVector(weights_);
     auto slots_vec = fbb_.CreateVector(slots);
@@ -90,16 +95,19 @@ class EngineWriter {
     auto outputs_vec = fbb_.CreateVector(outputs);
     auto output_names_vec = fbb_.CreateVectorOfStrings(output_names);
     auto target = fbb_.CreateString(options.target);
-    auto engine = fb::CreateEngine(fbb_, producer, target, values_vec, weights_vec, slots_vec, symbols_vec, steps_vec,
-                                   inputs_vec, outputs_vec, arena ? static_cast<uint64_t>(arena.getInt()) : offset,
-                                   output_names_vec);
+    auto engine =
+        fb::CreateEngine(fbb_, producer, target, values_vec, weights_vec, slots_vec, symbols_vec,
+                         steps_vec, inputs_vec, outputs_vec,
+                         arena ? static_cast<uint64_t>(arena.getInt()) : offset, output_names_vec);
     fb::FinishEngineBuffer(fbb_, engine);
     assembleEngineFile({fbb_.GetBufferPointer(), fbb_.GetSize()}, blob_, file);
     return success();
   }
 
  private:
-  static std::string options_version(const SerializeOptions& options) { return options.compiler_version; }
+  static std::string options_version(const SerializeOptions& options) {
+    return options.compiler_version;
+  }
 
   std::vector<flatbuffers::Offset<fb::Dim>> makeDims(Type type, ArrayAttr names, bool* ranked) {
     std::vector<flatbuffers::Offset<fb::Dim>> dims;
@@ -111,15 +119,16 @@ class EngineWriter {
       std::string symbol;
       if (ShapedType::isDynamic(size)) {
         size = -1;
-        if (names && d < static_cast<int64_t>(names.size())) symbol = cast<StringAttr>(names[d]).getValue().str();
+        if (names && d < static_cast<int64_t>(names.size()))
+          symbol = cast<StringAttr>(names[d]).getValue().str();
       }
       dims.push_back(fb::CreateDim(fbb_, size, symbol.empty() ? 0 : fbb_.CreateString(symbol)));
     }
     return dims;
   }
 
-  int32_t addValue(Value value, const std::string& name, fb::ValueKind kind, ArrayAttr dim_names, int32_t weight,
-                   int32_t slot) {
+  int32_t addValue(Value value, const std::string& name, fb::ValueKind kind, ArrayAttr dim_names,
+                   int32_t weight, int32_t slot) {
     bool ranked = true;
     auto dims = makeDims(value.getType(), dim_names, &ranked);
     DType dtype = dtypeFromMlir(cast<ShapedType>(value.getType()).getElementType());
@@ -137,7 +146,8 @@ class EngineWriter {
     blob_.resize(offset + tensor.sizeBytes(), 0);
     if (tensor.sizeBytes()) std::memcpy(blob_.data() + offset, tensor.data(), tensor.sizeBytes());
     weights_.push_back(fb::CreateWeight(fbb_, offset, tensor.sizeBytes()));
-    auto type = RankedTensorType::get(tensor.shape(), cast<ShapedType>(elements.getType()).getElementType());
+    auto type = RankedTensorType::get(tensor.shape(),
+                                      cast<ShapedType>(elements.getType()).getElementType());
     bool ranked;
     auto dims = makeDims(type, ArrayAttr(), &ranked);
     auto record = fb::CreateValue(fbb_, fbb_.CreateString(name), fb::ValueKind::Weight,
@@ -158,19 +168,26 @@ class EngineWriter {
       fb::ParamBuilder* unused = nullptr;
       (void)unused;
       if (auto integer = dyn_cast<IntegerAttr>(value)) {
-        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::Int, integer.getValue().getSExtValue()));
+        params.push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Int, integer.getValue().getSExtValue()));
       } else if (auto real = dyn_cast<FloatAttr>(value)) {
-        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::Float, 0, real.getValueAsDouble()));
+        params.push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Float, 0, real.getValueAsDouble()));
       } else if (auto string = dyn_cast<StringAttr>(value)) {
-        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::String, 0, 0, fbb_.CreateString(string.getValue().str())));
+        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::String, 0, 0,
+                                         fbb_.CreateString(string.getValue().str())));
       } else if (auto ints = dyn_cast<DenseI64ArrayAttr>(value)) {
         std::vector<int64_t> v(ints.asArrayRef().begin(), ints.asArrayRef().end());
-        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::Ints, 0, 0, 0, fbb_.CreateVector(v)));
+        params.push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Ints, 0, 0, 0, fbb_.CreateVector(v)));
       } else if (auto floats = dyn_cast<DenseF32ArrayAttr>(value)) {
         std::vector<double> v(floats.asArrayRef().begin(), floats.asArrayRef().end());
-        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::Floats, 0, 0, 0, 0, fbb_.CreateVector(v)));
+        params.push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Floats, 0, 0, 0, 0, fbb_.CreateVector(v)));
       } else if (auto elements = dyn_cast<ElementsAttr>(value)) {
-        int32_t tensor = addWeight(Value(), call.getNode().value_or("step").str() + "." + attr.getName().getValue().str(), elements);
+        int32_t tensor = addWeight(
+            Value(), call.getNode().value_or("step").str() + "." + attr.getName().getValue().str(),
+            elements);
         params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::Tensor, 0, 0, 0, 0, 0, tensor));
       } else {
         call.emitError() << "parameter '" << attr.getName().getValue() << "' cannot be serialized";
@@ -200,14 +217,16 @@ class EngineWriter {
     std::vector<int32_t> outputs;
     std::string node = call.getNode() ? call.getNode()->str() : "";
     for (unsigned r = 0; r < call.getNumResults(); ++r) {
-      std::string name = names && r < names.size() ? cast<StringAttr>(names[r]).getValue().str() : "";
+      std::string name =
+          names && r < names.size() ? cast<StringAttr>(names[r]).getValue().str() : "";
       if (name.empty()) name = node + ":" + std::to_string(r);
       ArrayAttr dim_names = dims && r < dims.size() ? dyn_cast<ArrayAttr>(dims[r]) : ArrayAttr();
-      outputs.push_back(addValue(call.getResult(r), name, fb::ValueKind::Intermediate, dim_names, -1,
-                                 static_cast<int32_t>((*slots)[r])));
+      outputs.push_back(addValue(call.getResult(r), name, fb::ValueKind::Intermediate, dim_names,
+                                 -1, static_cast<int32_t>((*slots)[r])));
     }
     return fb::CreateStep(fbb_, fbb_.CreateString(call.getKernel().str()), fbb_.CreateString(node),
-                          fbb_.CreateVector(params), fbb_.CreateVector(inputs), fbb_.CreateVector(outputs));
+                          fbb_.CreateVector(params), fbb_.CreateVector(inputs),
+                          fbb_.CreateVector(outputs));
   }
 
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};
@@ -220,7 +239,8 @@ class EngineWriter {
 
 }  // namespace
 
-LogicalResult serializeEngine(ModuleOp module, const SerializeOptions& options, std::vector<uint8_t>* file) {
+LogicalResult serializeEngine(ModuleOp module, const SerializeOptions& options,
+                              std::vector<uint8_t>* file) {
   auto func = module.lookupSymbol<func::FuncOp>("main");
   if (!func) return module.emitError() << "no @main function to serialize";
   EngineWriter writer;

@@ -46,12 +46,14 @@ class FoldConstantsPass : public impl::FoldConstantsBase<FoldConstantsPass> {
         }
       }
       std::string node = nodeNameOf(op);
-      KernelRun shapes = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/true);
+      KernelRun shapes =
+          evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/true);
       if (!shapes.status.ok()) continue;  // shape inference reports real errors
       int64_t total = 0;
       for (const Tensor& t : shapes.outputs) total += t.numElements();
       if (total > maxElements) continue;
-      KernelRun run = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/false);
+      KernelRun run =
+          evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/false);
       if (!run.status.ok()) {
         op->emitError() << run.status.message();
         return signalPassFailure();

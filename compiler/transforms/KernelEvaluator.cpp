@@ -110,7 +110,8 @@ Status paramsFromAttributes(llvm::ArrayRef<NamedAttribute> attributes, KernelPar
       param.kind = KernelParam::Kind::kTensor;
       param.tensor = tensorFromElements(elements);
     } else {
-      return unimplemented("attribute '" + name.str() + "' has a kind llmc does not pass to kernels");
+      return unimplemented("attribute '" + name.str() +
+                           "' has a kind llmc does not pass to kernels");
     }
     params->set(name.str(), std::move(param));
   }
@@ -137,16 +138,24 @@ class EvalContext : public KernelContext {
  public:
   EvalContext(const KernelParams& params, const std::vector<const Tensor*>& inputs,
               size_t num_outputs, const std::string& node, bool shape_only)
-      : params_(params), inputs_(inputs), outputs_(num_outputs), node_(node), shape_only_(shape_only) {}
+      : params_(params),
+        inputs_(inputs),
+        outputs_(num_outputs),
+        node_(node),
+        shape_only_(shape_only) {}
 
   size_t numInputs() const override { return inputs_.size(); }
   const Tensor* input(size_t i) const override { return i < inputs_.size() ? inputs_[i] : nullptr; }
   size_t numOutputs() const override { return outputs_.size(); }
   Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
-    if (i >= outputs_.size()) return internalError("node '" + node_ + "': output index out of range");
+    if (i >= outputs_.size())
+      return internalError("node '" + node_ + "': output index out of range");
     for (int64_t d : shape)
-      if (d < 0) return invalidArgument("node '" + node_ + "': negative dimension in " + shapeToString(shape));
-    outputs_[i] = shape_only_ ? Tensor::view(dtype, shape, static_cast<void*>(nullptr)) : Tensor::allocate(dtype, shape);
+      if (d < 0)
+        return invalidArgument("node '" + node_ + "': negative dimension in " +
+                               shapeToString(shape));
+    outputs_[i] = shape_only_ ? Tensor::view(dtype, shape, static_cast<void*>(nullptr))
+                              : Tensor::allocate(dtype, shape);
     *out = &outputs_[i];
     return okStatus();
   }
@@ -175,8 +184,8 @@ KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
   if (run.status.ok()) {
     for (size_t i = 0; i < run.outputs.size(); ++i) {
       if (run.outputs[i].dtype() == DType::kUndefined)
-        run.status = internalError("node '" + node + "': kernel " + kernel.name + " did not produce output " +
-                                   std::to_string(i));
+        run.status = internalError("node '" + node + "': kernel " + kernel.name +
+                                   " did not produce output " + std::to_string(i));
     }
   }
   return run;
@@ -192,7 +201,8 @@ std::vector<Value> replaceWithConstants(Operation* op, const std::vector<Tensor>
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
     StringAttr name;
     if (names && i < names.size()) name = dyn_cast<StringAttr>(names[i]);
-    auto constant = builder.create<nn::ConstantOp>(op->getLoc(), elementsFromTensor(values[i], op->getContext()), name);
+    auto constant = builder.create<nn::ConstantOp>(
+        op->getLoc(), elementsFromTensor(values[i], op->getContext()), name);
     op->getResult(i).replaceAllUsesWith(constant.getResult());
     constants.push_back(constant.getResult());
   }

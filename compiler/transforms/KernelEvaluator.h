@@ -50,5 +50,6 @@ namespace llmc {
 // Replaces every result of `op` with an nn.constant holding the matching tensor (which must
 // have data) and erases `op`. Constant names come from the op's `llmc.names`. Returns the
 // constants' values, in result order.
-std::vector<mlir::Value> replaceWithConstants(mlir::Operation* op, const std::vector<Tensor>& values);
+std::vector<mlir::Value> replaceWithConstants(mlir::Operation* op,
+                                              const std::vector<Tensor>& values);
 }  // namespace llmc

@@ -54,7 +54,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     std::vector<std::string> symbols;
     if (auto attr = func->getAttrOfType<ArrayAttr>("llmc.symbols"))
       for (Attribute a : attr) symbols.push_back(cast<StringAttr>(a).getValue().str());
-    std::vector<int64_t> probe[kProbes] = {probeValues(0, symbols.size()), probeValues(1, symbols.size()),
+    std::vector<int64_t> probe[kProbes] = {probeValues(0, symbols.size()),
+                                           probeValues(1, symbols.size()),
                                            probeValues(2, symbols.size())};
 
     llvm::DenseMap<Value, ProbeTensors> known;
@@ -71,7 +72,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
           int64_t size = type.getDimSize(d);
           if (ShapedType::isDynamic(size)) {
             std::string name = dims && d < static_cast<int64_t>(dims.size())
-                                   ? cast<StringAttr>(dims[d]).getValue().str() : "";
+                                   ? cast<StringAttr>(dims[d]).getValue().str()
+                                   : "";
             auto it = std::find(symbols.begin(), symbols.end(), name);
             if (it == symbols.end()) {
               pt.known = false;
@@ -81,7 +83,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
           }
           shape.push_back(size);
         }
-        pt.tensor[p] = Tensor::view(dtypeFromMlir(type.getElementType()), shape, static_cast<void*>(nullptr));
+        pt.tensor[p] =
+            Tensor::view(dtypeFromMlir(type.getElementType()), shape, static_cast<void*>(nullptr));
       }
       if (pt.known) known[arg] = std::move(pt);
     }
@@ -96,7 +99,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
         pt.known = true;
         Tensor t = type.getNumElements() <= kMaxConstantDataElements
                        ? tensorFromElements(constant.getValue())
-                       : Tensor::view(dtypeFromMlir(type.getElementType()), Shape(type.getShape()), static_cast<void*>(nullptr));
+                       : Tensor::view(dtypeFromMlir(type.getElementType()), Shape(type.getShape()),
+                                      static_cast<void*>(nullptr));
         for (int p = 0; p < kProbes; ++p) pt.tensor[p] = t;
         known[constant.getResult()] = std::move(pt);
         continue;
@@ -111,7 +115,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
   }
 
  private:
-  LogicalResult inferOp(Operation* op, const std::vector<std::string>& symbols, const std::vector<int64_t> probe[kProbes],
+  LogicalResult inferOp(Operation* op, const std::vector<std::string>& symbols,
+                        const std::vector<int64_t> probe[kProbes],
                         llvm::DenseMap<Value, ProbeTensors>& known) {
     std::string kernel_name = kernelNameOf(op);
     const KernelDef* kernel = KernelRegistry::cpuReference().find(kernel_name);
@@ -149,7 +154,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
         all_data = all_data && t.hasData();
         inputs.push_back(&t);
       }
-      runs[p] = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/true);
+      runs[p] =
+          evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/true);
       if (runs[p].status.code() == StatusCode::kUnavailable) {
         unavailable = true;
         break;
@@ -167,7 +173,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       // Shape and Size read only their input's shape, so they evaluate without its data.
       bool reads_shapes_only = kernel_name == "Shape" || kernel_name == "Size";
       if ((all_data || reads_shapes_only) && total <= kMaxEvaluatedElements) {
-        KernelRun full = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node, /*shape_only=*/false);
+        KernelRun full = evaluateKernel(*kernel, params, inputs, op->getNumResults(), node,
+                                        /*shape_only=*/false);
         if (full.status.ok()) {
           runs[p] = std::move(full);
           have_data[p] = true;
@@ -178,9 +185,11 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     if (!unavailable && failures.size() == kProbes) {
       std::string bindings;
       for (size_t sym = 0; sym < symbols.size(); ++sym)
-        bindings += (sym ? ", " : "") + symbols[sym] + "=" + std::to_string(probe[kProbes - 1][sym]);
+        bindings +=
+            (sym ? ", " : "") + symbols[sym] + "=" + std::to_string(probe[kProbes - 1][sym]);
       return op->emitError() << runs[kProbes - 1].status.message()
-                             << " (for every size tried of the dimension symbols, e.g. " << bindings << ")";
+                             << " (for every size tried of the dimension symbols, e.g. " << bindings
+                             << ")";
     }
     if (!failures.empty()) unavailable = true;
     OpBuilder builder(op);
@@ -188,8 +197,10 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     op->removeAttr("llmc.untyped");
     if (unavailable) {
       for (unsigned i = 0; i < op->getNumResults(); ++i) {
-        bool declared = !untyped || !llvm::is_contained(untyped.asArrayRef(), static_cast<int64_t>(i));
-        if (!declared) op->getResult(i).setType(UnrankedTensorType::get(fallbackElementType(op, i)));
+        bool declared =
+            !untyped || !llvm::is_contained(untyped.asArrayRef(), static_cast<int64_t>(i));
+        if (!declared)
+          op->getResult(i).setType(UnrankedTensorType::get(fallbackElementType(op, i)));
       }
       return success();
     }
@@ -223,7 +234,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       const Tensor& a = runs[0].outputs[i];
       Type element = mlirFromDType(a.dtype(), op->getContext());
       bool same_rank = true;
-      for (int p = 1; p < kProbes; ++p) same_rank = same_rank && runs[p].outputs[i].shape().size() == a.shape().size();
+      for (int p = 1; p < kProbes; ++p)
+        same_rank = same_rank && runs[p].outputs[i].shape().size() == a.shape().size();
       if (!same_rank) {
         op->getResult(i).setType(UnrankedTensorType::get(element));
         dims_per_result.push_back(builder.getArrayAttr({}));
@@ -233,7 +245,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       SmallVector<Attribute> names;
       for (size_t d = 0; d < a.shape().size(); ++d) {
         bool is_static = true;
-        for (int p = 1; p < kProbes; ++p) is_static = is_static && runs[p].outputs[i].shape()[d] == a.shape()[d];
+        for (int p = 1; p < kProbes; ++p)
+          is_static = is_static && runs[p].outputs[i].shape()[d] == a.shape()[d];
         std::string name;
         if (is_static) {
           shape.push_back(a.shape()[d]);
@@ -241,7 +254,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
           shape.push_back(ShapedType::kDynamic);
           for (size_t sym = 0; sym < symbols.size() && name.empty(); ++sym) {
             bool follows = true;
-            for (int p = 0; p < kProbes; ++p) follows = follows && runs[p].outputs[i].shape()[d] == probe[p][sym];
+            for (int p = 0; p < kProbes; ++p)
+              follows = follows && runs[p].outputs[i].shape()[d] == probe[p][sym];
             if (follows) name = symbols[sym];
           }
           any_symbolic = any_symbolic || !name.empty();
@@ -255,8 +269,10 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       for (int p = 0; p < kProbes; ++p) pt.tensor[p] = runs[p].outputs[i];
       known[op->getResult(i)] = std::move(pt);
     }
-    if (any_symbolic) op->setAttr("llmc.dims", builder.getArrayAttr(dims_per_result));
-    else op->removeAttr("llmc.dims");
+    if (any_symbolic)
+      op->setAttr("llmc.dims", builder.getArrayAttr(dims_per_result));
+    else
+      op->removeAttr("llmc.dims");
     if (kernel_name == "Reshape") foldReshapeTarget(op, known);
     if (kernel_name == "Expand") foldExpandTarget(op, known);
     return success();
@@ -286,10 +302,12 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     replaceShapeOperand(op, target, known);
   }
 
-  static void replaceShapeOperand(Operation* op, ArrayRef<int64_t> target, llvm::DenseMap<Value, ProbeTensors>& known) {
+  static void replaceShapeOperand(Operation* op, ArrayRef<int64_t> target,
+                                  llvm::DenseMap<Value, ProbeTensors>& known) {
     OpBuilder builder(op);
     auto type = RankedTensorType::get({static_cast<int64_t>(target.size())}, builder.getI64Type());
-    auto constant = builder.create<nn::ConstantOp>(op->getLoc(), DenseElementsAttr::get(type, target), StringAttr());
+    auto constant = builder.create<nn::ConstantOp>(
+        op->getLoc(), DenseElementsAttr::get(type, target), StringAttr());
     op->setOperand(1, constant.getResult());
     ProbeTensors pt;
     pt.known = true;
@@ -312,7 +330,9 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       if (index < all.size()) dims = dyn_cast<ArrayAttr>(all[index]);
     }
     for (int64_t d = 0; d < type.getRank(); ++d)
-      names.push_back(dims && d < static_cast<int64_t>(dims.size()) ? cast<StringAttr>(dims[d]).getValue().str() : "");
+      names.push_back(dims && d < static_cast<int64_t>(dims.size())
+                          ? cast<StringAttr>(dims[d]).getValue().str()
+                          : "");
     return names;
   }
 
@@ -323,7 +343,9 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
   static void foldReshapeTarget(Operation* op, llvm::DenseMap<Value, ProbeTensors>& known) {
     Value shape_operand = op->getOperand(1);
     if (isa_and_nonnull<nn::ConstantOp>(shape_operand.getDefiningOp())) return;
-    if (auto allowzero = op->getAttrOfType<IntegerAttr>("allowzero"); allowzero && allowzero.getInt() != 0) return;
+    if (auto allowzero = op->getAttrOfType<IntegerAttr>("allowzero");
+        allowzero && allowzero.getInt() != 0)
+      return;
     auto result_type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
     auto input_type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
     if (!result_type || !input_type) return;
@@ -356,17 +378,22 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       return b.getF32Type();
     }
     if (name == "TopK" && i == 1) return b.getI64Type();
-    if (name == "Shape" || name == "Size" || name == "ArgMax" || name == "ArgMin") return b.getI64Type();
-    if (name == "OneHot" && op->getNumOperands() > 2) return cast<ShapedType>(op->getOperand(2).getType()).getElementType();
+    if (name == "Shape" || name == "Size" || name == "ArgMax" || name == "ArgMin")
+      return b.getI64Type();
+    if (name == "OneHot" && op->getNumOperands() > 2)
+      return cast<ShapedType>(op->getOperand(2).getType()).getElementType();
     if (name == "Cast") {
       if (auto to = op->getAttrOfType<IntegerAttr>("to"))
         if (Type t = mlirFromDType(static_cast<DType>(to.getInt()), op->getContext())) return t;
     }
-    if (name == "CastLike" && op->getNumOperands() > 1) return cast<ShapedType>(op->getOperand(1).getType()).getElementType();
-    if (name == "Equal" || name == "Less" || name == "Greater" || name == "LessOrEqual" || name == "GreaterOrEqual" ||
-        name == "Not" || name == "And" || name == "Or" || name == "Xor" || name == "IsNaN" || name == "IsInf")
+    if (name == "CastLike" && op->getNumOperands() > 1)
+      return cast<ShapedType>(op->getOperand(1).getType()).getElementType();
+    if (name == "Equal" || name == "Less" || name == "Greater" || name == "LessOrEqual" ||
+        name == "GreaterOrEqual" || name == "Not" || name == "And" || name == "Or" ||
+        name == "Xor" || name == "IsNaN" || name == "IsInf")
       return b.getI1Type();
-    if (name == "Where" && op->getNumOperands() > 1) return cast<ShapedType>(op->getOperand(1).getType()).getElementType();
+    if (name == "Where" && op->getNumOperands() > 1)
+      return cast<ShapedType>(op->getOperand(1).getType()).getElementType();
     for (Value operand : op->getOperands())
       if (auto shaped = dyn_cast<ShapedType>(operand.getType())) return shaped.getElementType();
     return b.getF32Type();

@@ -22,7 +22,8 @@ struct ForwardIdentity : public OpRewritePattern<nn::IdentityOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(nn::IdentityOp op, PatternRewriter& rewriter) const override {
     Value input = op->getOperand(0);
-    if (input.getType() != op->getResult(0).getType()) return rewriter.notifyMatchFailure(op, "type changes");
+    if (input.getType() != op->getResult(0).getType())
+      return rewriter.notifyMatchFailure(op, "type changes");
     rewriter.replaceOp(op, input);
     return success();
   }
@@ -42,7 +43,8 @@ struct ForwardInferenceDropout : public OpRewritePattern<nn::DropoutOp> {
         return rewriter.notifyMatchFailure(op, "training mode");
     }
     Value input = op->getOperand(0);
-    if (input.getType() != op->getResult(0).getType()) return rewriter.notifyMatchFailure(op, "type changes");
+    if (input.getType() != op->getResult(0).getType())
+      return rewriter.notifyMatchFailure(op, "type changes");
     SmallVector<Value> replacements{input};
     if (op->getNumResults() > 1) replacements.push_back(Value());
     rewriter.replaceAllUsesWith(op->getResult(0), input);
@@ -91,7 +93,8 @@ class SimplifyPass : public impl::SimplifyBase<SimplifyPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateSimplifyPatterns(patterns);
-    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) return signalPassFailure();
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
   }
 };
 }  // namespace

@@ -13,7 +13,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.verify_plan_checksum = false;
   options.verify_weights_checksum = false;
   std::shared_ptr<const llmc::Engine> engine;
-  if (!llmc::Engine::loadFromMemory(std::span<const uint8_t>(data, size), "fuzz.engine", &engine, options).ok())
+  if (!llmc::Engine::loadFromMemory(std::span<const uint8_t>(data, size), "fuzz.engine", &engine,
+                                    options)
+           .ok())
     return 0;
   // Bind every input with symbols at 2 and keep the run small.
   std::vector<llmc::NamedTensor> inputs;

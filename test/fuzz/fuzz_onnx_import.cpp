@@ -12,8 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   llmc::CompileOptions options;
   options.input_path = "fuzz.onnx";
   std::vector<uint8_t> engine_bytes;
-  llmc::Status status = llmc::compileModelBytes(std::string(reinterpret_cast<const char*>(data), size), options,
-                                                &engine_bytes, nullptr);
+  llmc::Status status = llmc::compileModelBytes(
+      std::string(reinterpret_cast<const char*>(data), size), options, &engine_bytes, nullptr);
   if (!status.ok()) return 0;
   std::shared_ptr<const llmc::Engine> engine;
   // What the compiler writes must always load.

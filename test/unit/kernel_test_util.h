@@ -57,10 +57,15 @@ Tensor makeTensor(DType dtype, Shape shape, const std::vector<T>& values) {
   return t;
 }
 
-inline Tensor makeFloat(Shape shape, const std::vector<float>& v) { return makeTensor(DType::kFloat32, shape, v); }
-inline Tensor makeInt64(Shape shape, const std::vector<int64_t>& v) { return makeTensor(DType::kInt64, shape, v); }
+inline Tensor makeFloat(Shape shape, const std::vector<float>& v) {
+  return makeTensor(DType::kFloat32, shape, v);
+}
+inline Tensor makeInt64(Shape shape, const std::vector<int64_t>& v) {
+  return makeTensor(DType::kInt64, shape, v);
+}
 
-template <typename T> std::vector<T> values(const Tensor& t) {
+template <typename T>
+std::vector<T> values(const Tensor& t) {
   std::vector<T> out(static_cast<size_t>(t.numElements()));
   if (!out.empty()) std::memcpy(out.data(), t.data(), out.size() * sizeof(T));
   return out;

@@ -9,8 +9,8 @@
 namespace llmc::cli {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // llmc itself failed at run time
-inline constexpr int kExitBadInput = 2; // bad usage, bad model, bad engine, bad input file
+inline constexpr int kExitFailure = 1;   // llmc itself failed at run time
+inline constexpr int kExitBadInput = 2;  // bad usage, bad model, bad engine, bad input file
 
 // Exit code for a Status: problems with what the user gave us are 2, the rest 1.
 int exitCodeFor(const Status& status);

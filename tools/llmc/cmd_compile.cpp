@@ -62,14 +62,17 @@ int runCompile(const std::vector<std::string>& args) {
     } else if (options.input_path.empty()) {
       options.input_path = arg;
     } else {
-      return usageError("compile", "more than one model given ('" + options.input_path + "', '" + arg + "')");
+      return usageError("compile",
+                        "more than one model given ('" + options.input_path + "', '" + arg + "')");
     }
   }
   if (options.input_path.empty()) return usageError("compile", "no model given");
   if (options.output_path.empty()) return usageError("compile", "no output given (-o OUT.engine)");
   bool terminal = isatty(STDERR_FILENO);
   if (terminal || options.pass_timing)
-    options.progress = [](const std::string& stage) { std::fprintf(stderr, "llmc compile: %s\n", stage.c_str()); };
+    options.progress = [](const std::string& stage) {
+      std::fprintf(stderr, "llmc compile: %s\n", stage.c_str());
+    };
 
   auto start = std::chrono::steady_clock::now();
   CompileStats stats;
@@ -77,8 +80,8 @@ int runCompile(const std::vector<std::string>& args) {
   if (!status.ok()) return reportError("compile", status);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("wrote %s: %zu steps, %.1f KiB weights, %.1f KiB arena, %.1f KiB engine (%.2f s)\n",
-              options.output_path.c_str(), stats.num_steps, stats.weight_bytes / 1024.0, stats.arena_bytes / 1024.0,
-              stats.engine_bytes / 1024.0, seconds);
+              options.output_path.c_str(), stats.num_steps, stats.weight_bytes / 1024.0,
+              stats.arena_bytes / 1024.0, stats.engine_bytes / 1024.0, seconds);
   return kExitOk;
 }
 

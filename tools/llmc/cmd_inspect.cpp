@@ -45,7 +45,8 @@ std::string dimsJson(const TensorInfo& info) {
   for (size_t i = 0; i < info.dims.size(); ++i) {
     if (i) text += ", ";
     const DimInfo& d = info.dims[i];
-    text += d.size >= 0 ? std::to_string(d.size) : (d.symbol.empty() ? "null" : jsonString(d.symbol));
+    text +=
+        d.size >= 0 ? std::to_string(d.size) : (d.symbol.empty() ? "null" : jsonString(d.symbol));
   }
   return text + "]";
 }
@@ -53,8 +54,9 @@ std::string dimsJson(const TensorInfo& info) {
 std::string tensorsJson(const std::vector<TensorInfo>& list) {
   std::string out = "[";
   for (size_t i = 0; i < list.size(); ++i) {
-    out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(list[i].name) + ", \"dtype\": " +
-           jsonString(dtypeName(list[i].dtype)) + ", \"shape\": " + dimsJson(list[i]) + "}";
+    out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(list[i].name) +
+           ", \"dtype\": " + jsonString(dtypeName(list[i].dtype)) +
+           ", \"shape\": " + dimsJson(list[i]) + "}";
   }
   return out + "]";
 }
@@ -65,10 +67,14 @@ int runInspect(const std::vector<std::string>& args) {
   std::string engine_path;
   bool json = false;
   for (const std::string& arg : args) {
-    if (arg == "--json") json = true;
-    else if (!arg.empty() && arg[0] == '-') return usageError("inspect", "unknown option '" + arg + "'");
-    else if (engine_path.empty()) engine_path = arg;
-    else return usageError("inspect", "more than one engine given");
+    if (arg == "--json")
+      json = true;
+    else if (!arg.empty() && arg[0] == '-')
+      return usageError("inspect", "unknown option '" + arg + "'");
+    else if (engine_path.empty())
+      engine_path = arg;
+    else
+      return usageError("inspect", "more than one engine given");
   }
   if (engine_path.empty()) return usageError("inspect", "no engine given");
   std::shared_ptr<const Engine> engine;
@@ -84,14 +90,15 @@ int runInspect(const std::vector<std::string>& args) {
     out += "  \"format_version\": " + jsonString(engine->formatVersion()) + ",\n";
     out += "  \"target\": " + jsonString(engine->target()) + ",\n";
     out += "  \"producer\": {\"compiler_version\": " + jsonString(engine->compilerVersion()) +
-           ", \"source_hash\": " + jsonString(engine->sourceHash()) + ", \"options\": " +
-           jsonString(engine->buildOptions()) + "},\n";
+           ", \"source_hash\": " + jsonString(engine->sourceHash()) +
+           ", \"options\": " + jsonString(engine->buildOptions()) + "},\n";
     out += "  \"inputs\": " + tensorsJson(engine->inputs()) + ",\n";
     out += "  \"outputs\": " + tensorsJson(engine->outputs()) + ",\n";
     out += "  \"symbols\": [";
     for (size_t i = 0; i < engine->symbols().size(); ++i) {
       const SymbolInfo& s = engine->symbols()[i];
-      out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(s.name) + ", \"min\": " + std::to_string(s.min) +
+      out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(s.name) +
+             ", \"min\": " + std::to_string(s.min) +
              ", \"max\": " + (s.max >= 0 ? std::to_string(s.max) : "null") + "}";
     }
     out += "],\n";
@@ -105,7 +112,8 @@ int runInspect(const std::vector<std::string>& args) {
     }
     out += "},\n  \"steps\": [";
     for (size_t i = 0; i < engine->numSteps(); ++i) {
-      out += std::string(i ? ",\n    " : "\n    ") + "{\"kernel\": " + jsonString(engine->stepKernel(i)) +
+      out += std::string(i ? ",\n    " : "\n    ") +
+             "{\"kernel\": " + jsonString(engine->stepKernel(i)) +
              ", \"node\": " + jsonString(engine->stepNode(i)) + "}";
     }
     out += engine->numSteps() ? "\n  ]\n}\n" : "]\n}\n";
@@ -131,9 +139,11 @@ int runInspect(const std::vector<std::string>& args) {
                   s.max >= 0 ? std::to_string(s.max).c_str() : "unbounded");
   }
   std::printf("steps:    %zu\n", engine->numSteps());
-  for (const auto& [kernel, count] : kernel_counts) std::printf("  %-22s %d\n", kernel.c_str(), count);
+  for (const auto& [kernel, count] : kernel_counts)
+    std::printf("  %-22s %d\n", kernel.c_str(), count);
   std::printf("weights:  %llu bytes\n", static_cast<unsigned long long>(engine->weightBytes()));
-  std::printf("arena:    %llu bytes (at the planning shapes)\n", static_cast<unsigned long long>(engine->arenaBytes()));
+  std::printf("arena:    %llu bytes (at the planning shapes)\n",
+              static_cast<unsigned long long>(engine->arenaBytes()));
   return kExitOk;
 }
 

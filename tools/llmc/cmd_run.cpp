@@ -100,21 +100,25 @@ int runRun(const std::vector<std::string>& args) {
     auto start = std::chrono::steady_clock::now();
     status = session->run(inputs, &outputs);
     if (!status.ok()) return reportError("run", status);
-    times_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    times_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
   }
 
   if (!output_dir.empty()) {
     ::mkdir(output_dir.c_str(), 0755);
     struct stat st;
     if (::stat(output_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      return reportError("run", invalidArgument(output_dir + ": cannot create the output directory"));
+      return reportError("run",
+                         invalidArgument(output_dir + ": cannot create the output directory"));
   }
   for (const NamedTensor& output : outputs) {
     std::printf("%s: %s%s %s\n", output.name.c_str(), dtypeName(output.tensor.dtype()),
                 shapeToString(output.tensor.shape()).c_str(), preview(output.tensor, 8).c_str());
     if (!output_dir.empty()) {
       std::string path = output_dir + "/" + fileNameFor(output.name) + "." + output_format;
-      status = output_format == "npy" ? writeNpy(path, output.tensor) : writeTensorProto(path, output.tensor, output.name);
+      status = output_format == "npy" ? writeNpy(path, output.tensor)
+                                      : writeTensorProto(path, output.tensor, output.name);
       if (!status.ok()) return reportError("run", status);
     }
   }
@@ -123,8 +127,8 @@ int runRun(const std::vector<std::string>& args) {
   if (repeat == 1) {
     std::printf("ran %zu steps in %.3f ms\n", engine->numSteps(), median);
   } else {
-    std::printf("ran %zu steps %d times: median %.3f ms (min %.3f, max %.3f)\n", engine->numSteps(), repeat, median,
-                times_ms.front(), times_ms.back());
+    std::printf("ran %zu steps %d times: median %.3f ms (min %.3f, max %.3f)\n", engine->numSteps(),
+                repeat, median, times_ms.front(), times_ms.back());
   }
   return kExitOk;
 }

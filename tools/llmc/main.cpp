@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
 
 #ifndef LLMC_HAVE_COMPILER
 int llmc::cli::runCompile(const std::vector<std::string>&) {
-  return usageError("compile", "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
+  return usageError("compile",
+                    "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
 }
 #endif

@@ -23,14 +23,17 @@ LogicalResult CallOp::verify() {
   if (getKernel().empty()) return emitOpError() << "needs a kernel name";
   if (auto slots = getSlots()) {
     if (slots->size() != static_cast<int64_t>(getNumResults()))
-      return emitOpError() << "has " << slots->size() << " slots for " << getNumResults() << " results";
+      return emitOpError() << "has " << slots->size() << " slots for " << getNumResults()
+                           << " results";
     for (int64_t slot : *slots)
       if (slot < 0) return emitOpError() << "has a negative arena slot " << slot;
   }
   for (NamedAttribute param : getParams()) {
     Attribute value = param.getValue();
-    if (!isa<IntegerAttr, FloatAttr, StringAttr, DenseI64ArrayAttr, DenseF32ArrayAttr, ElementsAttr>(value))
-      return emitOpError() << "parameter '" << param.getName().getValue() << "' has an unsupported kind";
+    if (!isa<IntegerAttr, FloatAttr, StringAttr, DenseI64ArrayAttr, DenseF32ArrayAttr,
+             ElementsAttr>(value))
+      return emitOpError() << "parameter '" << param.getName().getValue()
+                           << "' has an unsupported kind";
   }
   return success();
 }

@@ -8,6 +8,9 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+// The generated declarations need the headers above: keep them after (clang-format off).
+// clang-format off
 #include "exec/IR/ExecOpsDialect.h.inc"
 #define GET_OP_CLASSES
 #include "exec/IR/ExecOps.h.inc"
+// clang-format on

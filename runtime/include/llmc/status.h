@@ -9,15 +9,15 @@ namespace llmc {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument = 1,   // bad input from the caller: shapes, names, options
-  kNotFound = 2,          // a file, tensor or kernel that does not exist
-  kOutOfRange = 3,        // a dimension outside its declared min/max, an index out of bounds
-  kUnimplemented = 4,     // a kernel, dtype or feature llmc does not have
-  kDataLoss = 5,          // a corrupted or truncated file
-  kFailedPrecondition = 6,// e.g. an engine whose format version this runtime cannot read
-  kResourceExhausted = 7, // out of memory, KV cache full
-  kInternal = 8,          // a broken invariant of llmc itself
-  kUnavailable = 9,       // a value not known yet (used by shape-only evaluation)
+  kInvalidArgument = 1,     // bad input from the caller: shapes, names, options
+  kNotFound = 2,            // a file, tensor or kernel that does not exist
+  kOutOfRange = 3,          // a dimension outside its declared min/max, an index out of bounds
+  kUnimplemented = 4,       // a kernel, dtype or feature llmc does not have
+  kDataLoss = 5,            // a corrupted or truncated file
+  kFailedPrecondition = 6,  // e.g. an engine whose format version this runtime cannot read
+  kResourceExhausted = 7,   // out of memory, KV cache full
+  kInternal = 8,            // a broken invariant of llmc itself
+  kUnavailable = 9,         // a value not known yet (used by shape-only evaluation)
 };
 
 const char* statusCodeName(StatusCode code);
@@ -58,9 +58,9 @@ Status unavailable(std::string message);
 #define LLMC_STATUS_CONCAT(a, b) LLMC_STATUS_CONCAT_INNER(a, b)
 
 // Evaluates `expr` (a Status) and returns it from the enclosing function if not ok.
-#define LLMC_RETURN_IF_ERROR(expr)                                        \
-  do {                                                                    \
-    ::llmc::Status LLMC_STATUS_CONCAT(llmc_status_, __LINE__) = (expr);   \
-    if (!LLMC_STATUS_CONCAT(llmc_status_, __LINE__).ok())                 \
-      return LLMC_STATUS_CONCAT(llmc_status_, __LINE__);                  \
+#define LLMC_RETURN_IF_ERROR(expr)                                      \
+  do {                                                                  \
+    ::llmc::Status LLMC_STATUS_CONCAT(llmc_status_, __LINE__) = (expr); \
+    if (!LLMC_STATUS_CONCAT(llmc_status_, __LINE__).ok())               \
+      return LLMC_STATUS_CONCAT(llmc_status_, __LINE__);                \
   } while (0)

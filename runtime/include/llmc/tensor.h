@@ -72,8 +72,14 @@ class Tensor {
   // Null for a shape-only tensor (compile-time shape evaluation).
   void* data() { return data_; }
   const void* data() const { return data_; }
-  template <typename T> T* data() { return static_cast<T*>(data_); }
-  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
   bool hasData() const { return data_ != nullptr || numElements() == 0; }
   bool ownsData() const { return storage_ != nullptr; }
 

@@ -31,14 +31,21 @@ struct Engine::Mapping {
 namespace {
 
 std::string valueRef(const Plan& plan, int index) {
-  return "value " + std::to_string(index) + " ('" + plan.values[static_cast<size_t>(index)].name + "')";
+  return "value " + std::to_string(index) + " ('" + plan.values[static_cast<size_t>(index)].name +
+         "')";
 }
 
 Status convertParam(const fb::Param* param, const Plan& plan, const std::string& where,
                     KernelParam* out) {
   switch (param->kind()) {
-    case fb::ParamKind::Int: out->kind = KernelParam::Kind::kInt; out->i = param->i(); break;
-    case fb::ParamKind::Float: out->kind = KernelParam::Kind::kFloat; out->f = param->f(); break;
+    case fb::ParamKind::Int:
+      out->kind = KernelParam::Kind::kInt;
+      out->i = param->i();
+      break;
+    case fb::ParamKind::Float:
+      out->kind = KernelParam::Kind::kFloat;
+      out->f = param->f();
+      break;
     case fb::ParamKind::String:
       out->kind = KernelParam::Kind::kString;
       out->s = param->s() ? param->s()->str() : "";
@@ -48,22 +55,24 @@ Status convertParam(const fb::Param* param, const Plan& plan, const std::string&
       // memcpy: FlatBuffers 2.0.8's verifier does not check 8-byte element alignment.
       if (param->ints()) {
         out->ints.resize(param->ints()->size());
-        if (!out->ints.empty()) std::memcpy(out->ints.data(), param->ints()->Data(), out->ints.size() * 8);
+        if (!out->ints.empty())
+          std::memcpy(out->ints.data(), param->ints()->Data(), out->ints.size() * 8);
       }
       break;
     case fb::ParamKind::Floats:
       out->kind = KernelParam::Kind::kFloats;
       if (param->floats()) {
         out->floats.resize(param->floats()->size());
-        if (!out->floats.empty()) std::memcpy(out->floats.data(), param->floats()->Data(), out->floats.size() * 8);
+        if (!out->floats.empty())
+          std::memcpy(out->floats.data(), param->floats()->Data(), out->floats.size() * 8);
       }
       break;
     case fb::ParamKind::Tensor: {
       int index = param->tensor();
       if (index < 0 || static_cast<size_t>(index) >= plan.values.size() ||
           plan.values[static_cast<size_t>(index)].kind != PlanValueKind::kWeight) {
-        return dataLoss(where + ": parameter '" + param->name()->str() +
-                        "' refers to tensor " + std::to_string(index) + ", which is not a weight");
+        return dataLoss(where + ": parameter '" + param->name()->str() + "' refers to tensor " +
+                        std::to_string(index) + ", which is not a weight");
       }
       out->kind = KernelParam::Kind::kTensor;
       out->tensor = plan.values[static_cast<size_t>(index)].weight;
@@ -88,8 +97,10 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   plan->path = what;
   plan->target = def->target() ? def->target()->str() : "";
   if (plan->target != "cpu")
-    return failedPrecondition(what + ": engine targets '" + plan->target + "'; this runtime runs 'cpu' engines");
-  plan->format_version = std::to_string(header.format_major) + "." + std::to_string(header.format_minor);
+    return failedPrecondition(what + ": engine targets '" + plan->target +
+                              "'; this runtime runs 'cpu' engines");
+  plan->format_version =
+      std::to_string(header.format_major) + "." + std::to_string(header.format_minor);
   if (const fb::Producer* producer = def->producer()) {
     if (producer->compiler_version()) plan->compiler_version = producer->compiler_version()->str();
     if (producer->source_hash()) plan->source_hash = producer->source_hash()->str();
@@ -98,7 +109,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   plan->arena_bytes = def->arena_bytes();
   // No engine needs a terabyte of scratch memory; such a number is corruption.
   if (plan->arena_bytes > (uint64_t{1} << 40))
-    return dataLoss(what + ": arena of " + std::to_string(plan->arena_bytes) + " bytes is implausible (corrupted?)");
+    return dataLoss(what + ": arena of " + std::to_string(plan->arena_bytes) +
+                    " bytes is implausible (corrupted?)");
   const uint8_t* weights_base = file + header.weights_offset;
 
   // Symbols.
@@ -119,7 +131,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
     for (const fb::Slot* slot : *def->slots()) {
       if (slot->offset() % kTensorAlignment || slot->offset() > plan->arena_bytes ||
           slot->size_bytes() > plan->arena_bytes - slot->offset())
-        return dataLoss(what + ": arena slot " + std::to_string(plan->slots.size()) + " lies outside the arena");
+        return dataLoss(what + ": arena slot " + std::to_string(plan->slots.size()) +
+                        " lies outside the arena");
       plan->slots.push_back({slot->offset(), slot->size_bytes()});
     }
   }
@@ -153,7 +166,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
     if (all_static) {
       int64_t count = 0;
       if (!checkedNumElements(static_shape, &count))
-        return dataLoss(where + " has shape " + shapeToString(static_shape) + ", whose size overflows");
+        return dataLoss(where + " has shape " + shapeToString(static_shape) +
+                        ", whose size overflows");
     }
     switch (value->kind()) {
       case fb::ValueKind::Input: pv.kind = PlanValueKind::kInput; break;
@@ -172,10 +186,11 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
           return dataLoss(where + " refers to weight " + std::to_string(w) + " out of range");
         if (!all_static) return dataLoss(where + " is a weight with a non-static shape");
         const fb::Weight* weight = def->weights()->Get(static_cast<flatbuffers::uoffset_t>(w));
-        uint64_t expected = static_cast<uint64_t>(shapeNumElements(static_shape)) * dtypeSize(pv.dtype);
+        uint64_t expected =
+            static_cast<uint64_t>(shapeNumElements(static_shape)) * dtypeSize(pv.dtype);
         if (weight->size_bytes() != expected)
-          return dataLoss(where + " holds " + std::to_string(weight->size_bytes()) + " bytes, its shape needs " +
-                          std::to_string(expected));
+          return dataLoss(where + " holds " + std::to_string(weight->size_bytes()) +
+                          " bytes, its shape needs " + std::to_string(expected));
         if (weight->offset() % kTensorAlignment || weight->offset() > header.weights_size ||
             weight->size_bytes() > header.weights_size - weight->offset())
           return dataLoss(where + " lies outside the weights section (truncated or corrupted)");
@@ -184,7 +199,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
         break;
       }
       default:
-        return dataLoss(where + " has unknown kind " + std::to_string(static_cast<int>(value->kind())));
+        return dataLoss(where + " has unknown kind " +
+                        std::to_string(static_cast<int>(value->kind())));
     }
     plan->values.push_back(std::move(pv));
   }
@@ -200,11 +216,13 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
     for (int index : *def->inputs()) {
       LLMC_RETURN_IF_ERROR(checkIndex(index, what + ": input list"));
       if (plan->values[static_cast<size_t>(index)].kind != PlanValueKind::kInput)
-        return dataLoss(what + ": input list names " + valueRef(*plan, index) + ", which is not an input");
+        return dataLoss(what + ": input list names " + valueRef(*plan, index) +
+                        ", which is not an input");
       plan->inputs.push_back(index);
     }
   }
-  if (!def->outputs() || def->outputs()->size() == 0) return dataLoss(what + ": engine has no outputs");
+  if (!def->outputs() || def->outputs()->size() == 0)
+    return dataLoss(what + ": engine has no outputs");
   for (int index : *def->outputs()) {
     LLMC_RETURN_IF_ERROR(checkIndex(index, what + ": output list"));
     plan->outputs.push_back(index);
@@ -221,30 +239,33 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
       PlanStep ps;
       ps.kernel_name = step->kernel()->str();
       ps.node = step->node() ? step->node()->str() : "";
-      std::string where = what + ": step " + std::to_string(plan->steps.size()) + " (" + ps.kernel_name +
-                          (ps.node.empty() ? "" : " '" + ps.node + "'") + ")";
+      std::string where = what + ": step " + std::to_string(plan->steps.size()) + " (" +
+                          ps.kernel_name + (ps.node.empty() ? "" : " '" + ps.node + "'") + ")";
       ps.kernel = registry.find(ps.kernel_name);
-      if (!ps.kernel) return unimplemented(where + ": this runtime has no kernel '" + ps.kernel_name + "'");
+      if (!ps.kernel)
+        return unimplemented(where + ": this runtime has no kernel '" + ps.kernel_name + "'");
       if (step->inputs()) ps.inputs.assign(step->inputs()->begin(), step->inputs()->end());
       if (step->outputs()) ps.outputs.assign(step->outputs()->begin(), step->outputs()->end());
       const KernelDef& kd = *ps.kernel;
       int n_in = static_cast<int>(ps.inputs.size()), n_out = static_cast<int>(ps.outputs.size());
-      if (n_in < kd.min_inputs || (kd.max_inputs >= 0 && n_in > kd.max_inputs) || n_out < kd.min_outputs ||
-          (kd.max_outputs >= 0 && n_out > kd.max_outputs))
-        return dataLoss(where + ": " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) +
-                        " outputs do not fit the kernel");
+      if (n_in < kd.min_inputs || (kd.max_inputs >= 0 && n_in > kd.max_inputs) ||
+          n_out < kd.min_outputs || (kd.max_outputs >= 0 && n_out > kd.max_outputs))
+        return dataLoss(where + ": " + std::to_string(n_in) + " inputs and " +
+                        std::to_string(n_out) + " outputs do not fit the kernel");
       for (int index : ps.inputs) {
         if (index == -1) continue;
         LLMC_RETURN_IF_ERROR(checkIndex(index, where));
         if (!defined[static_cast<size_t>(index)])
-          return dataLoss(where + " reads " + valueRef(*plan, index) + " before any step produces it");
+          return dataLoss(where + " reads " + valueRef(*plan, index) +
+                          " before any step produces it");
         last_use_step[static_cast<size_t>(index)] = static_cast<int>(plan->steps.size());
       }
       for (int index : ps.outputs) {
         LLMC_RETURN_IF_ERROR(checkIndex(index, where));
         if (plan->values[static_cast<size_t>(index)].kind != PlanValueKind::kIntermediate ||
             defined[static_cast<size_t>(index)])
-          return dataLoss(where + " writes " + valueRef(*plan, index) + ", which is not a fresh intermediate");
+          return dataLoss(where + " writes " + valueRef(*plan, index) +
+                          ", which is not a fresh intermediate");
         defined[static_cast<size_t>(index)] = true;
         last_use_step[static_cast<size_t>(index)] = static_cast<int>(plan->steps.size());
       }
@@ -261,7 +282,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   for (int index : plan->outputs) {
     if (!defined[static_cast<size_t>(index)])
       return dataLoss(what + ": output " + valueRef(*plan, index) + " is never produced");
-    last_use_step[static_cast<size_t>(index)] = static_cast<int>(plan->steps.size());  // live to the end
+    last_use_step[static_cast<size_t>(index)] =
+        static_cast<int>(plan->steps.size());  // live to the end
   }
   for (size_t v = 0; v < plan->values.size(); ++v) {
     int step = last_use_step[v];
@@ -277,7 +299,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   for (int index : plan->inputs) plan->input_infos.push_back(info(index));
   for (size_t i = 0; i < plan->outputs.size(); ++i) {
     TensorInfo output = info(plan->outputs[i]);
-    if (def->output_names() && i < def->output_names()->size()) output.name = def->output_names()->Get(static_cast<flatbuffers::uoffset_t>(i))->str();
+    if (def->output_names() && i < def->output_names()->size())
+      output.name = def->output_names()->Get(static_cast<flatbuffers::uoffset_t>(i))->str();
     plan->output_infos.push_back(std::move(output));
   }
   return okStatus();
@@ -288,7 +311,8 @@ Status verifyAndBuild(const uint8_t* data, size_t size, const std::string& what,
   EngineFileHeader header;
   LLMC_RETURN_IF_ERROR(checkEngineHeader(data, size, what, &header));
   if (options.verify_plan_checksum &&
-      checksum64(data + header.flatbuffer_offset, header.flatbuffer_size) != header.flatbuffer_checksum)
+      checksum64(data + header.flatbuffer_offset, header.flatbuffer_size) !=
+          header.flatbuffer_checksum)
     return dataLoss(what + ": plan section checksum mismatch (the file is corrupted)");
   if (options.verify_weights_checksum &&
       checksum64(data + header.weights_offset, header.weights_size) != header.weights_checksum)
@@ -301,7 +325,8 @@ Status verifyAndBuild(const uint8_t* data, size_t size, const std::string& what,
 Engine::Engine() = default;
 Engine::~Engine() = default;
 
-Status Engine::load(const std::string& path, std::shared_ptr<const Engine>* out, const LoadOptions& options) {
+Status Engine::load(const std::string& path, std::shared_ptr<const Engine>* out,
+                    const LoadOptions& options) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return notFound(path + ": cannot open engine: " + std::strerror(errno));
   struct stat st;
@@ -323,7 +348,8 @@ Status Engine::load(const std::string& path, std::shared_ptr<const Engine>* out,
   ::close(fd);
   std::shared_ptr<Engine> engine(new Engine());
   engine->plan_ = std::make_unique<Plan>();
-  LLMC_RETURN_IF_ERROR(verifyAndBuild(mapping->data(), mapping->size, path, options, engine->plan_.get()));
+  LLMC_RETURN_IF_ERROR(
+      verifyAndBuild(mapping->data(), mapping->size, path, options, engine->plan_.get()));
   engine->mapping_ = std::move(mapping);
   *out = std::move(engine);
   return okStatus();
@@ -341,7 +367,8 @@ Status Engine::loadFromMemory(std::span<const uint8_t> bytes, const std::string&
   mapping->size = bytes.size();
   std::shared_ptr<Engine> engine(new Engine());
   engine->plan_ = std::make_unique<Plan>();
-  LLMC_RETURN_IF_ERROR(verifyAndBuild(mapping->data(), mapping->size, what, options, engine->plan_.get()));
+  LLMC_RETURN_IF_ERROR(
+      verifyAndBuild(mapping->data(), mapping->size, what, options, engine->plan_.get()));
   engine->mapping_ = std::move(mapping);
   *out = std::move(engine);
   return okStatus();

@@ -52,7 +52,8 @@ void assembleEngineFile(std::span<const uint8_t> flatbuffer, std::span<const uin
   header.flatbuffer_size = flatbuffer.size();
   uint64_t fb_end = header.flatbuffer_offset + header.flatbuffer_size;
   header.weights_offset =
-      weights.empty() ? 0 : (fb_end + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment;
+      weights.empty() ? 0
+                      : (fb_end + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment;
   header.weights_size = weights.size();
   header.flatbuffer_checksum = checksum64(flatbuffer.data(), flatbuffer.size());
   header.weights_checksum = checksum64(weights.data(), weights.size());
@@ -60,8 +61,10 @@ void assembleEngineFile(std::span<const uint8_t> flatbuffer, std::span<const uin
   uint64_t total = weights.empty() ? fb_end : header.weights_offset + header.weights_size;
   file->assign(total, 0);
   std::memcpy(file->data(), &header, sizeof(header));
-  if (!flatbuffer.empty()) std::memcpy(file->data() + header.flatbuffer_offset, flatbuffer.data(), flatbuffer.size());
-  if (!weights.empty()) std::memcpy(file->data() + header.weights_offset, weights.data(), weights.size());
+  if (!flatbuffer.empty())
+    std::memcpy(file->data() + header.flatbuffer_offset, flatbuffer.data(), flatbuffer.size());
+  if (!weights.empty())
+    std::memcpy(file->data() + header.weights_offset, weights.data(), weights.size());
 }
 
 Status checkEngineHeader(const void* file, size_t file_size, const std::string& what,
@@ -81,7 +84,8 @@ Status checkEngineHeader(const void* file, size_t file_size, const std::string& 
         std::to_string(kEngineFormatMinor) + "); recompile the model with a matching llmc");
   }
   if (header->header_bytes != sizeof(EngineFileHeader))
-    return dataLoss(what + ": header size field is " + std::to_string(header->header_bytes) + ", expected 64");
+    return dataLoss(what + ": header size field is " + std::to_string(header->header_bytes) +
+                    ", expected 64");
   auto inFile = [&](uint64_t offset, uint64_t size) {
     return offset <= file_size && size <= file_size - offset;
   };
@@ -94,16 +98,16 @@ Status checkEngineHeader(const void* file, size_t file_size, const std::string& 
   if (header->flatbuffer_offset % 8 != 0)  // the verifier checks alignment relative to this
     return dataLoss(what + ": plan section is not 8-byte aligned");
   if (header->weights_offset > file_size)
-    return dataLoss(what + ": weights section starts past the end of the " + std::to_string(file_size) +
-                    "-byte file (truncated?)");
+    return dataLoss(what + ": weights section starts past the end of the " +
+                    std::to_string(file_size) + "-byte file (truncated?)");
   if (header->weights_size != 0) {
     if (header->weights_offset % kWeightsAlignment != 0)
       return dataLoss(what + ": weights section is not 65536-byte aligned");
     if (header->weights_offset < header->flatbuffer_offset + header->flatbuffer_size)
       return dataLoss(what + ": weights section overlaps the plan section");
     if (!inFile(header->weights_offset, header->weights_size)) {
-      return dataLoss(what + ": weights section [" + std::to_string(header->weights_offset) + ", +" +
-                      std::to_string(header->weights_size) + ") lies outside the " +
+      return dataLoss(what + ": weights section [" + std::to_string(header->weights_offset) +
+                      ", +" + std::to_string(header->weights_size) + ") lies outside the " +
                       std::to_string(file_size) + "-byte file (truncated?)");
     }
   }

@@ -27,12 +27,14 @@ std::string KernelParams::getString(const std::string& name, const std::string& 
   return it == params_.end() ? fallback : it->second.s;
 }
 
-std::vector<int64_t> KernelParams::getInts(const std::string& name, std::vector<int64_t> fallback) const {
+std::vector<int64_t> KernelParams::getInts(const std::string& name,
+                                           std::vector<int64_t> fallback) const {
   auto it = params_.find(name);
   return it == params_.end() ? fallback : it->second.ints;
 }
 
-std::vector<double> KernelParams::getFloats(const std::string& name, std::vector<double> fallback) const {
+std::vector<double> KernelParams::getFloats(const std::string& name,
+                                            std::vector<double> fallback) const {
   auto it = params_.find(name);
   return it == params_.end() ? fallback : it->second.floats;
 }

@@ -112,7 +112,7 @@ Status kernelError(const KernelContext& ctx, const std::string& message);
 // Each family file registers its kernels here (one line per family in kernel_table.cpp).
 void registerElementwiseKernels(KernelRegistry& registry);
 void registerReductionKernels(KernelRegistry& registry);
-void registerMathKernels(KernelRegistry& registry);      // MatMul, Gemm, Einsum, norms, Softmax
-void registerTensorKernels(KernelRegistry& registry);    // shape and data movement
+void registerMathKernels(KernelRegistry& registry);    // MatMul, Gemm, Einsum, norms, Softmax
+void registerTensorKernels(KernelRegistry& registry);  // shape and data movement
 
 }  // namespace llmc

@@ -18,9 +18,9 @@ struct PlanValue {
   PlanValueKind kind = PlanValueKind::kIntermediate;
   DType dtype = DType::kUndefined;
   std::vector<DimInfo> dims;
-  bool ranked = true;   // false: rank known only at run time
-  int slot = -1;        // kIntermediate
-  Tensor weight;        // kWeight: a view into the mapped weights section
+  bool ranked = true;  // false: rank known only at run time
+  int slot = -1;       // kIntermediate
+  Tensor weight;       // kWeight: a view into the mapped weights section
 };
 
 struct PlanStep {
@@ -28,7 +28,7 @@ struct PlanStep {
   const KernelDef* kernel = nullptr;
   std::string node;
   KernelParams params;
-  std::vector<int> inputs;   // -1: absent optional input
+  std::vector<int> inputs;  // -1: absent optional input
   std::vector<int> outputs;
   std::vector<int> last_use;  // intermediates whose last use is this step
 };

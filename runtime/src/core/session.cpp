@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <exception>
+#include <map>
 #include <new>
 
 #include "core/plan.h"
@@ -61,7 +61,8 @@ class StepContext : public KernelContext {
   }
   size_t numOutputs() const override { return step_.outputs.size(); }
   Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
-    if (i >= step_.outputs.size()) return internalError("node '" + step_.node + "': output index out of range");
+    if (i >= step_.outputs.size())
+      return internalError("node '" + step_.node + "': output index out of range");
     size_t index = static_cast<size_t>(step_.outputs[i]);
     const PlanValue& value = plan_.values[index];
     // The compiler's inferred dtype and static dims must agree with what the kernel computes.
@@ -72,24 +73,28 @@ class StepContext : public KernelContext {
                            std::to_string(value.dims.size()));
     for (size_t d = 0; value.ranked && d < shape.size(); ++d) {
       if (value.dims[d].size >= 0 && value.dims[d].size != shape[d])
-        return internalError("node '" + step_.node + "': kernel " + step_.kernel_name + " produced shape " +
-                             shapeToString(shape) + " for '" + value.name + "', the plan declares dim " +
-                             std::to_string(d) + " = " + std::to_string(value.dims[d].size));
+        return internalError("node '" + step_.node + "': kernel " + step_.kernel_name +
+                             " produced shape " + shapeToString(shape) + " for '" + value.name +
+                             "', the plan declares dim " + std::to_string(d) + " = " +
+                             std::to_string(value.dims[d].size));
     }
     int64_t count = 0;
     if (!checkedNumElements(shape, &count))
-      return invalidArgument("node '" + step_.node + "': output shape " + shapeToString(shape) + " is too large");
+      return invalidArgument("node '" + step_.node + "': output shape " + shapeToString(shape) +
+                             " is too large");
     uint64_t bytes = static_cast<uint64_t>(count) * dtypeSize(dtype);
     size_t slot = static_cast<size_t>(value.slot);
     if (bytes <= state_.slot_laid_out[slot] && state_.arena) {
-      values_[index] = Tensor::view(dtype, shape, static_cast<void*>(state_.arena.get() + state_.slot_offset[slot]));
+      values_[index] = Tensor::view(
+          dtype, shape, static_cast<void*>(state_.arena.get() + state_.slot_offset[slot]));
     } else {
       // Larger than planned: a private buffer for this run; the arena grows before the next.
       try {
         values_[index] = Tensor::allocate(dtype, shape);
       } catch (const std::bad_alloc&) {
-        return resourceExhausted("node '" + step_.node + "': cannot allocate " + std::to_string(bytes) +
-                                 " bytes for '" + value.name + "' " + shapeToString(shape));
+        return resourceExhausted("node '" + step_.node + "': cannot allocate " +
+                                 std::to_string(bytes) + " bytes for '" + value.name + "' " +
+                                 shapeToString(shape));
       }
       if (bytes > state_.slot_capacity[slot]) {
         state_.slot_capacity[slot] = bytes;
@@ -146,33 +151,37 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
     if (it == input_by_name.end()) {
       std::string known;
       for (const auto& [name, index] : input_by_name) known += (known.empty() ? "" : ", ") + name;
-      return invalidArgument(what + ": no input named '" + input.name + "' (inputs: " + known + ")");
+      return invalidArgument(what + ": no input named '" + input.name + "' (inputs: " + known +
+                             ")");
     }
     size_t index = static_cast<size_t>(it->second);
     if (bound[index]) return invalidArgument(what + ": input '" + input.name + "' is given twice");
     const PlanValue& value = plan.values[index];
     const Tensor& t = input.tensor;
     if (t.dtype() != value.dtype)
-      return invalidArgument(what + ": input '" + input.name + "' must be " + dtypeName(value.dtype) + ", got " +
-                             dtypeName(t.dtype()));
+      return invalidArgument(what + ": input '" + input.name + "' must be " +
+                             dtypeName(value.dtype) + ", got " + dtypeName(t.dtype()));
     if (t.shape().size() != value.dims.size())
       return invalidArgument(what + ": input '" + input.name + "' must have rank " +
-                             std::to_string(value.dims.size()) + ", got shape " + shapeToString(t.shape()));
+                             std::to_string(value.dims.size()) + ", got shape " +
+                             shapeToString(t.shape()));
     if (!t.hasData()) return invalidArgument(what + ": input '" + input.name + "' has no data");
     for (size_t d = 0; d < value.dims.size(); ++d) {
       const DimInfo& dim = value.dims[d];
       int64_t actual = t.shape()[d];
       if (dim.size >= 0 && dim.size != actual)
-        return invalidArgument(what + ": input '" + input.name + "' dim " + std::to_string(d) + " must be " +
-                               std::to_string(dim.size) + ", got " + std::to_string(actual));
+        return invalidArgument(what + ": input '" + input.name + "' dim " + std::to_string(d) +
+                               " must be " + std::to_string(dim.size) + ", got " +
+                               std::to_string(actual));
       if (dim.symbol.empty()) continue;
       auto [sym, inserted] = symbol_values.emplace(dim.symbol, actual);
       if (inserted) {
         symbol_source[dim.symbol] = input.name + " dim " + std::to_string(d);
       } else if (sym->second != actual) {
-        return invalidArgument(what + ": symbol '" + dim.symbol + "' is " + std::to_string(sym->second) + " in " +
-                               symbol_source[dim.symbol] + " but " + std::to_string(actual) + " in input '" +
-                               input.name + "' dim " + std::to_string(d));
+        return invalidArgument(what + ": symbol '" + dim.symbol + "' is " +
+                               std::to_string(sym->second) + " in " + symbol_source[dim.symbol] +
+                               " but " + std::to_string(actual) + " in input '" + input.name +
+                               "' dim " + std::to_string(d));
       }
     }
     values[index] = Tensor::view(t.dtype(), t.shape(), t.data());
@@ -180,16 +189,18 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
   }
   for (int index : plan.inputs) {
     if (!bound[static_cast<size_t>(index)])
-      return invalidArgument(what + ": input '" + plan.values[static_cast<size_t>(index)].name + "' is missing");
+      return invalidArgument(what + ": input '" + plan.values[static_cast<size_t>(index)].name +
+                             "' is missing");
   }
   for (const SymbolInfo& symbol : plan.symbols) {
     auto it = symbol_values.find(symbol.name);
     if (it == symbol_values.end()) continue;
     if (it->second < symbol.min || (symbol.max >= 0 && it->second > symbol.max))
-      return outOfRange(what + ": symbol '" + symbol.name + "' = " + std::to_string(it->second) + " (from " +
-                        symbol_source[symbol.name] + ") is outside its declared range [" +
-                        std::to_string(symbol.min) + ", " +
-                        (symbol.max >= 0 ? std::to_string(symbol.max) : std::string("unbounded")) + "]");
+      return outOfRange(what + ": symbol '" + symbol.name + "' = " + std::to_string(it->second) +
+                        " (from " + symbol_source[symbol.name] +
+                        ") is outside its declared range [" + std::to_string(symbol.min) + ", " +
+                        (symbol.max >= 0 ? std::to_string(symbol.max) : std::string("unbounded")) +
+                        "]");
   }
 
   // Execute.
@@ -219,7 +230,8 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
     try {
       outputs->push_back({plan.output_infos[i].name, value.clone()});
     } catch (const std::bad_alloc&) {
-      return resourceExhausted(what + ": out of memory copying output '" + plan.output_infos[i].name + "'");
+      return resourceExhausted(what + ": out of memory copying output '" +
+                               plan.output_infos[i].name + "'");
     }
   }
   if (grew) LLMC_RETURN_IF_ERROR(state_->layout());

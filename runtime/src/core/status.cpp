@@ -34,8 +34,12 @@ Status notFound(std::string m) { return Status(StatusCode::kNotFound, std::move(
 Status outOfRange(std::string m) { return Status(StatusCode::kOutOfRange, std::move(m)); }
 Status unimplemented(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 Status dataLoss(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
-Status failedPrecondition(std::string m) { return Status(StatusCode::kFailedPrecondition, std::move(m)); }
-Status resourceExhausted(std::string m) { return Status(StatusCode::kResourceExhausted, std::move(m)); }
+Status failedPrecondition(std::string m) {
+  return Status(StatusCode::kFailedPrecondition, std::move(m));
+}
+Status resourceExhausted(std::string m) {
+  return Status(StatusCode::kResourceExhausted, std::move(m));
+}
 Status internalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
 

@@ -15,10 +15,12 @@ struct DTypeInfo {
   const char* name;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kFloat32, 4, "float32"}, {DType::kUInt8, 1, "uint8"},     {DType::kInt8, 1, "int8"},
-    {DType::kUInt16, 2, "uint16"},   {DType::kInt16, 2, "int16"},     {DType::kInt32, 4, "int32"},
-    {DType::kInt64, 8, "int64"},     {DType::kBool, 1, "bool"},       {DType::kFloat16, 2, "float16"},
-    {DType::kFloat64, 8, "float64"}, {DType::kUInt32, 4, "uint32"},   {DType::kUInt64, 8, "uint64"},
+    {DType::kFloat32, 4, "float32"},   {DType::kUInt8, 1, "uint8"},
+    {DType::kInt8, 1, "int8"},         {DType::kUInt16, 2, "uint16"},
+    {DType::kInt16, 2, "int16"},       {DType::kInt32, 4, "int32"},
+    {DType::kInt64, 8, "int64"},       {DType::kBool, 1, "bool"},
+    {DType::kFloat16, 2, "float16"},   {DType::kFloat64, 8, "float64"},
+    {DType::kUInt32, 4, "uint32"},     {DType::kUInt64, 8, "uint64"},
     {DType::kBFloat16, 2, "bfloat16"},
 };
 

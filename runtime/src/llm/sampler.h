@@ -1,0 +1,113 @@
+// The token sampler: turns one sequence's raw logits into the next token id, with penalties,
+// logit bias, temperature, top-k / top-p / min-p truncation and a seeded, portable PRNG.
+//
+// Processing order for each token (the HF / vLLM order):
+//   1. logit bias            logit += bias[id]                 (-inf bans a token)
+//   2. repetition penalty    logit > 0 ? logit / r : logit * r  for ids seen in prompt + output
+//      presence penalty      logit -= presence                  for ids seen in the output
+//      frequency penalty     logit -= count * frequency         count = times seen in the output
+//   3. temperature == 0:     argmax, ties go to the lowest id (no random draw is consumed)
+//   4. temperature           logit /= temperature
+//   5. top-k                 keep the k largest (ties at the boundary go to the lowest ids)
+//   6. top-p                 keep the smallest most-probable prefix whose mass >= top_p,
+//                            probabilities renormalized over what top-k kept
+//   7. min-p                 keep p >= min_p * p_max
+//   8. draw one token from the kept set, proportional to exp(logit)
+//
+// Logprobs (SampledToken::logprob and top_logprobs) are the log-softmax over the whole vocab
+// of the logits after steps 1, 2 and 4 (temperature 1 when greedy), before any truncation:
+// the vLLM "processed logprobs" convention. Truncation therefore never changes a logprob.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "llmc/status.h"
+
+namespace llmc {
+
+struct SamplingParams {
+  float temperature = 0;         // 0 = greedy; otherwise > 0 and finite
+  int32_t top_k = 0;             // 0 = off; k >= vocab is also off
+  float top_p = 1;               // nucleus mass in (0, 1]; 1 = off
+  float min_p = 0;               // in [0, 1]; keep tokens with p >= min_p * p_max; 0 = off
+  float repetition_penalty = 1;  // > 0; 1 = off; applies to prompt and output tokens
+  float presence_penalty = 0;    // subtracted once from each token seen in the output
+  float frequency_penalty = 0;   // subtracted once per occurrence in the output
+  // (token id, bias) added to the logits; -inf bans the token; repeated ids add up.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  uint64_t seed = 0;         // same seed + same logits -> same tokens, on every platform
+  int32_t num_logprobs = 0;  // also return the top-N logprobs, 0 <= N <= vocab
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  float logprob = 0;  // see the file comment for which distribution
+  // The num_logprobs most probable tokens, most probable first (ties: lowest id first).
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+// Checks every field against the vocab size; kInvalidArgument naming the field otherwise.
+Status validate(const SamplingParams& params, int32_t vocab_size);
+
+// xoshiro256** (Blackman & Vigna, 2018) seeded by splitmix64: small, fast and bit-identical on
+// every platform, unlike std:: distributions whose output varies between standard libraries.
+class Xoshiro256 {
+ public:
+  explicit Xoshiro256(uint64_t seed);
+  uint64_t next();
+  // Uniform in [0, 1) with 53 random bits.
+  double nextDouble();
+
+ private:
+  uint64_t state_[4];
+};
+
+// One per sequence: holds the RNG state and the token counts the penalties need.
+// Not thread-safe; sample() reuses scratch buffers so it allocates nothing per token
+// beyond SampledToken::top_logprobs.
+class Sampler {
+ public:
+  // Validates `params`, and that every prompt token is in [0, vocab_size).
+  static Status create(const SamplingParams& params, int32_t vocab_size,
+                       std::span<const int32_t> prompt_tokens, std::unique_ptr<Sampler>* out);
+
+  // Picks the next token from raw logits [vocab_size] and records it for the penalties.
+  // Errors: wrong length, a NaN or +inf logit (named by index), a logit that overflows to
+  // +inf after bias / penalties, or every token masked to -inf.
+  Status sample(std::span<const float> logits, SampledToken* out);
+
+  const SamplingParams& params() const { return params_; }
+  int32_t vocabSize() const { return vocab_size_; }
+
+ private:
+  Sampler(const SamplingParams& params, int32_t vocab_size);
+
+  // Steps 1 and 2 on processed_.
+  void applyBiasAndPenalties();
+  // Ensures candidates_[0, want) are the `want` best of candidates_[0, count) in descending
+  // order, given that candidates_[0, sorted) already are.
+  void sortLeading(size_t sorted, size_t want, size_t count);
+  // Steps 5-7: shrinks candidates_[0, count) to the kept set and returns its size.
+  size_t truncate(size_t count);
+  void recordToken(int32_t id);
+
+  SamplingParams params_;
+  int32_t vocab_size_ = 0;
+  Xoshiro256 rng_;
+
+  std::vector<int32_t> output_counts_;  // [vocab] times each id was sampled
+  std::vector<uint8_t> seen_;           // [vocab] 1 if the id is in the prompt or output
+  std::vector<int32_t> seen_ids_;       // the ids with seen_ == 1, so penalties are O(seen)
+
+  // Scratch reused across tokens.
+  std::vector<float> processed_;        // [vocab] logits after each step
+  std::vector<int32_t> candidates_;     // [vocab] ids not masked to -inf, then the kept set
+  std::vector<double> weights_;         // [vocab] exp(logit - max) of the kept set
+  std::vector<int32_t> logprob_order_;  // [vocab] ids, partially sorted for top_logprobs
+};
+
+}  // namespace llmc

@@ -1,0 +1,522 @@
+// Unit tests for the token sampler: greedy, per-seed determinism, the empirical distribution
+// against softmax(logits / T), exact top-k / top-p / min-p sets, each penalty and the logit bias
+// on hand-computed examples, logprob values, bad logits and parameter validation.
+#include "llm/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace llmc {
+namespace {
+
+#define ASSERT_OK(expr)                                                \
+  do {                                                                 \
+    ::llmc::Status assert_ok_status = (expr);                          \
+    ASSERT_TRUE(assert_ok_status.ok()) << assert_ok_status.toString(); \
+  } while (0)
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::unique_ptr<Sampler> makeSampler(const SamplingParams& params, int32_t vocab_size,
+                                     std::vector<int32_t> prompt = {}) {
+  std::unique_ptr<Sampler> sampler;
+  Status status = Sampler::create(params, vocab_size, prompt, &sampler);
+  EXPECT_TRUE(status.ok()) << status.toString();
+  return sampler;
+}
+
+int32_t sampleId(Sampler& sampler, const std::vector<float>& logits) {
+  SampledToken token;
+  Status status = sampler.sample(logits, &token);
+  EXPECT_TRUE(status.ok()) << status.toString();
+  return token.id;
+}
+
+// log-softmax in double, the reference for logprobs.
+std::vector<double> logSoftmax(const std::vector<float>& logits, double temperature = 1) {
+  double max_value = -std::numeric_limits<double>::infinity();
+  for (float x : logits) max_value = std::max(max_value, x / temperature);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(x / temperature - max_value);
+  std::vector<double> result;
+  for (float x : logits) result.push_back(x / temperature - max_value - std::log(sum));
+  return result;
+}
+
+// The set of ids drawn over `draws` samples.
+std::set<int32_t> drawnIds(const SamplingParams& params, const std::vector<float>& logits,
+                           int draws = 2000) {
+  auto sampler = makeSampler(params, static_cast<int32_t>(logits.size()));
+  std::set<int32_t> ids;
+  for (int i = 0; i < draws; ++i) ids.insert(sampleId(*sampler, logits));
+  return ids;
+}
+
+// Chi-square statistic of `draws` samples against probabilities `expected`.
+double chiSquare(const SamplingParams& params, const std::vector<float>& logits,
+                 const std::vector<double>& expected, int draws) {
+  auto sampler = makeSampler(params, static_cast<int32_t>(logits.size()));
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < draws; ++i) ++counts[static_cast<size_t>(sampleId(*sampler, logits))];
+  double chi = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double want = expected[i] * draws;
+    if (want == 0) {
+      EXPECT_EQ(counts[i], 0) << "token " << i << " has probability 0";
+      continue;
+    }
+    chi += (counts[i] - want) * (counts[i] - want) / want;
+  }
+  return chi;
+}
+
+TEST(SamplerGreedy, PicksArgmaxWithTiesToLowestId) {
+  auto sampler = makeSampler({}, 5);
+  EXPECT_EQ(sampleId(*sampler, {0.1f, 2.0f, -1.0f, 1.9f, 0.0f}), 1);
+  EXPECT_EQ(sampleId(*sampler, {0.0f, 3.0f, 1.0f, 3.0f, 3.0f}), 1);
+  EXPECT_EQ(sampleId(*sampler, {kNegInf, kNegInf, -5.0f, kNegInf, -6.0f}), 2);
+}
+
+TEST(SamplerGreedy, VocabOfOne) {
+  SamplingParams params;
+  params.temperature = 1.5f;
+  params.top_p = 0.1f;
+  params.num_logprobs = 1;
+  auto sampler = makeSampler(params, 1);
+  SampledToken token;
+  ASSERT_OK(sampler->sample(std::vector<float>{-3.0f}, &token));
+  EXPECT_EQ(token.id, 0);
+  EXPECT_FLOAT_EQ(token.logprob, 0.0f);
+  ASSERT_EQ(token.top_logprobs.size(), 1u);
+  EXPECT_EQ(token.top_logprobs[0].first, 0);
+}
+
+TEST(SamplerRandom, SameSeedSameTokensDifferentSeedsDiffer) {
+  SamplingParams params;
+  params.temperature = 1;
+  const std::vector<float> logits(50, 0.0f);  // uniform: every draw is informative
+  auto run = [&](uint64_t seed) {
+    params.seed = seed;
+    auto sampler = makeSampler(params, 50);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 64; ++i) ids.push_back(sampleId(*sampler, logits));
+    return ids;
+  };
+  EXPECT_EQ(run(7), run(7));
+  EXPECT_NE(run(7), run(8));
+  EXPECT_NE(run(0), run(1));
+}
+
+TEST(SamplerRandom, PrngIsTheDocumentedXoshiro256StarStar) {
+  // Pins the generator so the token stream for a seed cannot drift between builds or platforms.
+  // Reference values from an independent implementation of splitmix64 seeding + xoshiro256**.
+  Xoshiro256 seed0(0);
+  EXPECT_EQ(seed0.next(), 0x99ec5f36cb75f2b4ull);
+  EXPECT_EQ(seed0.next(), 0xbf6e1f784956452aull);
+  EXPECT_EQ(seed0.next(), 0x1a5f849d4933e6e0ull);
+  Xoshiro256 seed42(42);
+  EXPECT_EQ(seed42.next(), 0x15780b2e0c2ec716ull);
+  EXPECT_EQ(seed42.next(), 0x6104d9866d113a7eull);
+  EXPECT_EQ(seed42.next(), 0xae17533239e499a1ull);
+  for (int i = 0; i < 1000; ++i) {
+    const double u = seed0.nextDouble();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
+}
+
+TEST(SamplerRandom, EmpiricalDistributionMatchesSoftmaxOverTemperature) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -1.0f, 2.0f, kNegInf};
+  for (float temperature : {0.7f, 1.0f, 2.5f}) {
+    SamplingParams params;
+    params.temperature = temperature;
+    params.seed = 1234;
+    std::vector<double> expected;
+    for (double lp : logSoftmax(logits, temperature)) expected.push_back(std::exp(lp));
+    // 4 degrees of freedom (the -inf token is never drawn); p = 0.001 critical value is 18.5.
+    EXPECT_LT(chiSquare(params, logits, expected, 20000), 18.5) << "temperature " << temperature;
+  }
+}
+
+TEST(SamplerRandom, EmpiricalDistributionAfterTopKIsRenormalized) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -1.0f, 2.0f};
+  SamplingParams params;
+  params.temperature = 1;
+  params.top_k = 3;
+  params.seed = 99;
+  // Keeps ids 4, 0, 1.
+  const double z = std::exp(2.0) + std::exp(1.0) + std::exp(0.5);
+  const std::vector<double> expected = {std::exp(1.0) / z, std::exp(0.5) / z, 0, 0,
+                                        std::exp(2.0) / z};
+  EXPECT_LT(chiSquare(params, logits, expected, 20000), 13.8);  // 2 dof, p = 0.001
+}
+
+TEST(SamplerTruncation, TopKKeepsExactlyTheKLargest) {
+  SamplingParams params;
+  params.temperature = 1;
+  params.top_k = 2;
+  EXPECT_EQ(drawnIds(params, {0.0f, 0.3f, -0.2f, 0.2f, 0.1f}), (std::set<int32_t>{1, 3}));
+  // Ties at the boundary go to the lowest ids.
+  EXPECT_EQ(drawnIds(params, {0.0f, 0.5f, 0.0f, 0.0f}), (std::set<int32_t>{0, 1}));
+  params.top_k = 1;
+  EXPECT_EQ(drawnIds(params, {0.0f, 0.5f, 0.5f, 0.0f}), (std::set<int32_t>{1}));
+  // k larger than the vocab is off.
+  params.top_k = 100;
+  EXPECT_EQ(drawnIds(params, {0.0f, 0.1f, 0.2f}), (std::set<int32_t>{0, 1, 2}));
+}
+
+TEST(SamplerTruncation, TopPKeepsTheSmallestPrefixReachingP) {
+  SamplingParams params;
+  params.temperature = 1;
+  // Probabilities 0.5, 0.25, 0.125, 0.125 (ids 2, 0, 3, 1).
+  const std::vector<float> logits = {std::log(0.25f), std::log(0.125f), std::log(0.5f),
+                                     std::log(0.125f)};
+  params.top_p = 0.5f;  // exactly the first token's mass
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{2}));
+  params.top_p = 0.5001f;
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 2}));
+  params.top_p = 0.75f;  // cumulative hits exactly after two tokens
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 2}));
+  params.top_p = 0.8f;  // ties at the boundary: the lower id (1 before 3) is kept
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 1, 2}));
+  params.top_p = 1e-6f;  // always keeps at least the most probable token
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{2}));
+}
+
+TEST(SamplerTruncation, TopPExactBoundaryWithEqualLogits) {
+  SamplingParams params;
+  params.temperature = 1;
+  params.top_p = 0.5f;  // four tokens of 0.25: two reach 0.5 exactly
+  EXPECT_EQ(drawnIds(params, {1.0f, 1.0f, 1.0f, 1.0f}), (std::set<int32_t>{0, 1}));
+}
+
+TEST(SamplerTruncation, TopPAppliesAfterTemperatureAndTopK) {
+  SamplingParams params;
+  params.temperature = 1;
+  params.top_k = 2;
+  // After top-k: ids 0 and 1 with logits log(0.6), log(0.3) -> renormalized 2/3, 1/3.
+  const std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  params.top_p = 0.66f;
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0}));
+  params.top_p = 0.67f;
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 1}));
+  // A high temperature flattens the distribution, so 0.6 of the mass needs all three tokens.
+  params.top_k = 0;
+  params.top_p = 0.7f;
+  params.temperature = 100;
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 1, 2}));
+}
+
+TEST(SamplerTruncation, TopPOverALargeVocabSortsInChunks) {
+  // 1000 tokens with a slowly decaying distribution: the kept prefix spans several chunks.
+  const int32_t vocab = 1000;
+  std::vector<float> logits(vocab);
+  for (int32_t i = 0; i < vocab; ++i) logits[static_cast<size_t>(i)] = -0.01f * ((i * 7) % vocab);
+  std::vector<double> probs;
+  for (double lp : logSoftmax(logits)) probs.push_back(std::exp(lp));
+  // Reference: sort all ids and take the prefix.
+  std::vector<int32_t> order(vocab);
+  for (int32_t i = 0; i < vocab; ++i) order[static_cast<size_t>(i)] = i;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+  });
+  SamplingParams params;
+  params.temperature = 1;
+  params.top_p = 0.9f;
+  std::set<int32_t> expected;
+  double cumulative = 0;
+  for (int32_t id : order) {
+    expected.insert(id);
+    cumulative += probs[static_cast<size_t>(id)];
+    if (cumulative >= 0.9) break;
+  }
+  ASSERT_GT(expected.size(), 128u);
+  const std::set<int32_t> drawn = drawnIds(params, logits, 40000);
+  for (int32_t id : drawn) EXPECT_TRUE(expected.count(id)) << "token " << id << " was cut";
+  EXPECT_GT(drawn.size(), expected.size() * 9 / 10);
+}
+
+TEST(SamplerTruncation, MinPKeepsTokensAboveTheFractionOfTheMax) {
+  SamplingParams params;
+  params.temperature = 1;
+  // Probabilities relative to the max: 1, 0.5, 0.2, 0.05.
+  const std::vector<float> logits = {0.0f, std::log(0.5f), std::log(0.2f), std::log(0.05f)};
+  params.min_p = 0.3f;
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 1}));
+  params.min_p = 0.1f;
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 1, 2}));
+  params.min_p = 1.0f;  // only the max, and every token tied with it
+  EXPECT_EQ(drawnIds(params, {1.0f, 0.5f, 1.0f}), (std::set<int32_t>{0, 2}));
+  // min-p after temperature: T = 2 turns the ratio 0.2 into sqrt(0.2) = 0.447.
+  params.min_p = 0.4f;
+  params.temperature = 2;
+  EXPECT_EQ(drawnIds(params, logits), (std::set<int32_t>{0, 1, 2}));
+}
+
+TEST(SamplerPenalties, RepetitionPenaltyOnPromptAndOutput) {
+  SamplingParams params;
+  params.repetition_penalty = 2;
+  params.num_logprobs = 4;
+  // Token 0 (positive) and token 2 (negative) are in the prompt.
+  auto sampler = makeSampler(params, 4, {0, 2, 0});
+  const std::vector<float> logits = {2.0f, 1.5f, -1.0f, 0.5f};
+  SampledToken token;
+  ASSERT_OK(sampler->sample(logits, &token));
+  // Processed logits: 1.0, 1.5, -2.0, 0.5.
+  EXPECT_EQ(token.id, 1);
+  const std::vector<double> want = logSoftmax({1.0f, 1.5f, -2.0f, 0.5f});
+  EXPECT_NEAR(token.logprob, want[1], 1e-6);
+  ASSERT_EQ(token.top_logprobs.size(), 4u);
+  const std::vector<int32_t> order = {1, 0, 3, 2};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(token.top_logprobs[i].first, order[i]);
+    EXPECT_NEAR(token.top_logprobs[i].second, want[static_cast<size_t>(order[i])], 1e-6);
+  }
+  // Token 1 is now in the output too: 1.5 / 2 = 0.75 < 1.0, so token 0 wins.
+  ASSERT_OK(sampler->sample(logits, &token));
+  EXPECT_EQ(token.id, 0);
+  EXPECT_NEAR(token.logprob, logSoftmax({1.0f, 0.75f, -2.0f, 0.5f})[0], 1e-6);
+}
+
+TEST(SamplerPenalties, PresencePenaltySubtractsOncePerSeenToken) {
+  SamplingParams params;
+  params.presence_penalty = 1;
+  auto sampler = makeSampler(params, 3, {1});  // the prompt does not count
+  const std::vector<float> logits = {3.0f, 2.5f, 0.0f};
+  EXPECT_EQ(sampleId(*sampler, logits), 0);  // 3, 2.5, 0
+  EXPECT_EQ(sampleId(*sampler, logits), 1);  // 2, 2.5, 0
+  EXPECT_EQ(sampleId(*sampler, logits), 0);  // 2, 1.5, 0
+  SampledToken token;
+  ASSERT_OK(sampler->sample(logits, &token));  // 2, 1.5, 0: once, whatever the count
+  EXPECT_EQ(token.id, 0);
+  EXPECT_NEAR(token.logprob, logSoftmax({2.0f, 1.5f, 0.0f})[0], 1e-6);
+}
+
+TEST(SamplerPenalties, FrequencyPenaltySubtractsPerOccurrence) {
+  SamplingParams params;
+  params.frequency_penalty = 0.4f;
+  params.num_logprobs = 3;
+  auto sampler = makeSampler(params, 3);
+  const std::vector<float> logits = {3.0f, 2.5f, 0.0f};
+  EXPECT_EQ(sampleId(*sampler, logits), 0);  // 3, 2.5, 0
+  EXPECT_EQ(sampleId(*sampler, logits), 0);  // 2.6, 2.5, 0
+  SampledToken token;
+  ASSERT_OK(sampler->sample(logits, &token));  // 2.2, 2.5, 0
+  EXPECT_EQ(token.id, 1);
+  const std::vector<double> want = logSoftmax({2.2f, 2.5f, 0.0f});
+  EXPECT_NEAR(token.logprob, want[1], 1e-6);
+  EXPECT_NEAR(token.top_logprobs[1].second, want[0], 1e-6);
+  ASSERT_OK(sampler->sample(logits, &token));  // 2.2, 2.1, 0
+  EXPECT_EQ(token.id, 0);
+}
+
+TEST(SamplerPenalties, AllPenaltiesCombineAfterBias) {
+  SamplingParams params;
+  params.logit_bias = {{0, 1.0f}};
+  params.repetition_penalty = 2;
+  params.presence_penalty = 0.5f;
+  params.frequency_penalty = 0.25f;
+  params.num_logprobs = 2;
+  auto sampler = makeSampler(params, 2);
+  const std::vector<float> logits = {3.0f, 2.0f};
+  EXPECT_EQ(sampleId(*sampler, logits), 0);  // 4, 2
+  SampledToken token;
+  // Token 0: (3 + 1) / 2 - 0.5 - 0.25 = 1.25 < 2.
+  ASSERT_OK(sampler->sample(logits, &token));
+  EXPECT_EQ(token.id, 1);
+  EXPECT_NEAR(token.logprob, logSoftmax({1.25f, 2.0f})[1], 1e-6);
+}
+
+TEST(SamplerLogitBias, ShiftsAndBans) {
+  SamplingParams params;
+  params.logit_bias = {{2, 5.0f}, {0, kNegInf}, {2, -1.0f}};  // repeated ids add up
+  auto sampler = makeSampler(params, 4);
+  EXPECT_EQ(sampleId(*sampler, {10.0f, 1.0f, 0.0f, 3.5f}), 2);  // 0 banned, 2 -> 4
+
+  params = {};
+  params.temperature = 1;
+  params.logit_bias = {{1, kNegInf}, {3, kNegInf}};
+  EXPECT_EQ(drawnIds(params, {0.0f, 5.0f, 0.0f, 5.0f}), (std::set<int32_t>{0, 2}));
+}
+
+TEST(SamplerLogitBias, BanningEveryTokenIsAnError) {
+  SamplingParams params;
+  params.temperature = 1;
+  params.logit_bias = {{0, kNegInf}, {1, kNegInf}};
+  auto sampler = makeSampler(params, 2);
+  SampledToken token;
+  Status status = sampler->sample(std::vector<float>{1.0f, 2.0f}, &token);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("masked"), std::string::npos) << status.message();
+}
+
+TEST(SamplerLogprobs, MatchLogSoftmaxAfterTemperatureBeforeTruncation) {
+  const std::vector<float> logits = {1.0f, -0.5f, 2.0f, 0.25f, kNegInf, 2.0f};
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 2;
+  params.num_logprobs = 6;
+  params.seed = 5;
+  auto sampler = makeSampler(params, 6);
+  const std::vector<double> want = logSoftmax(logits, 0.8);
+  for (int step = 0; step < 20; ++step) {
+    SampledToken token;
+    ASSERT_OK(sampler->sample(logits, &token));
+    EXPECT_TRUE(token.id == 2 || token.id == 5) << token.id;
+    EXPECT_NEAR(token.logprob, want[static_cast<size_t>(token.id)], 1e-6);
+    ASSERT_EQ(token.top_logprobs.size(), 6u);
+    const std::vector<int32_t> order = {2, 5, 0, 3, 1, 4};
+    for (size_t i = 0; i < order.size(); ++i) {
+      EXPECT_EQ(token.top_logprobs[i].first, order[i]);
+      if (order[i] == 4) {
+        EXPECT_EQ(token.top_logprobs[i].second, kNegInf);
+      } else {
+        EXPECT_NEAR(token.top_logprobs[i].second, want[static_cast<size_t>(order[i])], 1e-6);
+      }
+    }
+  }
+}
+
+TEST(SamplerLogprobs, GreedyUsesTemperatureOne) {
+  const std::vector<float> logits = {0.5f, 1.5f, -2.0f};
+  SamplingParams params;
+  params.num_logprobs = 1;
+  auto sampler = makeSampler(params, 3);
+  SampledToken token;
+  ASSERT_OK(sampler->sample(logits, &token));
+  EXPECT_EQ(token.id, 1);
+  EXPECT_NEAR(token.logprob, logSoftmax(logits)[1], 1e-6);
+  ASSERT_EQ(token.top_logprobs.size(), 1u);
+  EXPECT_EQ(token.top_logprobs[0].first, 1);
+}
+
+TEST(SamplerLogits, RejectsNanInfAndWrongLength) {
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams params;
+    params.temperature = temperature;
+    auto sampler = makeSampler(params, 4);
+    SampledToken token;
+    Status status = sampler->sample(std::vector<float>{0.0f, 1.0f, std::nanf(""), 2.0f}, &token);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("index 2"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("NaN"), std::string::npos) << status.message();
+
+    status = sampler->sample(
+        std::vector<float>{0.0f, std::numeric_limits<float>::infinity(), 0.0f, 0.0f}, &token);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("index 1"), std::string::npos) << status.message();
+
+    status = sampler->sample(std::vector<float>{0.0f, 1.0f, 2.0f}, &token);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+
+    status = sampler->sample(std::vector<float>(4, kNegInf), &token);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+
+    EXPECT_EQ(sampler->sample(std::vector<float>(4, 0.0f), nullptr).code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(SamplerLogits, HugeLogitsAndTinyTemperatureStayFinite) {
+  SamplingParams params;
+  params.temperature = 1e-4f;
+  params.num_logprobs = 2;
+  auto sampler = makeSampler(params, 3);
+  const float big = std::numeric_limits<float>::max();
+  SampledToken token;
+  ASSERT_OK(sampler->sample(std::vector<float>{-big, big, big * 0.5f}, &token));
+  EXPECT_EQ(token.id, 1);
+  EXPECT_EQ(token.logprob, 0.0f);
+}
+
+Status createStatus(const SamplingParams& params, int32_t vocab_size,
+                    std::vector<int32_t> prompt = {}) {
+  std::unique_ptr<Sampler> sampler;
+  return Sampler::create(params, vocab_size, prompt, &sampler);
+}
+
+void expectInvalid(const SamplingParams& params, const std::string& needle, int32_t vocab = 10) {
+  Status status = validate(params, vocab);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << needle;
+  EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
+  EXPECT_EQ(createStatus(params, vocab).code(), StatusCode::kInvalidArgument) << needle;
+}
+
+TEST(SamplerValidation, RejectsEachBadField) {
+  const float nan = std::nanf("");
+  const float inf = std::numeric_limits<float>::infinity();
+  ASSERT_OK(validate({}, 10));
+  SamplingParams params;
+
+  params = {};
+  params.temperature = -0.1f;
+  expectInvalid(params, "temperature");
+  params.temperature = nan;
+  expectInvalid(params, "temperature");
+  params.temperature = inf;
+  expectInvalid(params, "temperature");
+
+  params = {};
+  params.top_k = -1;
+  expectInvalid(params, "top_k");
+
+  for (float top_p : {0.0f, -0.5f, 1.01f, nan}) {
+    params = {};
+    params.top_p = top_p;
+    expectInvalid(params, "top_p");
+  }
+
+  for (float min_p : {-0.1f, 1.5f, nan}) {
+    params = {};
+    params.min_p = min_p;
+    expectInvalid(params, "min_p");
+  }
+
+  for (float penalty : {0.0f, -1.0f, nan, inf}) {
+    params = {};
+    params.repetition_penalty = penalty;
+    expectInvalid(params, "repetition_penalty");
+  }
+  params = {};
+  params.presence_penalty = nan;
+  expectInvalid(params, "presence_penalty");
+  params = {};
+  params.frequency_penalty = inf;
+  expectInvalid(params, "frequency_penalty");
+
+  params = {};
+  params.logit_bias = {{3, 1.0f}, {10, 1.0f}};
+  expectInvalid(params, "token id 10");
+  params.logit_bias = {{-1, 1.0f}};
+  expectInvalid(params, "token id -1");
+  params.logit_bias = {{2, nan}};
+  expectInvalid(params, "logit_bias");
+  params.logit_bias = {{2, inf}};
+  expectInvalid(params, "logit_bias");
+
+  params = {};
+  params.num_logprobs = -1;
+  expectInvalid(params, "num_logprobs");
+  params.num_logprobs = 11;
+  expectInvalid(params, "num_logprobs");
+
+  EXPECT_EQ(validate({}, 0).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SamplerValidation, RejectsPromptTokensOutOfRange) {
+  Status status = createStatus({}, 5, {1, 2, 5});
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("prompt token 2"), std::string::npos) << status.message();
+  EXPECT_EQ(createStatus({}, 5, {-1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Sampler::create({}, 5, {}, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace llmc
