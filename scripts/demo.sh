@@ -27,6 +27,11 @@ echo "== llmc run (prompt of 16 tokens, 10 runs) =="
 "$LLMC" run "$WORK/demo.engine" --input "input_ids=$MODEL/input_ids.npy" --output-dir "$WORK/out" --repeat 10
 
 echo
+echo "== llmc generate (greedy, 32 new tokens after the prompt; full recomputation) =="
+PROMPT_IDS=$("$ROOT/.venv/bin/python" -c "import numpy as np, sys; print(','.join(map(str, np.load(sys.argv[1])[0])))" "$MODEL/input_ids.npy")
+"$LLMC" generate "$WORK/demo.engine" --prompt-ids "$PROMPT_IDS" --max-new-tokens 32 --print-ids
+
+echo
 echo "== check against the exporter's outputs (torch) =="
 "$ROOT/.venv/bin/python" - "$WORK/out/logits.npy" "$MODEL/b1_s16/logits.npy" "$MODEL/input_ids.npy" "$MODEL/b1_s16/input_ids.npy" <<'PY'
 import sys

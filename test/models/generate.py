@@ -139,7 +139,8 @@ def make_bert_tiny(out_dir: str) -> None:
     )
 
 
-def make_gpt2_tiny(out_dir: str) -> None:
+def build_gpt2_tiny() -> torch.nn.Module:
+    """The GPT2LMHeadModel behind gpt2_tiny, with its seeded random weights."""
     torch.manual_seed(3)
     config = transformers.GPT2Config(
         vocab_size=512,
@@ -151,11 +152,16 @@ def make_gpt2_tiny(out_dir: str) -> None:
         use_cache=False,
         attn_implementation="eager",
     )
-    model = CausalLmLogits(transformers.GPT2LMHeadModel(config))
+    return transformers.GPT2LMHeadModel(config)
+
+
+def make_gpt2_tiny(out_dir: str) -> None:
+    lm = build_gpt2_tiny()
+    model = CausalLmLogits(lm)
     export_model(
         out_dir,
         model,
-        _lm_input_sets(config.vocab_size, [(1, 7), (2, 13), (3, 1)], with_mask=False),
+        _lm_input_sets(lm.config.vocab_size, [(1, 7), (2, 13), (3, 1)], with_mask=False),
         ["logits"],
         {"input_ids": LM_AXES["input_ids"], **LOGITS_AXES},
         opset=17,
@@ -176,12 +182,12 @@ def _llama(seed: int, initializer_range: float, **sizes) -> torch.nn.Module:
     return transformers.LlamaForCausalLM(config)
 
 
-def make_llama_tiny(out_dir: str) -> None:
-    vocab = 512
-    model = _llama(
+def build_llama_tiny() -> torch.nn.Module:
+    """The LlamaForCausalLM behind llama_tiny, with its seeded random weights."""
+    return _llama(
         4,
         initializer_range=0.1,
-        vocab_size=vocab,
+        vocab_size=512,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -189,6 +195,11 @@ def make_llama_tiny(out_dir: str) -> None:
         num_key_value_heads=2,
         max_position_embeddings=64,
     )
+
+
+def make_llama_tiny(out_dir: str) -> None:
+    vocab = 512
+    model = build_llama_tiny()
     export_model(
         out_dir,
         CausalLmLogits(model),
@@ -203,12 +214,12 @@ def make_llama_tiny(out_dir: str) -> None:
     )
 
 
-def make_demo(out_dir: str) -> None:
-    vocab = 512
-    model = _llama(
+def build_demo() -> torch.nn.Module:
+    """The LlamaForCausalLM behind demo, with its seeded random weights."""
+    return _llama(
         5,
         initializer_range=0.05,
-        vocab_size=vocab,
+        vocab_size=512,
         hidden_size=192,
         intermediate_size=448,
         num_hidden_layers=4,
@@ -216,6 +227,11 @@ def make_demo(out_dir: str) -> None:
         num_key_value_heads=2,
         max_position_embeddings=256,
     )
+
+
+def make_demo(out_dir: str) -> None:
+    vocab = 512
+    model = build_demo()
     sets = _lm_input_sets(vocab, [(1, 16), (2, 9)], with_mask=False)
     export_model(
         out_dir,

@@ -21,5 +21,6 @@ int usageError(const std::string& command, const std::string& message);
 int runCompile(const std::vector<std::string>& args);
 int runRun(const std::vector<std::string>& args);
 int runInspect(const std::vector<std::string>& args);
+int runGenerate(const std::vector<std::string>& args);
 
 }  // namespace llmc::cli

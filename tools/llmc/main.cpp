@@ -43,6 +43,10 @@ const char kUsage[] =
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"
     "          [--repeat N]\n"
     "      run an engine on inputs; writes DIR/NAME.npy (or .pb) for every output\n"
+    "  generate ENGINE --prompt-ids 1,2,3 | --prompt TEXT --tokenizer tokenizer.json\n"
+    "          [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
+    "          [--repetition-penalty R] [--seed S] [--stop-id ID ...] [--print-ids]\n"
+    "      generate tokens from a decoder language model (temperature 0, the default, is greedy)\n"
     "  inspect ENGINE [--json]\n"
     "      print an engine's format, target, inputs, outputs, steps and memory\n"
     "\n"
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
   if (command == "compile") return llmc::cli::runCompile(args);
   if (command == "run") return llmc::cli::runRun(args);
   if (command == "inspect") return llmc::cli::runInspect(args);
+  if (command == "generate") return llmc::cli::runGenerate(args);
   std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
   return llmc::cli::kExitBadInput;
 }

@@ -18,6 +18,7 @@ enum class StatusCode : int {
   kResourceExhausted = 7,   // out of memory, KV cache full
   kInternal = 8,            // a broken invariant of llmc itself
   kUnavailable = 9,         // a value not known yet (used by shape-only evaluation)
+  kCancelled = 10,          // the caller stopped the operation (e.g. a generation callback)
 };
 
 const char* statusCodeName(StatusCode code);
@@ -51,6 +52,7 @@ Status failedPrecondition(std::string message);
 Status resourceExhausted(std::string message);
 Status internalError(std::string message);
 Status unavailable(std::string message);
+Status cancelled(std::string message);
 
 }  // namespace llmc
 

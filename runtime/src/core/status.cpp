@@ -15,6 +15,7 @@ const char* statusCodeName(StatusCode code) {
     case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
     case StatusCode::kInternal: return "INTERNAL";
     case StatusCode::kUnavailable: return "UNAVAILABLE";
+    case StatusCode::kCancelled: return "CANCELLED";
   }
   return "UNKNOWN";
 }
@@ -42,5 +43,6 @@ Status resourceExhausted(std::string m) {
 }
 Status internalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
+Status cancelled(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
 
 }  // namespace llmc

@@ -25,30 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "llmc/sampling.h"
 #include "llmc/status.h"
 
 namespace llmc {
-
-struct SamplingParams {
-  float temperature = 0;         // 0 = greedy; otherwise > 0 and finite
-  int32_t top_k = 0;             // 0 = off; k >= vocab is also off
-  float top_p = 1;               // nucleus mass in (0, 1]; 1 = off
-  float min_p = 0;               // in [0, 1]; keep tokens with p >= min_p * p_max; 0 = off
-  float repetition_penalty = 1;  // > 0; 1 = off; applies to prompt and output tokens
-  float presence_penalty = 0;    // subtracted once from each token seen in the output
-  float frequency_penalty = 0;   // subtracted once per occurrence in the output
-  // (token id, bias) added to the logits; -inf bans the token; repeated ids add up.
-  std::vector<std::pair<int32_t, float>> logit_bias;
-  uint64_t seed = 0;         // same seed + same logits -> same tokens, on every platform
-  int32_t num_logprobs = 0;  // also return the top-N logprobs, 0 <= N <= vocab
-};
-
-struct SampledToken {
-  int32_t id = -1;
-  float logprob = 0;  // see the file comment for which distribution
-  // The num_logprobs most probable tokens, most probable first (ties: lowest id first).
-  std::vector<std::pair<int32_t, float>> top_logprobs;
-};
 
 // Checks every field against the vocab size; kInvalidArgument naming the field otherwise.
 Status validate(const SamplingParams& params, int32_t vocab_size);

@@ -1,0 +1,66 @@
+// llmc::Generator: token generation on an engine of a decoder language model.
+//
+// Today it runs by full recomputation: every step runs the engine on the whole sequence
+// (`input_ids` [1, n], with `attention_mask` ones and `position_ids` 0..n-1 when the engine
+// has those inputs) and samples from the last position's logits. The paged-KV-cache path
+// replaces the inner step without changing this API.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "llmc/engine.h"
+#include "llmc/sampling.h"
+#include "llmc/status.h"
+#include "llmc/tokenizer.h"
+
+namespace llmc {
+
+struct GenerationOptions {
+  int32_t max_new_tokens = 32;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_token_ids;  // generation ends after emitting one of these
+};
+
+enum class FinishReason { kLength, kStopToken };
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // the new tokens (the prompt excluded)
+  std::vector<float> logprobs;  // of each chosen token (see sampling.h)
+  FinishReason finish_reason = FinishReason::kLength;
+  double time_to_first_token_ms = 0;
+  double decode_tokens_per_s = 0;  // tokens after the first, per second
+};
+
+// Called after each new token; return false to cancel (generate() then returns kCancelled
+// with the tokens so far in the result).
+using TokenCallback = std::function<bool(int32_t token)>;
+
+class Generator {
+ public:
+  // Checks that the engine looks like a decoder language model: an integer `input_ids`
+  // [batch, seq] input, optional `attention_mask` / `position_ids`, and a float logits output
+  // [batch, seq, vocab].
+  static Status create(std::shared_ptr<const Engine> engine, std::unique_ptr<Generator>* out);
+  ~Generator();
+
+  // Generates after `prompt`. Errors: an empty prompt, a token id outside the vocabulary, a
+  // prompt (plus new tokens) longer than the engine's sequence range, bad sampling options.
+  // The generator stays usable after any error.
+  Status generate(std::span<const int32_t> prompt, const GenerationOptions& options,
+                  const TokenCallback& on_token, GenerationResult* result);
+
+  int64_t vocabSize() const;  // -1 until known (a symbolic vocab dim is learnt on first run)
+  int64_t maxSequenceLength() const;  // -1: unbounded
+
+ private:
+  Generator() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace llmc

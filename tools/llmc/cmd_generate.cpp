@@ -1,0 +1,164 @@
+// llmc generate: stream tokens (or text, with a tokenizer) from a decoder engine.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "cli.h"
+#include "llmc/generator.h"
+#include "llmc/tokenizer.h"
+
+namespace llmc::cli {
+
+namespace {
+
+bool parseIds(const std::string& text, std::vector<int32_t>* ids) {
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t comma = text.find(',', begin);
+    std::string part =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    char* end = nullptr;
+    long long value = std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || value < INT32_MIN || value > INT32_MAX) return false;
+    ids->push_back(static_cast<int32_t>(value));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return !ids->empty();
+}
+
+bool parseNumber(const std::string& text, double* value) {
+  char* end = nullptr;
+  *value = std::strtod(text.c_str(), &end);
+  return !text.empty() && *end == '\0';
+}
+
+}  // namespace
+
+int runGenerate(const std::vector<std::string>& args) {
+  std::string engine_path, prompt_text, tokenizer_path;
+  std::vector<int32_t> prompt_ids;
+  bool print_ids = false;
+  GenerationOptions options;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto next = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+    auto number = [&](const char* flag, double* value) -> bool {
+      const std::string* v = next();
+      return v && parseNumber(*v, value)
+                 ? true
+                 : (std::fprintf(stderr, "llmc generate: error: %s needs a number\n", flag), false);
+    };
+    double value = 0;
+    if (arg == "--prompt-ids") {
+      const std::string* v = next();
+      if (!v || !parseIds(*v, &prompt_ids))
+        return usageError("generate", "--prompt-ids takes comma-separated ids, e.g. 1,2,3");
+    } else if (arg == "--prompt") {
+      const std::string* v = next();
+      if (!v) return usageError("generate", "--prompt needs text");
+      prompt_text = *v;
+    } else if (arg == "--tokenizer") {
+      const std::string* v = next();
+      if (!v) return usageError("generate", "--tokenizer needs a tokenizer.json");
+      tokenizer_path = *v;
+    } else if (arg == "--max-new-tokens") {
+      if (!number("--max-new-tokens", &value) || value < 0) return kExitBadInput;
+      options.max_new_tokens = static_cast<int32_t>(value);
+    } else if (arg == "--temperature") {
+      if (!number("--temperature", &value)) return kExitBadInput;
+      options.sampling.temperature = static_cast<float>(value);
+    } else if (arg == "--top-k") {
+      if (!number("--top-k", &value)) return kExitBadInput;
+      options.sampling.top_k = static_cast<int32_t>(value);
+    } else if (arg == "--top-p") {
+      if (!number("--top-p", &value)) return kExitBadInput;
+      options.sampling.top_p = static_cast<float>(value);
+    } else if (arg == "--min-p") {
+      if (!number("--min-p", &value)) return kExitBadInput;
+      options.sampling.min_p = static_cast<float>(value);
+    } else if (arg == "--repetition-penalty") {
+      if (!number("--repetition-penalty", &value)) return kExitBadInput;
+      options.sampling.repetition_penalty = static_cast<float>(value);
+    } else if (arg == "--seed") {
+      if (!number("--seed", &value) || value < 0) return kExitBadInput;
+      options.sampling.seed = static_cast<uint64_t>(value);
+    } else if (arg == "--stop-id") {
+      if (!number("--stop-id", &value)) return kExitBadInput;
+      options.stop_token_ids.push_back(static_cast<int32_t>(value));
+    } else if (arg == "--beam") {
+      return usageError(
+          "generate",
+          "--beam is not implemented yet (beam search arrives with the KV-cache generator)");
+    } else if (arg == "--print-ids") {
+      print_ids = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("generate", "unknown option '" + arg + "'");
+    } else if (engine_path.empty()) {
+      engine_path = arg;
+    } else {
+      return usageError("generate", "more than one engine given");
+    }
+  }
+  if (engine_path.empty()) return usageError("generate", "no engine given");
+  if (prompt_ids.empty() == prompt_text.empty())
+    return usageError("generate", "give exactly one of --prompt-ids and --prompt");
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) {
+    Status status = Tokenizer::fromFile(tokenizer_path, &tokenizer);
+    if (!status.ok()) return reportError("generate", status);
+  }
+  if (!prompt_text.empty()) {
+    if (!tokenizer)
+      return usageError("generate",
+                        "--prompt needs --tokenizer (engines do not carry tokenizers yet)");
+    Status status = tokenizer->encode(prompt_text, /*add_special_tokens=*/true, &prompt_ids);
+    if (!status.ok()) return reportError("generate", status);
+  }
+
+  std::shared_ptr<const Engine> engine;
+  Status status = Engine::load(engine_path, &engine);
+  if (!status.ok()) return reportError("generate", status);
+  std::unique_ptr<Generator> generator;
+  status = Generator::create(engine, &generator);
+  if (!status.ok()) return reportError("generate", status);
+
+  std::unique_ptr<Tokenizer::StreamDecoder> stream;
+  if (tokenizer && !print_ids) {
+    stream = tokenizer->streamDecoder(/*skip_special_tokens=*/true);
+    std::fputs(prompt_text.c_str(), stdout);
+  }
+  bool first = true;
+  Status stream_status;
+  auto on_token = [&](int32_t id) {
+    if (stream) {
+      std::string text;
+      stream_status = stream->step(id, &text);
+      std::fputs(text.c_str(), stdout);
+    } else {
+      std::printf(first ? "%d" : " %d", id);
+    }
+    first = false;
+    std::fflush(stdout);
+    return stream_status.ok();
+  };
+  GenerationResult result;
+  status = generator->generate(prompt_ids, options, on_token, &result);
+  if (stream && stream_status.ok()) {
+    std::string rest;
+    stream_status = stream->finish(&rest);
+    std::fputs(rest.c_str(), stdout);
+  }
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  if (!stream_status.ok()) return reportError("generate", stream_status);
+  if (!status.ok()) return reportError("generate", status);
+  std::fprintf(stderr,
+               "llmc generate: %zu prompt tokens, %zu new tokens; time to first token %.1f ms, "
+               "decode %.1f tokens/s (full recomputation)\n",
+               prompt_ids.size(), result.tokens.size(), result.time_to_first_token_ms,
+               result.decode_tokens_per_s);
+  return kExitOk;
+}
+
+}  // namespace llmc::cli
