@@ -59,6 +59,18 @@ def main():
                 ok = got == want
                 report(ok, label, f"{len(got)} tokens equal transformers'" if ok else
                        f"first difference at new token {same}: got {got[same:same + 4]}, want {want[same:same + 4]}")
+            for case in refs.get("beam", []):
+                prompt, want = case["prompt"], case["new_tokens"]
+                proc = run([llmc, "generate", engine, "--prompt-ids", ",".join(map(str, prompt)),
+                            "--max-new-tokens", str(len(want)), "--beam", str(case["num_beams"]),
+                            "--length-penalty", str(case["length_penalty"]), "--print-ids"])
+                label = f"{name}/beam {case['num_beams']} prompt of {len(prompt)}"
+                if proc.returncode != 0:
+                    report(False, label, proc.stderr.strip())
+                    continue
+                got = [int(t) for t in proc.stdout.split()]
+                report(got == want, label, f"best of {case['num_beams']} beams equals transformers'" if got == want
+                       else f"got {got}, want {want}")
 
         # Errors: each is one line on stderr and exit code 2.
         name = names[0] if names else None
@@ -73,7 +85,7 @@ def main():
                      "exceeds the engine's context of 16 tokens"),
                     ("token id outside the vocabulary", ["--prompt-ids", "5,999999", "--max-new-tokens", "1"],
                      "outside the vocabulary"),
-                    ("beam search not yet", ["--prompt-ids", "5", "--beam", "4"], "not implemented"),
+                    ("zero beams", ["--prompt-ids", "5", "--beam", "0"], "--beam needs at least 1 beam"),
                     ("bad sampling option", ["--prompt-ids", "5", "--max-new-tokens", "1", "--top-p", "0"], "top_p"),
                 ]
                 for label, extra, message in cases:

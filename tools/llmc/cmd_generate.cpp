@@ -39,6 +39,8 @@ int runGenerate(const std::vector<std::string>& args) {
   std::string engine_path, prompt_text, tokenizer_path;
   std::vector<int32_t> prompt_ids;
   bool print_ids = false;
+  int32_t num_beams = 0;
+  float length_penalty = 1.0f;
   GenerationOptions options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -63,7 +65,8 @@ int runGenerate(const std::vector<std::string>& args) {
       if (!v) return usageError("generate", "--tokenizer needs a tokenizer.json");
       tokenizer_path = *v;
     } else if (arg == "--max-new-tokens") {
-      if (!number("--max-new-tokens", &value) || value < 0) return kExitBadInput;
+      if (!number("--max-new-tokens", &value)) return kExitBadInput;
+      if (value < 0) return usageError("generate", "--max-new-tokens must not be negative");
       options.max_new_tokens = static_cast<int32_t>(value);
     } else if (arg == "--temperature") {
       if (!number("--temperature", &value)) return kExitBadInput;
@@ -81,15 +84,19 @@ int runGenerate(const std::vector<std::string>& args) {
       if (!number("--repetition-penalty", &value)) return kExitBadInput;
       options.sampling.repetition_penalty = static_cast<float>(value);
     } else if (arg == "--seed") {
-      if (!number("--seed", &value) || value < 0) return kExitBadInput;
+      if (!number("--seed", &value)) return kExitBadInput;
+      if (value < 0) return usageError("generate", "--seed must not be negative");
       options.sampling.seed = static_cast<uint64_t>(value);
     } else if (arg == "--stop-id") {
       if (!number("--stop-id", &value)) return kExitBadInput;
       options.stop_token_ids.push_back(static_cast<int32_t>(value));
     } else if (arg == "--beam") {
-      return usageError(
-          "generate",
-          "--beam is not implemented yet (beam search arrives with the KV-cache generator)");
+      if (!number("--beam", &value)) return kExitBadInput;
+      if (value < 1) return usageError("generate", "--beam needs at least 1 beam");
+      num_beams = static_cast<int32_t>(value);
+    } else if (arg == "--length-penalty") {
+      if (!number("--length-penalty", &value)) return kExitBadInput;
+      length_penalty = static_cast<float>(value);
     } else if (arg == "--print-ids") {
       print_ids = true;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -143,7 +150,19 @@ int runGenerate(const std::vector<std::string>& args) {
     return stream_status.ok();
   };
   GenerationResult result;
-  status = generator->generate(prompt_ids, options, on_token, &result);
+  if (num_beams > 0) {
+    // Beam search picks its tokens at the end: print them then.
+    BeamSearchOptions beam;
+    beam.num_beams = num_beams;
+    beam.max_new_tokens = options.max_new_tokens;
+    beam.length_penalty = length_penalty;
+    beam.stop_token_ids = options.stop_token_ids;
+    status = generator->beamSearch(prompt_ids, beam, &result);
+    if (status.ok())
+      for (int32_t id : result.tokens) on_token(id);
+  } else {
+    status = generator->generate(prompt_ids, options, on_token, &result);
+  }
   if (stream && stream_status.ok()) {
     std::string rest;
     stream_status = stream->finish(&rest);

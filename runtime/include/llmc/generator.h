@@ -28,6 +28,17 @@ struct GenerationOptions {
 
 enum class FinishReason { kLength, kStopToken };
 
+struct BeamSearchOptions {
+  int32_t num_beams = 4;
+  int32_t max_new_tokens = 32;
+  // A finished hypothesis scores sum(logprobs) / (new tokens ^ length_penalty), as
+  // transformers does for decoder-only models.
+  float length_penalty = 1.0f;
+  // true: stop once num_beams hypotheses have finished (transformers' early_stopping=True).
+  bool early_stopping = true;
+  std::vector<int32_t> stop_token_ids;
+};
+
 struct GenerationResult {
   std::vector<int32_t> tokens;  // the new tokens (the prompt excluded)
   std::vector<float> logprobs;  // of each chosen token (see sampling.h)
@@ -54,6 +65,11 @@ class Generator {
   Status generate(std::span<const int32_t> prompt, const GenerationOptions& options,
                   const TokenCallback& on_token, GenerationResult* result);
 
+  // Beam search (deterministic). `result` gets the best hypothesis; its logprobs are the
+  // per-token log-probabilities along it.
+  Status beamSearch(std::span<const int32_t> prompt, const BeamSearchOptions& options,
+                    GenerationResult* result);
+
   int64_t vocabSize() const;  // -1 until known (a symbolic vocab dim is learnt on first run)
   int64_t maxSequenceLength() const;  // -1: unbounded
 
@@ -61,6 +77,10 @@ class Generator {
   Generator() = default;
   struct State;
   std::unique_ptr<State> state_;
+  Status checkPrompt(std::span<const int32_t> prompt, int32_t max_new_tokens) const;
+  // Runs the engine on equally long rows; returns each row's last-position logits.
+  Status lastLogitsOf(const std::vector<std::vector<int64_t>>& rows,
+                      std::vector<std::vector<float>>* logits);
 };
 
 }  // namespace llmc

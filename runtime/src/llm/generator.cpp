@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "core/half.h"
@@ -24,30 +25,36 @@ struct Generator::State {
   size_t logits_index = 0;
   int64_t vocab = -1;
   int64_t max_length = -1;
+  bool dynamic_batch = false;  // input_ids' batch dim is symbolic: beams run in one batch
 };
 
 namespace {
 
 bool isIntegerDType(DType d) { return d == DType::kInt64 || d == DType::kInt32; }
 
-Tensor makeIds(DType dtype, const std::vector<int64_t>& values) {
-  Tensor t = Tensor::allocate(dtype, {1, static_cast<int64_t>(values.size())});
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kInt64)
-      t.data<int64_t>()[i] = values[i];
-    else
-      t.data<int32_t>()[i] = static_cast<int32_t>(values[i]);
+// A [rows, length] id tensor; `value(row, column)` gives each element.
+template <typename Fn>
+Tensor makeIds(DType dtype, size_t rows, size_t length, Fn value) {
+  Tensor t = Tensor::allocate(dtype, {static_cast<int64_t>(rows), static_cast<int64_t>(length)});
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < length; ++c) {
+      int64_t v = value(r, c);
+      if (dtype == DType::kInt64)
+        t.data<int64_t>()[r * length + c] = v;
+      else
+        t.data<int32_t>()[r * length + c] = static_cast<int32_t>(v);
+    }
   }
   return t;
 }
 
-// The last position's logits as float.
-Status lastLogits(const Tensor& logits, std::vector<float>* out) {
-  if (logits.rank() != 3 || logits.dim(0) != 1 || logits.dim(1) < 1)
+// Row `row`'s last-position logits as float.
+Status lastLogits(const Tensor& logits, int64_t row, std::vector<float>* out) {
+  if (logits.rank() != 3 || logits.dim(0) <= row || logits.dim(1) < 1)
     return invalidArgument("logits have shape " + shapeToString(logits.shape()) +
-                           ", expected [1, seq, vocab]");
+                           ", expected [batch, seq, vocab]");
   int64_t vocab = logits.dim(2);
-  int64_t offset = (logits.dim(1) - 1) * vocab;
+  int64_t offset = (row * logits.dim(1) + logits.dim(1) - 1) * vocab;
   out->resize(static_cast<size_t>(vocab));
   switch (logits.dtype()) {
     case DType::kFloat32:
@@ -97,6 +104,7 @@ Status Generator::create(std::shared_ptr<const Engine> engine, std::unique_ptr<G
     *name = input.name;
     *dtype = input.dtype;
     if (input.name == "input_ids") {
+      state->dynamic_batch = input.dims[0].size < 0;
       const DimInfo& seq = input.dims[1];
       if (seq.size >= 0) {
         state->max_length = seq.size;
@@ -131,16 +139,14 @@ Status Generator::create(std::shared_ptr<const Engine> engine, std::unique_ptr<G
 int64_t Generator::vocabSize() const { return state_->vocab; }
 int64_t Generator::maxSequenceLength() const { return state_->max_length; }
 
-Status Generator::generate(std::span<const int32_t> prompt, const GenerationOptions& options,
-                           const TokenCallback& on_token, GenerationResult* result) {
-  State& s = *state_;
-  *result = GenerationResult();
+Status Generator::checkPrompt(std::span<const int32_t> prompt, int32_t max_new_tokens) const {
+  const State& s = *state_;
   if (prompt.empty()) return invalidArgument("the prompt is empty");
-  if (options.max_new_tokens < 0) return invalidArgument("max_new_tokens must not be negative");
-  int64_t total = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
+  if (max_new_tokens < 0) return invalidArgument("max_new_tokens must not be negative");
+  int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
   if (s.max_length >= 0 && total > s.max_length)
     return outOfRange("the prompt (" + std::to_string(prompt.size()) + " tokens) plus " +
-                      std::to_string(options.max_new_tokens) +
+                      std::to_string(max_new_tokens) +
                       " new tokens exceeds the engine's context of " +
                       std::to_string(s.max_length) + " tokens");
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -149,40 +155,59 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
                              std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
                              std::to_string(s.vocab) + ")");
   }
+  return okStatus();
+}
 
-  std::vector<int64_t> sequence(prompt.begin(), prompt.end());
-  std::unique_ptr<Sampler> sampler;
-  std::vector<float> logits;
+Status Generator::lastLogitsOf(const std::vector<std::vector<int64_t>>& rows,
+                               std::vector<std::vector<float>>* logits) {
+  State& s = *state_;
+  logits->assign(rows.size(), {});
+  size_t batch = s.dynamic_batch ? rows.size() : 1;
   std::vector<NamedTensor> inputs, outputs;
+  for (size_t first = 0; first < rows.size(); first += batch) {
+    size_t length = rows[first].size();
+    inputs.clear();
+    inputs.push_back(
+        {s.input_ids_name, makeIds(s.input_ids_dtype, batch, length,
+                                   [&](size_t r, size_t c) { return rows[first + r][c]; })});
+    if (!s.attention_mask_name.empty())
+      inputs.push_back({s.attention_mask_name, makeIds(s.attention_mask_dtype, batch, length,
+                                                       [](size_t, size_t) { return int64_t{1}; })});
+    if (!s.position_ids_name.empty())
+      inputs.push_back(
+          {s.position_ids_name, makeIds(s.position_ids_dtype, batch, length,
+                                        [](size_t, size_t c) { return static_cast<int64_t>(c); })});
+    LLMC_RETURN_IF_ERROR(s.session->run(inputs, &outputs));
+    for (size_t r = 0; r < batch; ++r)
+      LLMC_RETURN_IF_ERROR(lastLogits(outputs[s.logits_index].tensor, static_cast<int64_t>(r),
+                                      &(*logits)[first + r]));
+  }
+  if (!rows.empty()) s.vocab = static_cast<int64_t>((*logits)[0].size());
+  return okStatus();
+}
+
+Status Generator::generate(std::span<const int32_t> prompt, const GenerationOptions& options,
+                           const TokenCallback& on_token, GenerationResult* result) {
+  State& s = *state_;
+  *result = GenerationResult();
+  LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
+  std::vector<std::vector<int64_t>> rows(1, std::vector<int64_t>(prompt.begin(), prompt.end()));
+  std::unique_ptr<Sampler> sampler;
+  std::vector<std::vector<float>> logits;
   auto start = std::chrono::steady_clock::now();
   auto first_token_time = start;
   for (int32_t step = 0; step < options.max_new_tokens; ++step) {
-    inputs.clear();
-    inputs.push_back({s.input_ids_name, makeIds(s.input_ids_dtype, sequence)});
-    if (!s.attention_mask_name.empty())
-      inputs.push_back({s.attention_mask_name,
-                        makeIds(s.attention_mask_dtype, std::vector<int64_t>(sequence.size(), 1))});
-    if (!s.position_ids_name.empty()) {
-      std::vector<int64_t> positions(sequence.size());
-      for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
-      inputs.push_back({s.position_ids_name, makeIds(s.position_ids_dtype, positions)});
-    }
-    LLMC_RETURN_IF_ERROR(s.session->run(inputs, &outputs));
-    LLMC_RETURN_IF_ERROR(lastLogits(outputs[s.logits_index].tensor, &logits));
+    LLMC_RETURN_IF_ERROR(lastLogitsOf(rows, &logits));
     if (!sampler) {
-      s.vocab = static_cast<int64_t>(logits.size());
-      for (size_t i = 0; i < prompt.size(); ++i)
-        if (prompt[i] >= s.vocab)
-          return invalidArgument("prompt token " + std::to_string(i) + " is id " +
-                                 std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
-                                 std::to_string(s.vocab) + ")");
+      LLMC_RETURN_IF_ERROR(
+          checkPrompt(prompt, options.max_new_tokens));  // now that the vocab is known
       LLMC_RETURN_IF_ERROR(
           Sampler::create(options.sampling, static_cast<int32_t>(s.vocab), prompt, &sampler));
     }
     SampledToken token;
-    LLMC_RETURN_IF_ERROR(sampler->sample(logits, &token));
+    LLMC_RETURN_IF_ERROR(sampler->sample(logits[0], &token));
     if (step == 0) first_token_time = std::chrono::steady_clock::now();
-    sequence.push_back(token.id);
+    rows[0].push_back(token.id);
     result->tokens.push_back(token.id);
     result->logprobs.push_back(token.logprob);
     if (on_token && !on_token(token.id)) return cancelled("generation cancelled by the caller");
@@ -200,6 +225,107 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
     if (result->tokens.size() > 1 && decode_s > 0)
       result->decode_tokens_per_s = (result->tokens.size() - 1) / decode_s;
   }
+  return okStatus();
+}
+
+namespace {
+struct Hypothesis {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  double sum_logprob = 0;
+  double score = 0;
+};
+
+void logSoftmax(std::vector<float>& logits) {
+  float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - max_logit));
+  float log_sum = static_cast<float>(std::log(sum)) + max_logit;
+  for (float& v : logits) v -= log_sum;
+}
+}  // namespace
+
+Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOptions& options,
+                             GenerationResult* result) {
+  *result = GenerationResult();
+  if (options.num_beams < 1) return invalidArgument("num_beams must be at least 1");
+  LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
+  auto score_of = [&](const Hypothesis& h) {
+    double length = std::max<size_t>(h.tokens.size(), 1);
+    return h.sum_logprob / std::pow(length, static_cast<double>(options.length_penalty));
+  };
+  auto is_stop = [&](int32_t id) {
+    return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), id) !=
+           options.stop_token_ids.end();
+  };
+  size_t num_beams = static_cast<size_t>(options.num_beams);
+  std::vector<Hypothesis> beams(1), finished;
+  std::vector<std::vector<float>> logits;
+  auto start = std::chrono::steady_clock::now();
+  for (int32_t step = 0; step < options.max_new_tokens; ++step) {
+    std::vector<std::vector<int64_t>> rows;
+    for (const Hypothesis& beam : beams) {
+      rows.emplace_back(prompt.begin(), prompt.end());
+      rows.back().insert(rows.back().end(), beam.tokens.begin(), beam.tokens.end());
+    }
+    LLMC_RETURN_IF_ERROR(lastLogitsOf(rows, &logits));
+    if (step == 0) LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
+    // The 2 * num_beams best (beam, token) extensions, best first; ties: lower beam, lower id.
+    struct Candidate {
+      double sum;
+      size_t beam;
+      int32_t token;
+      float logprob;
+    };
+    std::vector<Candidate> candidates;
+    for (size_t b = 0; b < beams.size(); ++b) {
+      logSoftmax(logits[b]);
+      for (size_t t = 0; t < logits[b].size(); ++t)
+        candidates.push_back(
+            {beams[b].sum_logprob + logits[b][t], b, static_cast<int32_t>(t), logits[b][t]});
+    }
+    size_t keep = std::min(candidates.size(), 2 * num_beams);
+    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(keep),
+                      candidates.end(), [](const Candidate& a, const Candidate& b) {
+                        if (a.sum != b.sum) return a.sum > b.sum;
+                        if (a.beam != b.beam) return a.beam < b.beam;
+                        return a.token < b.token;
+                      });
+    std::vector<Hypothesis> next;
+    for (size_t rank = 0; rank < keep && next.size() < num_beams; ++rank) {
+      const Candidate& c = candidates[rank];
+      Hypothesis h = beams[c.beam];
+      h.tokens.push_back(c.token);
+      h.logprobs.push_back(c.logprob);
+      h.sum_logprob = c.sum;
+      if (is_stop(c.token)) {
+        if (rank < num_beams) {  // as transformers: only top-ranked stops finish a hypothesis
+          h.score = score_of(h);
+          finished.push_back(std::move(h));
+        }
+        continue;
+      }
+      next.push_back(std::move(h));
+    }
+    beams = std::move(next);
+    if (options.early_stopping && finished.size() >= num_beams) break;
+    if (beams.empty()) break;
+  }
+  for (Hypothesis& beam : beams) {
+    beam.score = score_of(beam);
+    finished.push_back(std::move(beam));
+  }
+  if (finished.empty()) return internalError("beam search produced no hypothesis");
+  const Hypothesis* best = &finished[0];
+  for (const Hypothesis& h : finished)
+    if (h.score > best->score) best = &h;
+  result->tokens = best->tokens;
+  result->logprobs = best->logprobs;
+  result->finish_reason = !best->tokens.empty() && is_stop(best->tokens.back())
+                              ? FinishReason::kStopToken
+                              : FinishReason::kLength;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (seconds > 0) result->decode_tokens_per_s = result->tokens.size() / seconds;
   return okStatus();
 }
 

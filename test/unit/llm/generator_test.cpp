@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "core/engine_file.h"
@@ -134,6 +135,27 @@ TEST(GeneratorTest, SamplingIsReproducibleBySeed) {
   ASSERT_TRUE(generator->generate(std::vector<int32_t>{1}, options, nullptr, &c).ok());
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_NE(a.tokens, c.tokens);
+}
+
+TEST(GeneratorTest, BeamSearchFindsTheMostLikelySequenceAndHonorsStopIds) {
+  std::unique_ptr<Generator> generator;
+  ASSERT_TRUE(Generator::create(oneHotEngine(), &generator).ok());
+  BeamSearchOptions options;
+  options.num_beams = 3;
+  options.max_new_tokens = 4;
+  GenerationResult result;
+  ASSERT_TRUE(generator->beamSearch(std::vector<int32_t>{5, 2}, options, &result).ok());
+  EXPECT_EQ(result.tokens, (std::vector<int32_t>{2, 2, 2, 2}));
+  ASSERT_EQ(result.logprobs.size(), 4u);
+  // log-softmax of a one-hot row of 10: the hot entry is 1 - log(e + 9).
+  EXPECT_NEAR(result.logprobs[0], 1.0 - std::log(std::exp(1.0) + 9.0), 1e-5);
+  options.stop_token_ids = {2};
+  ASSERT_TRUE(generator->beamSearch(std::vector<int32_t>{5, 2}, options, &result).ok());
+  EXPECT_EQ(result.tokens, (std::vector<int32_t>{2}));
+  EXPECT_EQ(result.finish_reason, FinishReason::kStopToken);
+  options.num_beams = 0;
+  EXPECT_EQ(generator->beamSearch(std::vector<int32_t>{1}, options, &result).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
