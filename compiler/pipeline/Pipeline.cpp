@@ -9,6 +9,7 @@
 
 #include "core/engine_file.h"
 #include "importer/OnnxImporter.h"
+#include "llmc/tokenizer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -126,7 +127,18 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   serialize.compiler_version = kCompilerVersion;
   serialize.source_hash = hex64(checksum64(bytes.data(), bytes.size()));
   serialize.target = options.target;
+  if (!options.tokenizer_path.empty()) {
+    std::ifstream tokenizer_file(options.tokenizer_path, std::ios::binary);
+    if (!tokenizer_file)
+      return invalidArgument(options.tokenizer_path + ": cannot open the tokenizer");
+    serialize.tokenizer_json.assign(std::istreambuf_iterator<char>(tokenizer_file),
+                                    std::istreambuf_iterator<char>());
+    std::unique_ptr<Tokenizer> tokenizer;  // refuse what the runtime could not load
+    Status status = Tokenizer::fromJson(serialize.tokenizer_json, &tokenizer);
+    if (!status.ok()) return status.withContext(options.tokenizer_path);
+  }
   std::string opts = "target=" + options.target;
+  if (!serialize.tokenizer_json.empty()) opts += ";tokenizer";
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
   serialize.build_options = opts;

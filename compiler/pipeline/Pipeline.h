@@ -22,6 +22,7 @@ struct CompileOptions {
   // Range of each dimension symbol ("batch" -> {min, max}; max -1 = unbounded).
   std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
   bool pass_timing = false;   // print per-pass timing to stderr
+  std::string tokenizer_path;  // a tokenizer.json to store in the engine (checked here)
   std::string dump_ir_after;  // a pass flag (e.g. "llmc-shape-inference"), "import" or "all"
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };

@@ -95,10 +95,12 @@ class EngineWriter {
     auto outputs_vec = fbb_.CreateVector(outputs);
     auto output_names_vec = fbb_.CreateVectorOfStrings(output_names);
     auto target = fbb_.CreateString(options.target);
-    auto engine =
-        fb::CreateEngine(fbb_, producer, target, values_vec, weights_vec, slots_vec, symbols_vec,
-                         steps_vec, inputs_vec, outputs_vec,
-                         arena ? static_cast<uint64_t>(arena.getInt()) : offset, output_names_vec);
+    auto tokenizer = options.tokenizer_json.empty() ? flatbuffers::Offset<flatbuffers::String>()
+                                                    : fbb_.CreateString(options.tokenizer_json);
+    auto engine = fb::CreateEngine(fbb_, producer, target, values_vec, weights_vec, slots_vec,
+                                   symbols_vec, steps_vec, inputs_vec, outputs_vec,
+                                   arena ? static_cast<uint64_t>(arena.getInt()) : offset,
+                                   output_names_vec, tokenizer);
     fb::FinishEngineBuffer(fbb_, engine);
     assembleEngineFile({fbb_.GetBufferPointer(), fbb_.GetSize()}, blob_, file);
     return success();

@@ -14,6 +14,7 @@ struct SerializeOptions {
   std::string source_hash;
   std::string build_options;
   std::string target = "cpu";
+  std::string tokenizer_json;  // stored verbatim when not empty
 };
 
 // Writes the engine for the module's @main (already lowered to exec and memory-planned).

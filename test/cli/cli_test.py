@@ -196,6 +196,29 @@ class CliTest(unittest.TestCase):
         np.testing.assert_array_equal(np.load(self.path("typed_out/y.npy")),
                                       np.array([0.5 + 1.5 + 1, -2.0 - 3.0 + 2, 65504 + 0.25 + 3], np.float32))
 
+    def test_tokenizer_in_engine(self):
+        tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "tokenizers",
+                                 "gpt2_bpe", "tokenizer.json")
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "gpt2_tiny", "model.onnx")
+        engine = self.compile_ok(model, "tok.engine", "--tokenizer", tokenizer)
+        code, out, err = run("inspect", engine, "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out)["tokenizer_bytes"], os.path.getsize(tokenizer))
+        # Text out through the engine's own tokenizer, ids out with --print-ids.
+        code, out, err = run("generate", engine, "--prompt", "Hi", "--max-new-tokens", "4")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith("Hi"), out)
+        code, out, err = run("generate", engine, "--prompt", "Hi", "--max-new-tokens", "4", "--print-ids")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(out.split()), 4, out)
+        # An engine without a tokenizer refuses a text prompt; a bad tokenizer.json fails compile.
+        plain = self.compile_ok(model, "plain.engine")
+        code, _, err = run("generate", plain, "--prompt", "Hi")
+        self.assert_one_error(code, err, 2, "needs a tokenizer")
+        bad = self.write("bad_tokenizer.json", b'{"model": {"type": "Unigram", "vocab": []}}')
+        code, _, err = run("compile", model, "-o", self.path("e"), "--tokenizer", bad)
+        self.assert_one_error(code, err, 2, "bad_tokenizer.json")
+
     def test_opset_out_of_range(self):
         code, _, err = run("compile", self.save(simple_model(opset=11)), "-o", self.path("e"))
         self.assert_one_error(code, err, 2, "opset 11")
@@ -277,13 +300,17 @@ class CliTest(unittest.TestCase):
     def test_wrong_version(self):
         _, data = self.engine_bytes()
         newer = bytearray(data)
-        struct.pack_into("<H", newer, 8, 2)
+        struct.pack_into("<HH", newer, 8, 2, 0)
         code, _, err = self.run_engine(self.write("v2.engine", newer))
         self.assert_one_error(code, err, 2, "engine format 2.0 cannot be read")
         newer_minor = bytearray(data)
         struct.pack_into("<H", newer_minor, 10, 9)
         code, _, err = self.run_engine(self.write("v1_9.engine", newer_minor))
         self.assert_one_error(code, err, 2, "engine format 1.9")
+        older_minor = bytearray(data)  # the version rule: an older minor of the same major loads
+        struct.pack_into("<H", older_minor, 10, 0)
+        code, _, err = self.run_engine(self.write("v1_0.engine", older_minor))
+        self.assertEqual(code, 0, err)
 
     def test_wrong_magic(self):
         _, data = self.engine_bytes()

@@ -51,6 +51,10 @@ int runCompile(const std::vector<std::string>& args) {
       if (!v || !parseDim(*v, &name, &min, &max))
         return usageError("compile", "--dim takes NAME=MIN:MAX (MAX -1 for unbounded)");
       options.dim_ranges[name] = {min, max};
+    } else if (arg == "--tokenizer") {
+      const std::string* v = value("--tokenizer");
+      if (!v) return usageError("compile", "--tokenizer needs a tokenizer.json");
+      options.tokenizer_path = *v;
     } else if (arg == "--verbose" || arg == "-v") {
       options.pass_timing = true;
     } else if (arg == "--dump-ir-after") {

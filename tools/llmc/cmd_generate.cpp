@@ -115,17 +115,26 @@ int runGenerate(const std::vector<std::string>& args) {
     Status status = Tokenizer::fromFile(tokenizer_path, &tokenizer);
     if (!status.ok()) return reportError("generate", status);
   }
-  if (!prompt_text.empty()) {
-    if (!tokenizer)
-      return usageError("generate",
-                        "--prompt needs --tokenizer (engines do not carry tokenizers yet)");
-    Status status = tokenizer->encode(prompt_text, /*add_special_tokens=*/true, &prompt_ids);
-    if (!status.ok()) return reportError("generate", status);
-  }
 
   std::shared_ptr<const Engine> engine;
   Status status = Engine::load(engine_path, &engine);
   if (!status.ok()) return reportError("generate", status);
+  if (!tokenizer && !engine->tokenizerJson().empty()) {
+    status = Tokenizer::fromJson(engine->tokenizerJson(), &tokenizer);
+    if (!status.ok())
+      return reportError("generate", status.withContext(engine_path + ": tokenizer"));
+    // The tokenizer's end-of-sequence token ends generation unless --stop-id says otherwise.
+    if (options.stop_token_ids.empty() && tokenizer->eosId())
+      options.stop_token_ids.push_back(*tokenizer->eosId());
+  }
+  if (!prompt_text.empty()) {
+    if (!tokenizer)
+      return usageError("generate",
+                        "--prompt needs a tokenizer: this engine has none (llmc compile "
+                        "--tokenizer), give --tokenizer");
+    Status status = tokenizer->encode(prompt_text, /*add_special_tokens=*/true, &prompt_ids);
+    if (!status.ok()) return reportError("generate", status);
+  }
   std::unique_ptr<Generator> generator;
   status = Generator::create(engine, &generator);
   if (!status.ok()) return reportError("generate", status);

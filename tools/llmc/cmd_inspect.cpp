@@ -102,6 +102,7 @@ int runInspect(const std::vector<std::string>& args) {
              ", \"max\": " + (s.max >= 0 ? std::to_string(s.max) : "null") + "}";
     }
     out += "],\n";
+    out += "  \"tokenizer_bytes\": " + std::to_string(engine->tokenizerJson().size()) + ",\n";
     out += "  \"weight_bytes\": " + std::to_string(engine->weightBytes()) + ",\n";
     out += "  \"arena_bytes\": " + std::to_string(engine->arenaBytes()) + ",\n";
     out += "  \"kernel_counts\": {";
@@ -141,6 +142,8 @@ int runInspect(const std::vector<std::string>& args) {
   std::printf("steps:    %zu\n", engine->numSteps());
   for (const auto& [kernel, count] : kernel_counts)
     std::printf("  %-22s %d\n", kernel.c_str(), count);
+  if (!engine->tokenizerJson().empty())
+    std::printf("tokenizer: %zu bytes of tokenizer.json\n", engine->tokenizerJson().size());
   std::printf("weights:  %llu bytes\n", static_cast<unsigned long long>(engine->weightBytes()));
   std::printf("arena:    %llu bytes (at the planning shapes)\n",
               static_cast<unsigned long long>(engine->arenaBytes()));

@@ -67,6 +67,8 @@ class Engine {
   const std::string& stepKernel(size_t i) const;
   const std::string& stepNode(size_t i) const;
   const std::string& path() const;
+  // The tokenizer.json given to `llmc compile --tokenizer` (empty when none).
+  const std::string& tokenizerJson() const;
 
   const Plan& plan() const { return *plan_; }
 

@@ -107,6 +107,7 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
     if (producer->options()) plan->build_options = producer->options()->str();
   }
   plan->arena_bytes = def->arena_bytes();
+  if (def->tokenizer_json()) plan->tokenizer_json = def->tokenizer_json()->str();
   // No engine needs a terabyte of scratch memory; such a number is corruption.
   if (plan->arena_bytes > (uint64_t{1} << 40))
     return dataLoss(what + ": arena of " + std::to_string(plan->arena_bytes) +
@@ -388,5 +389,6 @@ size_t Engine::numSteps() const { return plan_->steps.size(); }
 const std::string& Engine::stepKernel(size_t i) const { return plan_->steps[i].kernel_name; }
 const std::string& Engine::stepNode(size_t i) const { return plan_->steps[i].node; }
 const std::string& Engine::path() const { return plan_->path; }
+const std::string& Engine::tokenizerJson() const { return plan_->tokenizer_json; }
 
 }  // namespace llmc

@@ -55,6 +55,7 @@ struct Plan {
   std::vector<TensorInfo> output_infos;
   uint64_t arena_bytes = 0;
   uint64_t weight_bytes = 0;
+  std::string tokenizer_json;  // empty when the engine carries no tokenizer
 };
 
 }  // namespace llmc
