@@ -211,10 +211,21 @@ class CliTest(unittest.TestCase):
         code, out, err = run("generate", engine, "--prompt", "Hi", "--max-new-tokens", "4", "--print-ids")
         self.assertEqual(code, 0, err)
         self.assertEqual(len(out.split()), 4, out)
+        # Stop strings: the text ends right before the first occurrence.
+        code, out, err = run("generate", engine, "--prompt", "Hi", "--max-new-tokens", "12")
+        self.assertEqual(code, 0, err)
+        generated = out.rstrip("\n")[len("Hi"):]
+        stop = generated[3:5]
+        self.assertEqual(len(stop), 2, generated)
+        code, out, err = run("generate", engine, "--prompt", "Hi", "--max-new-tokens", "12", "--stop", stop)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out.rstrip("\n"), "Hi" + generated[:generated.find(stop)])
         # An engine without a tokenizer refuses a text prompt; a bad tokenizer.json fails compile.
         plain = self.compile_ok(model, "plain.engine")
         code, _, err = run("generate", plain, "--prompt", "Hi")
         self.assert_one_error(code, err, 2, "needs a tokenizer")
+        code, _, err = run("generate", plain, "--prompt-ids", "1", "--stop", "x")
+        self.assert_one_error(code, err, 2, "--stop needs a tokenizer")
         bad = self.write("bad_tokenizer.json", b'{"model": {"type": "Unigram", "vocab": []}}')
         code, _, err = run("compile", model, "-o", self.path("e"), "--tokenizer", bad)
         self.assert_one_error(code, err, 2, "bad_tokenizer.json")

@@ -87,6 +87,10 @@ int runGenerate(const std::vector<std::string>& args) {
       if (!number("--seed", &value)) return kExitBadInput;
       if (value < 0) return usageError("generate", "--seed must not be negative");
       options.sampling.seed = static_cast<uint64_t>(value);
+    } else if (arg == "--stop") {
+      const std::string* v = next();
+      if (!v || v->empty()) return usageError("generate", "--stop needs a non-empty string");
+      options.stop_strings.push_back(*v);
     } else if (arg == "--stop-id") {
       if (!number("--stop-id", &value)) return kExitBadInput;
       options.stop_token_ids.push_back(static_cast<int32_t>(value));
@@ -110,37 +114,41 @@ int runGenerate(const std::vector<std::string>& args) {
   if (engine_path.empty()) return usageError("generate", "no engine given");
   if (prompt_ids.empty() == prompt_text.empty())
     return usageError("generate", "give exactly one of --prompt-ids and --prompt");
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (!tokenizer_path.empty()) {
-    Status status = Tokenizer::fromFile(tokenizer_path, &tokenizer);
-    if (!status.ok()) return reportError("generate", status);
-  }
-
   std::shared_ptr<const Engine> engine;
   Status status = Engine::load(engine_path, &engine);
   if (!status.ok()) return reportError("generate", status);
-  if (!tokenizer && !engine->tokenizerJson().empty()) {
-    status = Tokenizer::fromJson(engine->tokenizerJson(), &tokenizer);
-    if (!status.ok())
-      return reportError("generate", status.withContext(engine_path + ": tokenizer"));
-    // The tokenizer's end-of-sequence token ends generation unless --stop-id says otherwise.
-    if (options.stop_token_ids.empty() && tokenizer->eosId())
-      options.stop_token_ids.push_back(*tokenizer->eosId());
+  std::unique_ptr<Generator> generator;
+  status = Generator::create(engine, &generator);
+  if (!status.ok()) return reportError("generate", status);
+  if (!tokenizer_path.empty()) {
+    std::unique_ptr<Tokenizer> external;
+    status = Tokenizer::fromFile(tokenizer_path, &external);
+    if (!status.ok()) return reportError("generate", status);
+    generator->setTokenizer(std::move(external));
+  } else if (generator->tokenizer() && options.stop_token_ids.empty() &&
+             generator->tokenizer()->eosId()) {
+    // The engine's tokenizer's end-of-sequence token ends generation unless --stop-id says
+    // otherwise.
+    options.stop_token_ids.push_back(*generator->tokenizer()->eosId());
   }
+  const Tokenizer* tokenizer = generator->tokenizer();
   if (!prompt_text.empty()) {
     if (!tokenizer)
       return usageError("generate",
                         "--prompt needs a tokenizer: this engine has none (llmc compile "
                         "--tokenizer), give --tokenizer");
-    Status status = tokenizer->encode(prompt_text, /*add_special_tokens=*/true, &prompt_ids);
+    status = tokenizer->encode(prompt_text, /*add_special_tokens=*/true, &prompt_ids);
     if (!status.ok()) return reportError("generate", status);
   }
-  std::unique_ptr<Generator> generator;
-  status = Generator::create(engine, &generator);
-  if (!status.ok()) return reportError("generate", status);
+  if (!options.stop_strings.empty() && !tokenizer)
+    return usageError("generate",
+                      "--stop needs a tokenizer: this engine has none (llmc compile --tokenizer)");
 
   std::unique_ptr<Tokenizer::StreamDecoder> stream;
-  if (tokenizer && !print_ids) {
+  // With stop strings the text is printed once they are resolved, so a stop string never
+  // shows up half-printed.
+  bool text_at_end = !options.stop_strings.empty() && !print_ids;
+  if (tokenizer && !print_ids && !text_at_end) {
     stream = tokenizer->streamDecoder(/*skip_special_tokens=*/true);
     std::fputs(prompt_text.c_str(), stdout);
   }
@@ -151,7 +159,7 @@ int runGenerate(const std::vector<std::string>& args) {
       std::string text;
       stream_status = stream->step(id, &text);
       std::fputs(text.c_str(), stdout);
-    } else {
+    } else if (!text_at_end) {
       std::printf(first ? "%d" : " %d", id);
     }
     first = false;
@@ -177,6 +185,7 @@ int runGenerate(const std::vector<std::string>& args) {
     stream_status = stream->finish(&rest);
     std::fputs(rest.c_str(), stdout);
   }
+  if (text_at_end && status.ok()) std::fputs((prompt_text + result.text).c_str(), stdout);
   std::fputs("\n", stdout);
   std::fflush(stdout);
   if (!stream_status.ok()) return reportError("generate", stream_status);

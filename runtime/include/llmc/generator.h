@@ -24,9 +24,12 @@ struct GenerationOptions {
   int32_t max_new_tokens = 32;
   SamplingParams sampling;
   std::vector<int32_t> stop_token_ids;  // generation ends after emitting one of these
+  // Generation ends once the decoded text contains one of these (needs a tokenizer); the
+  // result's text is cut before it, its tokens keep the token that completed it.
+  std::vector<std::string> stop_strings;
 };
 
-enum class FinishReason { kLength, kStopToken };
+enum class FinishReason { kLength, kStopToken, kStopString };
 
 struct BeamSearchOptions {
   int32_t num_beams = 4;
@@ -42,6 +45,7 @@ struct BeamSearchOptions {
 struct GenerationResult {
   std::vector<int32_t> tokens;  // the new tokens (the prompt excluded)
   std::vector<float> logprobs;  // of each chosen token (see sampling.h)
+  std::string text;             // the new tokens decoded, when the generator has a tokenizer
   FinishReason finish_reason = FinishReason::kLength;
   double time_to_first_token_ms = 0;
   double decode_tokens_per_s = 0;  // tokens after the first, per second
@@ -64,6 +68,11 @@ class Generator {
   // The generator stays usable after any error.
   Status generate(std::span<const int32_t> prompt, const GenerationOptions& options,
                   const TokenCallback& on_token, GenerationResult* result);
+
+  // The tokenizer used for result text and stop strings: the engine's own by default
+  // (llmc compile --tokenizer); this replaces it.
+  void setTokenizer(std::shared_ptr<const Tokenizer> tokenizer);
+  const Tokenizer* tokenizer() const;
 
   // Beam search (deterministic). `result` gets the best hypothesis; its logprobs are the
   // per-token log-probabilities along it.

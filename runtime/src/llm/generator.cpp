@@ -26,6 +26,7 @@ struct Generator::State {
   int64_t vocab = -1;
   int64_t max_length = -1;
   bool dynamic_batch = false;  // input_ids' batch dim is symbolic: beams run in one batch
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 namespace {
@@ -129,12 +130,23 @@ Status Generator::create(std::shared_ptr<const Engine> engine, std::unique_ptr<G
   if (!found)
     return invalidArgument(what + ": the engine has no float logits output [batch, seq, vocab]");
   LLMC_RETURN_IF_ERROR(Session::create(engine, &state->session));
+  if (!engine->tokenizerJson().empty()) {
+    std::unique_ptr<Tokenizer> tokenizer;
+    LLMC_RETURN_IF_ERROR(
+        Tokenizer::fromJson(engine->tokenizerJson(), &tokenizer).withContext(what + ": tokenizer"));
+    state->tokenizer = std::move(tokenizer);
+  }
   state->engine = std::move(engine);
   std::unique_ptr<Generator> generator(new Generator());
   generator->state_ = std::move(state);
   *out = std::move(generator);
   return okStatus();
 }
+
+void Generator::setTokenizer(std::shared_ptr<const Tokenizer> tokenizer) {
+  state_->tokenizer = std::move(tokenizer);
+}
+const Tokenizer* Generator::tokenizer() const { return state_->tokenizer.get(); }
 
 int64_t Generator::vocabSize() const { return state_->vocab; }
 int64_t Generator::maxSequenceLength() const { return state_->max_length; }
@@ -191,6 +203,12 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
   State& s = *state_;
   *result = GenerationResult();
   LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
+  if (!options.stop_strings.empty() && !s.tokenizer)
+    return invalidArgument("stop strings need a tokenizer (llmc compile --tokenizer)");
+  for (const std::string& stop : options.stop_strings)
+    if (stop.empty()) return invalidArgument("a stop string is empty");
+  std::unique_ptr<Tokenizer::StreamDecoder> decoder;
+  if (s.tokenizer) decoder = s.tokenizer->streamDecoder(/*skip_special_tokens=*/true);
   std::vector<std::vector<int64_t>> rows(1, std::vector<int64_t>(prompt.begin(), prompt.end()));
   std::unique_ptr<Sampler> sampler;
   std::vector<std::vector<float>> logits;
@@ -210,6 +228,18 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
     rows[0].push_back(token.id);
     result->tokens.push_back(token.id);
     result->logprobs.push_back(token.logprob);
+    if (decoder) {
+      LLMC_RETURN_IF_ERROR(decoder->step(token.id, &result->text));
+      size_t cut = std::string::npos;
+      for (const std::string& stop : options.stop_strings)
+        cut = std::min(cut, result->text.find(stop));
+      if (cut != std::string::npos) {
+        result->text.resize(cut);
+        result->finish_reason = FinishReason::kStopString;
+        if (on_token) on_token(token.id);
+        break;
+      }
+    }
     if (on_token && !on_token(token.id)) return cancelled("generation cancelled by the caller");
     if (std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), token.id) !=
         options.stop_token_ids.end()) {
@@ -217,6 +247,8 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
       break;
     }
   }
+  if (decoder && result->finish_reason != FinishReason::kStopString)
+    LLMC_RETURN_IF_ERROR(decoder->finish(&result->text));
   auto end = std::chrono::steady_clock::now();
   if (!result->tokens.empty()) {
     result->time_to_first_token_ms =
@@ -321,6 +353,9 @@ Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOp
     if (h.score > best->score) best = &h;
   result->tokens = best->tokens;
   result->logprobs = best->logprobs;
+  if (state_->tokenizer)
+    LLMC_RETURN_IF_ERROR(
+        state_->tokenizer->decode(result->tokens, /*skip_special_tokens=*/true, &result->text));
   result->finish_reason = !best->tokens.empty() && is_stop(best->tokens.back())
                               ? FinishReason::kStopToken
                               : FinishReason::kLength;

@@ -158,5 +158,33 @@ TEST(GeneratorTest, BeamSearchFindsTheMostLikelySequenceAndHonorsStopIds) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(GeneratorTest, StopStringsCutTheText) {
+  std::unique_ptr<Generator> generator;
+  ASSERT_TRUE(Generator::create(oneHotEngine(), &generator).ok());
+  std::unique_ptr<Tokenizer> tokenizer;
+  Status status = Tokenizer::fromJson(
+      R"({"model": {"type": "WordLevel", "unk_token": "a",
+                    "vocab": {"a": 0, "b": 1, "c": 2, "d": 3, "e": 4, "f": 5, "g": 6, "h": 7, "i": 8, "j": 9}},
+          "pre_tokenizer": {"type": "WhitespaceSplit"}})",
+      &tokenizer);
+  ASSERT_TRUE(status.ok()) << status.toString();
+  GenerationOptions options;
+  options.max_new_tokens = 6;
+  options.stop_strings = {"c"};
+  GenerationResult result;
+  // Without a tokenizer stop strings are refused.
+  EXPECT_EQ(generator->generate(std::vector<int32_t>{2}, options, nullptr, &result).code(),
+            StatusCode::kInvalidArgument);
+  generator->setTokenizer(std::move(tokenizer));
+  ASSERT_TRUE(generator->generate(std::vector<int32_t>{1}, options, nullptr, &result).ok());
+  EXPECT_EQ(result.finish_reason, FinishReason::kLength);  // "b" repeated never contains "c"
+  EXPECT_EQ(result.tokens.size(), 6u);
+  EXPECT_NE(result.text.find('b'), std::string::npos) << result.text;
+  ASSERT_TRUE(generator->generate(std::vector<int32_t>{2}, options, nullptr, &result).ok());
+  EXPECT_EQ(result.finish_reason, FinishReason::kStopString);
+  EXPECT_EQ(result.tokens.size(), 1u);
+  EXPECT_EQ(result.text, "");
+}
+
 }  // namespace
 }  // namespace llmc
