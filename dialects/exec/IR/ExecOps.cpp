@@ -22,7 +22,7 @@ OpFoldResult WeightOp::fold(FoldAdaptor) { return getValue(); }
 LogicalResult CallOp::verify() {
   if (getKernel().empty()) return emitOpError() << "needs a kernel name";
   if (auto slots = getSlots()) {
-    if (slots->size() != static_cast<int64_t>(getNumResults()))
+    if (slots->size() != static_cast<size_t>(getNumResults()))
       return emitOpError() << "has " << slots->size() << " slots for " << getNumResults()
                            << " results";
     for (int64_t slot : *slots)
