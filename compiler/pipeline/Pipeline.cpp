@@ -38,6 +38,12 @@ std::string describeLocation(Location loc) {
   return "";
 }
 
+std::string joinLines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += (text.empty() ? "" : "\n") + line;
+  return text;
+}
+
 }  // namespace
 
 Status compileModelBytes(const std::string& bytes, const CompileOptions& options,
@@ -62,8 +68,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   progress("importing " + options.input_path);
   ImportResult imported = importOnnxBytes(context, bytes.data(), bytes.size(), options.input_path);
   if (!imported.errors.empty()) {
-    std::string message;
-    for (const std::string& e : imported.errors) message += (message.empty() ? "" : "\n") + e;
+    std::string message = joinLines(imported.errors);
     return imported.unsupported ? unimplemented(message) : invalidArgument(message);
   }
   ModuleOp module = *imported.module;
@@ -117,10 +122,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
 
   progress("optimizing and planning");
   if (failed(pm.run(module))) {
-    std::string message;
-    for (const std::string& d : diagnostics) message += (message.empty() ? "" : "\n") + d;
-    if (message.empty()) message = "compilation failed";
-    return invalidArgument(message);
+    std::string message = joinLines(diagnostics);
+    return invalidArgument(message.empty() ? "compilation failed" : message);
   }
 
   SerializeOptions serialize;
@@ -144,9 +147,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   serialize.build_options = opts;
   std::vector<uint8_t>& engine = *engine_out;
   if (failed(serializeEngine(module, serialize, &engine))) {
-    std::string message;
-    for (const std::string& d : diagnostics) message += (message.empty() ? "" : "\n") + d;
-    return internalError("serialization failed: " + message);
+    return internalError("serialization failed: " + joinLines(diagnostics));
   }
 
   if (stats) {

@@ -42,7 +42,8 @@ class EngineWriter {
       auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
       auto dims = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims");
       int32_t index =
-          addValue(arg, name ? name.getValue().str() : "input" + std::to_string(arg.getArgNumber()),
+          addValue(arg, arg.getType(),
+                   name ? name.getValue().str() : "input" + std::to_string(arg.getArgNumber()),
                    fb::ValueKind::Input, dims, -1, -1);
       inputs.push_back(index);
     }
@@ -83,7 +84,7 @@ class EngineWriter {
     }
     auto arena = func->getAttrOfType<IntegerAttr>("exec.arena_bytes");
 
-    auto producer = fb::CreateProducer(fbb_, fbb_.CreateString(options_version(options)),
+    auto producer = fb::CreateProducer(fbb_, fbb_.CreateString(options.compiler_version),
                                        fbb_.CreateString(options.source_hash),
                                        fbb_.CreateString(options.build_options));
     auto values_vec = fbb_.CreateVector(values_);
@@ -107,10 +108,6 @@ class EngineWriter {
   }
 
  private:
-  static std::string options_version(const SerializeOptions& options) {
-    return options.compiler_version;
-  }
-
   std::vector<flatbuffers::Offset<fb::Dim>> makeDims(Type type, ArrayAttr names, bool* ranked) {
     std::vector<flatbuffers::Offset<fb::Dim>> dims;
     auto shaped = dyn_cast<RankedTensorType>(type);
@@ -129,11 +126,13 @@ class EngineWriter {
     return dims;
   }
 
-  int32_t addValue(Value value, const std::string& name, fb::ValueKind kind, ArrayAttr dim_names,
-                   int32_t weight, int32_t slot) {
+  // Records a value of `type` (which may be a weight with no SSA value, e.g. a tensor
+  // parameter); `value`, when given, maps to the new index.
+  int32_t addValue(Value value, Type type, const std::string& name, fb::ValueKind kind,
+                   ArrayAttr dim_names, int32_t weight, int32_t slot) {
     bool ranked = true;
-    auto dims = makeDims(value.getType(), dim_names, &ranked);
-    DType dtype = dtypeFromMlir(cast<ShapedType>(value.getType()).getElementType());
+    auto dims = makeDims(type, dim_names, &ranked);
+    DType dtype = dtypeFromMlir(cast<ShapedType>(type).getElementType());
     auto offset = fb::CreateValue(fbb_, fbb_.CreateString(name), kind, static_cast<uint8_t>(dtype),
                                   fbb_.CreateVector(dims), weight, slot, ranked);
     values_.push_back(offset);
@@ -148,17 +147,8 @@ class EngineWriter {
     blob_.resize(offset + tensor.sizeBytes(), 0);
     if (tensor.sizeBytes()) std::memcpy(blob_.data() + offset, tensor.data(), tensor.sizeBytes());
     weights_.push_back(fb::CreateWeight(fbb_, offset, tensor.sizeBytes()));
-    auto type = RankedTensorType::get(tensor.shape(),
-                                      cast<ShapedType>(elements.getType()).getElementType());
-    bool ranked;
-    auto dims = makeDims(type, ArrayAttr(), &ranked);
-    auto record = fb::CreateValue(fbb_, fbb_.CreateString(name), fb::ValueKind::Weight,
-                                  static_cast<uint8_t>(tensor.dtype()), fbb_.CreateVector(dims),
-                                  static_cast<int32_t>(weights_.size() - 1), -1, true);
-    values_.push_back(record);
-    int32_t index = static_cast<int32_t>(values_.size() - 1);
-    if (value) index_[value] = index;
-    return index;
+    return addValue(value, elements.getType(), name, fb::ValueKind::Weight, ArrayAttr(),
+                    static_cast<int32_t>(weights_.size() - 1), -1);
   }
 
   flatbuffers::Offset<fb::Step> addStep(exec::CallOp call) {
@@ -167,8 +157,6 @@ class EngineWriter {
     for (NamedAttribute attr : call.getParams()) {  // DictionaryAttr keeps names sorted
       auto name = fbb_.CreateString(attr.getName().getValue().str());
       Attribute value = attr.getValue();
-      fb::ParamBuilder* unused = nullptr;
-      (void)unused;
       if (auto integer = dyn_cast<IntegerAttr>(value)) {
         params.push_back(
             fb::CreateParam(fbb_, name, fb::ParamKind::Int, integer.getValue().getSExtValue()));
@@ -223,8 +211,9 @@ class EngineWriter {
           names && r < names.size() ? cast<StringAttr>(names[r]).getValue().str() : "";
       if (name.empty()) name = node + ":" + std::to_string(r);
       ArrayAttr dim_names = dims && r < dims.size() ? dyn_cast<ArrayAttr>(dims[r]) : ArrayAttr();
-      outputs.push_back(addValue(call.getResult(r), name, fb::ValueKind::Intermediate, dim_names,
-                                 -1, static_cast<int32_t>((*slots)[r])));
+      outputs.push_back(addValue(call.getResult(r), call.getResult(r).getType(), name,
+                                 fb::ValueKind::Intermediate, dim_names, -1,
+                                 static_cast<int32_t>((*slots)[r])));
     }
     return fb::CreateStep(fbb_, fbb_.CreateString(call.getKernel().str()), fbb_.CreateString(node),
                           fbb_.CreateVector(params), fbb_.CreateVector(inputs),

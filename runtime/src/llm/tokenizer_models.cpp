@@ -69,11 +69,26 @@ std::optional<std::string> optionalString(const Json& json, const char* key) {
   return it->get<std::string>();
 }
 
-class BpeModel final : public Model {
+// A model whose ids come from one vocabulary table ("vocab" in its JSON).
+class VocabModel : public Model {
+ public:
+  std::optional<int32_t> tokenToId(std::string_view token) const override {
+    return vocab_.find(token);
+  }
+  const std::string* idToToken(int32_t id) const override { return vocab_.token(id); }
+  int32_t idLimit() const override { return vocab_.idLimit(); }
+
+ protected:
+  Status loadVocab(const Json& json, const std::string& where) {
+    return vocab_.load(json.contains("vocab") ? json["vocab"] : Json(), where + ".vocab");
+  }
+  VocabTable vocab_;
+};
+
+class BpeModel final : public VocabModel {
  public:
   Status load(const Json& json, const std::string& where) {
-    LLMC_RETURN_IF_ERROR(
-        vocab_.load(json.contains("vocab") ? json["vocab"] : Json(), where + ".vocab"));
+    LLMC_RETURN_IF_ERROR(loadVocab(json, where));
     unk_token_ = optionalString(json, "unk_token");
     continuing_subword_prefix_ = optionalString(json, "continuing_subword_prefix");
     end_of_word_suffix_ = optionalString(json, "end_of_word_suffix");
@@ -125,12 +140,6 @@ class BpeModel final : public Model {
     }
     return okStatus();
   }
-
-  std::optional<int32_t> tokenToId(std::string_view token) const override {
-    return vocab_.find(token);
-  }
-  const std::string* idToToken(int32_t id) const override { return vocab_.token(id); }
-  int32_t idLimit() const override { return vocab_.idLimit(); }
 
  private:
   struct MergeResult {
@@ -282,7 +291,6 @@ class BpeModel final : public Model {
     }
   }
 
-  VocabTable vocab_;
   std::unordered_map<uint64_t, MergeResult> merges_;
   std::optional<std::string> unk_token_, continuing_subword_prefix_, end_of_word_suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
@@ -291,11 +299,10 @@ class BpeModel final : public Model {
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
 };
 
-class WordPieceModel final : public Model {
+class WordPieceModel final : public VocabModel {
  public:
   Status load(const Json& json, const std::string& where) {
-    LLMC_RETURN_IF_ERROR(
-        vocab_.load(json.contains("vocab") ? json["vocab"] : Json(), where + ".vocab"));
+    LLMC_RETURN_IF_ERROR(loadVocab(json, where));
     LLMC_RETURN_IF_ERROR(getString(json, "unk_token", where, &unk_token_));
     prefix_ = optionalString(json, "continuing_subword_prefix").value_or("##");
     int64_t max_chars = 100;
@@ -331,12 +338,6 @@ class WordPieceModel final : public Model {
     return okStatus();
   }
 
-  std::optional<int32_t> tokenToId(std::string_view token) const override {
-    return vocab_.find(token);
-  }
-  const std::string* idToToken(int32_t id) const override { return vocab_.token(id); }
-  int32_t idLimit() const override { return vocab_.idLimit(); }
-
  private:
   Status pushUnknown(std::vector<int32_t>* ids) const {
     auto unk = vocab_.find(unk_token_);
@@ -346,16 +347,14 @@ class WordPieceModel final : public Model {
     return okStatus();
   }
 
-  VocabTable vocab_;
   std::string unk_token_, prefix_;
   size_t max_input_chars_per_word_ = 100;
 };
 
-class WordLevelModel final : public Model {
+class WordLevelModel final : public VocabModel {
  public:
   Status load(const Json& json, const std::string& where) {
-    LLMC_RETURN_IF_ERROR(
-        vocab_.load(json.contains("vocab") ? json["vocab"] : Json(), where + ".vocab"));
+    LLMC_RETURN_IF_ERROR(loadVocab(json, where));
     return getString(json, "unk_token", where, &unk_token_);
   }
   Status tokenize(std::string_view word, std::vector<int32_t>* ids) const override {
@@ -366,14 +365,8 @@ class WordLevelModel final : public Model {
     ids->push_back(*id);
     return okStatus();
   }
-  std::optional<int32_t> tokenToId(std::string_view token) const override {
-    return vocab_.find(token);
-  }
-  const std::string* idToToken(int32_t id) const override { return vocab_.token(id); }
-  int32_t idLimit() const override { return vocab_.idLimit(); }
 
  private:
-  VocabTable vocab_;
   std::string unk_token_;
 };
 

@@ -13,14 +13,10 @@
 #include <set>
 #include <vector>
 
+#include "status_test_util.h"
+
 namespace llmc {
 namespace {
-
-#define ASSERT_OK(expr)                                                \
-  do {                                                                 \
-    ::llmc::Status assert_ok_status = (expr);                          \
-    ASSERT_TRUE(assert_ok_status.ok()) << assert_ok_status.toString(); \
-  } while (0)
 
 KvCacheSpec smallSpec(int64_t num_blocks, int32_t block_size = 4) {
   KvCacheSpec spec;

@@ -13,14 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "status_test_util.h"
+
 namespace llmc {
 namespace {
-
-#define ASSERT_OK(expr)                                                \
-  do {                                                                 \
-    ::llmc::Status assert_ok_status = (expr);                          \
-    ASSERT_TRUE(assert_ok_status.ok()) << assert_ok_status.toString(); \
-  } while (0)
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
