@@ -1,4 +1,4 @@
-// --llmc-lower-to-exec: nn ops become exec.call steps of the runtime kernel of the same
+// --llmc-lower-to-exec: nn and llm ops become exec.call steps of the runtime kernel of the same
 // name (attributes become typed parameters); constants become exec.weight.
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "transforms/KernelEvaluator.h"
@@ -19,10 +19,11 @@ class LowerToExecPass : public impl::LowerToExecBase<LowerToExecPass> {
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     Dialect* nn_dialect = getContext().getLoadedDialect<nn::NNDialect>();
+    Dialect* llm_dialect = getContext().getLoadedDialect<llm::LLMDialect>();
     std::vector<Operation*> ops;
     for (Operation& op : func.getBody().front().without_terminator()) ops.push_back(&op);
     for (Operation* op : ops) {
-      if (op->getDialect() != nn_dialect) continue;
+      if (op->getDialect() != nn_dialect && op->getDialect() != llm_dialect) continue;
       OpBuilder builder(op);
       Operation* lowered = nullptr;
       if (auto constant = dyn_cast<nn::ConstantOp>(op)) {

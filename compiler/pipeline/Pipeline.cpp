@@ -56,7 +56,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
 
   MLIRContext context;
   context.disableMultithreading();  // deterministic output, and 2-core build machines
-  context.loadDialect<nn::NNDialect, exec::ExecDialect, func::FuncDialect>();
+  context.loadDialect<nn::NNDialect, exec::ExecDialect, llm::LLMDialect, func::FuncDialect>();
   std::vector<std::string> diagnostics;
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic& diag) {
     if (diag.getSeverity() != DiagnosticSeverity::Error) return success();
@@ -117,6 +117,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   fpm.addPass(createCanonicalizerPass());
   fpm.addPass(createCSEPass());
   fpm.addPass(createShapeInference());
+  if (!options.as_graph) fpm.addPass(createRecognizeLlm());
   fpm.addPass(createLowerToExec());
   fpm.addPass(createPlanMemory());
 
@@ -124,6 +125,39 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   if (failed(pm.run(module))) {
     std::string message = joinLines(diagnostics);
     return invalidArgument(message.empty() ? "compilation failed" : message);
+  }
+  std::vector<std::string> llm_failures;
+  if (auto failures = main->getAttrOfType<ArrayAttr>("llmc.recognition_failures")) {
+    for (Attribute f : failures) llm_failures.push_back(cast<StringAttr>(f).getValue().str());
+    main->removeAttr("llmc.recognition_failures");
+  }
+  bool llm_recognized = false;
+  int64_t llm_layers = 0;
+  if (auto config = main->getAttrOfType<DictionaryAttr>("llm.config")) {
+    llm_recognized = true;
+    llm_layers = config.getAs<IntegerAttr>("num_layers").getInt();
+    int64_t max_context = options.max_context;
+    if (max_context <= 0) {
+      max_context = 2048;
+      std::string seq = config.getAs<StringAttr>("seq_symbol").getValue().str();
+      auto range = options.dim_ranges.find(seq);
+      if (range != options.dim_ranges.end() && range->second.second > 0)
+        max_context = range->second.second;
+    }
+    int64_t vocab = config.getAs<IntegerAttr>("vocab_size").getInt();
+    for (int32_t id : options.eos_token_ids)
+      if (id < 0 || (vocab >= 0 && id >= vocab))
+        return invalidArgument("--eos-id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab) + ")");
+    if (options.bos_token_id < -1 || (vocab >= 0 && options.bos_token_id >= vocab))
+      return invalidArgument("--bos-id " + std::to_string(options.bos_token_id) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    SmallVector<NamedAttribute> entries(config.begin(), config.end());
+    entries.push_back(b.getNamedAttr("max_context", b.getI64IntegerAttr(max_context)));
+    entries.push_back(b.getNamedAttr("bos_token_id", b.getI64IntegerAttr(options.bos_token_id)));
+    SmallVector<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
+    entries.push_back(b.getNamedAttr("eos_token_ids", b.getDenseI64ArrayAttr(eos)));
+    main->setAttr("llm.config", b.getDictionaryAttr(entries));
   }
 
   SerializeOptions serialize;
@@ -142,6 +176,10 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   }
   std::string opts = "target=" + options.target;
   if (!serialize.tokenizer_json.empty()) opts += ";tokenizer";
+  if (options.as_graph) opts += ";as-graph";
+  if (options.max_context > 0) opts += ";max-context=" + std::to_string(options.max_context);
+  if (options.bos_token_id >= 0) opts += ";bos=" + std::to_string(options.bos_token_id);
+  for (int32_t id : options.eos_token_ids) opts += ";eos=" + std::to_string(id);
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
   serialize.build_options = opts;
@@ -151,6 +189,9 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   }
 
   if (stats) {
+    stats->llm_recognized = llm_recognized;
+    stats->llm_layers = llm_layers;
+    stats->llm_failures = llm_failures;
     stats->engine_bytes = engine.size();
     if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes"))
       stats->arena_bytes = static_cast<uint64_t>(arena.getInt());

@@ -24,6 +24,13 @@ struct CompileOptions {
   bool pass_timing = false;   // print per-pass timing to stderr
   std::string tokenizer_path;  // a tokenizer.json to store in the engine (checked here)
   std::string dump_ir_after;  // a pass flag (e.g. "llmc-shape-inference"), "import" or "all"
+  // Keep the ONNX graph's own inputs and outputs: no language-model recognition.
+  bool as_graph = false;
+  // Language models: tokens per sequence (0: the seq dimension's --dim max, else 2048),
+  // and the BOS/EOS ids recorded in the engine (-1 / empty: none).
+  int64_t max_context = 0;
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };
 
@@ -32,6 +39,11 @@ struct CompileStats {
   uint64_t weight_bytes = 0;
   uint64_t arena_bytes = 0;
   size_t num_steps = 0;
+  // Language-model recognition: whether the engine runs over the KV cache, and otherwise
+  // why not (one line per problem, naming nodes); empty when the model has no attention.
+  bool llm_recognized = false;
+  int64_t llm_layers = 0;
+  std::vector<std::string> llm_failures;
 };
 
 // Errors: kInvalidArgument / kUnimplemented for problems with the model or the options

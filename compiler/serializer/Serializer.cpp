@@ -38,8 +38,10 @@ class EngineWriter {
     }
 
     std::vector<int32_t> inputs;
+    std::string first_input;
     for (BlockArgument arg : body.getArguments()) {
       auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
+      if (first_input.empty() && name) first_input = name.getValue().str();
       auto dims = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims");
       int32_t index =
           addValue(arg, arg.getType(),
@@ -98,10 +100,29 @@ class EngineWriter {
     auto target = fbb_.CreateString(options.target);
     auto tokenizer = options.tokenizer_json.empty() ? flatbuffers::Offset<flatbuffers::String>()
                                                     : fbb_.CreateString(options.tokenizer_json);
+    flatbuffers::Offset<fb::LlmConfig> llm;
+    if (auto config = func->getAttrOfType<DictionaryAttr>("llm.config")) {
+      auto get = [&](StringRef key, int64_t fallback) {
+        auto v = config.getAs<IntegerAttr>(key);
+        return v ? v.getInt() : fallback;
+      };
+      std::vector<int32_t> eos;
+      if (auto ids = config.getAs<DenseI64ArrayAttr>("eos_token_ids"))
+        for (int64_t id : ids.asArrayRef()) eos.push_back(static_cast<int32_t>(id));
+      auto eos_vec = fbb_.CreateVector(eos);
+      auto ids_name = fbb_.CreateString(first_input);
+      auto logits_name = fbb_.CreateString(output_names.empty() ? "logits" : output_names[0]);
+      llm = fb::CreateLlmConfig(
+          fbb_, static_cast<int32_t>(get("num_layers", 0)),
+          static_cast<int32_t>(get("num_heads", 0)), static_cast<int32_t>(get("num_kv_heads", 0)),
+          static_cast<int32_t>(get("head_dim", 0)), get("vocab_size", -1),
+          get("max_context", 0), static_cast<int32_t>(get("bos_token_id", -1)), eos_vec,
+          ids_name, logits_name);
+    }
     auto engine = fb::CreateEngine(fbb_, producer, target, values_vec, weights_vec, slots_vec,
                                    symbols_vec, steps_vec, inputs_vec, outputs_vec,
                                    arena ? static_cast<uint64_t>(arena.getInt()) : offset,
-                                   output_names_vec, tokenizer);
+                                   output_names_vec, tokenizer, llm);
     fb::FinishEngineBuffer(fbb_, engine);
     assembleEngineFile({fbb_.GetBufferPointer(), fbb_.GetSize()}, blob_, file);
     return success();

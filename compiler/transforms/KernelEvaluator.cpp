@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "exec/IR/ExecOps.h"
+#include "llm/IR/LLMOps.h"
 #include "mlir/IR/Location.h"
 #include "nn/IR/NNOps.h"
 
@@ -120,6 +121,8 @@ Status paramsFromAttributes(llvm::ArrayRef<NamedAttribute> attributes, KernelPar
 
 std::string kernelNameOf(Operation* op) {
   if (auto call = dyn_cast<exec::CallOp>(op)) return call.getKernel().str();
+  std::string llm_kernel = llm::kernelNameOf(op);
+  if (!llm_kernel.empty()) return llm_kernel;
   return nn::onnxNameOf(op).str();
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "exec/IR/ExecOps.h"
+#include "llm/IR/LLMOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"

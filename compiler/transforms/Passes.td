@@ -41,6 +41,25 @@ def Simplify : Pass<"llmc-simplify", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect"];
 }
 
+def RecognizeLlm : Pass<"llmc-recognize-llm", "mlir::func::FuncOp"> {
+  let summary = "Rewrite a decoder language model's attention onto the paged KV cache";
+  let description = [{
+    Finds every attention core `softmax(scale * Q·Kᵀ + mask)·V` (grouped-query `repeat_kv`
+    expansions included), proves each mask causal by evaluating its subgraph with the
+    runtime's kernels for several sequence lengths, and replaces the core with
+    `llm.attention` on the un-expanded K/V. `Range(0, seq)` position computations become
+    `llm.positions`; inputs left unused (the attention mask) leave the signature. Then it
+    checks that everything left computes each token independently (no op mixes tokens), so
+    that the engine can run on new tokens only.
+
+    All or nothing: when any part fails, the function is left exactly as it was and the
+    reasons (with ONNX node names) go to `llmc.recognition_failures`; the engine then runs
+    by full recomputation. On success the function gets `llm.config` (layers, heads, KV
+    heads, head dim).
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
 def LowerToExec : Pass<"llmc-lower-to-exec", "mlir::func::FuncOp"> {
   let summary = "Lower nn ops to exec kernel calls for the CPU target";
   let description = [{

@@ -105,7 +105,9 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
         known[constant.getResult()] = std::move(pt);
         continue;
       }
-      if (op->getDialect() != context->getLoadedDialect<nn::NNDialect>()) continue;
+      if (op->getDialect() != context->getLoadedDialect<nn::NNDialect>() &&
+          op->getDialect() != context->getLoadedDialect<llm::LLMDialect>())
+        continue;
       if (failed(inferOp(op, symbols, probe, known))) return signalPassFailure();
     }
 

@@ -7,7 +7,7 @@
 
 int main(int argc, char** argv) {
   mlir::DialectRegistry registry;
-  registry.insert<llmc::nn::NNDialect, llmc::exec::ExecDialect, mlir::func::FuncDialect>();
+  registry.insert<llmc::nn::NNDialect, llmc::exec::ExecDialect, llmc::llm::LLMDialect, mlir::func::FuncDialect>();
   llmc::registerLLMCPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

@@ -25,6 +25,15 @@ bool parseDim(const std::string& spec, std::string* name, int64_t* min, int64_t*
     return false;
   }
 }
+bool parseInt(const std::string& text, int64_t* out) {
+  try {
+    size_t used = 0;
+    *out = std::stoll(text, &used);
+    return used == text.size();
+  } catch (...) {
+    return false;
+  }
+}
 }  // namespace
 
 int runCompile(const std::vector<std::string>& args) {
@@ -55,6 +64,21 @@ int runCompile(const std::vector<std::string>& args) {
       const std::string* v = value("--tokenizer");
       if (!v) return usageError("compile", "--tokenizer needs a tokenizer.json");
       options.tokenizer_path = *v;
+    } else if (arg == "--as-graph") {
+      options.as_graph = true;
+    } else if (arg == "--max-context" || arg == "--bos-id" || arg == "--eos-id") {
+      const std::string* v = value(arg.c_str());
+      int64_t n = 0;
+      if (!v || !parseInt(*v, &n) || n < 0 || n > (int64_t{1} << 30))
+        return usageError("compile", arg + " needs a non-negative integer");
+      if (arg == "--max-context") {
+        if (n < 1) return usageError("compile", "--max-context must be at least 1");
+        options.max_context = n;
+      } else if (arg == "--bos-id") {
+        options.bos_token_id = static_cast<int32_t>(n);
+      } else {
+        options.eos_token_ids.push_back(static_cast<int32_t>(n));
+      }
     } else if (arg == "--verbose" || arg == "-v") {
       options.pass_timing = true;
     } else if (arg == "--dump-ir-after") {
@@ -82,6 +106,16 @@ int runCompile(const std::vector<std::string>& args) {
   CompileStats stats;
   Status status = compileModel(options, &stats);
   if (!status.ok()) return reportError("compile", status);
+  if (!stats.llm_failures.empty()) {
+    std::fprintf(stderr,
+                 "llmc compile: warning: not recognized as a decoder language model; the engine "
+                 "runs the graph as exported (full recomputation when generating):\n");
+    for (const std::string& failure : stats.llm_failures)
+      std::fprintf(stderr, "  %s\n", failure.c_str());
+  }
+  if (stats.llm_recognized)
+    std::printf("decoder language model: %lld attention layers over the paged KV cache\n",
+                static_cast<long long>(stats.llm_layers));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("wrote %s: %zu steps, %.1f KiB weights, %.1f KiB arena, %.1f KiB engine (%.2f s)\n",
               options.output_path.c_str(), stats.num_steps, stats.weight_bytes / 1024.0,

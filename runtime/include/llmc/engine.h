@@ -33,6 +33,21 @@ struct SymbolInfo {
   int64_t max = -1;  // -1: unbounded
 };
 
+// A decoder language model's shape, recorded by the compiler when it moved the model's
+// attention onto the runtime's paged KV cache (see docs/llm.md).
+struct LlmConfig {
+  int32_t num_layers = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t vocab_size = -1;  // -1: symbolic
+  int64_t max_context = 0;  // tokens per sequence, prompt included
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+  std::string input_ids;  // input name
+  std::string logits;     // output name
+};
+
 struct LoadOptions {
   // Hash the whole weights section at load and compare with the header's checksum.
   // Costs one pass over the weights; turn off for very large engines you trust.
@@ -69,6 +84,8 @@ class Engine {
   const std::string& path() const;
   // The tokenizer.json given to `llmc compile --tokenizer` (empty when none).
   const std::string& tokenizerJson() const;
+  // The language-model configuration; null when the engine runs as a plain graph.
+  const LlmConfig* llmConfig() const;
 
   const Plan& plan() const { return *plan_; }
 

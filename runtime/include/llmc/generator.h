@@ -1,9 +1,12 @@
 // llmc::Generator: token generation on an engine of a decoder language model.
 //
-// Today it runs by full recomputation: every step runs the engine on the whole sequence
+// On an engine compiled as a language model (Engine::llmConfig(), `llmc compile` without
+// --as-graph on a recognized decoder) it runs over the paged KV cache: the prompt is
+// prefilled once, then each step computes only the new token; beam search forks sequences
+// copy-on-write, and a prompt that shares whole blocks with an earlier one reuses their K/V.
+// Any other engine runs by full recomputation: every step runs the whole sequence
 // (`input_ids` [1, n], with `attention_mask` ones and `position_ids` 0..n-1 when the engine
-// has those inputs) and samples from the last position's logits. The paged-KV-cache path
-// replaces the inner step without changing this API.
+// has those inputs) and samples from the last position's logits.
 #pragma once
 
 #include <cstdint>
@@ -55,12 +58,25 @@ struct GenerationResult {
 // with the tokens so far in the result).
 using TokenCallback = std::function<bool(int32_t token)>;
 
+struct GeneratorConfig {
+  // false: full recomputation even on a language-model engine (what `llmc bench` compares
+  // the KV cache against).
+  bool use_kv_cache = true;
+  // KV cache capacity in tokens, all sequences together (0: 4 x the engine's context,
+  // at most 1 GiB). A request that needs more fails with kResourceExhausted.
+  int64_t kv_cache_tokens = 0;
+};
+
 class Generator {
  public:
   // Checks that the engine looks like a decoder language model: an integer `input_ids`
   // [batch, seq] input, optional `attention_mask` / `position_ids`, and a float logits output
   // [batch, seq, vocab].
   static Status create(std::shared_ptr<const Engine> engine, std::unique_ptr<Generator>* out);
+  static Status create(std::shared_ptr<const Engine> engine, const GeneratorConfig& config,
+                       std::unique_ptr<Generator>* out);
+  // Whether steps run over the paged KV cache.
+  bool usesKvCache() const;
   ~Generator();
 
   // Generates after `prompt`. Errors: an empty prompt, a token id outside the vocabulary, a

@@ -12,6 +12,8 @@
 
 namespace llmc {
 
+struct LlmStepContext;  // internal: a language-model step's ragged batch and KV cache
+
 struct NamedTensor {
   std::string name;
   Tensor tensor;
@@ -26,6 +28,10 @@ class Session {
   // symbols' min/max), runs every step, and returns the engine outputs in engine order.
   // Output tensors own their memory.
   Status run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs);
+  // The same, for one step of a language model over the paged KV cache (the Generator's
+  // path; `step` null is the plain run).
+  Status run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+             LlmStepContext* step);
 
   // Current arena size; grows when a run needs more than the plan's planning shapes.
   uint64_t arenaBytes() const;

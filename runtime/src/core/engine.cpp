@@ -85,6 +85,55 @@ Status convertParam(const fb::Param* param, const Plan& plan, const std::string&
   return okStatus();
 }
 
+// The language-model config: sane sizes, names that exist, attention layers in range.
+Status readLlmConfig(const fb::LlmConfig* llm, const std::string& what, Plan* plan) {
+  LlmConfig config;
+  config.num_layers = llm->num_layers();
+  config.num_heads = llm->num_heads();
+  config.num_kv_heads = llm->num_kv_heads();
+  config.head_dim = llm->head_dim();
+  config.vocab_size = llm->vocab_size();
+  config.max_context = llm->max_context();
+  config.bos_token_id = llm->bos_token_id();
+  if (llm->eos_token_ids())
+    config.eos_token_ids.assign(llm->eos_token_ids()->begin(), llm->eos_token_ids()->end());
+  config.input_ids = llm->input_ids() ? llm->input_ids()->str() : "";
+  config.logits = llm->logits() ? llm->logits()->str() : "";
+  const std::string where = what + ": language-model config";
+  if (config.num_layers < 1 || config.num_layers > (1 << 16) || config.num_heads < 1 ||
+      config.num_heads > (1 << 16) || config.num_kv_heads < 1 ||
+      config.num_heads % config.num_kv_heads != 0 || config.head_dim < 1 ||
+      config.head_dim > (1 << 16) || config.max_context < 1 || config.max_context > (1 << 24) ||
+      config.vocab_size < -1 || config.bos_token_id < -1)
+    return dataLoss(where + " is implausible (" + std::to_string(config.num_layers) +
+                    " layers, " + std::to_string(config.num_heads) + "/" +
+                    std::to_string(config.num_kv_heads) + " heads of " +
+                    std::to_string(config.head_dim) + ", context " +
+                    std::to_string(config.max_context) + ")");
+  for (int32_t eos : config.eos_token_ids)
+    if (eos < 0 || (config.vocab_size >= 0 && eos >= config.vocab_size))
+      return dataLoss(where + ": EOS id " + std::to_string(eos) + " is outside the vocabulary");
+  if (plan->input_infos.size() != 1 || plan->input_infos[0].name != config.input_ids ||
+      plan->input_infos[0].dims.size() != 2)
+    return dataLoss(where + ": the engine's only input must be '" + config.input_ids +
+                    "' [batch, tokens]");
+  bool logits_found = false;
+  for (const TensorInfo& output : plan->output_infos)
+    logits_found = logits_found || (output.name == config.logits && output.dims.size() == 3);
+  if (!logits_found)
+    return dataLoss(where + ": no logits output '" + config.logits + "' [batch, tokens, vocab]");
+  for (const PlanStep& step : plan->steps) {
+    if (step.kernel_name != "LlmAttention") continue;
+    int64_t layer = step.params.getInt("layer", -1);
+    if (layer < 0 || layer >= config.num_layers)
+      return dataLoss(what + ": attention step '" + step.node + "' has layer " +
+                      std::to_string(layer) + ", outside [0, " +
+                      std::to_string(config.num_layers) + ")");
+  }
+  plan->llm = std::move(config);
+  return okStatus();
+}
+
 Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std::string& what,
                  const KernelRegistry& registry, Plan* plan) {
   const uint8_t* fb_bytes = file + header.flatbuffer_offset;
@@ -304,6 +353,7 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
       output.name = def->output_names()->Get(static_cast<flatbuffers::uoffset_t>(i))->str();
     plan->output_infos.push_back(std::move(output));
   }
+  if (const fb::LlmConfig* llm = def->llm()) LLMC_RETURN_IF_ERROR(readLlmConfig(llm, what, plan));
   return okStatus();
 }
 
@@ -390,5 +440,6 @@ const std::string& Engine::stepKernel(size_t i) const { return plan_->steps[i].k
 const std::string& Engine::stepNode(size_t i) const { return plan_->steps[i].node; }
 const std::string& Engine::path() const { return plan_->path; }
 const std::string& Engine::tokenizerJson() const { return plan_->tokenizer_json; }
+const LlmConfig* Engine::llmConfig() const { return plan_->llm ? &*plan_->llm : nullptr; }
 
 }  // namespace llmc

@@ -52,6 +52,7 @@ const KernelRegistry& KernelRegistry::cpuReference() {
     registerReductionKernels(r);
     registerMathKernels(r);
     registerTensorKernels(r);
+    registerLlmKernels(r);
     return r;
   }();
   return registry;

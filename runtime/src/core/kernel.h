@@ -22,6 +22,8 @@
 
 namespace llmc {
 
+struct LlmStepContext;  // a language-model step's ragged batch (llm/step_context.h)
+
 // A kernel's typed parameters (ONNX attributes after the importer normalized them).
 struct KernelParam {
   enum class Kind : uint8_t { kInt, kFloat, kString, kInts, kFloats, kTensor };
@@ -66,6 +68,9 @@ class KernelContext {
   // The ONNX node name, for error messages.
   virtual const std::string& nodeName() const = 0;
   virtual bool shapeOnly() const { return false; }
+  // The ragged-batch context of a language-model step, or null (a plain run, or the
+  // compiler): llm kernels then treat every batch row as one fresh sequence.
+  virtual LlmStepContext* llmStep() const { return nullptr; }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx);
@@ -114,5 +119,6 @@ void registerElementwiseKernels(KernelRegistry& registry);
 void registerReductionKernels(KernelRegistry& registry);
 void registerMathKernels(KernelRegistry& registry);    // MatMul, Gemm, Einsum, norms, Softmax
 void registerTensorKernels(KernelRegistry& registry);  // shape and data movement
+void registerLlmKernels(KernelRegistry& registry);     // LlmAttention, LlmPositions
 
 }  // namespace llmc

@@ -2,6 +2,7 @@
 // Session executes. Built only by the loader, after every check has passed.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct Plan {
   uint64_t arena_bytes = 0;
   uint64_t weight_bytes = 0;
   std::string tokenizer_json;  // empty when the engine carries no tokenizer
+  std::optional<LlmConfig> llm;
 };
 
 }  // namespace llmc

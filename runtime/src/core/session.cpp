@@ -51,8 +51,8 @@ namespace {
 class StepContext : public KernelContext {
  public:
   StepContext(const Plan& plan, const PlanStep& step, std::vector<Tensor>& values,
-              Session::State& state, bool& grew)
-      : plan_(plan), step_(step), values_(values), state_(state), grew_(grew) {}
+              Session::State& state, bool& grew, LlmStepContext* llm_step)
+      : plan_(plan), step_(step), values_(values), state_(state), grew_(grew), llm_step_(llm_step) {}
 
   size_t numInputs() const override { return step_.inputs.size(); }
   const Tensor* input(size_t i) const override {
@@ -106,6 +106,7 @@ class StepContext : public KernelContext {
   }
   const KernelParams& params() const override { return step_.params; }
   const std::string& nodeName() const override { return step_.node; }
+  LlmStepContext* llmStep() const override { return llm_step_; }
 
  private:
   const Plan& plan_;
@@ -113,6 +114,7 @@ class StepContext : public KernelContext {
   std::vector<Tensor>& values_;
   Session::State& state_;
   bool& grew_;
+  LlmStepContext* llm_step_;
 };
 
 }  // namespace
@@ -134,6 +136,11 @@ Status Session::create(std::shared_ptr<const Engine> engine, std::unique_ptr<Ses
 uint64_t Session::arenaBytes() const { return state_->arena_bytes; }
 
 Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
+  return run(inputs, outputs, nullptr);
+}
+
+Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                    LlmStepContext* llm_step) {
   const Plan& plan = engine_->plan();
   const std::string& what = plan.path;
   std::vector<Tensor> values(plan.values.size());
@@ -206,7 +213,7 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
   // Execute.
   bool grew = false;
   for (const PlanStep& step : plan.steps) {
-    StepContext ctx(plan, step, values, *state_, grew);
+    StepContext ctx(plan, step, values, *state_, grew, llm_step);
     Status status;
     try {  // no exception crosses the library boundary, whatever a kernel's containers do
       status = step.kernel->fn(ctx);

@@ -1,5 +1,5 @@
-// Generator by full recomputation: each step runs the engine on the whole sequence and
-// samples from the last position's logits.
+// Generator: over the paged KV cache (LlmRunner) on language-model engines, else by full
+// recomputation (each step runs the engine on the whole sequence).
 #include "llmc/generator.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "llm/llm_runner.h"
 #include "llm/sampler.h"
 #include "llmc/session.h"
 
@@ -27,6 +28,8 @@ struct Generator::State {
   int64_t max_length = -1;
   bool dynamic_batch = false;  // input_ids' batch dim is symbolic: beams run in one batch
   std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<LlmRunner> runner;  // set: steps run over the KV cache
+  int64_t next_sequence_id = 1;
 };
 
 namespace {
@@ -74,12 +77,31 @@ Status lastLogits(const Tensor& logits, int64_t row, std::vector<float>* out) {
   return okStatus();
 }
 
+// Removes the KV-cache sequences of one request when it ends, however it ends.
+struct SequenceGuard {
+  explicit SequenceGuard(LlmRunner* runner) : runner(runner) {}
+  ~SequenceGuard() {
+    if (runner)
+      for (int64_t id : ids) runner->removeSequence(id);
+  }
+  LlmRunner* runner;
+  std::vector<int64_t> ids;
+};
+
 }  // namespace
 
 Generator::~Generator() = default;
 
 Status Generator::create(std::shared_ptr<const Engine> engine, std::unique_ptr<Generator>* out) {
+  return create(std::move(engine), GeneratorConfig(), out);
+}
+
+bool Generator::usesKvCache() const { return state_->runner != nullptr; }
+
+Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorConfig& config,
+                         std::unique_ptr<Generator>* out) {
   if (!engine) return invalidArgument("Generator::create: null engine");
+  if (config.kv_cache_tokens < 0) return invalidArgument("kv_cache_tokens must not be negative");
   auto state = std::make_unique<State>();
   const std::string& what = engine->path();
   for (const TensorInfo& input : engine->inputs()) {
@@ -130,6 +152,12 @@ Status Generator::create(std::shared_ptr<const Engine> engine, std::unique_ptr<G
   if (!found)
     return invalidArgument(what + ": the engine has no float logits output [batch, seq, vocab]");
   LLMC_RETURN_IF_ERROR(Session::create(engine, &state->session));
+  if (const LlmConfig* llm = engine->llmConfig()) {
+    state->max_length = llm->max_context;
+    state->vocab = llm->vocab_size;
+    if (config.use_kv_cache)
+      LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner));
+  }
   if (!engine->tokenizerJson().empty()) {
     std::unique_ptr<Tokenizer> tokenizer;
     LLMC_RETURN_IF_ERROR(
@@ -214,8 +242,25 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
   std::vector<std::vector<float>> logits;
   auto start = std::chrono::steady_clock::now();
   auto first_token_time = start;
+  // On the KV-cache path this request holds one sequence in the cache until it returns.
+  SequenceGuard guard(s.runner.get());
+  int64_t sequence = -1;
+  auto next_logits = [&](int32_t step) -> Status {
+    if (!s.runner) return lastLogitsOf(rows, &logits);
+    if (step == 0) {
+      sequence = s.next_sequence_id++;
+      std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+      int64_t cached = 0;
+      LLMC_RETURN_IF_ERROR(s.runner->addSequence(sequence, tokens, &cached));
+      guard.ids.push_back(sequence);
+      return s.runner->step({{sequence, cached, static_cast<int64_t>(tokens.size()) - cached}},
+                            &logits);
+    }
+    LLMC_RETURN_IF_ERROR(s.runner->appendToken(sequence, static_cast<int32_t>(rows[0].back())));
+    return s.runner->step({{sequence, static_cast<int64_t>(rows[0].size()) - 1, 1}}, &logits);
+  };
   for (int32_t step = 0; step < options.max_new_tokens; ++step) {
-    LLMC_RETURN_IF_ERROR(lastLogitsOf(rows, &logits));
+    LLMC_RETURN_IF_ERROR(next_logits(step));
     if (!sampler) {
       LLMC_RETURN_IF_ERROR(
           checkPrompt(prompt, options.max_new_tokens));  // now that the vocab is known
@@ -262,6 +307,7 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
 
 namespace {
 struct Hypothesis {
+  int64_t sequence = -1;  // its KV-cache sequence (KV-cache path)
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   double sum_logprob = 0;
@@ -294,13 +340,32 @@ Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOp
   std::vector<Hypothesis> beams(1), finished;
   std::vector<std::vector<float>> logits;
   auto start = std::chrono::steady_clock::now();
+  State& s = *state_;
+  SequenceGuard guard(s.runner.get());  // every sequence this search creates
   for (int32_t step = 0; step < options.max_new_tokens; ++step) {
-    std::vector<std::vector<int64_t>> rows;
-    for (const Hypothesis& beam : beams) {
-      rows.emplace_back(prompt.begin(), prompt.end());
-      rows.back().insert(rows.back().end(), beam.tokens.begin(), beam.tokens.end());
+    if (!s.runner) {
+      std::vector<std::vector<int64_t>> rows;
+      for (const Hypothesis& beam : beams) {
+        rows.emplace_back(prompt.begin(), prompt.end());
+        rows.back().insert(rows.back().end(), beam.tokens.begin(), beam.tokens.end());
+      }
+      LLMC_RETURN_IF_ERROR(lastLogitsOf(rows, &logits));
+    } else if (step == 0) {
+      beams[0].sequence = s.next_sequence_id++;
+      std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+      int64_t cached = 0;
+      LLMC_RETURN_IF_ERROR(s.runner->addSequence(beams[0].sequence, tokens, &cached));
+      guard.ids.push_back(beams[0].sequence);
+      LLMC_RETURN_IF_ERROR(s.runner->step(
+          {{beams[0].sequence, cached, static_cast<int64_t>(tokens.size()) - cached}}, &logits));
+    } else {
+      // Every beam's newest token in one ragged step.
+      std::vector<LlmRunner::Work> work;
+      for (const Hypothesis& beam : beams)
+        work.push_back({beam.sequence,
+                        static_cast<int64_t>(prompt.size() + beam.tokens.size()) - 1, 1});
+      LLMC_RETURN_IF_ERROR(s.runner->step(work, &logits));
     }
-    LLMC_RETURN_IF_ERROR(lastLogitsOf(rows, &logits));
     if (step == 0) LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
     // The 2 * num_beams best (beam, token) extensions, best first; ties: lower beam, lower id.
     struct Candidate {
@@ -339,6 +404,19 @@ Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOp
       }
       next.push_back(std::move(h));
     }
+    if (s.runner) {
+      // Each surviving hypothesis continues a copy-on-write fork of its parent's sequence;
+      // the parents go.
+      for (size_t i = 0; i < next.size(); ++i) {
+        int64_t parent = next[i].sequence;
+        int64_t child = s.next_sequence_id++;
+        LLMC_RETURN_IF_ERROR(s.runner->fork(parent, child));
+        guard.ids.push_back(child);
+        LLMC_RETURN_IF_ERROR(s.runner->appendToken(child, next[i].tokens.back()));
+        next[i].sequence = child;
+      }
+      for (const Hypothesis& beam : beams) s.runner->removeSequence(beam.sequence);
+    }
     beams = std::move(next);
     if (options.early_stopping && finished.size() >= num_beams) break;
     if (beams.empty()) break;
@@ -353,9 +431,9 @@ Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOp
     if (h.score > best->score) best = &h;
   result->tokens = best->tokens;
   result->logprobs = best->logprobs;
-  if (state_->tokenizer)
+  if (s.tokenizer)
     LLMC_RETURN_IF_ERROR(
-        state_->tokenizer->decode(result->tokens, /*skip_special_tokens=*/true, &result->text));
+        s.tokenizer->decode(result->tokens, /*skip_special_tokens=*/true, &result->text));
   result->finish_reason = !best->tokens.empty() && is_stop(best->tokens.back())
                               ? FinishReason::kStopToken
                               : FinishReason::kLength;

@@ -1,0 +1,723 @@
+// --llmc-recognize-llm: a decoder language model's attention cores become llm.attention over
+// the engine-managed paged KV cache, its Range(0, seq) position computations become
+// llm.positions, and what is left must compute every token independently. All or nothing:
+// on any failure the function is restored and the reasons are recorded.
+#include <cmath>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+#include "core/kernel.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_RECOGNIZELLM
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+// A masked position's additive bias must be at most this (exporters use -inf, the float
+// type's lowest value, or -1e9/-1e4).
+constexpr double kMaskedBias = -1e4;
+// Sequence lengths (batch 1) and one batch-2 probe at which masks are evaluated.
+constexpr int64_t kMaskProbeLengths[] = {1, 2, 5, 9};
+
+std::string where(Operation* op) {
+  std::string node = nodeNameOf(op);
+  return node.empty() ? "an unnamed " + op->getName().getStringRef().str() + " node"
+                      : "node '" + node + "'";
+}
+
+bool isNN(Operation* op, StringRef name) {
+  return op && op->getName().getStringRef() == name;
+}
+
+// The scalar value of a constant (any numeric dtype), if `v` is one.
+std::optional<double> scalarConstant(Value v) {
+  auto constant = dyn_cast_or_null<nn::ConstantOp>(v.getDefiningOp());
+  if (!constant) return std::nullopt;
+  auto type = cast<ShapedType>(constant.getType());
+  if (type.getNumElements() != 1) return std::nullopt;
+  Tensor t = tensorFromElements(constant.getValue());
+  double value = 0;
+  if (!readScalarDouble(&t, &value).ok()) return std::nullopt;
+  return value;
+}
+
+std::optional<std::vector<int64_t>> intsConstant(Value v) {
+  auto constant = dyn_cast_or_null<nn::ConstantOp>(v.getDefiningOp());
+  if (!constant) return std::nullopt;
+  Tensor t = tensorFromElements(constant.getValue());
+  std::vector<int64_t> values;
+  if (!readInt64s(&t, &values).ok()) return std::nullopt;
+  return values;
+}
+
+std::vector<std::string> dimsOf(Value value) {
+  std::vector<std::string> dims;
+  ArrayAttr all;
+  unsigned index = 0;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    if (auto d = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims")) {
+      for (Attribute a : d) dims.push_back(cast<StringAttr>(a).getValue().str());
+    }
+    return dims;
+  }
+  all = value.getDefiningOp()->getAttrOfType<ArrayAttr>("llmc.dims");
+  index = cast<OpResult>(value).getResultNumber();
+  if (!all || index >= all.size()) return dims;
+  if (auto d = dyn_cast<ArrayAttr>(all[index]))
+    for (Attribute a : d) dims.push_back(cast<StringAttr>(a).getValue().str());
+  return dims;
+}
+
+// Does anything a MatMul/Gemm computed flow into `v`? (Masks are built from shapes and the
+// attention mask input only; scores come from Q·Kᵀ.)
+bool dependsOnMatMul(Value v, llvm::DenseMap<Value, bool>& memo) {
+  auto it = memo.find(v);
+  if (it != memo.end()) return it->second;
+  bool result = false;
+  if (Operation* op = v.getDefiningOp()) {
+    if (isNN(op, "nn.shape") || isNN(op, "nn.size")) {
+      result = false;  // sizes, not data
+    } else if (isNN(op, "nn.matmul") || isNN(op, "nn.gemm") || isa<llm::AttentionOp>(op)) {
+      result = true;
+    } else {
+      memo[v] = false;  // guards cycles (none in SSA, but cheap)
+      for (Value operand : op->getOperands())
+        if (dependsOnMatMul(operand, memo)) result = true;
+    }
+  }
+  memo[v] = result;
+  return result;
+}
+
+struct AttentionMatch {
+  Operation* softmax = nullptr;
+  Operation* scores_matmul = nullptr;
+  Operation* output_matmul = nullptr;
+  std::vector<Operation*> chain;  // ops from the scores to the output, to erase
+  Value q, k_transposed, v_full;
+  double scale = 1.0;
+  // The mask: kAdd adds `mask`; kWhere selects the scores where `mask` is true (false when
+  // `where_scores_on_false`) and `fill` elsewhere.
+  enum class MaskKind { kNone, kAdd, kWhere } mask_kind = MaskKind::kNone;
+  Value mask, fill;
+  bool where_scores_on_false = false;
+  // Scale factors computed from shapes (e.g. sqrt(head_dim) via Shape/Pow), evaluated with
+  // the masks: (value, divides).
+  std::vector<std::pair<Value, bool>> shape_scales;
+};
+
+// A failure message, or empty on success.
+std::string matchAttention(Operation* softmax, AttentionMatch* m) {
+  m->softmax = softmax;
+  auto axis = softmax->getAttrOfType<IntegerAttr>("axis");
+  auto in_type = dyn_cast<RankedTensorType>(softmax->getOperand(0).getType());
+  int64_t rank = in_type ? in_type.getRank() : 4;
+  if (axis && axis.getInt() != -1 && axis.getInt() != rank - 1)
+    return "softmax is not over the last axis";
+  llvm::DenseMap<Value, bool> memo;
+  Value current = softmax->getOperand(0);
+  while (true) {
+    Operation* op = current.getDefiningOp();
+    if (!op) return "the softmax input is a model input";
+    if (!current.hasOneUse()) return "the attention scores at " + where(op) + " have other users";
+    StringRef name = op->getName().getStringRef();
+    if (name == "nn.cast") {
+      m->chain.push_back(op);
+      current = op->getOperand(0);
+    } else if (name == "nn.mul" || name == "nn.div") {
+      int scalar_index = scalarConstant(op->getOperand(1)) ? 1
+                         : (name == "nn.mul" && scalarConstant(op->getOperand(0))) ? 0
+                                                                                    : -1;
+      if (scalar_index < 0) {
+        // A factor computed from shapes only: evaluated (and checked constant) later.
+        int shape_index = !dependsOnMatMul(op->getOperand(1), memo)   ? 1
+                          : name == "nn.mul" && !dependsOnMatMul(op->getOperand(0), memo) ? 0
+                                                                                           : -1;
+        if (shape_index < 0) return where(op) + " scales the scores by a computed tensor";
+        m->shape_scales.push_back({op->getOperand(shape_index), name == "nn.div"});
+        m->chain.push_back(op);
+        current = op->getOperand(1 - shape_index);
+        continue;
+      }
+      double c = *scalarConstant(op->getOperand(scalar_index));
+      if (name == "nn.div") {
+        if (c == 0) return where(op) + " divides the scores by zero";
+        m->scale /= c;
+      } else {
+        m->scale *= c;
+      }
+      m->chain.push_back(op);
+      current = op->getOperand(1 - scalar_index);
+    } else if (name == "nn.add") {
+      if (m->mask_kind != AttentionMatch::MaskKind::kNone)
+        return where(op) + " adds a second bias to the scores";
+      bool a = dependsOnMatMul(op->getOperand(0), memo);
+      bool b = dependsOnMatMul(op->getOperand(1), memo);
+      if (a == b) return where(op) + ": cannot tell the scores from the mask";
+      m->mask_kind = AttentionMatch::MaskKind::kAdd;
+      m->mask = op->getOperand(a ? 1 : 0);
+      m->chain.push_back(op);
+      current = op->getOperand(a ? 0 : 1);
+    } else if (name == "nn.where") {
+      if (m->mask_kind != AttentionMatch::MaskKind::kNone)
+        return where(op) + " masks the scores a second time";
+      bool x = dependsOnMatMul(op->getOperand(1), memo);
+      bool y = dependsOnMatMul(op->getOperand(2), memo);
+      if (x == y || dependsOnMatMul(op->getOperand(0), memo))
+        return where(op) + ": cannot tell the scores from the mask";
+      m->mask_kind = AttentionMatch::MaskKind::kWhere;
+      m->mask = op->getOperand(0);
+      m->where_scores_on_false = y;
+      m->fill = op->getOperand(x ? 2 : 1);
+      m->chain.push_back(op);
+      current = op->getOperand(x ? 1 : 2);
+    } else if (name == "nn.matmul") {
+      m->scores_matmul = op;
+      break;
+    } else {
+      return where(op) + " (" + name.str() + ") sits between the scores and the softmax";
+    }
+  }
+  m->q = m->scores_matmul->getOperand(0);
+  m->k_transposed = m->scores_matmul->getOperand(1);
+  // Forward: softmax -> casts -> MatMul(P, V).
+  Value probs = softmax->getResult(0);
+  while (true) {
+    if (!probs.hasOneUse()) return "the attention probabilities at " + where(softmax) +
+                                   " have other users";
+    Operation* user = *probs.getUsers().begin();
+    if (isNN(user, "nn.cast")) {
+      m->chain.push_back(user);
+      probs = user->getResult(0);
+      continue;
+    }
+    if (isNN(user, "nn.matmul") && user->getOperand(0) == probs) {
+      m->output_matmul = user;
+      m->v_full = user->getOperand(1);
+      break;
+    }
+    return where(user) + " consumes the attention probabilities instead of a MatMul with V";
+  }
+  auto q_type = dyn_cast<RankedTensorType>(m->q.getType());
+  if (!q_type || q_type.getRank() != 4 || ShapedType::isDynamic(q_type.getDimSize(1)) ||
+      ShapedType::isDynamic(q_type.getDimSize(3)))
+    return "Q at " + where(m->scores_matmul) + " is not [batch, heads, seq, head_dim] with static heads and head_dim";
+  return "";
+}
+
+// Un-expands transformers' repeat_kv: Reshape(Expand(Unsqueeze(x, [2]), ...), [b, H, s, d])
+// -> x ([b, Hkv, s, d]). Returns `v` itself when it is not that pattern.
+Value unexpandKv(Value v) {
+  Operation* reshape = v.getDefiningOp();
+  if (!isNN(reshape, "nn.reshape")) return v;
+  Operation* expand = reshape->getOperand(0).getDefiningOp();
+  if (!isNN(expand, "nn.expand")) return v;
+  Operation* unsqueeze = expand->getOperand(0).getDefiningOp();
+  if (!isNN(unsqueeze, "nn.unsqueeze")) return v;
+  auto axes = intsConstant(unsqueeze->getOperand(1));
+  if (!axes || axes->size() != 1 || (*axes)[0] != 2) return v;
+  auto x = dyn_cast<RankedTensorType>(unsqueeze->getOperand(0).getType());
+  auto expanded = dyn_cast<RankedTensorType>(expand->getResult(0).getType());
+  auto out = dyn_cast<RankedTensorType>(v.getType());
+  if (!x || !expanded || !out || x.getRank() != 4 || expanded.getRank() != 5 || out.getRank() != 4)
+    return v;
+  int64_t kv_heads = x.getDimSize(1), rep = expanded.getDimSize(2), heads = out.getDimSize(1);
+  if (ShapedType::isDynamic(kv_heads) || ShapedType::isDynamic(rep) ||
+      ShapedType::isDynamic(heads) || kv_heads * rep != heads || expanded.getDimSize(1) != kv_heads ||
+      x.getDimSize(3) != out.getDimSize(3))
+    return v;
+  return unsqueeze->getOperand(0);
+}
+
+// Evaluates a shape/mask subgraph with the runtime's kernels for concrete inputs. Operands
+// of Shape/Size are evaluated shape-only (so a mask sliced to K's length does not compute
+// K), and so are float operands of anything evaluated shape-only.
+class SubgraphEvaluator {
+ public:
+  explicit SubgraphEvaluator(std::map<unsigned, Tensor> args) : args_(std::move(args)) {}
+
+  // The value of `v` (with data when `need_data`), or an error naming what could not be
+  // evaluated.
+  Status evaluate(Value v, bool need_data, const Tensor** out) {
+    auto it = values_.find(v);
+    if (it != values_.end() && (!need_data || it->second.hasData())) {
+      *out = &it->second;
+      return okStatus();
+    }
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      auto a = args_.find(arg.getArgNumber());
+      if (a == args_.end())
+        return unimplemented("the mask depends on model input " +
+                             std::to_string(arg.getArgNumber()) +
+                             ", which only input_ids, attention_mask and position_ids may");
+      values_[v] = a->second;
+      *out = &values_[v];
+      return okStatus();
+    }
+    Operation* op = v.getDefiningOp();
+    if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+      values_[v] = tensorFromElements(constant.getValue());
+      *out = &values_[v];
+      return okStatus();
+    }
+    const KernelDef* kernel = KernelRegistry::cpuReference().find(kernelNameOf(op));
+    if (!kernel || isa<llm::AttentionOp>(op))
+      return unimplemented(where(op) + " cannot be evaluated at compile time");
+    bool sizes_only = isNN(op, "nn.shape") || isNN(op, "nn.size");
+    std::vector<const Tensor*> inputs;
+    for (Value operand : op->getOperands()) {
+      if (isa<NoneType>(operand.getType())) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      bool is_float = false;
+      if (auto type = dyn_cast<ShapedType>(operand.getType()))
+        is_float = isa<FloatType>(type.getElementType());
+      bool operand_data = sizes_only ? false : need_data || !is_float;
+      const Tensor* t = nullptr;
+      LLMC_RETURN_IF_ERROR(evaluate(operand, operand_data, &t));
+      inputs.push_back(t);
+    }
+    KernelParams params;
+    LLMC_RETURN_IF_ERROR(paramsFromAttributes(op->getAttrs(), &params));
+    KernelRun run = evaluateKernel(*kernel, params, inputs, op->getNumResults(), nodeNameOf(op),
+                                   /*shape_only=*/!need_data && !sizes_only);
+    LLMC_RETURN_IF_ERROR(run.status);
+    for (unsigned i = 0; i < op->getNumResults(); ++i)
+      values_[op->getResult(i)] = std::move(run.outputs[i]);
+    *out = &values_[v];
+    return okStatus();
+  }
+
+ private:
+  std::map<unsigned, Tensor> args_;
+  // Node-based: pointers handed out stay valid while more values are added.
+  struct ValueHash {
+    size_t operator()(Value v) const { return std::hash<void*>()(v.getAsOpaquePointer()); }
+  };
+  std::unordered_map<Value, Tensor, ValueHash> values_;
+};
+
+double elementAsDouble(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kFloat32: return t.data<float>()[i];
+    case DType::kFloat64: return t.data<double>()[i];
+    case DType::kBool: return t.data<uint8_t>()[i] ? 1.0 : 0.0;
+    case DType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DType::kInt32: return t.data<int32_t>()[i];
+    default: return std::nan("");
+  }
+}
+
+// Checks that `m` (float bias for kAdd, bool for kWhere) is causal over `seq` x `seq`
+// query/key positions, broadcast over every leading axis.
+std::string checkCausal(const AttentionMatch& match, const Tensor& mask, const Tensor* fill,
+                        int64_t seq) {
+  if (mask.rank() < 2) return "the mask has rank " + std::to_string(mask.rank());
+  int64_t rows = mask.dim(mask.rank() - 2), cols = mask.dim(mask.rank() - 1);
+  if (!((rows == seq || rows == 1) && cols == seq && (rows == seq || seq == 1)))
+    return "the mask is " + shapeToString(mask.shape()) + " for " + std::to_string(seq) +
+           " tokens, not [.., " + std::to_string(seq) + ", " + std::to_string(seq) + "]";
+  if (fill) {
+    for (int64_t i = 0; i < fill->numElements(); ++i) {
+      double f = elementAsDouble(*fill, i);
+      if (!(f <= kMaskedBias)) return "the masked fill value " + std::to_string(f) + " is not large and negative";
+    }
+  }
+  int64_t count = mask.numElements();
+  for (int64_t e = 0; e < count; ++e) {
+    int64_t j = e % cols, i = (e / cols) % rows;
+    bool allowed = j <= i;
+    double value = elementAsDouble(mask, e);
+    if (std::isnan(value)) return "the mask holds NaN";
+    bool ok;
+    if (match.mask_kind == AttentionMatch::MaskKind::kAdd) {
+      ok = allowed ? value == 0 : value <= kMaskedBias;
+    } else {
+      bool selects_scores = match.where_scores_on_false ? value == 0 : value != 0;
+      ok = selects_scores == allowed;
+    }
+    if (!ok)
+      return "query " + std::to_string(i) + " " + (allowed ? "cannot see" : "sees") + " key " +
+             std::to_string(j) + " at length " + std::to_string(seq) + ": the mask is not causal";
+  }
+  return "";
+}
+
+class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
+ public:
+  std::optional<double> shape_scale_;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    Block& body = func.getBody().front();
+    // Only models with an integer input_ids [batch, seq] are candidates.
+    int input_ids = -1;
+    for (BlockArgument arg : body.getArguments()) {
+      auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (name && name.getValue() == "input_ids" && type && type.getRank() == 2 &&
+          (type.getElementType().isInteger(64) || type.getElementType().isInteger(32)))
+        input_ids = static_cast<int>(arg.getArgNumber());
+    }
+    if (input_ids < 0) return;
+    std::vector<std::string> ids_dims = dimsOf(body.getArgument(input_ids));
+    if (ids_dims.size() != 2 || ids_dims[1].empty()) return;
+    seq_ = ids_dims[1];
+    std::vector<Operation*> softmaxes;
+    for (Operation& op : body)
+      if (isNN(&op, "nn.softmax")) softmaxes.push_back(&op);
+    if (softmaxes.empty()) return;  // not an attention model
+
+    // Keep the original: recognition is all or nothing.
+    func::FuncOp backup = cast<func::FuncOp>(func->clone());
+    std::vector<std::string> failures;
+    if (!recognize(func, input_ids, softmaxes, &failures)) {
+      func.getBody().takeBody(backup.getBody());
+      func.setFunctionType(backup.getFunctionType());
+      if (ArrayAttr arg_attrs = backup.getAllArgAttrs())
+        func.setAllArgAttrs(arg_attrs);
+      SmallVector<Attribute> messages;
+      for (const std::string& f : failures) messages.push_back(StringAttr::get(&getContext(), f));
+      func->setAttr("llmc.recognition_failures", ArrayAttr::get(&getContext(), messages));
+    }
+    backup->erase();
+  }
+
+ private:
+  std::string seq_;
+
+  bool recognize(func::FuncOp func, int input_ids, const std::vector<Operation*>& softmaxes,
+                 std::vector<std::string>* failures) {
+    Block& body = func.getBody().front();
+    MLIRContext* context = &getContext();
+    // 1. Match every attention core and prove its mask causal.
+    std::vector<AttentionMatch> matches(softmaxes.size());
+    for (size_t i = 0; i < softmaxes.size(); ++i) {
+      std::string error = matchAttention(softmaxes[i], &matches[i]);
+      if (error.empty()) error = proveCausal(func, input_ids, matches[i]);
+      if (!error.empty()) failures->push_back("attention at " + where(softmaxes[i]) + ": " + error);
+    }
+    if (!failures->empty()) return false;
+
+    // 2. Rewrite each into llm.attention on un-expanded K and V.
+    int64_t heads = -1, kv_heads = -1, head_dim = -1;
+    for (size_t layer = 0; layer < matches.size(); ++layer) {
+      AttentionMatch& m = matches[layer];
+      OpBuilder b(m.output_matmul);
+      Location loc = m.output_matmul->getLoc();
+      Value k4 = transposeLastTwo(b, loc, m.k_transposed);
+      Value k = unexpandKv(k4), v = unexpandKv(m.v_full);
+      auto q_type = cast<RankedTensorType>(m.q.getType());
+      auto k_type = dyn_cast<RankedTensorType>(k.getType());
+      auto v_type = dyn_cast<RankedTensorType>(v.getType());
+      auto out_type = dyn_cast<RankedTensorType>(m.output_matmul->getResult(0).getType());
+      if (!k_type || !v_type || k_type.getRank() != 4 || v_type.getRank() != 4 || !out_type ||
+          k_type.getDimSize(1) != v_type.getDimSize(1) ||
+          ShapedType::isDynamic(k_type.getDimSize(1)) ||
+          q_type.getDimSize(1) % k_type.getDimSize(1) != 0) {
+        failures->push_back("attention at " + where(m.softmax) +
+                            ": K and V are not [batch, kv_heads, seq, head_dim] with kv_heads "
+                            "dividing the " + std::to_string(q_type.getDimSize(1)) + " heads");
+        return false;
+      }
+      int64_t h = q_type.getDimSize(1), hkv = k_type.getDimSize(1), d = q_type.getDimSize(3);
+      if (layer > 0 && (h != heads || hkv != kv_heads || d != head_dim)) {
+        failures->push_back("attention at " + where(m.softmax) +
+                            ": layers differ in heads, KV heads or head size");
+        return false;
+      }
+      heads = h;
+      kv_heads = hkv;
+      head_dim = d;
+      SmallVector<int64_t> out_shape(q_type.getShape());
+      out_shape[3] = v_type.getDimSize(3);
+      auto result_type = RankedTensorType::get(out_shape, q_type.getElementType());
+      OperationState state(loc, "llm.attention");
+      state.addOperands({m.q, k, v});
+      state.addTypes(result_type);
+      state.addAttribute("layer", b.getI64IntegerAttr(static_cast<int64_t>(layer)));
+      state.addAttribute("scale", b.getF32FloatAttr(static_cast<float>(m.scale)));
+      Operation* attention = b.create(state);
+      if (auto names = m.output_matmul->getAttr("llmc.names"))
+        attention->setAttr("llmc.names", names);
+      m.output_matmul->getResult(0).replaceAllUsesWith(attention->getResult(0));
+      // The core's ops only use each other now: drop their operands, then erase them.
+      std::vector<Operation*> dead = m.chain;
+      dead.push_back(m.output_matmul);
+      dead.push_back(m.softmax);
+      dead.push_back(m.scores_matmul);
+      for (Operation* op : dead) op->dropAllReferences();
+      for (Operation* op : dead) op->erase();
+    }
+    eraseDeadOps(body);
+
+    // 3. Position ids: Range(0, seq, 1) -> llm.positions(input_ids).
+    std::vector<Operation*> ranges;
+    for (Operation& op : body)
+      if (isNN(&op, "nn.range")) ranges.push_back(&op);
+    for (Operation* range : ranges) {
+      auto start = scalarConstant(range->getOperand(0));
+      auto delta = scalarConstant(range->getOperand(2));
+      std::vector<std::string> dims = dimsOf(range->getResult(0));
+      if (!start || *start != 0 || !delta || *delta != 1 || dims.size() != 1 || dims[0] != seq_) {
+        failures->push_back(where(range) + ": a Range other than 0..seq (positions) is left");
+        continue;
+      }
+      OpBuilder b(range);
+      OperationState state(range->getLoc(), "llm.positions");
+      state.addOperands({body.getArgument(input_ids)});
+      Type range_type = range->getResult(0).getType();
+      state.addTypes(range_type);
+      auto element = cast<ShapedType>(range_type).getElementType();
+      if (!element.isInteger(64) && !element.isInteger(32)) {
+        failures->push_back(where(range) + ": positions of type other than int64/int32");
+        continue;
+      }
+      if (element.isInteger(32)) state.addAttribute("dtype", b.getStringAttr("int32"));
+      Operation* positions = b.create(state);
+      if (auto names = range->getAttr("llmc.names")) positions->setAttr("llmc.names", names);
+      range->getResult(0).replaceAllUsesWith(positions->getResult(0));
+      range->erase();
+    }
+    if (!failures->empty()) return false;
+    eraseDeadOps(body);
+
+    // 4. Inputs other than input_ids must now be unused; they leave the signature.
+    llvm::BitVector unused(body.getNumArguments());
+    for (BlockArgument arg : body.getArguments()) {
+      if (static_cast<int>(arg.getArgNumber()) == input_ids) continue;
+      if (!arg.use_empty()) {
+        auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
+        failures->push_back("input '" + (name ? name.getValue().str() : std::string("?")) +
+                            "' still feeds the graph after the attention masks were replaced");
+        continue;
+      }
+      unused.set(arg.getArgNumber());
+    }
+    if (!failures->empty()) return false;
+    func.eraseArguments(unused);
+
+    // 5. Shapes again (the masks' clamps are gone), then prove tokenwise.
+    OpPassManager pm(func::FuncOp::getOperationName());
+    pm.addPass(createShapeInference());
+    if (failed(runPipeline(pm, func))) {
+      failures->push_back("shape inference failed after the rewrite");
+      return false;
+    }
+    checkTokenwise(body, failures);
+    if (!failures->empty()) return false;
+
+    auto vocab_type = dyn_cast<RankedTensorType>(func.getResultTypes().empty()
+                                                     ? Type()
+                                                     : func.getResultTypes()[0]);
+    Builder b(context);
+    SmallVector<NamedAttribute> config = {
+        b.getNamedAttr("num_layers", b.getI64IntegerAttr(static_cast<int64_t>(matches.size()))),
+        b.getNamedAttr("num_heads", b.getI64IntegerAttr(heads)),
+        b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(kv_heads)),
+        b.getNamedAttr("head_dim", b.getI64IntegerAttr(head_dim)),
+        b.getNamedAttr("vocab_size",
+                       b.getI64IntegerAttr(vocab_type && vocab_type.getRank() == 3
+                                               ? vocab_type.getDimSize(2)
+                                               : -1)),
+        b.getNamedAttr("seq_symbol", b.getStringAttr(seq_))};
+    func->setAttr("llm.config", b.getDictionaryAttr(config));
+    return true;
+  }
+
+  // [.., a, b] -> [.., b, a], folding into a Transpose that produced `v`.
+  Value transposeLastTwo(OpBuilder& b, Location loc, Value v) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    int64_t rank = type ? type.getRank() : 4;
+    SmallVector<int64_t> perm;
+    Value source = v;
+    Operation* def = v.getDefiningOp();
+    if (isNN(def, "nn.transpose")) {
+      if (auto p = def->getAttrOfType<DenseI64ArrayAttr>("perm")) {
+        perm.assign(p.asArrayRef().begin(), p.asArrayRef().end());
+        source = def->getOperand(0);
+      }
+    }
+    if (perm.empty())
+      for (int64_t i = 0; i < rank; ++i) perm.push_back(i);
+    std::swap(perm[rank - 2], perm[rank - 1]);
+    bool identity = true;
+    for (int64_t i = 0; i < rank; ++i) identity = identity && perm[i] == i;
+    if (identity) return source;
+    auto source_type = dyn_cast<RankedTensorType>(source.getType());
+    SmallVector<int64_t> shape;
+    for (int64_t i = 0; i < rank; ++i)
+      shape.push_back(source_type ? source_type.getDimSize(perm[i]) : ShapedType::kDynamic);
+    OperationState state(loc, "nn.transpose");
+    state.addOperands({source});
+    state.addTypes(RankedTensorType::get(
+        shape, source_type ? source_type.getElementType() : type.getElementType()));
+    state.addAttribute("perm", b.getDenseI64ArrayAttr(perm));
+    return b.create(state)->getResult(0);
+  }
+
+  std::string proveCausal(func::FuncOp func, int input_ids, AttentionMatch& m) {
+    if (m.mask_kind == AttentionMatch::MaskKind::kNone)
+      return "the scores are not masked (bidirectional attention is not a decoder)";
+    Block& body = func.getBody().front();
+    auto probe = [&](int64_t batch, int64_t seq) -> std::string {
+      std::map<unsigned, Tensor> args;
+      for (BlockArgument arg : body.getArguments()) {
+        auto type = dyn_cast<RankedTensorType>(arg.getType());
+        auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
+        if (!type || type.getRank() != 2 || !type.getElementType().isIntOrIndex()) continue;
+        DType dtype = dtypeFromMlir(type.getElementType());
+        Tensor t = Tensor::allocate(dtype, {batch, seq});
+        std::string n = name ? name.getValue().str() : "";
+        for (int64_t r = 0; r < batch; ++r) {
+          for (int64_t c = 0; c < seq; ++c) {
+            int64_t value = n == "attention_mask" ? 1 : n == "position_ids" ? c : 0;
+            if (dtype == DType::kInt64)
+              t.data<int64_t>()[r * seq + c] = value;
+            else
+              t.data<int32_t>()[r * seq + c] = static_cast<int32_t>(value);
+          }
+        }
+        (void)input_ids;
+        args[arg.getArgNumber()] = std::move(t);
+      }
+      SubgraphEvaluator evaluator(std::move(args));
+      const Tensor* mask = nullptr;
+      const Tensor* fill = nullptr;
+      Status status = evaluator.evaluate(m.mask, true, &mask);
+      if (status.ok() && m.fill) status = evaluator.evaluate(m.fill, true, &fill);
+      if (!status.ok()) return "cannot evaluate the mask: " + status.message();
+      double scale = 1;
+      for (const auto& [factor, divides] : m.shape_scales) {
+        const Tensor* t = nullptr;
+        double value = 0;
+        Status s = evaluator.evaluate(factor, true, &t);
+        if (s.ok()) s = readScalarDouble(t, &value);
+        if (!s.ok()) return "cannot evaluate a scale factor of the scores: " + s.message();
+        if (value == 0) return "a scale factor of the scores is zero";
+        scale = divides ? scale / value : scale * value;
+      }
+      if (!shape_scale_) {
+        shape_scale_ = scale;
+      } else if (*shape_scale_ != scale) {
+        return "the scores' scale changes with the sequence length";
+      }
+      return checkCausal(m, *mask, fill, seq);
+    };
+    shape_scale_.reset();
+    for (int64_t seq : kMaskProbeLengths) {
+      std::string error = probe(1, seq);
+      if (!error.empty()) return error;
+    }
+    std::string error = probe(2, 4);
+    if (error.empty()) m.scale *= *shape_scale_;
+    return error;
+  }
+
+  static void eraseDeadOps(Block& body) {
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      std::vector<Operation*> ops;
+      for (Operation& op : body.without_terminator()) ops.push_back(&op);
+      for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+        if (isOpTriviallyDead(*it)) {
+          (*it)->erase();
+          changed = true;
+        }
+      }
+    }
+  }
+
+  // Everything left must compute each token from that token alone.
+  void checkTokenwise(Block& body, std::vector<std::string>* failures) {
+    for (Operation& op : body.without_terminator()) {
+      if (isa<nn::ConstantOp, nn::NoneOp, llm::PositionsOp>(op)) continue;
+      StringRef name = op.getName().getStringRef();
+      if (auto attention = dyn_cast<llm::AttentionOp>(op)) {
+        for (Value operand : op.getOperands()) {
+          std::vector<std::string> d = dimsOf(operand);
+          if (d.size() != 4 || d[2] != seq_)
+            failures->push_back(where(&op) + ": attention operand is not [batch, heads, " + seq_ +
+                                ", head_dim]");
+        }
+        continue;
+      }
+      bool input_has_seq = false;
+      int seq_axis = -1;
+      for (Value operand : op.getOperands()) {
+        std::vector<std::string> d = dimsOf(operand);
+        for (size_t a = 0; a < d.size(); ++a)
+          if (d[a] == seq_) {
+            input_has_seq = true;
+            seq_axis = static_cast<int>(a);
+          }
+        if (!isa<NoneType>(operand.getType()) && !isa<RankedTensorType>(operand.getType())) {
+          failures->push_back(where(&op) + ": an operand's rank is unknown, cannot prove that "
+                              "tokens are computed independently");
+          return;
+        }
+      }
+      if (name == "nn.shape" || name == "nn.size") continue;  // sizes, not data
+      for (Value result : op.getResults()) {
+        std::vector<std::string> d = dimsOf(result);
+        int count = static_cast<int>(std::count(d.begin(), d.end(), seq_));
+        if (count > 1) {
+          failures->push_back(where(&op) + " (" + name.str() + ") pairs tokens with tokens");
+          return;
+        }
+        if (input_has_seq && count == 0) {
+          failures->push_back(where(&op) + " (" + name.str() +
+                              ") combines or selects tokens along the sequence");
+          return;
+        }
+      }
+      if (!input_has_seq) continue;
+      if (name == "nn.matmul" || name == "nn.gemm") {
+        int with_seq = 0;
+        for (Value operand : op.getOperands()) {
+          std::vector<std::string> d = dimsOf(operand);
+          if (std::count(d.begin(), d.end(), seq_)) ++with_seq;
+        }
+        std::vector<std::string> a = dimsOf(op.getOperand(0));
+        bool contracts = !a.empty() && a.back() == seq_ && name == "nn.matmul";
+        if (with_seq > 1 || contracts) {
+          failures->push_back(where(&op) + " multiplies across tokens");
+          return;
+        }
+      }
+      if (name == "nn.softmax" || name == "nn.log_softmax" || name == "nn.hardmax" ||
+          name == "nn.cum_sum" || name == "nn.layer_normalization") {
+        auto axis_attr = op.getAttrOfType<IntegerAttr>("axis");
+        auto type = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
+        int64_t rank = type ? type.getRank() : 0;
+        int64_t axis = axis_attr ? axis_attr.getInt() : -1;
+        if (name == "nn.cum_sum") axis = scalarConstant(op.getOperand(1)).value_or(0);
+        if (axis < 0) axis += rank;
+        bool hits = name == "nn.layer_normalization" ? seq_axis >= axis : seq_axis == axis;
+        if (hits) {
+          failures->push_back(where(&op) + " (" + name.str() + ") runs along the sequence");
+          return;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace llmc

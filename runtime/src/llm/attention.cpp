@@ -1,0 +1,173 @@
+// The llm kernels: LlmAttention (causal attention that appends to and reads from the paged
+// KV cache) and LlmPositions. Reference implementations: plain loops, float accumulation.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/kernel.h"
+#include "llm/step_context.h"
+
+namespace llmc {
+namespace {
+
+// softmax(scale * q·k_j) over the keys `key(j)`, j < count, then the weighted sum of
+// `value(j)` into `out` (head_dim floats).
+template <typename KeyFn, typename ValueFn>
+void attendOne(const float* q, int64_t count, int64_t head_dim, float scale, KeyFn key,
+               ValueFn value, std::vector<float>& scores, float* out) {
+  scores.resize(static_cast<size_t>(count));
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < count; ++j) {
+    const float* k = key(j);
+    float dot = 0;
+    for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
+    scores[j] = dot * scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+  float sum = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  std::fill(out, out + head_dim, 0.0f);
+  for (int64_t j = 0; j < count; ++j) {
+    const float* v = value(j);
+    float p = scores[j] / sum;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * v[d];
+  }
+}
+
+Status llmAttention(KernelContext& ctx) {
+  const Tensor* q = ctx.input(0);
+  const Tensor* k = ctx.input(1);
+  const Tensor* v = ctx.input(2);
+  if (!q || !k || !v) return kernelError(ctx, "LlmAttention needs q, k and v");
+  if (q->rank() != 4 || k->rank() != 4 || v->rank() != 4)
+    return kernelError(ctx, "q, k, v must be [batch, heads, tokens, head_dim], got " +
+                                shapeToString(q->shape()) + ", " + shapeToString(k->shape()) +
+                                ", " + shapeToString(v->shape()));
+  const int64_t batch = q->dim(0), heads = q->dim(1), tokens = q->dim(2), head_dim = q->dim(3);
+  const int64_t kv_heads = k->dim(1);
+  if (k->shape() != v->shape() || k->dim(0) != batch || k->dim(2) != tokens ||
+      k->dim(3) != head_dim || kv_heads < 1 || heads % kv_heads != 0)
+    return kernelError(ctx, "k/v " + shapeToString(k->shape()) + " do not fit q " +
+                                shapeToString(q->shape()));
+  if (q->dtype() != DType::kFloat32 || k->dtype() != DType::kFloat32 ||
+      v->dtype() != DType::kFloat32)
+    return kernelError(ctx, "LlmAttention computes float32 only");
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, q->shape(), &out));
+  if (ctx.shapeOnly()) return okStatus();
+  const int64_t layer = ctx.params().getInt("layer", 0);
+  const float scale = static_cast<float>(ctx.params().getFloat("scale", 1.0));
+  const int64_t group = heads / kv_heads;
+  const float* qd = q->data<float>();
+  const float* kd = k->data<float>();
+  const float* vd = v->data<float>();
+  float* od = out->data<float>();
+  std::vector<float> scores;
+  // [b, h, t, d] element offsets.
+  auto q_at = [&](int64_t b, int64_t h, int64_t t) { return ((b * heads + h) * tokens + t) * head_dim; };
+  auto kv_at = [&](int64_t b, int64_t h, int64_t t) {
+    return ((b * kv_heads + h) * tokens + t) * head_dim;
+  };
+
+  LlmStepContext* step = ctx.llmStep();
+  if (!step) {
+    // Every batch row is one sequence starting at position 0: causal self-attention.
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t t = 0; t < tokens; ++t) {
+          int64_t kvh = h / group;
+          attendOne(
+              qd + q_at(b, h, t), t + 1, head_dim, scale,
+              [&](int64_t j) { return kd + kv_at(b, kvh, j); },
+              [&](int64_t j) { return vd + kv_at(b, kvh, j); }, scores, od + q_at(b, h, t));
+        }
+    return okStatus();
+  }
+
+  KvCache& cache = *step->cache;
+  const KvCacheSpec& spec = cache.spec();
+  if (batch != 1 || static_cast<size_t>(tokens) != step->token_position.size())
+    return kernelError(ctx, "a ragged step runs [1, " +
+                                std::to_string(step->token_position.size()) +
+                                "] tokens, attention got q " + shapeToString(q->shape()));
+  if (layer >= spec.num_layers || kv_heads != spec.num_kv_heads || head_dim != spec.head_dim ||
+      spec.dtype != DType::kFloat32)
+    return kernelError(ctx, "the KV cache (" + std::to_string(spec.num_layers) + " layers, " +
+                                std::to_string(spec.num_kv_heads) + " KV heads of " +
+                                std::to_string(spec.head_dim) + ", " + dtypeName(spec.dtype) +
+                                ") does not fit layer " + std::to_string(layer) + " with " +
+                                std::to_string(kv_heads) + " KV heads of " +
+                                std::to_string(head_dim));
+  const int64_t block_size = spec.block_size;
+  // 1. Store every new token's K and V.
+  for (int64_t t = 0; t < tokens; ++t) {
+    const KvSlot& slot = step->token_slot[t];
+    float* kc = static_cast<float*>(cache.keyData(slot.block, static_cast<int32_t>(layer)));
+    float* vc = static_cast<float*>(cache.valueData(slot.block, static_cast<int32_t>(layer)));
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      std::memcpy(kc + (h * block_size + slot.offset) * head_dim, kd + kv_at(0, h, t),
+                  head_dim * sizeof(float));
+      std::memcpy(vc + (h * block_size + slot.offset) * head_dim, vd + kv_at(0, h, t),
+                  head_dim * sizeof(float));
+    }
+  }
+  // 2. Each token attends to its sequence's positions 0..its own.
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<int32_t>& table = step->block_tables[step->token_sequence[t]];
+    const int64_t count = step->token_position[t] + 1;
+    if ((count + block_size - 1) / block_size > static_cast<int64_t>(table.size()))
+      return kernelError(ctx, "token " + std::to_string(t) + " at position " +
+                                  std::to_string(count - 1) + " is past its block table");
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t kvh = h / group;
+      auto cached = [&](bool key) {
+        return [&, key](int64_t j) {
+          int32_t block = table[static_cast<size_t>(j / block_size)];
+          const float* base = static_cast<const float*>(
+              key ? cache.keyData(block, static_cast<int32_t>(layer))
+                  : cache.valueData(block, static_cast<int32_t>(layer)));
+          return base + (kvh * block_size + j % block_size) * head_dim;
+        };
+      };
+      attendOne(qd + q_at(0, h, t), count, head_dim, scale, cached(true), cached(false), scores,
+                od + q_at(0, h, t));
+    }
+  }
+  return okStatus();
+}
+
+Status llmPositions(KernelContext& ctx) {
+  const Tensor* ids = ctx.input(0);
+  if (!ids || ids->rank() != 2) return kernelError(ctx, "LlmPositions needs [batch, tokens] ids");
+  const int64_t tokens = ids->dim(1);
+  // The compiler gives the result dtype through the plan; int64 unless it asked for int32.
+  DType dtype = ctx.params().getString("dtype", "int64") == "int32" ? DType::kInt32 : DType::kInt64;
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, dtype, {tokens}, &out));
+  if (ctx.shapeOnly()) return okStatus();
+  LlmStepContext* step = ctx.llmStep();
+  if (step && static_cast<size_t>(tokens) != step->token_position.size())
+    return kernelError(ctx, "the step has " + std::to_string(step->token_position.size()) +
+                                " tokens, input_ids has " + std::to_string(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t p = step ? step->token_position[t] : t;
+    if (dtype == DType::kInt64)
+      out->data<int64_t>()[t] = p;
+    else
+      out->data<int32_t>()[t] = static_cast<int32_t>(p);
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+void registerLlmKernels(KernelRegistry& registry) {
+  registry.add({"LlmAttention", 3, 3, 1, 1, llmAttention});
+  registry.add({"LlmPositions", 1, 1, 1, 1, llmPositions});
+}
+
+}  // namespace llmc

@@ -1,0 +1,124 @@
+// LlmRunner: ragged steps over the paged KV cache (see llm_runner.h).
+#include "llm/llm_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/half.h"
+
+namespace llmc {
+
+Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
+                         std::unique_ptr<LlmRunner>* out) {
+  if (!engine || !engine->llmConfig())
+    return invalidArgument("LlmRunner needs an engine compiled as a language model");
+  const LlmConfig& config = *engine->llmConfig();
+  std::unique_ptr<LlmRunner> runner(new LlmRunner());
+  KvCacheSpec spec;
+  spec.num_layers = config.num_layers;
+  spec.num_kv_heads = config.num_kv_heads;
+  spec.head_dim = config.head_dim;
+  spec.dtype = DType::kFloat32;  // the CPU attention kernel's format
+  spec.block_size = 16;
+  if (kv_cache_tokens <= 0) {
+    int64_t budget_blocks = 0;
+    LLMC_RETURN_IF_ERROR(KvCache::numBlocksForBudget(spec, int64_t{1} << 30, &budget_blocks));
+    kv_cache_tokens = std::min(4 * config.max_context, budget_blocks * spec.block_size);
+  }
+  spec.num_blocks = (kv_cache_tokens + spec.block_size - 1) / spec.block_size;
+  LLMC_RETURN_IF_ERROR(KvCache::create(spec, &runner->cache_));
+  for (const TensorInfo& input : engine->inputs())
+    if (input.name == config.input_ids) runner->ids_dtype_ = input.dtype;
+  for (size_t i = 0; i < engine->outputs().size(); ++i)
+    if (engine->outputs()[i].name == config.logits) runner->logits_index_ = i;
+  LLMC_RETURN_IF_ERROR(Session::create(engine, &runner->session_));
+  runner->engine_ = std::move(engine);
+  runner->context_.cache = runner->cache_.get();
+  *out = std::move(runner);
+  return okStatus();
+}
+
+Status LlmRunner::addSequence(int64_t id, std::span<const int32_t> tokens, int64_t* num_cached) {
+  return cache_->addSequence(id, tokens, num_cached);
+}
+
+Status LlmRunner::appendToken(int64_t id, int32_t token) {
+  return cache_->appendTokens(id, std::span<const int32_t>(&token, 1));
+}
+
+void LlmRunner::removeSequence(int64_t id) {
+  if (cache_->hasSequence(id)) (void)cache_->removeSequence(id);
+}
+
+Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<float>>* logits) {
+  LlmStepContext& ctx = context_;
+  ctx.token_sequence.clear();
+  ctx.token_position.clear();
+  ctx.token_slot.clear();
+  ctx.block_tables.assign(work.size(), {});
+  std::vector<int64_t> ids;
+  std::vector<size_t> last_token(work.size());
+  for (size_t w = 0; w < work.size(); ++w) {
+    const Work& item = work[w];
+    std::span<const int32_t> tokens;
+    LLMC_RETURN_IF_ERROR(cache_->tokens(item.id, &tokens));
+    if (item.count < 1 || item.first < 0 ||
+        item.first + item.count > static_cast<int64_t>(tokens.size()))
+      return invalidArgument("step: sequence " + std::to_string(item.id) + " holds " +
+                             std::to_string(tokens.size()) + " tokens; cannot compute [" +
+                             std::to_string(item.first) + ", " +
+                             std::to_string(item.first + item.count) + ")");
+    std::span<const int32_t> table;
+    LLMC_RETURN_IF_ERROR(cache_->blockTable(item.id, &table));
+    ctx.block_tables[w].assign(table.begin(), table.end());
+    for (int64_t p = item.first; p < item.first + item.count; ++p) {
+      KvSlot slot;
+      LLMC_RETURN_IF_ERROR(cache_->slotFor(item.id, p, &slot));
+      ctx.token_sequence.push_back(static_cast<int32_t>(w));
+      ctx.token_position.push_back(p);
+      ctx.token_slot.push_back(slot);
+      ids.push_back(tokens[static_cast<size_t>(p)]);
+    }
+    last_token[w] = ids.size() - 1;
+  }
+  const int64_t num_tokens = static_cast<int64_t>(ids.size());
+  Tensor input = Tensor::allocate(ids_dtype_, {1, num_tokens});
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (ids_dtype_ == DType::kInt64)
+      input.data<int64_t>()[t] = ids[static_cast<size_t>(t)];
+    else
+      input.data<int32_t>()[t] = static_cast<int32_t>(ids[static_cast<size_t>(t)]);
+  }
+  std::vector<NamedTensor> outputs;
+  LLMC_RETURN_IF_ERROR(
+      session_->run({{config().input_ids, std::move(input)}}, &outputs, &ctx));
+  const Tensor& out = outputs[logits_index_].tensor;
+  if (out.rank() != 3 || out.dim(0) != 1 || out.dim(1) != num_tokens)
+    return internalError("step: logits have shape " + shapeToString(out.shape()) + ", expected [1, " +
+                         std::to_string(num_tokens) + ", vocab]");
+  const int64_t vocab = out.dim(2);
+  logits->assign(work.size(), std::vector<float>(static_cast<size_t>(vocab)));
+  for (size_t w = 0; w < work.size(); ++w) {
+    int64_t offset = static_cast<int64_t>(last_token[w]) * vocab;
+    std::vector<float>& row = (*logits)[w];
+    switch (out.dtype()) {
+      case DType::kFloat32:
+        std::memcpy(row.data(), out.data<float>() + offset, vocab * sizeof(float));
+        break;
+      case DType::kFloat16:
+        for (int64_t i = 0; i < vocab; ++i) row[i] = toFloat(out.data<Float16>()[offset + i]);
+        break;
+      case DType::kBFloat16:
+        for (int64_t i = 0; i < vocab; ++i) row[i] = toFloat(out.data<BFloat16>()[offset + i]);
+        break;
+      default:
+        return invalidArgument(std::string("logits of dtype ") + dtypeName(out.dtype()) +
+                               " are not supported");
+    }
+  }
+  for (const Work& item : work)
+    LLMC_RETURN_IF_ERROR(cache_->commitTokens(item.id, item.first + item.count));
+  return okStatus();
+}
+
+}  // namespace llmc

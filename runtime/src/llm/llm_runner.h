@@ -1,0 +1,57 @@
+// LlmRunner: runs an engine whose attention is llm.attention over the paged KV cache, one
+// ragged step at a time. Sequences live in the cache; a step computes any number of tokens
+// of any number of sequences (prefill, decode and mixed alike) in one engine run, and
+// returns the logits of each sequence's last computed token.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "llm/kv_cache.h"
+#include "llm/step_context.h"
+#include "llmc/engine.h"
+#include "llmc/session.h"
+
+namespace llmc {
+
+class LlmRunner {
+ public:
+  // `kv_cache_tokens`: capacity of the cache in tokens (all sequences together), rounded up
+  // to whole blocks; 0 picks 4 x max_context, at most 1 GiB of cache.
+  static Status create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
+                       std::unique_ptr<LlmRunner>* out);
+
+  const LlmConfig& config() const { return *engine_->llmConfig(); }
+  KvCache& cache() { return *cache_; }
+
+  // Registers sequence `id` holding `tokens`; `*num_cached` leading tokens already have
+  // their K/V (a shared prefix), the rest must be computed by step().
+  Status addSequence(int64_t id, std::span<const int32_t> tokens, int64_t* num_cached);
+  Status appendToken(int64_t id, int32_t token);
+  Status fork(int64_t parent, int64_t child) { return cache_->fork(parent, child); }
+  // Removes the sequence if it exists (never fails on an unknown id).
+  void removeSequence(int64_t id);
+
+  struct Work {
+    int64_t id = 0;
+    int64_t first = 0;  // first position to compute
+    int64_t count = 0;  // tokens to compute; the sequence must hold first + count tokens
+  };
+  // One engine run over every work item's tokens; `logits[i]` gets the logits of work i's
+  // last token. On error the affected sequences' uncommitted tokens stay uncommitted:
+  // remove those sequences.
+  Status step(const std::vector<Work>& work, std::vector<std::vector<float>>* logits);
+
+ private:
+  LlmRunner() = default;
+  std::shared_ptr<const Engine> engine_;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<KvCache> cache_;
+  DType ids_dtype_ = DType::kInt64;
+  size_t logits_index_ = 0;
+  LlmStepContext context_;  // reused across steps
+};
+
+}  // namespace llmc
