@@ -22,5 +22,6 @@ int runCompile(const std::vector<std::string>& args);
 int runRun(const std::vector<std::string>& args);
 int runInspect(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
+int runBench(const std::vector<std::string>& args);
 
 }  // namespace llmc::cli

@@ -42,6 +42,7 @@ int runGenerate(const std::vector<std::string>& args) {
   int32_t num_beams = 0;
   float length_penalty = 1.0f;
   GenerationOptions options;
+  GeneratorConfig config;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     auto next = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
@@ -103,6 +104,12 @@ int runGenerate(const std::vector<std::string>& args) {
       length_penalty = static_cast<float>(value);
     } else if (arg == "--print-ids") {
       print_ids = true;
+    } else if (arg == "--no-kv-cache") {
+      config.use_kv_cache = false;
+    } else if (arg == "--kv-cache-tokens") {
+      if (!number("--kv-cache-tokens", &value)) return kExitBadInput;
+      if (value < 1) return usageError("generate", "--kv-cache-tokens must be at least 1");
+      config.kv_cache_tokens = static_cast<int64_t>(value);
     } else if (!arg.empty() && arg[0] == '-') {
       return usageError("generate", "unknown option '" + arg + "'");
     } else if (engine_path.empty()) {
@@ -118,7 +125,7 @@ int runGenerate(const std::vector<std::string>& args) {
   Status status = Engine::load(engine_path, &engine);
   if (!status.ok()) return reportError("generate", status);
   std::unique_ptr<Generator> generator;
-  status = Generator::create(engine, &generator);
+  status = Generator::create(engine, config, &generator);
   if (!status.ok()) return reportError("generate", status);
   if (!tokenizer_path.empty()) {
     std::unique_ptr<Tokenizer> external;
@@ -131,6 +138,8 @@ int runGenerate(const std::vector<std::string>& args) {
     // otherwise.
     options.stop_token_ids.push_back(*generator->tokenizer()->eosId());
   }
+  if (options.stop_token_ids.empty() && engine->llmConfig())  // the compiler's --eos-id
+    options.stop_token_ids = engine->llmConfig()->eos_token_ids;
   const Tokenizer* tokenizer = generator->tokenizer();
   if (!prompt_text.empty()) {
     if (!tokenizer)
@@ -192,9 +201,10 @@ int runGenerate(const std::vector<std::string>& args) {
   if (!status.ok()) return reportError("generate", status);
   std::fprintf(stderr,
                "llmc generate: %zu prompt tokens, %zu new tokens; time to first token %.1f ms, "
-               "decode %.1f tokens/s (full recomputation)\n",
+               "decode %.1f tokens/s (%s)\n",
                prompt_ids.size(), result.tokens.size(), result.time_to_first_token_ms,
-               result.decode_tokens_per_s);
+               result.decode_tokens_per_s,
+               generator->usesKvCache() ? "paged KV cache" : "full recomputation");
   return kExitOk;
 }
 

@@ -49,8 +49,10 @@ const char kUsage[] =
     "          [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
     "          [--repetition-penalty R] [--seed S] [--stop-id ID ...] [--beam N [--length-penalty "
     "L]]\n"
-    "          [--print-ids]\n"
+    "          [--print-ids] [--no-kv-cache] [--kv-cache-tokens N]\n"
     "      generate tokens from a decoder language model (temperature 0, the default, is greedy)\n"
+    "  bench ENGINE [--context N] [--new-tokens N] [--repeat N] [--kv-only]\n"
+    "      time to first token and decode tokens/s over the KV cache and by full recomputation\n"
     "  inspect ENGINE [--json]\n"
     "      print an engine's format, target, inputs, outputs, steps and memory\n"
     "\n"
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
   if (command == "run") return llmc::cli::runRun(args);
   if (command == "inspect") return llmc::cli::runInspect(args);
   if (command == "generate") return llmc::cli::runGenerate(args);
+  if (command == "bench") return llmc::cli::runBench(args);
   std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
   return llmc::cli::kExitBadInput;
 }

@@ -115,26 +115,47 @@ Status llmAttention(KernelContext& ctx) {
                   head_dim * sizeof(float));
     }
   }
-  // 2. Each token attends to its sequence's positions 0..its own.
-  for (int64_t t = 0; t < tokens; ++t) {
-    const std::vector<int32_t>& table = step->block_tables[step->token_sequence[t]];
-    const int64_t count = step->token_position[t] + 1;
-    if ((count + block_size - 1) / block_size > static_cast<int64_t>(table.size()))
-      return kernelError(ctx, "token " + std::to_string(t) + " at position " +
-                                  std::to_string(count - 1) + " is past its block table");
-    for (int64_t h = 0; h < heads; ++h) {
-      int64_t kvh = h / group;
-      auto cached = [&](bool key) {
-        return [&, key](int64_t j) {
-          int32_t block = table[static_cast<size_t>(j / block_size)];
-          const float* base = static_cast<const float*>(
-              key ? cache.keyData(block, static_cast<int32_t>(layer))
-                  : cache.valueData(block, static_cast<int32_t>(layer)));
-          return base + (kvh * block_size + j % block_size) * head_dim;
-        };
-      };
-      attendOne(qd + q_at(0, h, t), count, head_dim, scale, cached(true), cached(false), scores,
-                od + q_at(0, h, t));
+  // 2. Per sequence: gather its cached K/V into contiguous [kv_head][position][head_dim]
+  // scratch once, then each of its tokens attends to positions 0..its own.
+  std::vector<float> keys, values;
+  for (size_t w = 0; w < step->block_tables.size(); ++w) {
+    int64_t length = 0;
+    for (int64_t t = 0; t < tokens; ++t)
+      if (step->token_sequence[t] == static_cast<int32_t>(w))
+        length = std::max(length, step->token_position[t] + 1);
+    if (length == 0) continue;
+    const std::vector<int32_t>& table = step->block_tables[w];
+    if ((length + block_size - 1) / block_size > static_cast<int64_t>(table.size()))
+      return kernelError(ctx, "sequence " + std::to_string(w) + " of the step needs " +
+                                  std::to_string(length) + " positions, its block table holds " +
+                                  std::to_string(table.size() * block_size));
+    keys.resize(static_cast<size_t>(kv_heads * length * head_dim));
+    values.resize(keys.size());
+    for (int64_t start = 0; start < length; start += block_size) {
+      int32_t block = table[static_cast<size_t>(start / block_size)];
+      int64_t n = std::min(block_size, length - start);
+      const float* kc =
+          static_cast<const float*>(cache.keyData(block, static_cast<int32_t>(layer)));
+      const float* vc =
+          static_cast<const float*>(cache.valueData(block, static_cast<int32_t>(layer)));
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        std::memcpy(&keys[(h * length + start) * head_dim], kc + h * block_size * head_dim,
+                    n * head_dim * sizeof(float));
+        std::memcpy(&values[(h * length + start) * head_dim], vc + h * block_size * head_dim,
+                    n * head_dim * sizeof(float));
+      }
+    }
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (step->token_sequence[t] != static_cast<int32_t>(w)) continue;
+      const int64_t count = step->token_position[t] + 1;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* kh = &keys[(h / group) * length * head_dim];
+        const float* vh = &values[(h / group) * length * head_dim];
+        attendOne(
+            qd + q_at(0, h, t), count, head_dim, scale,
+            [&](int64_t j) { return kh + j * head_dim; },
+            [&](int64_t j) { return vh + j * head_dim; }, scores, od + q_at(0, h, t));
+      }
     }
   }
   return okStatus();

@@ -1,0 +1,146 @@
+// llmc bench: time to first token and decode speed of a language-model engine, over the
+// paged KV cache and by full recomputation, side by side in one run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "cli.h"
+#include "llmc/engine.h"
+#include "llmc/generator.h"
+
+namespace llmc::cli {
+
+namespace {
+
+struct Summary {
+  double median = 0, low = 0, high = 0;
+};
+
+Summary summarize(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  Summary s;
+  if (values.empty()) return s;
+  size_t n = values.size();
+  s.median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  s.low = values.front();
+  s.high = values.back();
+  return s;
+}
+
+struct Measured {
+  std::vector<double> ttft_ms, decode_tps;
+};
+
+Status measure(std::shared_ptr<const Engine> engine, bool kv_cache,
+               const std::vector<int32_t>& prompt, int32_t new_tokens, int repeat,
+               Measured* out) {
+  GeneratorConfig config;
+  config.use_kv_cache = kv_cache;
+  std::unique_ptr<Generator> generator;
+  LLMC_RETURN_IF_ERROR(Generator::create(engine, config, &generator));
+  if (kv_cache && !generator->usesKvCache())
+    return invalidArgument(engine->path() +
+                           ": not a language-model engine (no KV cache); compile it without "
+                           "--as-graph from a decoder model llmc recognizes");
+  GenerationOptions options;
+  options.max_new_tokens = new_tokens;  // greedy, no stop ids: always the full count
+  for (int r = 0; r <= repeat; ++r) {  // run 0 warms up
+    // A different first token each run, so the prefix cache never hides the prefill.
+    std::vector<int32_t> p = prompt;
+    p[0] = static_cast<int32_t>((prompt[0] + r) % std::max<int64_t>(generator->vocabSize(), 1));
+    GenerationResult result;
+    LLMC_RETURN_IF_ERROR(generator->generate(p, options, nullptr, &result));
+    if (r == 0) continue;
+    out->ttft_ms.push_back(result.time_to_first_token_ms);
+    out->decode_tps.push_back(result.decode_tokens_per_s);
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+int runBench(const std::vector<std::string>& args) {
+  std::string engine_path;
+  int64_t context = 256, new_tokens = 32, repeat = 5;
+  bool skip_full = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto integer = [&](int64_t* value) {
+      if (i + 1 >= args.size()) return false;
+      try {
+        size_t used = 0;
+        *value = std::stoll(args[++i], &used);
+        return used == args[i].size();
+      } catch (...) {
+        return false;
+      }
+    };
+    if (arg == "--context") {
+      if (!integer(&context) || context < 1) return usageError("bench", "--context needs N >= 1");
+    } else if (arg == "--new-tokens") {
+      if (!integer(&new_tokens) || new_tokens < 2)
+        return usageError("bench", "--new-tokens needs N >= 2");
+    } else if (arg == "--repeat") {
+      if (!integer(&repeat) || repeat < 1) return usageError("bench", "--repeat needs N >= 1");
+    } else if (arg == "--kv-only") {
+      skip_full = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("bench", "unknown option '" + arg + "'");
+    } else if (engine_path.empty()) {
+      engine_path = arg;
+    } else {
+      return usageError("bench", "more than one engine given");
+    }
+  }
+  if (engine_path.empty()) return usageError("bench", "no engine given");
+  std::shared_ptr<const Engine> engine;
+  Status status = Engine::load(engine_path, &engine);
+  if (!status.ok()) return reportError("bench", status);
+  const LlmConfig* llm = engine->llmConfig();
+  if (!llm)
+    return reportError("bench", invalidArgument(engine_path +
+                                                ": not a language-model engine (compiled with "
+                                                "--as-graph, or the model was not recognized)"));
+  if (context + new_tokens > llm->max_context)
+    return usageError("bench", "--context " + std::to_string(context) + " plus " +
+                                   std::to_string(new_tokens) +
+                                   " new tokens exceeds the engine's context of " +
+                                   std::to_string(llm->max_context));
+  // A fixed pseudo-random prompt of `context` tokens.
+  std::mt19937 rng(1234);
+  int64_t vocab = llm->vocab_size > 0 ? llm->vocab_size : 2;
+  std::vector<int32_t> prompt(static_cast<size_t>(context));
+  for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+
+  Measured kv, full;
+  status = measure(engine, true, prompt, static_cast<int32_t>(new_tokens),
+                   static_cast<int>(repeat), &kv);
+  if (status.ok() && !skip_full)
+    status = measure(engine, false, prompt, static_cast<int32_t>(new_tokens),
+                     static_cast<int>(repeat), &full);
+  if (!status.ok()) return reportError("bench", status);
+
+  std::printf("engine %s: %d layers, %d/%d heads of %d, vocab %lld\n", engine_path.c_str(),
+              llm->num_layers, llm->num_heads, llm->num_kv_heads, llm->head_dim,
+              static_cast<long long>(llm->vocab_size));
+  std::printf("prompt %lld tokens, %lld new tokens (greedy), %lld runs after one warm-up; "
+              "median [min, max]\n",
+              static_cast<long long>(context), static_cast<long long>(new_tokens),
+              static_cast<long long>(repeat));
+  std::printf("%-20s %28s %30s\n", "mode", "time to first token (ms)", "decode (tokens/s)");
+  auto row = [](const char* name, const Measured& m) {
+    Summary t = summarize(m.ttft_ms), d = summarize(m.decode_tps);
+    std::printf("%-20s %10.2f [%7.2f, %7.2f] %10.1f [%8.1f, %8.1f]\n", name, t.median, t.low,
+                t.high, d.median, d.low, d.high);
+  };
+  row("paged KV cache", kv);
+  if (!skip_full) {
+    row("full recomputation", full);
+    double speedup = summarize(kv.decode_tps).median / summarize(full.decode_tps).median;
+    std::printf("decode speed-up of the KV cache: %.1fx\n", speedup);
+  }
+  return kExitOk;
+}
+
+}  // namespace llmc::cli
