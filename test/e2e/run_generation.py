@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Greedy generation through `llmc generate` against transformers' own generate().
+"""Greedy and beam-search generation through `llmc generate` against transformers' generate().
 
 For each test/models/<name>/generation.json (made by test/models/make_generation_refs.py):
-compile the model, generate 32 tokens greedily after each stored prompt, and require the
-exact token ids transformers produced. Also checks the generator's errors: a prompt longer
+compile the model, generate 32 tokens greedily after each stored prompt (and beam search), and
+require the exact token ids transformers produced: over the paged KV cache when llmc recognized
+the model as a decoder, and by full recomputation (--no-kv-cache). Also checks the generator's errors: a prompt longer
 than the context, a token id outside the vocabulary, an unsupported option.
 """
 import argparse
@@ -46,32 +47,35 @@ def main():
             if proc.returncode != 0:
                 report(False, f"{name}/compile", proc.stderr.strip())
                 continue
-            for case in refs["greedy"]:
-                prompt, want = case["prompt"], case["new_tokens"]
-                proc = run([llmc, "generate", engine, "--prompt-ids", ",".join(map(str, prompt)),
-                            "--max-new-tokens", str(len(want)), "--print-ids"])
-                label = f"{name}/greedy prompt of {len(prompt)}"
-                if proc.returncode != 0:
-                    report(False, label, proc.stderr.strip())
-                    continue
-                got = [int(t) for t in proc.stdout.split()]
-                same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
-                ok = got == want
-                report(ok, label, f"{len(got)} tokens equal transformers'" if ok else
-                       f"first difference at new token {same}: got {got[same:same + 4]}, want {want[same:same + 4]}")
-            for case in refs.get("beam", []):
-                prompt, want = case["prompt"], case["new_tokens"]
-                proc = run([llmc, "generate", engine, "--prompt-ids", ",".join(map(str, prompt)),
-                            "--max-new-tokens", str(len(want)), "--beam", str(case["num_beams"]),
-                            "--length-penalty", str(case["length_penalty"]), "--print-ids"])
-                label = f"{name}/beam {case['num_beams']} prompt of {len(prompt)}"
-                if proc.returncode != 0:
-                    report(False, label, proc.stderr.strip())
-                    continue
-                got = [int(t) for t in proc.stdout.split()]
-                report(got == want, label, f"best of {case['num_beams']} beams equals transformers'" if got == want
-                       else f"got {got}, want {want}")
-
+            # Over the KV cache when llmc recognized the model, then by full recomputation.
+            is_llm = json.loads(run([llmc, "inspect", engine, "--json"]).stdout).get("llm") is not None
+            modes = [("kv-cache", []), ("full", ["--no-kv-cache"])] if is_llm else [("full", [])]
+            for mode, mode_flags in modes:
+                for case in refs["greedy"]:
+                    prompt, want = case["prompt"], case["new_tokens"]
+                    proc = run([llmc, "generate", engine, "--prompt-ids", ",".join(map(str, prompt)),
+                                "--max-new-tokens", str(len(want)), "--print-ids", *mode_flags])
+                    label = f"{name}/{mode}/greedy prompt of {len(prompt)}"
+                    if proc.returncode != 0:
+                        report(False, label, proc.stderr.strip())
+                        continue
+                    got = [int(t) for t in proc.stdout.split()]
+                    same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+                    ok = got == want
+                    report(ok, label, f"{len(got)} tokens equal transformers'" if ok else
+                           f"first difference at new token {same}: got {got[same:same + 4]}, want {want[same:same + 4]}")
+                for case in refs.get("beam", []):
+                    prompt, want = case["prompt"], case["new_tokens"]
+                    proc = run([llmc, "generate", engine, "--prompt-ids", ",".join(map(str, prompt)),
+                                "--max-new-tokens", str(len(want)), "--beam", str(case["num_beams"]),
+                                "--length-penalty", str(case["length_penalty"]), "--print-ids", *mode_flags])
+                    label = f"{name}/{mode}/beam {case['num_beams']} prompt of {len(prompt)}"
+                    if proc.returncode != 0:
+                        report(False, label, proc.stderr.strip())
+                        continue
+                    got = [int(t) for t in proc.stdout.split()]
+                    report(got == want, label, f"best of {case['num_beams']} beams equals transformers'" if got == want
+                           else f"got {got}, want {want}")
         # Errors: each is one line on stderr and exit code 2.
         name = names[0] if names else None
         if name:

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end check of llmc on the committed models in test/models/.
 
-For each test/models/<name>/manifest.json: `llmc compile` the model twice (the two engine files
-must be byte-identical), then for each input set `llmc run` the engine and compare every output
-with torch's reference using the manifest's tolerance (numpy.allclose). Prints one line per
+For each test/models/<name>/manifest.json: `llmc compile` the model, with --as-graph and as a
+language model by default (each twice: the engine files must be byte-identical), then for each
+input set `llmc run` the engine and compare every output with torch's reference using the
+manifest's tolerance (numpy.allclose). Prints one line per
 compile and per input set, then `N passed, N failed`; exits 1 if anything failed, 2 on bad usage.
 
   run_models.py --llmc build/tools/llmc/llmc [--model NAME ...]
@@ -86,31 +87,51 @@ def check_model(
     engine = os.path.join(work_dir, "model.engine")
     engine_again = os.path.join(work_dir, "model.again.engine")
 
-    ok, log = _run_llmc(llmc, ["compile", model, "-o", engine], timeout_s)
-    if ok:
-        ok, log = _run_llmc(llmc, ["compile", model, "-o", engine_again], timeout_s)
-    if not ok:
-        tally.report(False, f"{name}/compile", "llmc compile failed", log)
-        for input_set in manifest["input_sets"]:
-            tally.report(False, f"{name}/{input_set['name']}", "not run: the model did not compile")
-        return
-    with open(engine, "rb") as a, open(engine_again, "rb") as b:
-        identical = a.read() == b.read()
-    size = os.path.getsize(engine)
-    tally.report(
-        identical,
-        f"{name}/compile",
-        f"engine {size} bytes, " + ("byte-identical on recompile" if identical else "differs on recompile"),
-    )
+    # Twice: as the ONNX graph (every input set, the model's own interface) and as llmc
+    # compiles it by default, which for a recognized decoder LM is input_ids -> logits with
+    # attention over the KV cache (then only the sets without padding apply: the engine has
+    # no attention_mask).
+    for mode, flags in (("graph", ["--as-graph"]), ("default", [])):
+        ok, log = _run_llmc(llmc, ["compile", model, "-o", engine] + flags, timeout_s)
+        if ok:
+            ok, log = _run_llmc(llmc, ["compile", model, "-o", engine_again] + flags, timeout_s)
+        if not ok:
+            tally.report(False, f"{name}/{mode}/compile", "llmc compile failed", log)
+            continue
+        with open(engine, "rb") as a, open(engine_again, "rb") as b:
+            identical = a.read() == b.read()
+        info = json.loads(subprocess.run(llmc + ["inspect", engine, "--json"], capture_output=True,
+                                         text=True, timeout=timeout_s).stdout)
+        engine_inputs = {t["name"] for t in info["inputs"]}
+        size = os.path.getsize(engine)
+        kind = "language model over the KV cache" if info.get("llm") else "graph"
+        tally.report(
+            identical,
+            f"{name}/{mode}/compile",
+            f"{kind}, engine {size} bytes, "
+            + ("byte-identical on recompile" if identical else "differs on recompile"),
+        )
+        if mode == "default" and not info.get("llm"):
+            continue  # the same engine as --as-graph, already checked
+        _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs,
+                    f"{name}/{mode}", timeout_s, tally, rtol, atol)
 
+
+def _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs, prefix,
+                timeout_s, tally, rtol, atol) -> None:
     for input_set in manifest["input_sets"]:
-        label = f"{name}/{input_set['name']}"
+        label = f"{prefix}/{input_set['name']}"
+        dropped = {n: f for n, f in input_set["inputs"].items() if n not in engine_inputs}
+        if any(n != "attention_mask" or not np.all(np.load(os.path.join(model_dir, f)) == 1)
+               for n, f in dropped.items()):
+            continue  # padded rows or other inputs: only the graph engine takes those
         out_dir = os.path.join(work_dir, "out")
         shutil.rmtree(out_dir, ignore_errors=True)
         os.makedirs(out_dir)
         args = ["run", engine]
         for input_name, file in input_set["inputs"].items():
-            args += ["--input", f"{input_name}={os.path.join(model_dir, file)}"]
+            if input_name in engine_inputs:
+                args += ["--input", f"{input_name}={os.path.join(model_dir, file)}"]
         args += ["--output-dir", out_dir]
         ok, log = _run_llmc(run_llmc or llmc, args, timeout_s)
         if not ok:

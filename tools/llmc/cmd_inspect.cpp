@@ -103,6 +103,23 @@ int runInspect(const std::vector<std::string>& args) {
     }
     out += "],\n";
     out += "  \"tokenizer_bytes\": " + std::to_string(engine->tokenizerJson().size()) + ",\n";
+    if (const LlmConfig* llm = engine->llmConfig()) {
+      std::string eos;
+      for (int32_t id : llm->eos_token_ids) {
+        if (!eos.empty()) eos += ", ";
+        eos += std::to_string(id);
+      }
+      out += "  \"llm\": {\"num_layers\": " + std::to_string(llm->num_layers) +
+             ", \"num_heads\": " + std::to_string(llm->num_heads) +
+             ", \"num_kv_heads\": " + std::to_string(llm->num_kv_heads) +
+             ", \"head_dim\": " + std::to_string(llm->head_dim) +
+             ", \"vocab_size\": " + std::to_string(llm->vocab_size) +
+             ", \"max_context\": " + std::to_string(llm->max_context) +
+             ", \"bos_token_id\": " + std::to_string(llm->bos_token_id) +
+             ", \"eos_token_ids\": [" + eos + "]},\n";
+    } else {
+      out += "  \"llm\": null,\n";
+    }
     out += "  \"weight_bytes\": " + std::to_string(engine->weightBytes()) + ",\n";
     out += "  \"arena_bytes\": " + std::to_string(engine->arenaBytes()) + ",\n";
     out += "  \"kernel_counts\": {";
@@ -144,6 +161,18 @@ int runInspect(const std::vector<std::string>& args) {
     std::printf("  %-22s %d\n", kernel.c_str(), count);
   if (!engine->tokenizerJson().empty())
     std::printf("tokenizer: %zu bytes of tokenizer.json\n", engine->tokenizerJson().size());
+  if (const LlmConfig* llm = engine->llmConfig()) {
+    std::string eos;
+    for (int32_t id : llm->eos_token_ids) {
+      if (!eos.empty()) eos += ",";
+      eos += std::to_string(id);
+    }
+    std::printf("language model: %d layers, %d query / %d KV heads of %d, vocab %lld, context %lld, "
+                "BOS %d, EOS [%s]; attention over the paged KV cache\n",
+                llm->num_layers, llm->num_heads, llm->num_kv_heads, llm->head_dim,
+                static_cast<long long>(llm->vocab_size), static_cast<long long>(llm->max_context),
+                llm->bos_token_id, eos.c_str());
+  }
   std::printf("weights:  %llu bytes\n", static_cast<unsigned long long>(engine->weightBytes()));
   std::printf("arena:    %llu bytes (at the planning shapes)\n",
               static_cast<unsigned long long>(engine->arenaBytes()));

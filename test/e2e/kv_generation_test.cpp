@@ -1,0 +1,137 @@
+// Generation over the paged KV cache on a real compiled decoder (the engine path is the first
+// argument; ctest compiles test/models/demo for it): the KV-cache path must produce exactly
+// the tokens of full recomputation, greedy and beam search, and a full cache, an oversized
+// prompt, an unknown token id and a cancelled request must each fail clearly and leave the
+// generator usable.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "llmc/engine.h"
+#include "llmc/generator.h"
+
+namespace llmc {
+namespace {
+
+std::string g_engine_path;
+
+std::shared_ptr<const Engine> loadEngine() {
+  std::shared_ptr<const Engine> engine;
+  Status status = Engine::load(g_engine_path, &engine);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return engine;
+}
+
+std::unique_ptr<Generator> makeGenerator(std::shared_ptr<const Engine> engine, bool kv,
+                                         int64_t kv_tokens = 0) {
+  GeneratorConfig config;
+  config.use_kv_cache = kv;
+  config.kv_cache_tokens = kv_tokens;
+  std::unique_ptr<Generator> generator;
+  Status status = Generator::create(std::move(engine), config, &generator);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return generator;
+}
+
+std::vector<int32_t> promptOf(size_t length, int32_t seed) {
+  std::vector<int32_t> prompt;
+  for (size_t i = 0; i < length; ++i)
+    prompt.push_back(static_cast<int32_t>((seed * 31 + i * 17) % 500 + 3));
+  return prompt;
+}
+
+std::vector<int32_t> greedy(Generator& g, const std::vector<int32_t>& prompt, int32_t n) {
+  GenerationOptions options;
+  options.max_new_tokens = n;
+  GenerationResult result;
+  Status status = g.generate(prompt, options, nullptr, &result);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return result.tokens;
+}
+
+TEST(KvGeneration, EngineIsALanguageModel) {
+  auto engine = loadEngine();
+  ASSERT_NE(engine->llmConfig(), nullptr) << "compile without --as-graph";
+  EXPECT_TRUE(makeGenerator(engine, true)->usesKvCache());
+  EXPECT_FALSE(makeGenerator(engine, false)->usesKvCache());
+}
+
+TEST(KvGeneration, GreedyEqualsFullRecomputation) {
+  auto engine = loadEngine();
+  auto kv = makeGenerator(engine, true);
+  auto full = makeGenerator(engine, false);
+  // Prompts across block boundaries (16), including exactly one block.
+  for (size_t length : {1u, 15u, 16u, 17u, 40u}) {
+    auto prompt = promptOf(length, static_cast<int32_t>(length));
+    EXPECT_EQ(greedy(*kv, prompt, 24), greedy(*full, prompt, 24)) << "prompt of " << length;
+  }
+}
+
+TEST(KvGeneration, SharedPrefixIsReusedAndGivesTheSameTokens) {
+  auto engine = loadEngine();
+  auto kv = makeGenerator(engine, true);
+  auto prompt = promptOf(40, 3);
+  auto first = greedy(*kv, prompt, 16);
+  auto second = greedy(*kv, prompt, 16);  // two full blocks come from the prefix cache
+  EXPECT_EQ(first, second);
+  auto longer = prompt;
+  longer.push_back(7);
+  EXPECT_EQ(greedy(*kv, longer, 8), greedy(*makeGenerator(engine, false), longer, 8));
+}
+
+TEST(KvGeneration, BeamSearchEqualsFullRecomputation) {
+  auto engine = loadEngine();
+  for (int32_t beams : {2, 4}) {
+    BeamSearchOptions options;
+    options.num_beams = beams;
+    options.max_new_tokens = 12;
+    GenerationResult a, b;
+    auto prompt = promptOf(9, beams);
+    ASSERT_TRUE(makeGenerator(engine, true)->beamSearch(prompt, options, &a).ok());
+    ASSERT_TRUE(makeGenerator(engine, false)->beamSearch(prompt, options, &b).ok());
+    EXPECT_EQ(a.tokens, b.tokens) << beams << " beams";
+  }
+}
+
+TEST(KvGeneration, ErrorsLeaveTheGeneratorUsable) {
+  auto engine = loadEngine();
+  // 3 blocks of 16: a 20-token prompt plus 40 new tokens cannot fit.
+  auto kv = makeGenerator(engine, true, 48);
+  auto prompt = promptOf(20, 5);
+  auto reference = greedy(*makeGenerator(engine, false), prompt, 10);
+  GenerationOptions options;
+  options.max_new_tokens = 40;
+  GenerationResult result;
+  Status status = kv->generate(prompt, options, nullptr, &result);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.message();
+  EXPECT_NE(status.message().find("KV cache full"), std::string::npos) << status.message();
+  EXPECT_EQ(greedy(*kv, prompt, 10), reference);  // the failed request freed its blocks
+
+  options.max_new_tokens = 4;
+  std::vector<int32_t> too_long(static_cast<size_t>(engine->llmConfig()->max_context), 5);
+  status = kv->generate(too_long, options, nullptr, &result);
+  EXPECT_EQ(status.code(), StatusCode::kOutOfRange) << status.message();
+  std::vector<int32_t> unknown = {4, 1 << 20};
+  status = kv->generate(unknown, options, nullptr, &result);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.message();
+
+  int seen = 0;
+  options.max_new_tokens = 10;
+  status = kv->generate(prompt, options, [&](int32_t) { return ++seen < 3; }, &result);
+  EXPECT_EQ(status.code(), StatusCode::kCancelled) << status.message();
+  EXPECT_EQ(result.tokens.size(), 3u);
+  EXPECT_EQ(greedy(*kv, prompt, 10), reference);
+}
+
+}  // namespace
+}  // namespace llmc
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s ENGINE (a decoder compiled by llmc)\n", argv[0]);
+    return 2;
+  }
+  llmc::g_engine_path = argv[1];
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,217 @@
+// LlmAttention and LlmPositions: a ragged step over the paged KV cache (mixed prefill and
+// decode of several sequences, across block boundaries, grouped-query heads) must equal
+// plain causal attention over each whole sequence, which is what the kernel computes
+// without a step context.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kernel_test_util.h"
+#include "llm/kv_cache.h"
+#include "llm/step_context.h"
+#include "status_test_util.h"
+
+namespace llmc {
+namespace {
+
+using testing::makeFloat;
+using testing::TestKernelContext;
+
+constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 8, kLayers = 2;
+
+class StepKernelContext : public TestKernelContext {
+ public:
+  LlmStepContext* step = nullptr;
+  LlmStepContext* llmStep() const override { return step; }
+};
+
+std::vector<float> randomValues(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Rows [first, first + count) of a [1, heads, n, dim] tensor as [1, heads, count, dim].
+Tensor rows(const Tensor& t, int64_t first, int64_t count) {
+  int64_t heads = t.dim(1), n = t.dim(2), dim = t.dim(3);
+  Tensor out = Tensor::allocate(DType::kFloat32, {1, heads, count, dim});
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t d = 0; d < dim; ++d)
+        out.data<float>()[(h * count + r) * dim + d] = t.data<float>()[(h * n + first + r) * dim + d];
+  return out;
+}
+
+// Concatenates [1, heads, n_i, dim] tensors along the token axis.
+Tensor concatTokens(const std::vector<Tensor>& parts) {
+  int64_t heads = parts[0].dim(1), dim = parts[0].dim(3), total = 0;
+  for (const Tensor& p : parts) total += p.dim(2);
+  Tensor out = Tensor::allocate(DType::kFloat32, {1, heads, total, dim});
+  int64_t offset = 0;
+  for (const Tensor& p : parts) {
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t r = 0; r < p.dim(2); ++r)
+        for (int64_t d = 0; d < dim; ++d)
+          out.data<float>()[(h * total + offset + r) * dim + d] =
+              p.data<float>()[(h * p.dim(2) + r) * dim + d];
+    offset += p.dim(2);
+  }
+  return out;
+}
+
+struct Sequence {
+  int64_t id;
+  int64_t length;
+  Tensor q, k, v;    // whole sequence, [1, heads, length, dim]
+  Tensor expected;   // causal attention over it, no cache
+};
+
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, LlmStepContext* step,
+              int64_t layer, Status* status) {
+  StepKernelContext ctx;
+  ctx.step = step;
+  ctx.inputs = {q, k, v};
+  KernelParam layer_param;
+  layer_param.kind = KernelParam::Kind::kInt;
+  layer_param.i = layer;
+  ctx.kernel_params.set("layer", layer_param);
+  KernelParam scale;
+  scale.kind = KernelParam::Kind::kFloat;
+  scale.f = 0.35;
+  ctx.kernel_params.set("scale", scale);
+  *status = ctx.run("LlmAttention");
+  return status->ok() ? ctx.outputs[0] : Tensor();
+}
+
+TEST(LlmAttention, RaggedStepsOverTheCacheEqualWholeSequenceAttention) {
+  std::mt19937 rng(7);
+  std::vector<Sequence> seqs = {{11, 37, {}, {}, {}, {}}, {12, 5, {}, {}, {}, {}},
+                                {13, 18, {}, {}, {}, {}}};
+  for (Sequence& s : seqs) {
+    s.q = makeFloat({1, kHeads, s.length, kDim}, randomValues(kHeads * s.length * kDim, rng));
+    s.k = makeFloat({1, kKvHeads, s.length, kDim}, randomValues(kKvHeads * s.length * kDim, rng));
+    s.v = makeFloat({1, kKvHeads, s.length, kDim}, randomValues(kKvHeads * s.length * kDim, rng));
+    Status status;
+    s.expected = attend(s.q, s.k, s.v, nullptr, 0, &status);
+    ASSERT_OK(status);
+  }
+  KvCacheSpec spec;
+  spec.num_layers = kLayers;
+  spec.num_kv_heads = kKvHeads;
+  spec.head_dim = kDim;
+  spec.dtype = DType::kFloat32;
+  spec.num_blocks = 16;
+  std::unique_ptr<KvCache> cache;
+  ASSERT_OK(KvCache::create(spec, &cache));
+
+  // Steps as (sequence, first, count): chunked prefill mixed with decode, in both layers.
+  std::vector<std::vector<std::array<int64_t, 3>>> steps = {
+      {{0, 0, 20}, {1, 0, 3}},             // prefill A (crosses a block), B partly
+      {{1, 3, 2}, {0, 20, 1}, {2, 0, 18}}, // B finishes, A decodes, C prefills
+      {{0, 21, 16}, {2, 18, 0}},           // A: a chunk ending exactly at 37; C idle
+  };
+  std::vector<int64_t> registered(seqs.size(), 0);
+  std::vector<Tensor> got_parts[3][kLayers];
+  for (const auto& items : steps) {
+    LlmStepContext ctx;
+    ctx.cache = cache.get();
+    std::vector<Tensor> qs, ks, vs;
+    for (const auto& [index, first, count] : items) {
+      if (count == 0) continue;
+      Sequence& s = seqs[static_cast<size_t>(index)];
+      // Distinct per sequence, so that no prefix is shared.
+      std::vector<int32_t> tokens;
+      for (int64_t p = first; p < first + count; ++p)
+        tokens.push_back(static_cast<int32_t>(s.id * 1000 + p));
+      if (registered[index] == 0) {
+        int64_t cached = 0;
+        ASSERT_OK(cache->addSequence(s.id, tokens, &cached));
+        ASSERT_EQ(cached, 0);
+      } else {
+        ASSERT_OK(cache->appendTokens(s.id, tokens));
+      }
+      registered[index] += count;
+      std::span<const int32_t> table;
+      ASSERT_OK(cache->blockTable(s.id, &table));
+      ctx.block_tables.emplace_back(table.begin(), table.end());
+      for (int64_t p = first; p < first + count; ++p) {
+        KvSlot slot;
+        ASSERT_OK(cache->slotFor(s.id, p, &slot));
+        ctx.token_sequence.push_back(static_cast<int32_t>(ctx.block_tables.size() - 1));
+        ctx.token_position.push_back(p);
+        ctx.token_slot.push_back(slot);
+      }
+      qs.push_back(rows(s.q, first, count));
+      ks.push_back(rows(s.k, first, count));
+      vs.push_back(rows(s.v, first, count));
+    }
+    Tensor q = concatTokens(qs), k = concatTokens(ks), v = concatTokens(vs);
+    for (int64_t layer = 0; layer < kLayers; ++layer) {
+      Status status;
+      Tensor out = attend(q, k, v, &ctx, layer, &status);
+      ASSERT_OK(status);
+      int64_t offset = 0;
+      for (const auto& [index, first, count] : items) {
+        if (count == 0) continue;
+        got_parts[index][layer].push_back(rows(out, offset, count));
+        offset += count;
+      }
+    }
+    for (const auto& [index, first, count] : items)
+      if (count > 0) ASSERT_OK(cache->commitTokens(seqs[index].id, first + count));
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int64_t layer = 0; layer < kLayers; ++layer) {
+      Tensor got = concatTokens(got_parts[i][layer]);
+      ASSERT_EQ(got.shape(), seqs[i].expected.shape());
+      for (int64_t e = 0; e < got.numElements(); ++e)
+        EXPECT_NEAR(got.data<float>()[e], seqs[i].expected.data<float>()[e], 1e-5)
+            << "sequence " << i << " layer " << layer << " element " << e;
+    }
+  }
+  ASSERT_OK(cache->checkInvariants());
+}
+
+TEST(LlmAttention, RejectsMismatchedShapesAndABatchedStep) {
+  std::mt19937 rng(1);
+  Tensor q = makeFloat({2, kHeads, 3, kDim}, randomValues(2 * kHeads * 3 * kDim, rng));
+  Tensor k = makeFloat({2, 3, 3, kDim}, randomValues(2 * 3 * 3 * kDim, rng));  // 4 % 3 != 0
+  Status status;
+  attend(q, k, k, nullptr, 0, &status);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.message();
+
+  Tensor k2 = makeFloat({2, kKvHeads, 3, kDim}, randomValues(2 * kKvHeads * 3 * kDim, rng));
+  KvCacheSpec spec;
+  spec.num_layers = 1;
+  spec.num_kv_heads = kKvHeads;
+  spec.head_dim = kDim;
+  spec.dtype = DType::kFloat32;
+  spec.num_blocks = 2;
+  std::unique_ptr<KvCache> cache;
+  ASSERT_OK(KvCache::create(spec, &cache));
+  LlmStepContext ctx;
+  ctx.cache = cache.get();
+  ctx.token_position = {0, 1, 2};
+  attend(q, k2, k2, &ctx, 0, &status);  // a ragged step is one row
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("ragged step"), std::string::npos) << status.message();
+}
+
+TEST(LlmPositions, FromTheStepOrCounting) {
+  TestKernelContext plain;
+  plain.inputs = {testing::makeInt64({2, 4}, {5, 6, 7, 8, 1, 2, 3, 4})};
+  ASSERT_OK(plain.run("LlmPositions"));
+  EXPECT_EQ(testing::values<int64_t>(plain.outputs[0]), (std::vector<int64_t>{0, 1, 2, 3}));
+
+  StepKernelContext stepped;
+  LlmStepContext ctx;
+  ctx.token_position = {17, 0, 1, 40};
+  stepped.step = &ctx;
+  stepped.inputs = {testing::makeInt64({1, 4}, {5, 6, 7, 8})};
+  ASSERT_OK(stepped.run("LlmPositions"));
+  EXPECT_EQ(testing::values<int64_t>(stepped.outputs[0]), (std::vector<int64_t>{17, 0, 1, 40}));
+}
+
+}  // namespace
+}  // namespace llmc
