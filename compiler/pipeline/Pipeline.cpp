@@ -2,6 +2,7 @@
 // -> exec -> memory plan -> engine file.
 #include "pipeline/Pipeline.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -144,6 +145,14 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
       if (range != options.dim_ranges.end() && range->second.second > 0)
         max_context = range->second.second;
     }
+    if (auto positions = config.getAs<IntegerAttr>("max_positions")) {
+      // Learned position embeddings have this many rows: no position may reach past them.
+      if (options.max_context > positions.getInt())
+        return invalidArgument("--max-context " + std::to_string(options.max_context) +
+                               " exceeds the model's " + std::to_string(positions.getInt()) +
+                               " learned positions");
+      max_context = std::min(max_context, positions.getInt());
+    }
     int64_t vocab = config.getAs<IntegerAttr>("vocab_size").getInt();
     for (int32_t id : options.eos_token_ids)
       if (id < 0 || (vocab >= 0 && id >= vocab))
@@ -152,7 +161,9 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     if (options.bos_token_id < -1 || (vocab >= 0 && options.bos_token_id >= vocab))
       return invalidArgument("--bos-id " + std::to_string(options.bos_token_id) +
                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-    SmallVector<NamedAttribute> entries(config.begin(), config.end());
+    SmallVector<NamedAttribute> entries;
+    for (NamedAttribute entry : config)
+      if (entry.getName() != "max_positions") entries.push_back(entry);
     entries.push_back(b.getNamedAttr("max_context", b.getI64IntegerAttr(max_context)));
     entries.push_back(b.getNamedAttr("bos_token_id", b.getI64IntegerAttr(options.bos_token_id)));
     SmallVector<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());

@@ -4,6 +4,7 @@
 // on any failure the function is restored and the reasons are recorded.
 #include <cmath>
 #include <map>
+#include <set>
 #include <optional>
 #include <unordered_map>
 
@@ -275,7 +276,7 @@ class SubgraphEvaluator {
       return okStatus();
     }
     const KernelDef* kernel = KernelRegistry::cpuReference().find(kernelNameOf(op));
-    if (!kernel || isa<llm::AttentionOp>(op))
+    if (!kernel || (need_data && isa<llm::AttentionOp>(op)))
       return unimplemented(where(op) + " cannot be evaluated at compile time");
     bool sizes_only = isNN(op, "nn.shape") || isNN(op, "nn.size");
     std::vector<const Tensor*> inputs;
@@ -361,6 +362,7 @@ std::string checkCausal(const AttentionMatch& match, const Tensor& mask, const T
 class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
  public:
   std::optional<double> shape_scale_;
+  std::optional<int64_t> max_positions_;  // rows of a learned position table, if any
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -386,7 +388,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     // Keep the original: recognition is all or nothing.
     func::FuncOp backup = cast<func::FuncOp>(func->clone());
     std::vector<std::string> failures;
-    if (!recognize(func, input_ids, softmaxes, &failures)) {
+    if (!recognize(func, input_ids, &failures)) {
       func.getBody().takeBody(backup.getBody());
       func.setFunctionType(backup.getFunctionType());
       if (ArrayAttr arg_attrs = backup.getAllArgAttrs())
@@ -401,70 +403,124 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
  private:
   std::string seq_;
 
-  bool recognize(func::FuncOp func, int input_ids, const std::vector<Operation*>& softmaxes,
-                 std::vector<std::string>* failures) {
+  // Positions that index a table of learned position embeddings (GPT-2's wpe) bound the
+  // context: the smallest such table's row count.
+  void noteLearnedPositions(Value positions) {
+    std::vector<Value> work = {positions};
+    while (!work.empty()) {
+      Value v = work.back();
+      work.pop_back();
+      for (Operation* user : v.getUsers()) {
+        StringRef name = user->getName().getStringRef();
+        if (name == "nn.unsqueeze" || name == "nn.reshape" || name == "nn.cast" ||
+            name == "nn.squeeze" || name == "nn.expand") {
+          if (user->getOperand(0) == v) work.push_back(user->getResult(0));
+        } else if (name == "nn.gather" && user->getOperand(1) == v) {
+          auto table = dyn_cast_or_null<nn::ConstantOp>(user->getOperand(0).getDefiningOp());
+          auto type = table ? dyn_cast<RankedTensorType>(table.getType()) : RankedTensorType();
+          if (type && type.getRank() >= 1 && (!max_positions_ || type.getDimSize(0) < *max_positions_))
+            max_positions_ = type.getDimSize(0);
+        }
+      }
+    }
+  }
+
+  LogicalResult inferShapes(func::FuncOp func) {
+    OpPassManager pm(func::FuncOp::getOperationName());
+    pm.addPass(createShapeInference());
+    return runPipeline(pm, func);
+  }
+
+  // Replaces one matched core with llm.attention on un-expanded K and V.
+  bool rewriteAttention(AttentionMatch& m, int64_t* heads, int64_t* kv_heads, int64_t* head_dim,
+                        std::vector<std::string>* failures) {
+    OpBuilder b(m.output_matmul);
+    Location loc = m.output_matmul->getLoc();
+    Value k4 = transposeLastTwo(b, loc, m.k_transposed);
+    Value k = unexpandKv(k4), v = unexpandKv(m.v_full);
+    auto q_type = cast<RankedTensorType>(m.q.getType());
+    auto k_type = dyn_cast<RankedTensorType>(k.getType());
+    auto v_type = dyn_cast<RankedTensorType>(v.getType());
+    if (!k_type || !v_type || k_type.getRank() != 4 || v_type.getRank() != 4 ||
+        k_type.getDimSize(1) != v_type.getDimSize(1) ||
+        ShapedType::isDynamic(k_type.getDimSize(1)) ||
+        ShapedType::isDynamic(v_type.getDimSize(3)) ||
+        q_type.getDimSize(1) % k_type.getDimSize(1) != 0) {
+      failures->push_back("attention at " + where(m.softmax) +
+                          ": K and V are not [batch, kv_heads, seq, head_dim] with kv_heads "
+                          "dividing the " + std::to_string(q_type.getDimSize(1)) + " heads");
+      return false;
+    }
+    int64_t h = q_type.getDimSize(1), hkv = k_type.getDimSize(1), d = q_type.getDimSize(3);
+    if (*heads >= 0 && (h != *heads || hkv != *kv_heads || d != *head_dim)) {
+      failures->push_back("attention at " + where(m.softmax) +
+                          ": layers differ in heads, KV heads or head size");
+      return false;
+    }
+    *heads = h;
+    *kv_heads = hkv;
+    *head_dim = d;
+    SmallVector<int64_t> out_shape(q_type.getShape());
+    out_shape[3] = v_type.getDimSize(3);
+    OperationState state(loc, "llm.attention");
+    state.addOperands({m.q, k, v});
+    state.addTypes(RankedTensorType::get(out_shape, q_type.getElementType()));
+    state.addAttribute("layer", b.getI64IntegerAttr(0));  // numbered once all are found
+    state.addAttribute("scale", b.getF32FloatAttr(static_cast<float>(m.scale)));
+    Operation* attention = b.create(state);
+    if (auto names = m.output_matmul->getAttr("llmc.names"))
+      attention->setAttr("llmc.names", names);
+    m.output_matmul->getResult(0).replaceAllUsesWith(attention->getResult(0));
+    // The core's ops only use each other now: drop their operands, then erase them.
+    std::vector<Operation*> dead = m.chain;
+    dead.push_back(m.output_matmul);
+    dead.push_back(m.softmax);
+    dead.push_back(m.scores_matmul);
+    for (Operation* op : dead) op->dropAllReferences();
+    for (Operation* op : dead) op->erase();
+    return true;
+  }
+
+  bool recognize(func::FuncOp func, int input_ids, std::vector<std::string>* failures) {
     Block& body = func.getBody().front();
     MLIRContext* context = &getContext();
-    // 1. Match every attention core and prove its mask causal.
-    std::vector<AttentionMatch> matches(softmaxes.size());
-    for (size_t i = 0; i < softmaxes.size(); ++i) {
-      std::string error = matchAttention(softmaxes[i], &matches[i]);
-      if (error.empty()) error = proveCausal(func, input_ids, matches[i]);
-      if (!error.empty()) failures->push_back("attention at " + where(softmaxes[i]) + ": " + error);
-    }
-    if (!failures->empty()) return false;
-
-    // 2. Rewrite each into llm.attention on un-expanded K and V.
+    // 1-2. Match attention cores, prove their masks causal and rewrite them into
+    // llm.attention, in rounds: shapes are inferred again before each round, because a mask
+    // that clamps the length (GPT-2's [max_positions]^2 buffer) can leave everything after
+    // the first layer unranked until that layer's mask is gone.
     int64_t heads = -1, kv_heads = -1, head_dim = -1;
-    for (size_t layer = 0; layer < matches.size(); ++layer) {
-      AttentionMatch& m = matches[layer];
-      OpBuilder b(m.output_matmul);
-      Location loc = m.output_matmul->getLoc();
-      Value k4 = transposeLastTwo(b, loc, m.k_transposed);
-      Value k = unexpandKv(k4), v = unexpandKv(m.v_full);
-      auto q_type = cast<RankedTensorType>(m.q.getType());
-      auto k_type = dyn_cast<RankedTensorType>(k.getType());
-      auto v_type = dyn_cast<RankedTensorType>(v.getType());
-      auto out_type = dyn_cast<RankedTensorType>(m.output_matmul->getResult(0).getType());
-      if (!k_type || !v_type || k_type.getRank() != 4 || v_type.getRank() != 4 || !out_type ||
-          k_type.getDimSize(1) != v_type.getDimSize(1) ||
-          ShapedType::isDynamic(k_type.getDimSize(1)) ||
-          q_type.getDimSize(1) % k_type.getDimSize(1) != 0) {
-        failures->push_back("attention at " + where(m.softmax) +
-                            ": K and V are not [batch, kv_heads, seq, head_dim] with kv_heads "
-                            "dividing the " + std::to_string(q_type.getDimSize(1)) + " heads");
+    while (true) {
+      if (failed(inferShapes(func))) {
+        failures->push_back("shape inference failed during recognition");
         return false;
       }
-      int64_t h = q_type.getDimSize(1), hkv = k_type.getDimSize(1), d = q_type.getDimSize(3);
-      if (layer > 0 && (h != heads || hkv != kv_heads || d != head_dim)) {
-        failures->push_back("attention at " + where(m.softmax) +
-                            ": layers differ in heads, KV heads or head size");
+      std::vector<Operation*> remaining;
+      for (Operation& op : body)
+        if (isNN(&op, "nn.softmax")) remaining.push_back(&op);
+      if (remaining.empty()) break;
+      std::vector<AttentionMatch> ready;
+      std::vector<std::string> round_failures;
+      for (Operation* softmax : remaining) {
+        AttentionMatch m;
+        std::string error = matchAttention(softmax, &m);
+        if (error.empty()) error = proveCausal(func, input_ids, m);
+        if (error.empty())
+          ready.push_back(std::move(m));
+        else
+          round_failures.push_back("attention at " + where(softmax) + ": " + error);
+      }
+      if (ready.empty()) {
+        failures->insert(failures->end(), round_failures.begin(), round_failures.end());
         return false;
       }
-      heads = h;
-      kv_heads = hkv;
-      head_dim = d;
-      SmallVector<int64_t> out_shape(q_type.getShape());
-      out_shape[3] = v_type.getDimSize(3);
-      auto result_type = RankedTensorType::get(out_shape, q_type.getElementType());
-      OperationState state(loc, "llm.attention");
-      state.addOperands({m.q, k, v});
-      state.addTypes(result_type);
-      state.addAttribute("layer", b.getI64IntegerAttr(static_cast<int64_t>(layer)));
-      state.addAttribute("scale", b.getF32FloatAttr(static_cast<float>(m.scale)));
-      Operation* attention = b.create(state);
-      if (auto names = m.output_matmul->getAttr("llmc.names"))
-        attention->setAttr("llmc.names", names);
-      m.output_matmul->getResult(0).replaceAllUsesWith(attention->getResult(0));
-      // The core's ops only use each other now: drop their operands, then erase them.
-      std::vector<Operation*> dead = m.chain;
-      dead.push_back(m.output_matmul);
-      dead.push_back(m.softmax);
-      dead.push_back(m.scores_matmul);
-      for (Operation* op : dead) op->dropAllReferences();
-      for (Operation* op : dead) op->erase();
+      for (AttentionMatch& m : ready)
+        if (!rewriteAttention(m, &heads, &kv_heads, &head_dim, failures)) return false;
+      eraseDeadOps(body);
     }
-    eraseDeadOps(body);
+    int64_t num_layers = 0;  // in program order
+    for (Operation& op : body)
+      if (isa<llm::AttentionOp>(op))
+        op.setAttr("layer", IntegerAttr::get(IntegerType::get(context, 64), num_layers++));
 
     // 3. Position ids: Range(0, seq, 1) -> llm.positions(input_ids).
     std::vector<Operation*> ranges;
@@ -493,6 +549,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       if (auto names = range->getAttr("llmc.names")) positions->setAttr("llmc.names", names);
       range->getResult(0).replaceAllUsesWith(positions->getResult(0));
       range->erase();
+      noteLearnedPositions(positions->getResult(0));
     }
     if (!failures->empty()) return false;
     eraseDeadOps(body);
@@ -512,10 +569,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     if (!failures->empty()) return false;
     func.eraseArguments(unused);
 
-    // 5. Shapes again (the masks' clamps are gone), then prove tokenwise.
-    OpPassManager pm(func::FuncOp::getOperationName());
-    pm.addPass(createShapeInference());
-    if (failed(runPipeline(pm, func))) {
+    // 5. Shapes again, then prove tokenwise.
+    if (failed(inferShapes(func))) {
       failures->push_back("shape inference failed after the rewrite");
       return false;
     }
@@ -527,7 +582,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
                                                      : func.getResultTypes()[0]);
     Builder b(context);
     SmallVector<NamedAttribute> config = {
-        b.getNamedAttr("num_layers", b.getI64IntegerAttr(static_cast<int64_t>(matches.size()))),
+        b.getNamedAttr("num_layers", b.getI64IntegerAttr(num_layers)),
         b.getNamedAttr("num_heads", b.getI64IntegerAttr(heads)),
         b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(kv_heads)),
         b.getNamedAttr("head_dim", b.getI64IntegerAttr(head_dim)),
@@ -536,6 +591,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
                                                ? vocab_type.getDimSize(2)
                                                : -1)),
         b.getNamedAttr("seq_symbol", b.getStringAttr(seq_))};
+    if (max_positions_) config.push_back(b.getNamedAttr("max_positions", b.getI64IntegerAttr(*max_positions_)));
     func->setAttr("llm.config", b.getDictionaryAttr(config));
     return true;
   }
@@ -644,60 +700,104 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     }
   }
 
-  // Everything left must compute each token from that token alone.
+  // Everything left must compute each token from that token alone. Each value's token axis
+  // is tracked: where its dims name the sequence symbol, or 0 after a Reshape that merged
+  // [batch.., seq] into one row axis (GPT-2's Conv1D) and through row-preserving ops on it.
   void checkTokenwise(Block& body, std::vector<std::string>* failures) {
+    static const std::set<std::string> kElementwise = {
+        "nn.add", "nn.sub", "nn.mul", "nn.div", "nn.pow", "nn.sqrt", "nn.exp", "nn.log",
+        "nn.tanh", "nn.erf", "nn.sigmoid", "nn.relu", "nn.neg", "nn.abs", "nn.reciprocal",
+        "nn.cast", "nn.gelu", "nn.softplus", "nn.max", "nn.min", "nn.where", "nn.clip",
+        "nn.identity", "nn.sin", "nn.cos", "nn.leaky_relu", "nn.hard_sigmoid", "nn.mish"};
+    llvm::DenseMap<Value, int> axis_of;  // token axis; absent or -1: none
+    auto token_axis = [&](Value v) {
+      auto it = axis_of.find(v);
+      if (it != axis_of.end()) return it->second;
+      std::vector<std::string> d = dimsOf(v);
+      auto pos = std::find(d.begin(), d.end(), seq_);
+      return pos == d.end() ? -1 : static_cast<int>(pos - d.begin());
+    };
+    auto fail = [&](Operation* op, const std::string& why) {
+      failures->push_back(where(op) + " (" + op->getName().getStringRef().str() + ") " + why);
+    };
     for (Operation& op : body.without_terminator()) {
       if (isa<nn::ConstantOp, nn::NoneOp, llm::PositionsOp>(op)) continue;
       StringRef name = op.getName().getStringRef();
-      if (auto attention = dyn_cast<llm::AttentionOp>(op)) {
+      if (isa<llm::AttentionOp>(op)) {
         for (Value operand : op.getOperands()) {
           std::vector<std::string> d = dimsOf(operand);
           if (d.size() != 4 || d[2] != seq_)
-            failures->push_back(where(&op) + ": attention operand is not [batch, heads, " + seq_ +
-                                ", head_dim]");
+            fail(&op, "has an operand that is not [batch, heads, " + seq_ + ", head_dim]");
         }
+        axis_of[op.getResult(0)] = 2;
         continue;
       }
-      bool input_has_seq = false;
-      int seq_axis = -1;
+      if (name == "nn.shape" || name == "nn.size") continue;  // sizes, not data
+      int in_axis = -1;
+      Value token_input;
       for (Value operand : op.getOperands()) {
-        std::vector<std::string> d = dimsOf(operand);
-        for (size_t a = 0; a < d.size(); ++a)
-          if (d[a] == seq_) {
-            input_has_seq = true;
-            seq_axis = static_cast<int>(a);
-          }
-        if (!isa<NoneType>(operand.getType()) && !isa<RankedTensorType>(operand.getType())) {
-          failures->push_back(where(&op) + ": an operand's rank is unknown, cannot prove that "
-                              "tokens are computed independently");
+        if (isa<NoneType>(operand.getType())) continue;
+        if (!isa<RankedTensorType>(operand.getType())) {
+          fail(&op, "has an operand of unknown rank: cannot prove that tokens are computed "
+                    "independently");
           return;
         }
+        int a = token_axis(operand);
+        if (a < 0) continue;
+        // Broadcasting ops align operands on their trailing axes.
+        auto result_type = op.getNumResults() == 1
+                               ? dyn_cast<RankedTensorType>(op.getResult(0).getType())
+                               : RankedTensorType();
+        if (kElementwise.count(name.str()) && result_type)
+          a += static_cast<int>(result_type.getRank() -
+                                cast<RankedTensorType>(operand.getType()).getRank());
+        if (in_axis >= 0 && a != in_axis) {
+          fail(&op, "combines tensors whose tokens lie on different axes");
+          return;
+        }
+        in_axis = a;
+        token_input = operand;
       }
-      if (name == "nn.shape" || name == "nn.size") continue;  // sizes, not data
       for (Value result : op.getResults()) {
         std::vector<std::string> d = dimsOf(result);
         int count = static_cast<int>(std::count(d.begin(), d.end(), seq_));
         if (count > 1) {
-          failures->push_back(where(&op) + " (" + name.str() + ") pairs tokens with tokens");
+          fail(&op, "pairs tokens with tokens");
           return;
         }
-        if (input_has_seq && count == 0) {
-          failures->push_back(where(&op) + " (" + name.str() +
-                              ") combines or selects tokens along the sequence");
+        if (in_axis < 0) {
+          axis_of[result] = count ? token_axis(result) : -1;
+          continue;
+        }
+        auto in_type = cast<RankedTensorType>(token_input.getType());
+        auto out_type = dyn_cast<RankedTensorType>(result.getType());
+        int out_axis = count ? static_cast<int>(std::find(d.begin(), d.end(), seq_) - d.begin()) : -1;
+        if (out_axis < 0 && out_type) {
+          if (name == "nn.reshape" && isRowMerge(token_input, in_axis, out_type)) {
+            out_axis = 0;
+          } else if (kElementwise.count(name.str()) && in_axis < out_type.getRank()) {
+            out_axis = in_axis;  // elementwise: the (aligned) token axis stays
+          } else if (out_type.getRank() == in_type.getRank() && in_axis < in_type.getRank() - 1 &&
+                     (
+                      ((name == "nn.gemm" || name == "nn.matmul") &&
+                       token_input == op.getOperand(0) && !op.getAttr("transA")))) {
+            out_axis = in_axis;  // rows stay rows
+          }
+        }
+        if (out_axis < 0) {
+          fail(&op, "combines or selects tokens along the sequence");
           return;
         }
+        axis_of[result] = out_axis;
       }
-      if (!input_has_seq) continue;
       if (name == "nn.matmul" || name == "nn.gemm") {
-        int with_seq = 0;
-        for (Value operand : op.getOperands()) {
-          std::vector<std::string> d = dimsOf(operand);
-          if (std::count(d.begin(), d.end(), seq_)) ++with_seq;
-        }
-        std::vector<std::string> a = dimsOf(op.getOperand(0));
-        bool contracts = !a.empty() && a.back() == seq_ && name == "nn.matmul";
-        if (with_seq > 1 || contracts) {
-          failures->push_back(where(&op) + " multiplies across tokens");
+        int with_tokens = 0;
+        for (Value operand : op.getOperands())
+          if (!isa<NoneType>(operand.getType()) && token_axis(operand) >= 0) ++with_tokens;
+        auto a_type = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
+        bool contracts = a_type && token_axis(op.getOperand(0)) == a_type.getRank() - 1;
+        if (with_tokens > 1 || contracts || (name == "nn.gemm" && op.getAttr("transA"))) {
+          fail(&op, "multiplies across tokens");
           return;
         }
       }
@@ -709,13 +809,30 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         int64_t axis = axis_attr ? axis_attr.getInt() : -1;
         if (name == "nn.cum_sum") axis = scalarConstant(op.getOperand(1)).value_or(0);
         if (axis < 0) axis += rank;
-        bool hits = name == "nn.layer_normalization" ? seq_axis >= axis : seq_axis == axis;
+        bool hits = name == "nn.layer_normalization" ? in_axis >= axis : in_axis == axis;
         if (hits) {
-          failures->push_back(where(&op) + " (" + name.str() + ") runs along the sequence");
+          fail(&op, "runs along the sequence");
           return;
         }
       }
     }
+  }
+
+  // A Reshape of [batch-like.., tokens, rest..] into [rows, rest..]: rows are tokens.
+  bool isRowMerge(Value input, int token_axis, RankedTensorType out) {
+    auto in = cast<RankedTensorType>(input.getType());
+    std::vector<std::string> d = dimsOf(input);
+    if (out.getRank() != in.getRank() - token_axis) return false;
+    for (int i = 0; i < token_axis; ++i) {
+      bool batch_like = in.getDimSize(i) == 1 ||
+                        (static_cast<size_t>(i) < d.size() && !d[i].empty() && d[i] != seq_);
+      if (!batch_like) return false;
+    }
+    for (int64_t i = token_axis + 1; i < in.getRank(); ++i) {
+      int64_t size = in.getDimSize(i);
+      if (ShapedType::isDynamic(size) || out.getDimSize(i - token_axis) != size) return false;
+    }
+    return true;
   }
 };
 

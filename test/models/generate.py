@@ -12,6 +12,7 @@ import os
 import sys
 
 import numpy as np
+import tokenizers
 import torch
 import transformers
 
@@ -214,25 +215,52 @@ def make_llama_tiny(out_dir: str) -> None:
     )
 
 
+# Where test/models/demo/train.py saves the trained demo weights (git-ignored); keep in step with
+# DEFAULT_OUT there.
+DEMO_WEIGHTS_DIR = os.path.join(MODELS_DIR, "..", "..", "build", "demo-train")
+DEMO_TOKENIZER = os.path.join(MODELS_DIR, "demo", "tokenizer.json")
+# The demo prompt (input_ids.npy, input set b1_s16) and the rows of b2_s9: the first tokens of
+# verses, in the demo tokenizer.
+DEMO_PROMPT = (
+    "And God said unto Moses, I AM THAT I AM: and he said, Thus shalt thou say unto the children of "
+    "Israel, I AM hath sent me unto you."
+)
+DEMO_BATCH_TEXTS = (
+    "In the beginning God created the heaven and the earth.",
+    "The LORD is my shepherd; I shall not want.",
+)
+
+
 def build_demo() -> torch.nn.Module:
-    """The LlamaForCausalLM behind demo, with its seeded random weights."""
-    return _llama(
-        5,
-        initializer_range=0.05,
-        vocab_size=512,
-        hidden_size=192,
-        intermediate_size=448,
-        num_hidden_layers=4,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
+    """The LlamaForCausalLM behind demo: the weights test/models/demo/train.py trained."""
+    config_path = os.path.join(DEMO_WEIGHTS_DIR, "config.json")
+    if not os.path.exists(config_path):
+        sys.exit(
+            f"demo: no trained weights in {os.path.normpath(DEMO_WEIGHTS_DIR)}; "
+            "run .venv-gen/bin/python test/models/demo/train.py first"
+        )
+    with open(os.path.join(DEMO_WEIGHTS_DIR, "tokenizer.json"), "rb") as f, open(DEMO_TOKENIZER, "rb") as g:
+        if f.read() != g.read():
+            sys.exit("demo: test/models/demo/tokenizer.json is not the tokenizer the weights were trained with; rerun train.py")
+    return transformers.LlamaForCausalLM.from_pretrained(
+        DEMO_WEIGHTS_DIR, attn_implementation="eager", use_cache=False, torch_dtype=torch.float32
     )
 
 
+def _demo_ids(text: str, length: int) -> np.ndarray:
+    """The first `length` tokens of `text` in the demo tokenizer, as int64."""
+    ids = tokenizers.Tokenizer.from_file(DEMO_TOKENIZER).encode(text).ids
+    if len(ids) < length:
+        raise RuntimeError(f"demo: {text!r} is only {len(ids)} tokens, fewer than {length}")
+    return np.array(ids[:length], dtype=np.int64)
+
+
 def make_demo(out_dir: str) -> None:
-    vocab = 512
     model = build_demo()
-    sets = _lm_input_sets(vocab, [(1, 16), (2, 9)], with_mask=False)
+    prompt = _demo_ids(DEMO_PROMPT, 16)[None, :]
+    batch = np.stack([_demo_ids(text, 9) for text in DEMO_BATCH_TEXTS])
+    sets = [InputSet("b1_s16", {"input_ids": prompt}), InputSet("b2_s9", {"input_ids": batch})]
+    params = sum(p.numel() for p in model.parameters())
     export_model(
         out_dir,
         CausalLmLogits(model),
@@ -241,12 +269,14 @@ def make_demo(out_dir: str) -> None:
         {"input_ids": LM_AXES["input_ids"], **LOGITS_AXES},
         opset=18,
         description=(
-            "Demo model for scripts/demo.sh: transformers LlamaForCausalLM, random weights: hidden 192, "
-            "4 layers, 6 query heads / 2 KV heads, vocab 512; input_ids -> logits."
+            "Demo model for scripts/demo.sh: transformers LlamaForCausalLM trained by demo/train.py on the "
+            f"King James Bible ({params} parameters): hidden 192, 4 layers, 6 query heads / 2 KV heads, "
+            f"SwiGLU {model.config.intermediate_size}, tied embeddings, byte-level BPE vocab "
+            f"{model.config.vocab_size} (demo/tokenizer.json); input_ids -> logits. Inputs are verse openings."
         ),
-        max_bytes=8 << 20,
+        max_bytes=10_000_000,
     )
-    np.save(os.path.join(out_dir, "input_ids.npy"), sets[0].inputs["input_ids"])
+    np.save(os.path.join(out_dir, "input_ids.npy"), prompt)
 
 
 MODELS = {

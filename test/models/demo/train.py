@@ -43,7 +43,7 @@ EOT = "<|endoftext|>"  # id 0: BOS, EOS and padding, and the separator between c
 VOCAB_SIZE = 2048
 CONTEXT = 128
 BATCH = 32
-STEPS = 1200
+STEPS = 1000
 PEAK_LR = 2e-3
 FINAL_LR = 2e-4
 WARMUP_STEPS = 100
@@ -208,7 +208,7 @@ def main() -> int:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         running += loss.item()
-        if (step + 1) % 50 == 0 or step < 3 or step + 1 == args.steps:
+        if (step + 1) % 50 == 0 or step + 1 == args.steps:
             count = 50 if (step + 1) % 50 == 0 else (step + 1) % 50
             print(
                 f"step {step + 1:5d}/{args.steps}  loss {running / count:.4f}  lr {learning_rate(step, args.steps):.2e}  "
