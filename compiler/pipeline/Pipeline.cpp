@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -45,6 +46,49 @@ std::string joinLines(const std::vector<std::string>& lines) {
   return text;
 }
 
+// Optimum names the total length of a cache export's attention mask and present outputs
+// "past_sequence_length + 1", which only holds when one token is decoded; the graph computes
+// past + new tokens. Rename such a symbol "P + <the input_ids sequence symbol>" so shape
+// inference probes it as the sum it is (ShapeInference's expression symbols).
+void reinterpretCacheTotalLength(func::FuncOp main) {
+  auto symbols = main->getAttrOfType<ArrayAttr>("llmc.symbols");
+  if (!symbols) return;
+  std::string seq;
+  bool has_past = false;
+  for (unsigned i = 0; i < main.getNumArguments(); ++i) {
+    auto name = main.getArgAttrOfType<StringAttr>(i, "llmc.name");
+    auto dims = main.getArgAttrOfType<ArrayAttr>(i, "llmc.dims");
+    if (!name) continue;
+    if (name.getValue().starts_with("past_key_values.")) has_past = true;
+    if (name.getValue() == "input_ids" && dims && dims.size() == 2)
+      seq = cast<StringAttr>(dims[1]).getValue().str();
+  }
+  if (!has_past || seq.empty()) return;
+  std::map<std::string, std::string> renamed;
+  std::set<std::string> names;
+  for (Attribute s : symbols) names.insert(cast<StringAttr>(s).getValue().str());
+  for (const std::string& name : names) {
+    const std::string suffix = " + 1";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        names.count(name.substr(0, name.size() - suffix.size())))
+      renamed[name] = name.substr(0, name.size() - suffix.size()) + " + " + seq;
+  }
+  if (renamed.empty()) return;
+  Builder b(main.getContext());
+  auto rename = [&](ArrayAttr list) {
+    SmallVector<Attribute> out;
+    for (Attribute a : list) {
+      auto it = renamed.find(cast<StringAttr>(a).getValue().str());
+      out.push_back(it == renamed.end() ? a : b.getStringAttr(it->second));
+    }
+    return b.getArrayAttr(out);
+  };
+  main->setAttr("llmc.symbols", rename(symbols));
+  for (unsigned i = 0; i < main.getNumArguments(); ++i)
+    if (auto dims = main.getArgAttrOfType<ArrayAttr>(i, "llmc.dims"))
+      main.setArgAttr(i, "llmc.dims", rename(dims));
+}
+
 }  // namespace
 
 Status compileModelBytes(const std::string& bytes, const CompileOptions& options,
@@ -75,6 +119,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   ModuleOp module = *imported.module;
   auto main = module.lookupSymbol<func::FuncOp>("main");
 
+  reinterpretCacheTotalLength(main);
   // Symbol ranges: every symbol defaults to [1, unbounded]; --dim narrows them.
   std::set<std::string> known_symbols;
   if (auto symbols = main->getAttrOfType<ArrayAttr>("llmc.symbols"))
@@ -112,6 +157,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
                         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
   }
   OpPassManager& fpm = pm.nest<func::FuncOp>();
+  if (!options.as_graph) fpm.addPass(createStripKvIo());
   fpm.addPass(createShapeInference());
   fpm.addPass(createFoldConstants());
   fpm.addPass(createSimplify());

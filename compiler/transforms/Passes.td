@@ -41,6 +41,18 @@ def Simplify : Pass<"llmc-simplify", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect"];
 }
 
+def StripKvIo : Pass<"llmc-strip-kv-io", "mlir::func::FuncOp"> {
+  let summary = "Turn a decoder exported with cache inputs/outputs into one without a past";
+  let description = [{
+    For models with `past_key_values.N.key/value` inputs (as Optimum exports them): each
+    past tensor becomes an empty `[batch, kv_heads, 0, head_dim]` tensor, `position_ids`
+    comes from `llm.positions`, the attention mask takes the new tokens' length, and the
+    `present.N.key/value` outputs go. The result is the full-sequence model, which
+    `--llmc-recognize-llm` moves onto the runtime's KV cache. Runs before shape inference.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
 def RecognizeLlm : Pass<"llmc-recognize-llm", "mlir::func::FuncOp"> {
   let summary = "Rewrite a decoder language model's attention onto the paged KV cache";
   let description = [{

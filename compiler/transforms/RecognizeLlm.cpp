@@ -195,6 +195,17 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
   }
   m->q = m->scores_matmul->getOperand(0);
   m->k_transposed = m->scores_matmul->getOperand(1);
+  // SDPA exports scale Kᵀ (and Q) by sqrt(scale) each; Kᵀ's factor joins the scale (Q's stays
+  // in the graph: it is computed per token).
+  while (Operation* def = m->k_transposed.getDefiningOp()) {
+    bool mul = isNN(def, "nn.mul"), div = isNN(def, "nn.div");
+    if (!(mul || div) || !m->k_transposed.hasOneUse()) break;
+    std::optional<double> c = scalarConstant(def->getOperand(1));
+    if (!c || (div && *c == 0)) break;
+    m->scale = div ? m->scale / *c : m->scale * *c;
+    m->chain.push_back(def);
+    m->k_transposed = def->getOperand(0);
+  }
   // Forward: softmax -> casts -> MatMul(P, V).
   Value probs = softmax->getResult(0);
   while (true) {
@@ -242,6 +253,25 @@ Value unexpandKv(Value v) {
       x.getDimSize(3) != out.getDimSize(3))
     return v;
   return unsqueeze->getOperand(0);
+}
+
+// Concat(past, new) along the sequence axis where the past is empty (a cache export after
+// --llmc-strip-kv-io) is just `new`.
+Value skipEmptyPast(Value v) {
+  Operation* concat = v.getDefiningOp();
+  if (!isNN(concat, "nn.concat")) return v;
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  auto axis_attr = concat->getAttrOfType<IntegerAttr>("axis");
+  if (!type || !axis_attr) return v;
+  int64_t axis = axis_attr.getInt() < 0 ? axis_attr.getInt() + type.getRank() : axis_attr.getInt();
+  Value kept;
+  for (Value operand : concat->getOperands()) {
+    auto t = dyn_cast<RankedTensorType>(operand.getType());
+    if (t && t.getRank() == type.getRank() && t.getDimSize(axis) == 0) continue;
+    if (kept) return v;  // two non-empty parts
+    kept = operand;
+  }
+  return kept ? kept : v;
 }
 
 // Evaluates a shape/mask subgraph with the runtime's kernels for concrete inputs. Operands
@@ -437,7 +467,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     OpBuilder b(m.output_matmul);
     Location loc = m.output_matmul->getLoc();
     Value k4 = transposeLastTwo(b, loc, m.k_transposed);
-    Value k = unexpandKv(k4), v = unexpandKv(m.v_full);
+    Value k = skipEmptyPast(unexpandKv(skipEmptyPast(k4)));
+    Value v = skipEmptyPast(unexpandKv(skipEmptyPast(m.v_full)));
     auto q_type = cast<RankedTensorType>(m.q.getType());
     auto k_type = dyn_cast<RankedTensorType>(k.getType());
     auto v_type = dyn_cast<RankedTensorType>(v.getType());

@@ -1,6 +1,8 @@
 // --llmc-shape-inference: dtypes and symbolic shapes by running the runtime's kernels in
 // shape-only mode under two probe bindings of the dimension symbols; folds shape arithmetic.
+#include <algorithm>
 #include <set>
+#include <string>
 
 #include "core/kernel.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -41,6 +43,37 @@ std::vector<int64_t> probeValues(int probe, size_t count) {
   return values;
 }
 
+// A symbol named as a sum ("past_sequence_length + sequence_length", "n + 1") is probed as
+// the sum of its terms (other symbols and integers), so exporters that name a total length
+// after its parts get consistent shapes. Terms that are neither keep the symbol independent.
+void applyExpressionSymbols(const std::vector<std::string>& symbols, std::vector<int64_t>* probe) {
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    const std::string& name = symbols[i];
+    if (name.find('+') == std::string::npos) continue;
+    std::vector<int64_t> sums(kProbes, 0);
+    bool ok = true;
+    size_t start = 0;
+    while (ok && start <= name.size()) {
+      size_t plus = name.find('+', start);
+      std::string term = name.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+      term.erase(0, term.find_first_not_of(' '));
+      term.erase(term.find_last_not_of(' ') + 1);
+      auto it = std::find(symbols.begin(), symbols.end(), term);
+      if (!term.empty() && term.find_first_not_of("0123456789") == std::string::npos) {
+        for (int p = 0; p < kProbes; ++p) sums[p] += std::stoll(term);
+      } else if (it != symbols.end() && term.find('+') == std::string::npos) {
+        for (int p = 0; p < kProbes; ++p) sums[p] += probe[p][static_cast<size_t>(it - symbols.begin())];
+      } else {
+        ok = false;
+      }
+      if (plus == std::string::npos) break;
+      start = plus + 1;
+    }
+    if (ok)
+      for (int p = 0; p < kProbes; ++p) probe[p][i] = sums[p];
+  }
+}
+
 struct ProbeTensors {
   bool known = false;
   Tensor tensor[kProbes];
@@ -57,6 +90,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     std::vector<int64_t> probe[kProbes] = {probeValues(0, symbols.size()),
                                            probeValues(1, symbols.size()),
                                            probeValues(2, symbols.size())};
+
+    applyExpressionSymbols(symbols, probe);
 
     llvm::DenseMap<Value, ProbeTensors> known;
     Block& body = func.getBody().front();

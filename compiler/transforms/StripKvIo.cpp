@@ -1,0 +1,155 @@
+// --llmc-strip-kv-io: a decoder exported with explicit cache inputs and outputs (Optimum's
+// `past_key_values.N.key/value` -> `present.N.key/value`) becomes the same model without a
+// past: every past tensor is an empty [batch, kv_heads, 0, head_dim] tensor, position_ids
+// come from llm.positions, the attention mask is as long as the new tokens, and the present
+// outputs go. What remains is a full-sequence model (the past is the runtime's KV cache), which
+// --llmc-recognize-llm then moves onto the cache.
+#include <regex>
+#include <set>
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_STRIPKVIO
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+std::string argName(func::FuncOp func, unsigned i) {
+  auto name = func.getArgAttrOfType<StringAttr>(i, "llmc.name");
+  return name ? name.getValue().str() : "";
+}
+
+class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
+ public:
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    Block& body = func.getBody().front();
+    static const std::regex kPast(R"(past_key_values\.\d+\.(key|value))");
+    static const std::regex kPresent(R"(present\.\d+\.(key|value))");
+    int input_ids = -1, position_ids = -1, attention_mask = -1;
+    std::vector<unsigned> past;
+    for (unsigned i = 0; i < body.getNumArguments(); ++i) {
+      std::string name = argName(func, i);
+      if (name == "input_ids") input_ids = static_cast<int>(i);
+      if (name == "position_ids") position_ids = static_cast<int>(i);
+      if (name == "attention_mask") attention_mask = static_cast<int>(i);
+      if (std::regex_match(name, kPast)) past.push_back(i);
+    }
+    if (past.empty() || input_ids < 0) return;
+    Value ids = body.getArgument(static_cast<unsigned>(input_ids));
+    auto ids_type = dyn_cast<RankedTensorType>(ids.getType());
+    auto ids_dims = func.getArgAttrOfType<ArrayAttr>(input_ids, "llmc.dims");
+    if (!ids_type || ids_type.getRank() != 2 || !ids_dims || ids_dims.size() != 2) return;
+    for (unsigned i : past) {
+      auto type = dyn_cast<RankedTensorType>(body.getArgument(i).getType());
+      if (!type || type.getRank() != 4 || ShapedType::isDynamic(type.getDimSize(1)) ||
+          ShapedType::isDynamic(type.getDimSize(3)))
+        return;  // not the [batch, kv_heads, past, head_dim] layout this pass knows
+    }
+
+    OpBuilder b = OpBuilder::atBlockBegin(&body);
+    Location loc = func.getLoc();
+    auto i64 = b.getI64Type();
+    auto constant = [&](ArrayRef<int64_t> values) {
+      auto type = RankedTensorType::get({static_cast<int64_t>(values.size())}, i64);
+      OperationState state(loc, "nn.constant");
+      state.addAttribute("value", DenseElementsAttr::get(type, values));
+      state.addTypes(type);
+      return b.create(state)->getResult(0);
+    };
+    auto create = [&](StringRef name, ValueRange operands, Type type,
+                      ArrayRef<NamedAttribute> attrs = {}) {
+      OperationState state(loc, name);
+      state.addOperands(operands);
+      state.addTypes(type);
+      state.addAttributes(attrs);
+      return b.create(state)->getResult(0);
+    };
+    // [batch] from input_ids, shared by every empty past tensor.
+    Value shape = create("nn.shape", {ids}, RankedTensorType::get({2}, i64));
+    Value batch = create("nn.slice", {shape, constant({0}), constant({1})},
+                         RankedTensorType::get({1}, i64));
+    for (unsigned i : past) {
+      BlockArgument arg = body.getArgument(i);
+      auto type = cast<RankedTensorType>(arg.getType());
+      Value target = create("nn.concat",
+                            {batch, constant({type.getDimSize(1), 0, type.getDimSize(3)})},
+                            RankedTensorType::get({4}, i64),
+                            {b.getNamedAttr("axis", b.getI64IntegerAttr(0))});
+      auto fill = DenseElementsAttr::get(RankedTensorType::get({1}, type.getElementType()),
+                                         b.getZeroAttr(type.getElementType()));
+      Value empty = create(
+          "nn.constant_of_shape", {target},
+          RankedTensorType::get({ShapedType::kDynamic, type.getDimSize(1), 0, type.getDimSize(3)},
+                                type.getElementType()),
+          {b.getNamedAttr("value", fill)});
+      arg.replaceAllUsesWith(empty);
+    }
+    if (position_ids >= 0) {
+      BlockArgument arg = body.getArgument(static_cast<unsigned>(position_ids));
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (type && type.getRank() == 2) {
+        Value positions = create("llm.positions", {ids},
+                                 RankedTensorType::get({ShapedType::kDynamic}, i64));
+        Value row = create("nn.unsqueeze", {positions, constant({0})},
+                           RankedTensorType::get({1, ShapedType::kDynamic}, i64));
+        Value rows = create("nn.expand", {row, shape},
+                            RankedTensorType::get({ShapedType::kDynamic, ShapedType::kDynamic}, i64));
+        if (!type.getElementType().isInteger(64))
+          rows = create("nn.cast", {rows}, type,
+                        {b.getNamedAttr("to", b.getI64IntegerAttr(6))});  // ONNX INT32
+        arg.replaceAllUsesWith(rows);
+      }
+    }
+    if (attention_mask >= 0)  // as long as the new tokens: there is no past any more
+      func.setArgAttr(attention_mask, "llmc.dims",
+                      b.getStrArrayAttr({cast<StringAttr>(ids_dims[0]).getValue(),
+                                         cast<StringAttr>(ids_dims[1]).getValue()}));
+
+    // Drop the present outputs.
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    auto names = func->getAttrOfType<ArrayAttr>("llmc.output_names");
+    SmallVector<Value> kept_values;
+    SmallVector<Attribute> kept_names;
+    for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+      std::string name =
+          names && i < names.size() ? cast<StringAttr>(names[i]).getValue().str() : "";
+      if (std::regex_match(name, kPresent)) continue;
+      kept_values.push_back(ret.getOperand(i));
+      if (names) kept_names.push_back(names[i]);
+    }
+    ret->setOperands(kept_values);
+    if (names) func->setAttr("llmc.output_names", b.getArrayAttr(kept_names));
+
+    // Remove the inputs that are now unused (the past, position_ids) and the symbols no
+    // input uses any more.
+    llvm::BitVector erase(body.getNumArguments());
+    for (unsigned i = 0; i < body.getNumArguments(); ++i)
+      if (body.getArgument(i).use_empty() &&
+          (std::regex_match(argName(func, i), kPast) || static_cast<int>(i) == position_ids))
+        erase.set(i);
+    func.eraseArguments(erase);
+    func.setType(FunctionType::get(&getContext(), func.getArgumentTypes(), ret.getOperandTypes()));
+    if (auto symbols = func->getAttrOfType<ArrayAttr>("llmc.symbols")) {
+      std::set<std::string> used;
+      for (unsigned i = 0; i < func.getNumArguments(); ++i)
+        if (auto dims = func.getArgAttrOfType<ArrayAttr>(i, "llmc.dims"))
+          for (Attribute d : dims) used.insert(cast<StringAttr>(d).getValue().str());
+      SmallVector<Attribute> kept;
+      for (Attribute s : symbols)
+        if (used.count(cast<StringAttr>(s).getValue().str())) kept.push_back(s);
+      func->setAttr("llmc.symbols", b.getArrayAttr(kept));
+    }
+    func->setAttr("llmc.stripped_kv_io", b.getUnitAttr());
+  }
+};
+
+}  // namespace
+}  // namespace llmc
