@@ -585,6 +585,24 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     if (!failures->empty()) return false;
     eraseDeadOps(body);
 
+    // Logits only where they are sampled: the LM head (a MatMul by a constant producing the
+    // first output) reads llm.last_tokens of its input.
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    if (ret.getNumOperands() > 0) {
+      Operation* head = ret.getOperand(0).getDefiningOp();
+      if (isNN(head, "nn.matmul") && isa_and_nonnull<nn::ConstantOp>(head->getOperand(1).getDefiningOp())) {
+        auto type = dyn_cast<RankedTensorType>(head->getOperand(0).getType());
+        if (type && type.getRank() == 3) {
+          OpBuilder b(head);
+          OperationState state(head->getLoc(), "llm.last_tokens");
+          state.addOperands({head->getOperand(0)});
+          state.addTypes(type);
+          Operation* last = b.create(state);
+          head->setOperand(0, last->getResult(0));
+        }
+      }
+    }
+
     // 4. Inputs other than input_ids must now be unused; they leave the signature.
     llvm::BitVector unused(body.getNumArguments());
     for (BlockArgument arg : body.getArguments()) {
@@ -754,6 +772,10 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     for (Operation& op : body.without_terminator()) {
       if (isa<nn::ConstantOp, nn::NoneOp, llm::PositionsOp>(op)) continue;
       StringRef name = op.getName().getStringRef();
+      if (isa<llm::LastTokensOp>(op)) {
+        axis_of[op.getResult(0)] = 1;  // still one row per (selected) token
+        continue;
+      }
       if (isa<llm::AttentionOp>(op)) {
         for (Value operand : op.getOperands()) {
           std::vector<std::string> d = dimsOf(operand);

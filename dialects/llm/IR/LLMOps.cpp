@@ -22,6 +22,7 @@ void LLMDialect::initialize() {
 std::string kernelNameOf(Operation* op) {
   if (isa<AttentionOp>(op)) return "LlmAttention";
   if (isa<PositionsOp>(op)) return "LlmPositions";
+  if (isa<LastTokensOp>(op)) return "LlmLastTokens";
   return "";
 }
 

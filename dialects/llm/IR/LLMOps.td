@@ -61,4 +61,20 @@ def LLM_PositionsOp : LLM_Op<"positions", [Pure]> {
   let assemblyFormat = "`(` $input_ids `)` attr-dict `:` functional-type(operands, results)";
 }
 
+def LLM_LastTokensOp : LLM_Op<"last_tokens", [Pure]> {
+  let summary = "The rows that need logits (runtime kernel `LlmLastTokens`)";
+  let description = [{
+    `input` is `[batch, tokens, features]`. In a ragged step the result is
+    `[1, sequences, features]`: the row of each sequence's last token of the step, so the
+    LM head computes only the logits that get sampled. Without a step context it is `input`.
+
+    ```mlir
+    %h = llm.last_tokens(%x) : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $input `)` attr-dict `:` functional-type(operands, results)";
+}
+
 #endif // LLMC_LLM_OPS

@@ -119,6 +119,6 @@ void registerElementwiseKernels(KernelRegistry& registry);
 void registerReductionKernels(KernelRegistry& registry);
 void registerMathKernels(KernelRegistry& registry);    // MatMul, Gemm, Einsum, norms, Softmax
 void registerTensorKernels(KernelRegistry& registry);  // shape and data movement
-void registerLlmKernels(KernelRegistry& registry);     // LlmAttention, LlmPositions
+void registerLlmKernels(KernelRegistry& registry);  // LlmAttention, LlmPositions, LlmLastTokens
 
 }  // namespace llmc

@@ -1,5 +1,5 @@
 // The llm kernels: LlmAttention (causal attention that appends to and reads from the paged
-// KV cache) and LlmPositions. Reference implementations: plain loops, float accumulation.
+// KV cache), LlmPositions and LlmLastTokens. Reference implementations: plain loops, float accumulation.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -184,11 +184,42 @@ Status llmPositions(KernelContext& ctx) {
   return okStatus();
 }
 
+Status llmLastTokens(KernelContext& ctx) {
+  const Tensor* x = ctx.input(0);
+  if (!x || x->rank() != 3) return kernelError(ctx, "LlmLastTokens needs [batch, tokens, features]");
+  LlmStepContext* step = ctx.llmStep();
+  Shape shape = x->shape();
+  if (step) {
+    if (x->dim(0) != 1 || static_cast<size_t>(x->dim(1)) != step->token_position.size())
+      return kernelError(ctx, "a ragged step runs [1, " +
+                                  std::to_string(step->token_position.size()) + "] tokens, got " +
+                                  shapeToString(x->shape()));
+    shape[1] = static_cast<int64_t>(step->last_token.size());
+  }
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, x->dtype(), shape, &out));
+  if (ctx.shapeOnly()) return okStatus();
+  const size_t row_bytes = static_cast<size_t>(x->dim(2)) * dtypeSize(x->dtype());
+  const auto* in = static_cast<const uint8_t*>(x->data());
+  auto* dst = static_cast<uint8_t*>(out->data());
+  if (!step) {
+    std::memcpy(dst, in, row_bytes * static_cast<size_t>(x->dim(0) * x->dim(1)));
+    return okStatus();
+  }
+  for (size_t s = 0; s < step->last_token.size(); ++s) {
+    int32_t t = step->last_token[s];
+    if (t < 0 || t >= x->dim(1)) return kernelError(ctx, "last token index out of range");
+    std::memcpy(dst + s * row_bytes, in + static_cast<size_t>(t) * row_bytes, row_bytes);
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 void registerLlmKernels(KernelRegistry& registry) {
   registry.add({"LlmAttention", 3, 3, 1, 1, llmAttention});
   registry.add({"LlmPositions", 1, 1, 1, 1, llmPositions});
+  registry.add({"LlmLastTokens", 1, 1, 1, 1, llmLastTokens});
 }
 
 }  // namespace llmc

@@ -56,6 +56,7 @@ Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<fl
   ctx.token_position.clear();
   ctx.token_slot.clear();
   ctx.block_tables.assign(work.size(), {});
+  ctx.last_token.clear();
   std::vector<int64_t> ids;
   std::vector<size_t> last_token(work.size());
   for (size_t w = 0; w < work.size(); ++w) {
@@ -80,6 +81,7 @@ Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<fl
       ids.push_back(tokens[static_cast<size_t>(p)]);
     }
     last_token[w] = ids.size() - 1;
+    ctx.last_token.push_back(static_cast<int32_t>(ids.size() - 1));
   }
   const int64_t num_tokens = static_cast<int64_t>(ids.size());
   Tensor input = Tensor::allocate(ids_dtype_, {1, num_tokens});
@@ -93,9 +95,16 @@ Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<fl
   LLMC_RETURN_IF_ERROR(
       session_->run({{config().input_ids, std::move(input)}}, &outputs, &ctx));
   const Tensor& out = outputs[logits_index_].tensor;
-  if (out.rank() != 3 || out.dim(0) != 1 || out.dim(1) != num_tokens)
+  // Logits for every token, or (an engine whose LM head reads llm.last_tokens) only for each
+  // work item's last token.
+  const int64_t rows = out.rank() == 3 ? out.dim(1) : -1;
+  const bool per_item = rows == static_cast<int64_t>(work.size()) && rows != num_tokens;
+  if (out.rank() != 3 || out.dim(0) != 1 || (rows != num_tokens && !per_item))
     return internalError("step: logits have shape " + shapeToString(out.shape()) + ", expected [1, " +
-                         std::to_string(num_tokens) + ", vocab]");
+                         std::to_string(num_tokens) + " or " + std::to_string(work.size()) +
+                         ", vocab]");
+  if (per_item)
+    for (size_t w = 0; w < work.size(); ++w) last_token[w] = w;
   const int64_t vocab = out.dim(2);
   logits->assign(work.size(), std::vector<float>(static_cast<size_t>(vocab)));
   for (size_t w = 0; w < work.size(); ++w) {

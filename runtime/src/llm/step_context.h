@@ -18,6 +18,9 @@ struct LlmStepContext {
   std::vector<KvSlot> token_slot;       // where its K/V goes
   // Per sequence of the step: the blocks holding positions 0, 16, 32, ...
   std::vector<std::vector<int32_t>> block_tables;
+  // Per sequence of the step: the index (into the step's tokens) of its last token, whose
+  // logits are computed (LlmLastTokens).
+  std::vector<int32_t> last_token;
 };
 
 }  // namespace llmc

@@ -215,3 +215,30 @@ TEST(LlmPositions, FromTheStepOrCounting) {
 
 }  // namespace
 }  // namespace llmc
+
+namespace llmc {
+namespace {
+
+TEST(LlmLastTokens, SelectsEachSequencesLastRowInAStepElseCopies) {
+  std::vector<float> rows;
+  for (int t = 0; t < 5; ++t)
+    for (int f = 0; f < 3; ++f) rows.push_back(static_cast<float>(10 * t + f));
+  testing::TestKernelContext plain;
+  plain.inputs = {testing::makeFloat({1, 5, 3}, rows)};
+  ASSERT_OK(plain.run("LlmLastTokens"));
+  EXPECT_EQ(testing::values<float>(plain.outputs[0]), rows);
+
+  StepKernelContext stepped;
+  LlmStepContext ctx;
+  ctx.token_position = {0, 1, 2, 7, 3};
+  ctx.last_token = {2, 3, 4};  // three sequences: tokens 0-2, 3, 4
+  stepped.step = &ctx;
+  stepped.inputs = {testing::makeFloat({1, 5, 3}, rows)};
+  ASSERT_OK(stepped.run("LlmLastTokens"));
+  EXPECT_EQ(stepped.outputs[0].shape(), (Shape{1, 3, 3}));
+  EXPECT_EQ(testing::values<float>(stepped.outputs[0]),
+            (std::vector<float>{20, 21, 22, 30, 31, 32, 40, 41, 42}));
+}
+
+}  // namespace
+}  // namespace llmc
