@@ -13,7 +13,7 @@
 // CHECK-SAME: (tensor<?x2x?x4xf32>, tensor<?x1x?x4xf32>, tensor<?x1x?x4xf32>) -> tensor<?x2x?x4xf32>
 // CHECK-NOT: nn.range
 // CHECK-NOT: nn.trilu
-// CHECK: %[[LAST:.+]] = llm.last_tokens(%{{.+}}) : (tensor<?x?x8xf32>) -> tensor<?x?x8xf32>
+// CHECK: %[[LAST:.+]] = llm.last_tokens(%{{.+}}) {{.*}}: (tensor<?x?x8xf32>) -> tensor<?x?x8xf32>
 // CHECK: nn.matmul(%[[LAST]], %{{.+}})
 func.func @causal_gqa(%ids: tensor<?x?xi64> {llmc.name = "input_ids", llmc.dims = ["batch", "seq"]}, %mask_in: tensor<?x?xi64> {llmc.name = "attention_mask", llmc.dims = ["batch", "seq"]}) -> tensor<?x?x8xf32> attributes {llmc.symbols = ["batch", "seq"], llmc.output_names = ["logits"]} {
   %E = nn.constant dense<0.5> : tensor<16x8xf32>
