@@ -410,10 +410,10 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     std::vector<std::string> ids_dims = dimsOf(body.getArgument(input_ids));
     if (ids_dims.size() != 2 || ids_dims[1].empty()) return;
     seq_ = ids_dims[1];
-    std::vector<Operation*> softmaxes;
+    bool has_attention = false;
     for (Operation& op : body)
-      if (isNN(&op, "nn.softmax")) softmaxes.push_back(&op);
-    if (softmaxes.empty()) return;  // not an attention model
+      has_attention = has_attention || isNN(&op, "nn.softmax") || isNN(&op, "nn.attention");
+    if (!has_attention) return;  // not an attention model
 
     // Keep the original: recognition is all or nothing.
     func::FuncOp backup = cast<func::FuncOp>(func->clone());
@@ -512,6 +512,66 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     return true;
   }
 
+  // ONNX Attention (opset 23) with 4-D Q/K/V, no past, only Y used, no softcap, causal (by
+  // is_causal or a mask proven causal) -> llm.attention. Returns a failure or "".
+  std::string rewriteOnnxAttention(func::FuncOp func, int input_ids, Operation* op,
+                                   int64_t* heads, int64_t* kv_heads, int64_t* head_dim) {
+    auto present = [&](unsigned i) {
+      return i < op->getNumOperands() && !isa<NoneType>(op->getOperand(i).getType());
+    };
+    for (unsigned i = 1; i < op->getNumResults(); ++i)
+      if (!op->getResult(i).use_empty())
+        return "its present_key/present_value/qk outputs are used (a cache export)";
+    if (present(4) || present(5)) return "it takes past_key/past_value inputs";
+    auto q = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    auto k = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
+    auto v = dyn_cast<RankedTensorType>(op->getOperand(2).getType());
+    if (!q || !k || !v || q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
+      return "Q, K and V are not 4-D [batch, heads, seq, head_dim]";
+    if (ShapedType::isDynamic(q.getDimSize(1)) || ShapedType::isDynamic(k.getDimSize(1)) ||
+        ShapedType::isDynamic(q.getDimSize(3)) || ShapedType::isDynamic(v.getDimSize(3)))
+      return "heads and head sizes must be static";
+    if (q.getDimSize(1) != k.getDimSize(1))
+      return "grouped-query Attention pairs query head h with KV head h mod kv_heads in ONNX "
+             "1.18's definition, which llm.attention does not implement";
+    if (auto softcap = op->getAttrOfType<FloatAttr>("softcap"); softcap && softcap.getValueAsDouble() != 0)
+      return "softcap is not supported by llm.attention";
+    auto causal = op->getAttrOfType<IntegerAttr>("is_causal");
+    if (present(3)) {
+      AttentionMatch m;
+      auto mask_type = cast<ShapedType>(op->getOperand(3).getType());
+      m.mask_kind = mask_type.getElementType().isInteger(1) ? AttentionMatch::MaskKind::kWhere
+                                                           : AttentionMatch::MaskKind::kAdd;
+      m.mask = op->getOperand(3);
+      shape_scale_.reset();
+      std::string error = proveCausal(func, input_ids, m);
+      if (!error.empty()) return error;
+    } else if (!causal || causal.getInt() == 0) {
+      return "neither is_causal nor a mask: bidirectional attention is not a decoder";
+    }
+    if (*heads >= 0 && (q.getDimSize(1) != *heads || k.getDimSize(1) != *kv_heads ||
+                        q.getDimSize(3) != *head_dim))
+      return "layers differ in heads, KV heads or head size";
+    *heads = q.getDimSize(1);
+    *kv_heads = k.getDimSize(1);
+    *head_dim = q.getDimSize(3);
+    double scale = 1.0 / std::sqrt(static_cast<double>(q.getDimSize(3)));
+    if (auto attr = op->getAttrOfType<FloatAttr>("scale")) scale = attr.getValueAsDouble();
+    OpBuilder b(op);
+    OperationState state(op->getLoc(), "llm.attention");
+    state.addOperands({op->getOperand(0), op->getOperand(1), op->getOperand(2)});
+    SmallVector<int64_t> shape(q.getShape());
+    shape[3] = v.getDimSize(3);
+    state.addTypes(RankedTensorType::get(shape, q.getElementType()));
+    state.addAttribute("layer", b.getI64IntegerAttr(0));
+    state.addAttribute("scale", b.getF32FloatAttr(static_cast<float>(scale)));
+    Operation* attention = b.create(state);
+    if (auto names = op->getAttr("llmc.names")) attention->setAttr("llmc.names", names);
+    op->getResult(0).replaceAllUsesWith(attention->getResult(0));
+    op->erase();
+    return "";
+  }
+
   bool recognize(func::FuncOp func, int input_ids, std::vector<std::string>* failures) {
     Block& body = func.getBody().front();
     MLIRContext* context = &getContext();
@@ -525,6 +585,15 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         failures->push_back("shape inference failed during recognition");
         return false;
       }
+      // The opset-23 Attention op: one op, nothing to match.
+      std::vector<Operation*> onnx_attention;
+      for (Operation& op : body)
+        if (isNN(&op, "nn.attention")) onnx_attention.push_back(&op);
+      for (Operation* op : onnx_attention) {
+        std::string error = rewriteOnnxAttention(func, input_ids, op, &heads, &kv_heads, &head_dim);
+        if (!error.empty()) failures->push_back("attention at " + where(op) + ": " + error);
+      }
+      if (!failures->empty()) return false;
       std::vector<Operation*> remaining;
       for (Operation& op : body)
         if (isNN(&op, "nn.softmax")) remaining.push_back(&op);

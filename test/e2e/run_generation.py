@@ -62,7 +62,7 @@ def main():
                     got = [int(t) for t in proc.stdout.split()]
                     same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
                     ok = got == want
-                    report(ok, label, f"{len(got)} tokens equal transformers'" if ok else
+                    report(ok, label, f"{len(got)} tokens equal the reference's" if ok else
                            f"first difference at new token {same}: got {got[same:same + 4]}, want {want[same:same + 4]}")
                 for case in refs.get("beam", []):
                     prompt, want = case["prompt"], case["new_tokens"]
@@ -74,7 +74,7 @@ def main():
                         report(False, label, proc.stderr.strip())
                         continue
                     got = [int(t) for t in proc.stdout.split()]
-                    report(got == want, label, f"best of {case['num_beams']} beams equals transformers'" if got == want
+                    report(got == want, label, f"best of {case['num_beams']} beams equals the reference's" if got == want
                            else f"got {got}, want {want}")
         # Errors: each is one line on stderr and exit code 2.
         name = names[0] if names else None

@@ -23,7 +23,7 @@ IN_SCOPE_OPS = frozenset(
     ReduceProd ReduceL2 ReduceSumSquare ArgMax ArgMin TopK CumSum Transpose Reshape Flatten
     Squeeze Unsqueeze Concat Split Slice Gather GatherElements GatherND ScatterND
     ScatterElements Expand Tile Pad Shape Size Constant ConstantOfShape Range Identity Dropout
-    Trilu OneHot LayerNormalization RMSNormalization Einsum
+    Trilu OneHot LayerNormalization RMSNormalization Einsum Attention
     """.split()
 )
 

@@ -277,6 +277,9 @@ def NN_RMSNormalizationOp : NN_OnnxOp<"rms_normalization", "RMSNormalization", 2
 def NN_EinsumOp : NN_OnnxOp<"einsum", "Einsum", 12, 1, -1, 1, 1,
     (ins OptionalAttr<StrAttr>:$equation)>;
 
+def NN_AttentionOp : NN_OnnxOp<"attention", "Attention", 23, 3, 6, 1, 4,
+    (ins OptionalAttr<I64Attr>:$is_causal, OptionalAttr<I64Attr>:$kv_num_heads, OptionalAttr<I64Attr>:$q_num_heads, OptionalAttr<I64Attr>:$qk_matmul_output_mode, OptionalAttr<F32Attr>:$scale, OptionalAttr<F32Attr>:$softcap, OptionalAttr<I64Attr>:$softmax_precision)>;
+
 def NN_ModOp : NN_OnnxOp<"mod", "Mod", 13, 2, 2, 1, 1,
     (ins OptionalAttr<I64Attr>:$fmod)>;
 

@@ -22,7 +22,7 @@ Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL2 
 ReduceL1 ReduceLogSum ReduceLogSumExp ArgMax ArgMin TopK CumSum Transpose Reshape Flatten
 Squeeze Unsqueeze Concat Split Slice Gather GatherElements GatherND ScatterND ScatterElements
 Expand Tile Pad Shape Size ConstantOfShape Range Identity Dropout Trilu OneHot
-LayerNormalization RMSNormalization Einsum
+LayerNormalization RMSNormalization Einsum Attention
 Mod PRelu Selu Celu ThresholdedRelu Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh
 BitwiseAnd BitwiseOr BitwiseXor BitwiseNot
 """.split()

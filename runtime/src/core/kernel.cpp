@@ -52,6 +52,7 @@ const KernelRegistry& KernelRegistry::cpuReference() {
     registerReductionKernels(r);
     registerMathKernels(r);
     registerTensorKernels(r);
+    registerAttentionKernels(r);
     registerLlmKernels(r);
     return r;
   }();

@@ -119,6 +119,7 @@ void registerElementwiseKernels(KernelRegistry& registry);
 void registerReductionKernels(KernelRegistry& registry);
 void registerMathKernels(KernelRegistry& registry);    // MatMul, Gemm, Einsum, norms, Softmax
 void registerTensorKernels(KernelRegistry& registry);  // shape and data movement
+void registerAttentionKernels(KernelRegistry& registry);  // ONNX Attention (opset 23)
 void registerLlmKernels(KernelRegistry& registry);  // LlmAttention, LlmPositions, LlmLastTokens
 
 }  // namespace llmc
