@@ -5,8 +5,10 @@
 // generator usable.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
+#include "llmc/batch_generator.h"
 #include "llmc/engine.h"
 #include "llmc/generator.h"
 
@@ -121,6 +123,82 @@ TEST(KvGeneration, ErrorsLeaveTheGeneratorUsable) {
   EXPECT_EQ(status.code(), StatusCode::kCancelled) << status.message();
   EXPECT_EQ(result.tokens.size(), 3u);
   EXPECT_EQ(greedy(*kv, prompt, 10), reference);
+}
+
+// Runs every request to the end; results by request id.
+std::map<int64_t, BatchGenerator::Finished> drain(BatchGenerator& batch) {
+  std::map<int64_t, BatchGenerator::Finished> results;
+  int steps = 0;
+  while (!batch.idle() && ++steps < 10000) {
+    std::vector<BatchGenerator::Finished> finished;
+    Status status = batch.step(&finished);
+    EXPECT_TRUE(status.ok()) << status.message();
+    for (auto& f : finished) results[f.request_id] = std::move(f);
+  }
+  return results;
+}
+
+TEST(ContinuousBatching, EachRequestGetsWhatItWouldGetAlone) {
+  auto engine = loadEngine();
+  auto alone = makeGenerator(engine, true);
+  BatchConfig config;
+  config.max_step_tokens = 12;  // prompts prefill in chunks, mixed with other requests' decode
+  config.max_running = 3;       // the rest wait and join as others finish
+  std::unique_ptr<BatchGenerator> batch;
+  ASSERT_TRUE(BatchGenerator::create(engine, config, &batch).ok());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerationOptions> options;
+  std::map<int64_t, size_t> index_of;
+  for (size_t i = 0; i < 6; ++i) {
+    prompts.push_back(promptOf(3 + 9 * i, static_cast<int32_t>(40 + i)));
+    GenerationOptions o;
+    o.max_new_tokens = static_cast<int32_t>(6 + 3 * i);
+    if (i % 2) {  // sampled requests: the same seed gives the same tokens in a batch
+      o.sampling.temperature = 0.9f;
+      o.sampling.top_k = 40;
+      o.sampling.seed = 100 + i;
+    }
+    options.push_back(o);
+    int64_t id = 0;
+    ASSERT_TRUE(batch->submit(prompts[i], o, nullptr, &id).ok());
+    index_of[id] = i;
+  }
+  auto results = drain(*batch);
+  ASSERT_EQ(results.size(), prompts.size());
+  for (auto& [id, finished] : results) {
+    size_t i = index_of[id];
+    ASSERT_TRUE(finished.status.ok()) << finished.status.message();
+    GenerationResult want;
+    ASSERT_TRUE(alone->generate(prompts[i], options[i], nullptr, &want).ok());
+    EXPECT_EQ(finished.result.tokens, want.tokens) << "request " << i;
+  }
+}
+
+TEST(ContinuousBatching, CancellationAndAdmissionByCacheSpace) {
+  auto engine = loadEngine();
+  BatchConfig config;
+  config.kv_cache_tokens = 64;  // 4 blocks: room for one 40-token request at a time
+  std::unique_ptr<BatchGenerator> batch;
+  ASSERT_TRUE(BatchGenerator::create(engine, config, &batch).ok());
+  GenerationOptions options;
+  options.max_new_tokens = 20;
+  int64_t a = 0, b = 0, c = 0;
+  int seen = 0;
+  ASSERT_TRUE(batch->submit(promptOf(20, 1), options, [&](int32_t) { return ++seen < 4; }, &a).ok());
+  ASSERT_TRUE(batch->submit(promptOf(20, 2), options, nullptr, &b).ok());
+  std::vector<BatchGenerator::Finished> finished;
+  ASSERT_TRUE(batch->step(&finished).ok());
+  EXPECT_EQ(batch->numRunning(), 1u);  // b waits for a's blocks
+  EXPECT_EQ(batch->numWaiting(), 1u);
+  auto results = drain(*batch);
+  EXPECT_EQ(results[a].status.code(), StatusCode::kCancelled);
+  EXPECT_EQ(results[a].result.tokens.size(), 4u);
+  ASSERT_TRUE(results[b].status.ok()) << results[b].status.message();
+  EXPECT_EQ(results[b].result.tokens, greedy(*makeGenerator(engine, false), promptOf(20, 2), 20));
+  // A request that can never fit is refused up front.
+  options.max_new_tokens = 60;
+  EXPECT_EQ(batch->submit(promptOf(20, 3), options, nullptr, &c).code(),
+            StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "cli.h"
+#include "llmc/batch_generator.h"
 #include "llmc/engine.h"
 #include "llmc/generator.h"
 
@@ -58,12 +59,47 @@ Status measure(std::shared_ptr<const Engine> engine, bool kv_cache,
   return okStatus();
 }
 
+// Aggregate decode throughput of `requests` concurrent requests through continuous batching
+// (new tokens of all requests per second of the whole run, prefill included).
+Status measureBatched(std::shared_ptr<const Engine> engine, const std::vector<int32_t>& prompt,
+                      int32_t new_tokens, int requests, int repeat, std::vector<double>* tps) {
+  for (int r = 0; r <= repeat; ++r) {
+    BatchConfig config;
+    config.max_running = requests;
+    std::unique_ptr<BatchGenerator> batch;
+    LLMC_RETURN_IF_ERROR(BatchGenerator::create(engine, config, &batch));
+    GenerationOptions options;
+    options.max_new_tokens = new_tokens;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < requests; ++i) {
+      std::vector<int32_t> p = prompt;
+      p[0] = static_cast<int32_t>((prompt[0] + 1 + r * requests + i) %
+                                  std::max<int64_t>(engine->llmConfig()->vocab_size, 2));
+      int64_t id = 0;
+      LLMC_RETURN_IF_ERROR(batch->submit(p, options, nullptr, &id));
+    }
+    size_t tokens = 0;
+    while (!batch->idle()) {
+      std::vector<BatchGenerator::Finished> finished;
+      LLMC_RETURN_IF_ERROR(batch->step(&finished));
+      for (const auto& f : finished) {
+        LLMC_RETURN_IF_ERROR(f.status);
+        tokens += f.result.tokens.size();
+      }
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0 && seconds > 0) tps->push_back(tokens / seconds);
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 int runBench(const std::vector<std::string>& args) {
   std::string engine_path;
   int64_t context = 256, new_tokens = 32, repeat = 5;
   bool skip_full = false;
+  int64_t batch_requests = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     auto integer = [&](int64_t* value) {
@@ -83,6 +119,9 @@ int runBench(const std::vector<std::string>& args) {
         return usageError("bench", "--new-tokens needs N >= 2");
     } else if (arg == "--repeat") {
       if (!integer(&repeat) || repeat < 1) return usageError("bench", "--repeat needs N >= 1");
+    } else if (arg == "--batch") {
+      if (!integer(&batch_requests) || batch_requests < 1 || batch_requests > 256)
+        return usageError("bench", "--batch needs 1 <= N <= 256");
     } else if (arg == "--kv-only") {
       skip_full = true;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -119,6 +158,10 @@ int runBench(const std::vector<std::string>& args) {
   if (status.ok() && !skip_full)
     status = measure(engine, false, prompt, static_cast<int32_t>(new_tokens),
                      static_cast<int>(repeat), &full);
+  std::vector<double> batched;
+  if (status.ok() && batch_requests > 0)
+    status = measureBatched(engine, prompt, static_cast<int32_t>(new_tokens),
+                            static_cast<int>(batch_requests), static_cast<int>(repeat), &batched);
   if (!status.ok()) return reportError("bench", status);
 
   std::printf("engine %s: %d layers, %d/%d heads of %d, vocab %lld\n", engine_path.c_str(),
@@ -139,6 +182,16 @@ int runBench(const std::vector<std::string>& args) {
     row("full recomputation", full);
     double speedup = summarize(kv.decode_tps).median / summarize(full.decode_tps).median;
     std::printf("decode speed-up of the KV cache: %.1fx\n", speedup);
+  }
+  if (batch_requests > 0) {
+    Summary b = summarize(batched);
+    // The same requests one after another: each takes TTFT + (n - 1) / decode rate.
+    double one = summarize(kv.ttft_ms).median / 1000.0 +
+                 (new_tokens - 1) / std::max(summarize(kv.decode_tps).median, 1e-9);
+    std::printf("continuous batching, %lld requests at once: %.1f [%.1f, %.1f] new tokens/s in "
+                "all, prefill included (one after another: %.1f)\n",
+                static_cast<long long>(batch_requests), b.median, b.low, b.high,
+                new_tokens / one);
   }
   return kExitOk;
 }

@@ -51,7 +51,7 @@ const char kUsage[] =
     "L]]\n"
     "          [--print-ids] [--no-kv-cache] [--kv-cache-tokens N]\n"
     "      generate tokens from a decoder language model (temperature 0, the default, is greedy)\n"
-    "  bench ENGINE [--context N] [--new-tokens N] [--repeat N] [--kv-only]\n"
+    "  bench ENGINE [--context N] [--new-tokens N] [--repeat N] [--kv-only] [--batch N]\n"
     "      time to first token and decode tokens/s over the KV cache and by full recomputation\n"
     "  inspect ENGINE [--json]\n"
     "      print an engine's format, target, inputs, outputs, steps and memory\n"

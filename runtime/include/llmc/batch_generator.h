@@ -1,0 +1,65 @@
+// llmc::BatchGenerator: continuous batching over the paged KV cache. Requests arrive at any
+// time; each step() runs ONE engine call holding every running request's next token plus
+// chunks of waiting prompts (chunked prefill), samples each request that finished its prompt,
+// and retires finished requests, whose KV blocks go back to the pool at once. A request's
+// tokens are exactly what Generator::generate would produce for it alone.
+//
+// Needs an engine compiled as a language model (Engine::llmConfig()). Not thread-safe: one
+// thread (the serving loop) calls submit/step; callbacks run on it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "llmc/engine.h"
+#include "llmc/generator.h"
+#include "llmc/status.h"
+
+namespace llmc {
+
+struct BatchConfig {
+  // Tokens one step may compute (decode tokens first, then prompt chunks).
+  int32_t max_step_tokens = 256;
+  // Requests running at once (admitted ones; the rest wait in arrival order).
+  int32_t max_running = 16;
+  // KV cache capacity in tokens (0: 4 x the engine's context, at most 1 GiB). A request is
+  // admitted only when its prompt plus max_new_tokens fits beside the running ones.
+  int64_t kv_cache_tokens = 0;
+};
+
+class BatchGenerator {
+ public:
+  static Status create(std::shared_ptr<const Engine> engine, const BatchConfig& config,
+                       std::unique_ptr<BatchGenerator>* out);
+  ~BatchGenerator();
+
+  // Queues a request. Errors (nothing queued): an empty prompt, an id outside the vocabulary,
+  // a prompt plus max_new_tokens beyond the context or beyond the whole KV cache, bad
+  // sampling options, stop strings (not supported here). `on_token` may return false to
+  // cancel the request (it then finishes with kCancelled).
+  Status submit(std::span<const int32_t> prompt, const GenerationOptions& options,
+                TokenCallback on_token, int64_t* request_id);
+
+  struct Finished {
+    int64_t request_id = 0;
+    Status status;  // ok, kCancelled, or the error that ended this request
+    GenerationResult result;
+  };
+  // One scheduling step (one engine run); appends the requests that ended to `finished`.
+  // An engine error fails every request in the step (they are reported in `finished`) and
+  // leaves the generator usable.
+  Status step(std::vector<Finished>* finished);
+  bool idle() const;
+  size_t numRunning() const;
+  size_t numWaiting() const;
+
+ private:
+  BatchGenerator() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace llmc

@@ -1,0 +1,217 @@
+// BatchGenerator: continuous batching with chunked prefill over LlmRunner (see
+// batch_generator.h). Admission reserves each request's whole KV footprint (prompt plus
+// max_new_tokens, in blocks) so a running request never runs out of cache; shared prefix
+// blocks make the real use smaller.
+#include "llmc/batch_generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "llm/llm_runner.h"
+#include "llm/sampler.h"
+
+namespace llmc {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}
+
+struct BatchGenerator::State {
+  struct Request {
+    int64_t id = 0;
+    std::vector<int32_t> prompt;
+    GenerationOptions options;
+    TokenCallback on_token;
+    std::unique_ptr<Sampler> sampler;
+    int64_t reserved_blocks = 0;
+    int64_t computed = 0;  // tokens whose K/V are in the cache (prompt + generated)
+    bool registered = false;
+    GenerationResult result;
+    Clock::time_point start, first_token;
+  };
+  std::shared_ptr<const Engine> engine;
+  BatchConfig config;
+  std::unique_ptr<LlmRunner> runner;
+  std::deque<std::unique_ptr<Request>> waiting;
+  std::vector<std::unique_ptr<Request>> running;
+  int64_t next_id = 1;
+  int64_t reserved_blocks = 0;
+
+  int64_t blocksFor(int64_t tokens) const {
+    int64_t block = runner->cache().spec().block_size;
+    return (tokens + block - 1) / block;
+  }
+  int64_t totalTokens(const Request& r) const {
+    return static_cast<int64_t>(r.prompt.size() + r.result.tokens.size());
+  }
+
+  void finish(Request& r, Status status, std::vector<Finished>* finished) {
+    runner->removeSequence(r.id);
+    reserved_blocks -= r.reserved_blocks;
+    auto end = Clock::now();
+    if (!r.result.tokens.empty()) {
+      r.result.time_to_first_token_ms =
+          std::chrono::duration<double, std::milli>(r.first_token - r.start).count();
+      double seconds = std::chrono::duration<double>(end - r.first_token).count();
+      if (r.result.tokens.size() > 1 && seconds > 0)
+        r.result.decode_tokens_per_s = (r.result.tokens.size() - 1) / seconds;
+    }
+    finished->push_back({r.id, std::move(status), std::move(r.result)});
+  }
+};
+
+BatchGenerator::~BatchGenerator() = default;
+
+Status BatchGenerator::create(std::shared_ptr<const Engine> engine, const BatchConfig& config,
+                              std::unique_ptr<BatchGenerator>* out) {
+  if (!engine || !engine->llmConfig())
+    return invalidArgument("BatchGenerator needs an engine compiled as a language model");
+  if (config.max_step_tokens < 1 || config.max_running < 1 || config.kv_cache_tokens < 0)
+    return invalidArgument("BatchConfig: max_step_tokens and max_running must be at least 1");
+  std::unique_ptr<BatchGenerator> generator(new BatchGenerator());
+  generator->state_ = std::make_unique<State>();
+  State& s = *generator->state_;
+  s.engine = engine;
+  s.config = config;
+  LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &s.runner));
+  *out = std::move(generator);
+  return okStatus();
+}
+
+bool BatchGenerator::idle() const { return state_->waiting.empty() && state_->running.empty(); }
+size_t BatchGenerator::numRunning() const { return state_->running.size(); }
+size_t BatchGenerator::numWaiting() const { return state_->waiting.size(); }
+
+Status BatchGenerator::submit(std::span<const int32_t> prompt, const GenerationOptions& options,
+                              TokenCallback on_token, int64_t* request_id) {
+  State& s = *state_;
+  const LlmConfig& config = s.runner->config();
+  if (prompt.empty()) return invalidArgument("the prompt is empty");
+  if (options.max_new_tokens < 1) return invalidArgument("max_new_tokens must be at least 1");
+  if (!options.stop_strings.empty())
+    return invalidArgument("stop strings are not supported by BatchGenerator (use stop ids)");
+  int64_t total = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
+  if (total > config.max_context)
+    return outOfRange("the prompt (" + std::to_string(prompt.size()) + " tokens) plus " +
+                      std::to_string(options.max_new_tokens) +
+                      " new tokens exceeds the engine's context of " +
+                      std::to_string(config.max_context) + " tokens");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || (config.vocab_size >= 0 && prompt[i] >= config.vocab_size))
+      return invalidArgument("prompt token " + std::to_string(i) + " is id " +
+                             std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
+                             std::to_string(config.vocab_size) + ")");
+  auto request = std::make_unique<State::Request>();
+  request->reserved_blocks = s.blocksFor(total);
+  if (request->reserved_blocks > s.runner->cache().spec().num_blocks)
+    return resourceExhausted("KV cache full: the request needs " +
+                             std::to_string(request->reserved_blocks) + " blocks, the cache has " +
+                             std::to_string(s.runner->cache().spec().num_blocks));
+  LLMC_RETURN_IF_ERROR(Sampler::create(options.sampling, static_cast<int32_t>(config.vocab_size),
+                                       prompt, &request->sampler));
+  request->id = s.next_id++;
+  request->prompt.assign(prompt.begin(), prompt.end());
+  request->options = options;
+  request->on_token = std::move(on_token);
+  request->start = Clock::now();
+  *request_id = request->id;
+  s.waiting.push_back(std::move(request));
+  return okStatus();
+}
+
+Status BatchGenerator::step(std::vector<Finished>* finished) {
+  State& s = *state_;
+  // Admit waiting requests, in order, while their whole footprint fits.
+  while (!s.waiting.empty() && static_cast<int32_t>(s.running.size()) < s.config.max_running &&
+         s.reserved_blocks + s.waiting.front()->reserved_blocks <=
+             s.runner->cache().spec().num_blocks) {
+    s.reserved_blocks += s.waiting.front()->reserved_blocks;
+    s.running.push_back(std::move(s.waiting.front()));
+    s.waiting.pop_front();
+  }
+  if (s.running.empty()) return okStatus();
+
+  // Decode tokens first (one per request past its prompt), then prompt chunks.
+  std::vector<LlmRunner::Work> work;
+  std::vector<State::Request*> owners;
+  int64_t budget = s.config.max_step_tokens;
+  for (auto& r : s.running) {
+    if (r->computed < static_cast<int64_t>(r->prompt.size()) || budget < 1) continue;
+    work.push_back({r->id, r->computed, 1});
+    owners.push_back(r.get());
+    --budget;
+  }
+  for (auto& r : s.running) {
+    if (budget < 1) break;
+    if (r->computed >= static_cast<int64_t>(r->prompt.size())) continue;
+    if (!r->registered) {
+      int64_t cached = 0;
+      Status status = s.runner->addSequence(r->id, r->prompt, &cached);
+      if (!status.ok()) return status;  // cannot happen with reservations; stop loudly
+      r->registered = true;
+      r->computed = cached;
+    }
+    int64_t count = std::min<int64_t>(budget, static_cast<int64_t>(r->prompt.size()) - r->computed);
+    work.push_back({r->id, r->computed, count});
+    owners.push_back(r.get());
+    budget -= count;
+  }
+  if (work.empty()) return okStatus();
+
+  std::vector<std::vector<float>> logits;
+  Status status = s.runner->step(work, &logits);
+  if (!status.ok()) {
+    // Every request in this step is lost (its cache state is unknown); the rest go on.
+    for (State::Request* owner : owners) {
+      auto it = std::find_if(s.running.begin(), s.running.end(),
+                             [&](const auto& r) { return r.get() == owner; });
+      s.finish(**it, status, finished);
+      s.running.erase(it);
+    }
+    return okStatus();
+  }
+  std::vector<State::Request*> done;
+  std::vector<Status> done_status;
+  for (size_t w = 0; w < work.size(); ++w) {
+    State::Request& r = *owners[w];
+    r.computed = work[w].first + work[w].count;
+    if (r.computed < static_cast<int64_t>(r.prompt.size())) continue;  // prompt not done yet
+    SampledToken token;
+    Status sampled = r.sampler->sample(logits[w], &token);
+    if (!sampled.ok()) {
+      done.push_back(&r);
+      done_status.push_back(sampled);
+      continue;
+    }
+    if (r.result.tokens.empty()) r.first_token = Clock::now();
+    r.result.tokens.push_back(token.id);
+    r.result.logprobs.push_back(token.logprob);
+    bool stop_requested = r.on_token && !r.on_token(token.id);
+    bool stop = std::find(r.options.stop_token_ids.begin(), r.options.stop_token_ids.end(),
+                          token.id) != r.options.stop_token_ids.end();
+    if (stop_requested) {
+      done.push_back(&r);
+      done_status.push_back(cancelled("request cancelled by its callback"));
+    } else if (stop || static_cast<int32_t>(r.result.tokens.size()) >= r.options.max_new_tokens) {
+      r.result.finish_reason = stop ? FinishReason::kStopToken : FinishReason::kLength;
+      done.push_back(&r);
+      done_status.push_back(okStatus());
+    } else {
+      Status appended = s.runner->appendToken(r.id, token.id);
+      if (!appended.ok()) {
+        done.push_back(&r);
+        done_status.push_back(appended);
+      }
+    }
+  }
+  for (size_t i = 0; i < done.size(); ++i) {
+    auto it = std::find_if(s.running.begin(), s.running.end(),
+                           [&](const auto& r) { return r.get() == done[i]; });
+    s.finish(**it, done_status[i], finished);
+    s.running.erase(it);
+  }
+  return okStatus();
+}
+
+}  // namespace llmc
