@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def model(nodes, inputs, outputs, initializers=(), opset=17):
     graph = helper.make_graph(nodes, "seed", inputs, outputs, list(initializers))
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
+    m.ir_version = 8 if opset < 23 else 11
     return m
 
 
@@ -57,6 +57,31 @@ def seeds():
         [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 3])], [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
         [numpy_helper.from_array(np.array([1], np.int64), "axes")])
 
+    # A micro decoder (opset 23 Attention, learned positions): recognized as a language model,
+    # so its engine carries the llm config and the LlmAttention/LlmPositions/LlmLastTokens steps.
+    rng = np.random.default_rng(0)
+    mats = {n: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), n)
+            for n, shape in (("emb", (8, 4)), ("pos", (16, 4)), ("wq", (4, 4)), ("wk", (4, 4)),
+                             ("wv", (4, 4)), ("head", (4, 8)))}
+    ints = [numpy_helper.from_array(np.array(v, np.int64), n)
+            for n, v in (("zero", 0), ("one", 1), ("ax1", [1]))]
+    i64 = TensorProto.INT64
+    yield "micro_decoder", model(
+        [helper.make_node("Gather", ["emb", "input_ids"], ["tok"], name="embed"),
+         helper.make_node("Shape", ["input_ids"], ["shape"], name="shape"),
+         helper.make_node("Gather", ["shape", "one"], ["len"], name="len", axis=0),
+         helper.make_node("Range", ["zero", "len", "one"], ["p"], name="range"),
+         helper.make_node("Gather", ["pos", "p"], ["pe"], name="pos_embed"),
+         helper.make_node("Add", ["tok", "pe"], ["x"], name="x"),
+         *[helper.make_node("MatMul", ["x", "w" + c], [c + "2"], name=c) for c in "qkv"],
+         *[helper.make_node("Unsqueeze", [c + "2", "ax1"], [c + "4"], name=c + "_heads") for c in "qkv"],
+         helper.make_node("Attention", ["q4", "k4", "v4"], ["a4"], name="attention", is_causal=1),
+         helper.make_node("Squeeze", ["a4", "ax1"], ["a"], name="merge"),
+         helper.make_node("MatMul", ["a", "head"], ["logits"], name="lm_head")],
+        [helper.make_tensor_value_info("input_ids", i64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", f, ["batch", "seq", 8])],
+        list(mats.values()) + ints, opset=23)
+
 
 def main():
     llmc = sys.argv[1] if len(sys.argv) > 1 else None
@@ -71,7 +96,10 @@ def main():
             out.write(m.SerializeToString())
         # Engines with weights are >= 64 KiB (the weights section is page aligned); keep the
         # engine corpus to the weightless ones so replays stay fast.
-        if llmc and not m.graph.initializer and not any(n.op_type == "Constant" for n in m.graph.node):
+        # The micro decoder is the one weighted exception: it is the only seed whose engine
+        # has a language-model config.
+        weightless = not m.graph.initializer and not any(n.op_type == "Constant" for n in m.graph.node)
+        if llmc and (weightless or name == "micro_decoder"):
             subprocess.run([llmc, "compile", path, "-o", os.path.join(engine_dir, name + ".engine")], check=True,
                            stdout=subprocess.DEVNULL)
 
