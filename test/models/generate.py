@@ -241,7 +241,10 @@ def build_demo() -> torch.nn.Module:
         )
     with open(os.path.join(DEMO_WEIGHTS_DIR, "tokenizer.json"), "rb") as f, open(DEMO_TOKENIZER, "rb") as g:
         if f.read() != g.read():
-            sys.exit("demo: test/models/demo/tokenizer.json is not the tokenizer the weights were trained with; rerun train.py")
+            sys.exit(
+                "demo: test/models/demo/tokenizer.json is not the tokenizer the weights were trained with; "
+                "rerun test/models/demo/train.py"
+            )
     return transformers.LlamaForCausalLM.from_pretrained(
         DEMO_WEIGHTS_DIR, attn_implementation="eager", use_cache=False, torch_dtype=torch.float32
     )

@@ -12,7 +12,7 @@ read through the `bible` program of the bible-kjv package it depends on:
 Nothing of the text is stored. The script trains a byte-level BPE tokenizer (Hugging Face
 `tokenizers`, GPT-2 style, vocab 2048) and writes it to tokenizer.json next to this file (it is
 committed), then trains a transformers LlamaForCausalLM for a fixed number of steps on two CPU
-threads (about 9 minutes on a 2-core machine) and saves it with save_pretrained to
+threads (9.5 minutes on a 2-core machine) and saves it with save_pretrained to
 build/demo-train/ at the repository root (git-ignored), where generate.py's build_demo() loads it.
 
 Deterministic: fixed seeds, two torch threads, deterministic algorithms; rerunning on the same
@@ -73,7 +73,8 @@ def read_chapters() -> list[str]:
         else:
             sys.exit(f"train.py: unexpected line from `bible`: {line!r}")
     if len(chapters) != 1189 or sum(map(len, chapters)) != 31102:
-        sys.exit(f"train.py: expected 1189 chapters and 31102 verses, got {len(chapters)} and {sum(map(len, chapters))}")
+        verses = sum(map(len, chapters))
+        sys.exit(f"train.py: expected 1189 chapters and 31102 verses, got {len(chapters)} and {verses}")
     return ["\n".join(verses) for verses in chapters]
 
 
@@ -158,7 +159,9 @@ def sample(model: torch.nn.Module, tokenizer: Tokenizer, prompt: str, new_tokens
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=STEPS, help=f"optimizer steps (default {STEPS})")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="where save_pretrained writes the weights")
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help="where the weights go (generate.py reads only the default)"
+    )
     args = parser.parse_args()
 
     torch.manual_seed(SEED)
@@ -211,7 +214,8 @@ def main() -> int:
         if (step + 1) % 50 == 0 or step + 1 == args.steps:
             count = 50 if (step + 1) % 50 == 0 else (step + 1) % 50
             print(
-                f"step {step + 1:5d}/{args.steps}  loss {running / count:.4f}  lr {learning_rate(step, args.steps):.2e}  "
+                f"step {step + 1:5d}/{args.steps}  loss {running / count:.4f}  "
+                f"lr {learning_rate(step, args.steps):.2e}  "
                 f"epoch {(step + 1) * BATCH * CONTEXT / tokens_per_epoch:.2f}  {time.time() - train_start:.0f} s",
                 flush=True,
             )
@@ -219,7 +223,10 @@ def main() -> int:
     train_seconds = time.time() - train_start
 
     valid_loss = evaluate(model, valid_ids)
-    print(f"held-out loss {valid_loss:.4f} (perplexity {math.exp(valid_loss):.1f}); training took {train_seconds:.0f} s")
+    print(
+        f"held-out loss {valid_loss:.4f} (perplexity {math.exp(valid_loss):.1f}); "
+        f"training took {train_seconds:.0f} s"
+    )
     print("sample (greedy):", repr(sample(model, tokenizer, "And God said", 40)))
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out)
