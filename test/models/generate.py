@@ -215,6 +215,80 @@ def make_llama_tiny(out_dir: str) -> None:
     )
 
 
+def build_qwen2_tiny() -> torch.nn.Module:
+    """The Qwen2ForCausalLM behind qwen2_tiny (llama_tiny's sizes; biases on q/k/v), seeded."""
+    torch.manual_seed(5)
+    config = transformers.Qwen2Config(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        initializer_range=0.1,
+        rope_theta=10000.0,
+        use_sliding_window=False,
+        tie_word_embeddings=False,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def make_qwen2_tiny(out_dir: str) -> None:
+    model = build_qwen2_tiny()
+    export_model(
+        out_dir,
+        CausalLmLogits(model),
+        _lm_input_sets(model.config.vocab_size, [(1, 7), (2, 13), (3, 1)], with_mask=True),
+        ["logits"],
+        {**LM_AXES, **LOGITS_AXES},
+        opset=18,
+        description=(
+            "transformers Qwen2ForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
+            "2 KV heads (GQA), biases on q/k/v, RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask."
+        ),
+    )
+
+
+def build_mistral_tiny() -> torch.nn.Module:
+    """The MistralForCausalLM behind mistral_tiny (llama_tiny's sizes; no sliding window), seeded."""
+    torch.manual_seed(6)
+    config = transformers.MistralConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        initializer_range=0.1,
+        rope_theta=10000.0,
+        sliding_window=None,
+        tie_word_embeddings=False,
+        use_cache=False,
+        attn_implementation="eager",
+    )
+    return transformers.MistralForCausalLM(config)
+
+
+def make_mistral_tiny(out_dir: str) -> None:
+    model = build_mistral_tiny()
+    export_model(
+        out_dir,
+        CausalLmLogits(model),
+        _lm_input_sets(model.config.vocab_size, [(1, 7), (2, 13), (3, 1)], with_mask=True),
+        ["logits"],
+        {**LM_AXES, **LOGITS_AXES},
+        opset=18,
+        description=(
+            "transformers MistralForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
+            "2 KV heads (GQA), no sliding window, RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask."
+        ),
+    )
+
+
 # Where test/models/demo/train.py saves the trained demo weights (git-ignored); keep in step with
 # DEFAULT_OUT there.
 DEMO_WEIGHTS_DIR = os.path.join(MODELS_DIR, "..", "..", "build", "demo-train")
@@ -287,6 +361,8 @@ MODELS = {
     "bert_tiny": make_bert_tiny,
     "gpt2_tiny": make_gpt2_tiny,
     "llama_tiny": make_llama_tiny,
+    "qwen2_tiny": make_qwen2_tiny,
+    "mistral_tiny": make_mistral_tiny,
     "demo": make_demo,
 }
 

@@ -60,6 +60,17 @@ Tensor concatTokens(const std::vector<Tensor>& parts) {
   return out;
 }
 
+// A float32 cache of kKvHeads heads of kDim.
+KvCacheSpec floatSpec(int32_t layers, int64_t blocks) {
+  KvCacheSpec spec;
+  spec.num_layers = layers;
+  spec.num_kv_heads = kKvHeads;
+  spec.head_dim = kDim;
+  spec.dtype = DType::kFloat32;
+  spec.num_blocks = blocks;
+  return spec;
+}
+
 struct Sequence {
   int64_t id;
   int64_t length;
@@ -96,14 +107,8 @@ TEST(LlmAttention, RaggedStepsOverTheCacheEqualWholeSequenceAttention) {
     s.expected = attend(s.q, s.k, s.v, nullptr, 0, &status);
     ASSERT_OK(status);
   }
-  KvCacheSpec spec;
-  spec.num_layers = kLayers;
-  spec.num_kv_heads = kKvHeads;
-  spec.head_dim = kDim;
-  spec.dtype = DType::kFloat32;
-  spec.num_blocks = 16;
   std::unique_ptr<KvCache> cache;
-  ASSERT_OK(KvCache::create(spec, &cache));
+  ASSERT_OK(KvCache::create(floatSpec(kLayers, 16), &cache));
 
   // Steps as (sequence, first, count): chunked prefill mixed with decode, in both layers.
   std::vector<std::vector<std::array<int64_t, 3>>> steps = {
@@ -182,14 +187,8 @@ TEST(LlmAttention, RejectsMismatchedShapesAndABatchedStep) {
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.message();
 
   Tensor k2 = makeFloat({2, kKvHeads, 3, kDim}, randomValues(2 * kKvHeads * 3 * kDim, rng));
-  KvCacheSpec spec;
-  spec.num_layers = 1;
-  spec.num_kv_heads = kKvHeads;
-  spec.head_dim = kDim;
-  spec.dtype = DType::kFloat32;
-  spec.num_blocks = 2;
   std::unique_ptr<KvCache> cache;
-  ASSERT_OK(KvCache::create(spec, &cache));
+  ASSERT_OK(KvCache::create(floatSpec(1, 2), &cache));
   LlmStepContext ctx;
   ctx.cache = cache.get();
   ctx.token_position = {0, 1, 2};
