@@ -45,6 +45,34 @@ def simple_model(opset=17):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
+def micro_decoder(causal=1, positions=64):
+    """A one-layer decoder with the opset-23 Attention op: input_ids -> logits (vocab 8)."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in (("emb", (8, 4)), ("pos", (positions, 4)), ("wq", (4, 4)),
+                                 ("wk", (4, 4)), ("wv", (4, 4)), ("head", (4, 8)))]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("zero", 0), ("one", 1), ("ax1", [1]))]
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["tok"], name="embed"),
+        helper.make_node("Shape", ["input_ids"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "one"], ["len"], name="len", axis=0),
+        helper.make_node("Range", ["zero", "len", "one"], ["p"], name="range"),
+        helper.make_node("Gather", ["pos", "p"], ["pe"], name="pos_embed"),
+        helper.make_node("Add", ["tok", "pe"], ["x"], name="x"),
+        *[helper.make_node("MatMul", ["x", "w" + c], [c + "2"], name=c) for c in "qkv"],
+        *[helper.make_node("Unsqueeze", [c + "2", "ax1"], [c + "4"], name=c + "_heads") for c in "qkv"],
+        helper.make_node("Attention", ["q4", "k4", "v4"], ["a4"], name="attention", is_causal=causal),
+        helper.make_node("Squeeze", ["a4", "ax1"], ["a"], name="merge"),
+        helper.make_node("MatMul", ["a", "head"], ["logits"], name="lm_head"),
+    ]
+    graph = helper.make_graph(
+        nodes, "micro_decoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+
+
 class CliTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="llmc-cli-")
@@ -352,6 +380,61 @@ class CliTest(unittest.TestCase):
         bad = self.write("garbage.npy", b"\x93NUMPY garbage")
         code, _, err = run("run", engine, "--input", f"x={bad}")
         self.assert_one_error(code, err, 2, "garbage.npy")
+
+
+    # --- language models -----------------------------------------------------------------
+    def test_language_model_recognition(self):
+        model = self.save(micro_decoder())
+        code, out, err = run("compile", model, "-o", self.path("lm.engine"))
+        self.assertEqual(code, 0, err)
+        self.assertIn("decoder language model: 1 attention layers over the paged KV cache", out)
+        info = json.loads(run("inspect", self.path("lm.engine"), "--json")[1])
+        self.assertEqual(info["llm"]["num_layers"], 1)
+        self.assertEqual(info["llm"]["max_context"], 64)  # the learned position table's rows
+        self.assertEqual([t["name"] for t in info["inputs"]], ["input_ids"])
+        graph = self.compile_ok(model, "graph.engine", "--as-graph")
+        self.assertIsNone(json.loads(run("inspect", graph, "--json")[1])["llm"])
+        # Not a decoder: compiles as exported, with a warning that says why.
+        code, out, err = run("compile", self.save(micro_decoder(causal=0), "bidi.onnx"), "-o",
+                             self.path("bidi.engine"))
+        self.assertEqual(code, 0, err)
+        self.assertIn("not recognized as a decoder language model", err)
+        self.assertIn("node 'attention'", err)
+        self.assertIn("bidirectional", err)
+
+    def test_language_model_options(self):
+        model = self.save(micro_decoder())
+        for extra, expected_code, message in [
+            (("--max-context", "0"), 2, "--max-context must be at least 1"),
+            (("--max-context", "100"), 2, "exceeds the model's 64 learned positions"),
+            (("--eos-id", "99"), 2, "--eos-id 99 is outside the vocabulary [0, 8)"),
+            (("--bos-id", "x"), 2, "needs a non-negative integer"),
+        ]:
+            code, _, err = run("compile", model, "-o", self.path("lm.engine"), *extra)
+            self.assert_one_error(code, err, expected_code, message)
+        engine = self.compile_ok(model, "lm.engine", "--eos-id", "3", "--max-context", "40")
+        info = json.loads(run("inspect", engine, "--json")[1])
+        self.assertEqual(info["llm"]["eos_token_ids"], [3])
+        self.assertEqual(info["llm"]["max_context"], 40)
+
+    def test_generation_errors(self):
+        engine = self.compile_ok(self.save(micro_decoder()), "lm.engine")
+        # 10 + 20 tokens need 2 blocks of 16; the cache has 1.
+        code, _, err = run("generate", engine, "--prompt-ids", ",".join(["1"] * 10),
+                           "--max-new-tokens", "20", "--kv-cache-tokens", "16", "--print-ids")
+        self.assert_one_error(code, err, 1, "KV cache full")
+        code, _, err = run("generate", engine, "--prompt-ids", ",".join(["1"] * 60),
+                           "--max-new-tokens", "10")
+        self.assert_one_error(code, err, 2, "exceeds the engine's context of 64 tokens")
+        code, out, err = run("generate", engine, "--prompt-ids", "1,2,3", "--max-new-tokens", "5",
+                             "--print-ids")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(out.split()), 5)
+        self.assertIn("(paged KV cache)", err)
+        code, _, err = run("bench", self.compile_ok(self.save(micro_decoder()), "g.engine", "--as-graph"))
+        self.assert_one_error(code, err, 2, "not a language-model engine")
+        code, _, err = run("bench", engine, "--context", "60")
+        self.assert_one_error(code, err, 2, "exceeds the engine's context of 64")
 
 
 def main():

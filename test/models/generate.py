@@ -228,7 +228,10 @@ def build_qwen2_tiny() -> torch.nn.Module:
         max_position_embeddings=64,
         initializer_range=0.1,
         rope_theta=10000.0,
+        # Qwen2's defaults, as in released Qwen2 configs: attention does not use the window, but
+        # transformers still folds it into the causal mask (a term that never fires below 4096).
         use_sliding_window=False,
+        sliding_window=4096,
         tie_word_embeddings=False,
         use_cache=False,
         attn_implementation="eager",
