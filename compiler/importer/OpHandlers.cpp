@@ -75,6 +75,14 @@ Operation* importConstant(ImportState& state, const NodeInfo& info) {
   return op.getOperation();
 }
 
+// ONNX Runtime's com.microsoft operators: an nn op named "com.microsoft.<op>".
+Operation* importMicrosoft(ImportState& state, const NodeInfo& info) {
+  StringRef op_name = nn::nnOpNameFor("com.microsoft." + info.node->op_type());
+  SmallVector<NamedAttribute> attributes;
+  if (!convertAttributes(state, info, &attributes)) return nullptr;
+  return state.createNNOp(info, op_name, info.operands, attributes);
+}
+
 struct HandlerEntry {
   const char* domain;
   const char* op_type;
@@ -105,6 +113,8 @@ const HandlerEntry kHandlers[] = {
     {"", "ReduceSumSquare", 18, importGeneric},
     {"", "ReduceSum", 1, importReduceWithAxesAttribute},
     {"", "ReduceSum", 13, importGeneric},
+    {"com.microsoft", "SkipSimplifiedLayerNormalization", 1, importMicrosoft},
+    {"com.microsoft", "GroupQueryAttention", 1, importMicrosoft},
 };
 
 }  // namespace

@@ -412,7 +412,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     seq_ = ids_dims[1];
     bool has_attention = false;
     for (Operation& op : body)
-      has_attention = has_attention || isNN(&op, "nn.softmax") || isNN(&op, "nn.attention");
+      has_attention = has_attention || isNN(&op, "nn.softmax") || isNN(&op, "nn.attention") ||
+                      isNN(&op, "nn.ms_group_query_attention");
     if (!has_attention) return;  // not an attention model
 
     // Keep the original: recognition is all or nothing.
@@ -572,6 +573,98 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     return "";
   }
 
+  // ONNX Runtime's GroupQueryAttention (packed or separate Q/K/V, rotary from cos/sin caches,
+  // always causal) with an empty past (after --llmc-strip-kv-io) and unused present outputs
+  // -> split heads, llm.rope, llm.attention, merge heads. Returns a failure or "".
+  std::string rewriteOrtGqa(Value ids, Operation* op, int64_t* heads, int64_t* kv_heads,
+                            int64_t* head_dim) {
+    auto present = [&](unsigned i) {
+      return i < op->getNumOperands() && !isa<NoneType>(op->getOperand(i).getType());
+    };
+    for (unsigned i = 1; i < op->getNumResults(); ++i)
+      if (!op->getResult(i).use_empty()) return "its present_key/present_value outputs are used";
+    for (unsigned i : {3u, 4u}) {
+      auto type = present(i) ? dyn_cast<RankedTensorType>(op->getOperand(i).getType()) : RankedTensorType();
+      if (present(i) && (!type || type.getRank() != 4 || type.getDimSize(2) != 0))
+        return "it takes a past that is not empty (not a cache export llmc knows)";
+    }
+    for (unsigned i = 9; i < op->getNumOperands(); ++i)
+      if (present(i)) return "position_ids/attention_bias inputs are not supported";
+    auto int_attr = [&](StringRef name, int64_t fallback) {
+      auto a = op->getAttrOfType<IntegerAttr>(name);
+      return a ? a.getInt() : fallback;
+    };
+    auto float_attr = [&](StringRef name, double fallback) {
+      auto a = op->getAttrOfType<FloatAttr>(name);
+      return a ? a.getValueAsDouble() : fallback;
+    };
+    const int64_t h = int_attr("num_heads", 0), hkv = int_attr("kv_num_heads", 0);
+    if (h < 1 || hkv < 1 || h % hkv != 0) return "num_heads must be a multiple of kv_num_heads";
+    if (int_attr("local_window_size", -1) != -1) return "sliding-window attention (local_window_size)";
+    if (float_attr("softcap", 0) != 0) return "softcap is not supported by llm.attention";
+    auto query = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    const bool packed = !present(1);
+    if (!query || query.getRank() != 3 || ShapedType::isDynamic(query.getDimSize(2)))
+      return "query is not [batch, seq, hidden] with a static hidden size";
+    const int64_t d = query.getDimSize(2) / (packed ? h + 2 * hkv : h);
+    if (d < 1 || query.getDimSize(2) != d * (packed ? h + 2 * hkv : h)) return "query's size does not fit the heads";
+    const bool rotary = int_attr("do_rotary", 0) != 0;
+    if (rotary && (!present(7) || !present(8))) return "do_rotary without cos/sin caches";
+    if (*heads >= 0 && (h != *heads || hkv != *kv_heads || d != *head_dim))
+      return "layers differ in heads, KV heads or head size";
+    *heads = h;
+    *kv_heads = hkv;
+    *head_dim = d;
+
+    OpBuilder b(op);
+    Location loc = op->getLoc();
+    auto f32 = query.getElementType();
+    const int64_t dyn = ShapedType::kDynamic;
+    auto create = [&](StringRef name, ValueRange operands, Type type, ArrayRef<NamedAttribute> attrs = {}) {
+      OperationState state(loc, name);
+      state.addOperands(operands);
+      state.addTypes(type);
+      state.addAttributes(attrs);
+      return b.create(state)->getResult(0);
+    };
+    auto ints = [&](ArrayRef<int64_t> values) {
+      auto type = RankedTensorType::get({static_cast<int64_t>(values.size())}, b.getI64Type());
+      return create("nn.constant", {}, type, {b.getNamedAttr("value", DenseElementsAttr::get(type, values))});
+    };
+    auto part = [&](Value x, int64_t start, int64_t size) {
+      return create("nn.slice", {x, ints({start}), ints({start + size}), ints({2})},
+                    RankedTensorType::get({dyn, dyn, size}, f32));
+    };
+    auto to_heads = [&](Value x, int64_t n) {
+      Value split = create("nn.reshape", {x, ints({0, 0, n, d})}, RankedTensorType::get({dyn, dyn, n, d}, f32));
+      return create("nn.transpose", {split}, RankedTensorType::get({dyn, n, dyn, d}, f32),
+                    {b.getNamedAttr("perm", b.getDenseI64ArrayAttr({0, 2, 1, 3}))});
+    };
+    Value q = to_heads(packed ? part(op->getOperand(0), 0, h * d) : op->getOperand(0), h);
+    Value k = to_heads(packed ? part(op->getOperand(0), h * d, hkv * d) : op->getOperand(1), hkv);
+    Value v = to_heads(packed ? part(op->getOperand(0), (h + hkv) * d, hkv * d) : op->getOperand(2), hkv);
+    if (rotary) {
+      Value positions = create("llm.positions", {ids}, RankedTensorType::get({dyn}, b.getI64Type()));
+      SmallVector<NamedAttribute> attrs = {
+          b.getNamedAttr("interleaved", b.getI64IntegerAttr(int_attr("rotary_interleaved", 0)))};
+      q = create("llm.rope", {q, positions, op->getOperand(7), op->getOperand(8)}, q.getType(), attrs);
+      k = create("llm.rope", {k, positions, op->getOperand(7), op->getOperand(8)}, k.getType(), attrs);
+    }
+    double scale = float_attr("scale", 0);
+    if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
+    Value attention = create("llm.attention", {q, k, v}, RankedTensorType::get({dyn, h, dyn, d}, f32),
+                             {b.getNamedAttr("layer", b.getI64IntegerAttr(0)),
+                              b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))});
+    if (auto names = op->getAttr("llmc.names")) attention.getDefiningOp()->setAttr("llmc.names", names);
+    Value merged = create("nn.transpose", {attention}, RankedTensorType::get({dyn, dyn, h, d}, f32),
+                          {b.getNamedAttr("perm", b.getDenseI64ArrayAttr({0, 2, 1, 3}))});
+    Value out = create("nn.reshape", {merged, ints({0, 0, h * d})}, RankedTensorType::get({dyn, dyn, h * d}, f32));
+    op->getResult(0).replaceAllUsesWith(out);
+    op->dropAllReferences();
+    op->erase();
+    return "";
+  }
+
   bool recognize(func::FuncOp func, int input_ids, std::vector<std::string>* failures) {
     Block& body = func.getBody().front();
     MLIRContext* context = &getContext();
@@ -591,6 +684,14 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         if (isNN(&op, "nn.attention")) onnx_attention.push_back(&op);
       for (Operation* op : onnx_attention) {
         std::string error = rewriteOnnxAttention(func, input_ids, op, &heads, &kv_heads, &head_dim);
+        if (!error.empty()) failures->push_back("attention at " + where(op) + ": " + error);
+      }
+      std::vector<Operation*> ort_gqa;
+      for (Operation& op : body)
+        if (isNN(&op, "nn.ms_group_query_attention")) ort_gqa.push_back(&op);
+      for (Operation* op : ort_gqa) {
+        std::string error = rewriteOrtGqa(body.getArgument(static_cast<unsigned>(input_ids)), op,
+                                          &heads, &kv_heads, &head_dim);
         if (!error.empty()) failures->push_back("attention at " + where(op) + ": " + error);
       }
       if (!failures->empty()) return false;
@@ -841,6 +942,10 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     for (Operation& op : body.without_terminator()) {
       if (isa<nn::ConstantOp, nn::NoneOp, llm::PositionsOp>(op)) continue;
       StringRef name = op.getName().getStringRef();
+      if (isa<llm::RopeOp>(op)) {  // rotates each token by its own position
+        axis_of[op.getResult(0)] = token_axis(op.getOperand(0));
+        continue;
+      }
       if (isa<llm::LastTokensOp>(op)) {
         axis_of[op.getResult(0)] = 1;  // still one row per (selected) token
         continue;

@@ -91,7 +91,9 @@ def check_model(
     # compiles it by default, which for a recognized decoder LM is input_ids -> logits with
     # attention over the KV cache (then only the sets without padding apply: the engine has
     # no attention_mask).
-    for mode, flags in (("graph", ["--as-graph"]), ("default", [])):
+    # A manifest's as_graph_flags go with --as-graph only (e.g. a cache export's empty past needs
+    # its length symbol to allow 0).
+    for mode, flags in (("graph", ["--as-graph"] + manifest.get("as_graph_flags", [])), ("default", [])):
         ok, log = _run_llmc(llmc, ["compile", model, "-o", engine] + flags, timeout_s)
         if ok:
             ok, log = _run_llmc(llmc, ["compile", model, "-o", engine_again] + flags, timeout_s)

@@ -10,6 +10,9 @@ stored logits.npy must agree within 1e-4 on every stored input set. It then reco
 decoding (3 prompts, batch 1) and, for the first prompt, beam search (best sequence only). It also
 checks that the committed ONNX graph accepts the full generated length and that a full-recompute
 greedy loop on ONNX Runtime (argmax of the last position each step) reproduces the greedy tokens.
+A cache export (<name>_past, generate_past.py) is the same torch model as <name>, so it gets the
+same references; its stored input sets carry their past, the full-sequence runs get an empty past,
+and greedy decoding is also replayed on ONNX Runtime one token at a time over the exported cache.
 Nothing but generation.json is written. Deterministic: fixed seeds, one torch thread.
 """
 
@@ -27,6 +30,7 @@ import torch
 import transformers
 
 import generate
+import generate_past
 from export_util import _ort_session
 
 MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -34,7 +38,11 @@ MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 BUILDERS = {
     "gpt2_tiny": generate.build_gpt2_tiny,
     "llama_tiny": generate.build_llama_tiny,
+    "qwen2_tiny": generate.build_qwen2_tiny,
+    "mistral_tiny": generate.build_mistral_tiny,
     "demo": generate.build_demo,
+    # The cache exports (generate_past.py) of the same torch models: the same references.
+    **{name: builder for name, (_, builder, _) in generate_past.PAST_MODELS.items()},
 }
 
 VERIFY_ATOL = 1e-4  # rebuilt torch vs committed ONNX (via ONNX Runtime) vs stored logits.npy
@@ -69,6 +77,8 @@ def _special_ids(config) -> set[int]:
 
 
 def _torch_logits(lm: torch.nn.Module, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    if any(k.startswith(generate_past.PAST_PREFIX) for k in inputs):
+        return generate_past.torch_forward(lm, inputs)["logits"]
     wrapper = generate.CausalLmLogits(lm)
     with torch.no_grad():
         return wrapper(*(torch.from_numpy(v) for v in inputs.values())).numpy()
@@ -136,12 +146,52 @@ def _generate(lm: torch.nn.Module, prompt: list[int], new_tokens: int, **kwargs)
     return tokens[len(prompt) :]
 
 
+def _past_layout(session: ort.InferenceSession) -> dict[str, tuple[int, int]]:
+    """{past input: (kv_heads, head_dim)} of a cache export; empty for a full-sequence model."""
+    return {
+        i.name: (i.shape[1], i.shape[3]) for i in session.get_inputs() if i.name.startswith(generate_past.PAST_PREFIX)
+    }
+
+
 def _ort_inputs(session: ort.InferenceSession, ids: list[int]) -> dict[str, np.ndarray]:
+    """The whole sequence in one run (a cache export gets an empty past and positions 0..n-1)."""
     array = np.array([ids], dtype=np.int64)
+    names = {i.name for i in session.get_inputs()}
     inputs = {"input_ids": array}
-    if "attention_mask" in {i.name for i in session.get_inputs()}:
+    if "attention_mask" in names:
         inputs["attention_mask"] = np.ones_like(array)
+    if "position_ids" in names:
+        inputs["position_ids"] = np.arange(len(ids), dtype=np.int64)[None, :]
+    inputs.update(generate_past.empty_past(_past_layout(session), 1))
     return inputs
+
+
+def _check_greedy_on_ort_cache(
+    name: str, session: ort.InferenceSession, prompt: list[int], new_tokens: list[int]
+) -> None:
+    """For a cache export: prefill the prompt over an empty past, then feed one greedy token at a
+    time with the present key/values as the next past; each step's argmax must be the next token."""
+    layout = _past_layout(session)
+    outputs = [o.name for o in session.get_outputs()]
+    past, length, step_ids, got = generate_past.empty_past(layout, 1), 0, prompt, []
+    for _ in new_tokens:
+        ids = np.array([step_ids], dtype=np.int64)
+        inputs = {
+            "input_ids": ids,
+            "attention_mask": np.ones((1, length + ids.shape[1]), dtype=np.int64),
+            "position_ids": np.arange(length, length + ids.shape[1], dtype=np.int64)[None, :],
+            **past,
+        }
+        results = dict(zip(outputs, session.run(outputs, inputs)))
+        got.append(int(results["logits"][0, -1].argmax()))
+        past = {n: results["present." + n[len(generate_past.PAST_PREFIX) :]] for n in layout}
+        length += ids.shape[1]
+        step_ids = [got[-1]]
+    if got != new_tokens:
+        first = next(i for i, (a, b) in enumerate(zip(got, new_tokens)) if a != b)
+        raise GenerationCheckError(
+            f"{name}: ORT greedy over the exported cache diverges from generate() at step {first}: {got} vs {new_tokens}"
+        )
 
 
 def _check_greedy_on_ort(
@@ -210,9 +260,13 @@ def make_refs(name: str) -> list[str]:
     for prompt in prompts:
         new_tokens = _generate(lm, prompt, greedy_new, num_beams=1)
         diff, gap = _check_greedy_on_ort(name, lm, session, prompt, new_tokens)
+        if _past_layout(session):
+            _check_greedy_on_ort_cache(name, session, prompt, new_tokens)
         summary.append(
             f"  greedy prompt len {len(prompt):2d} -> {len(new_tokens)} new (seq {len(prompt) + len(new_tokens)}): "
-            f"ORT agrees (max abs diff {diff:.2e}, smallest top-1/top-2 gap {gap:.3g}); first new {new_tokens[:8]}"
+            f"ORT agrees (max abs diff {diff:.2e}, smallest top-1/top-2 gap {gap:.3g})"
+            + (", also over the exported cache" if _past_layout(session) else "")
+            + f"; first new {new_tokens[:8]}"
         )
         greedy.append({"prompt": prompt, "max_new_tokens": greedy_new, "new_tokens": new_tokens})
 
@@ -254,6 +308,11 @@ def make_refs(name: str) -> list[str]:
             "pad_token_id": PAD_TOKEN_ID,
         },
     }
+    # The sequence symbol of input_ids, which run_generation.py bounds with --dim for its error
+    # checks; recorded only where it is not generate.py's "seq" (Optimum's is "sequence_length").
+    seq_symbol = next(i.shape[1] for i in session.get_inputs() if i.name == "input_ids")
+    if seq_symbol != "seq":
+        document["seq_symbol"] = seq_symbol
     with open(os.path.join(MODELS_DIR, name, "generation.json"), "w") as f:
         f.write(_dump(document))
     summary.append(f"  wrote {name}/generation.json")

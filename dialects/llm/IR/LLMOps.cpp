@@ -23,6 +23,7 @@ std::string kernelNameOf(Operation* op) {
   if (isa<AttentionOp>(op)) return "LlmAttention";
   if (isa<PositionsOp>(op)) return "LlmPositions";
   if (isa<LastTokensOp>(op)) return "LlmLastTokens";
+  if (isa<RopeOp>(op)) return "LlmRope";
   return "";
 }
 

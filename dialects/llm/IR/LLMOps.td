@@ -61,6 +61,25 @@ def LLM_PositionsOp : LLM_Op<"positions", [Pure]> {
   let assemblyFormat = "`(` $input_ids `)` attr-dict `:` functional-type(operands, results)";
 }
 
+def LLM_RopeOp : LLM_Op<"rope", [Pure]> {
+  let summary = "Rotary position embedding from cos/sin caches (runtime kernel `LlmRope`)";
+  let description = [{
+    `x` is `[batch, heads, tokens, head_dim]`, `positions` `[tokens]` (from `llm.positions`),
+    `cos` and `sin` `[max_positions, head_dim / 2]`. Each token's vector is rotated by its
+    position: halves `(x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)`, or adjacent pairs
+    when `interleaved` is 1.
+
+    ```mlir
+    %r = llm.rope(%q, %pos, %cos, %sin) {interleaved = 0 : i64}
+        : (tensor<?x4x?x16xf32>, tensor<?xi64>, tensor<64x8xf32>, tensor<64x8xf32>) -> tensor<?x4x?x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$x, AnyRankedTensor:$positions, AnyRankedTensor:$cos,
+                   AnyRankedTensor:$sin, OptionalAttr<I64Attr>:$interleaved);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $x `,` $positions `,` $cos `,` $sin `)` attr-dict `:` functional-type(operands, results)";
+}
+
 def LLM_LastTokensOp : LLM_Op<"last_tokens", [Pure]> {
   let summary = "The rows that need logits (runtime kernel `LlmLastTokens`)";
   let description = [{

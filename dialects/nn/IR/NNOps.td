@@ -38,5 +38,6 @@ def NN_NoneOp : NN_Op<"none", [Pure]> {
 }
 
 include "NNOnnxOps.td"
+include "NNOrtOps.td"
 
 #endif // LLMC_NN_OPS

@@ -53,6 +53,7 @@ const KernelRegistry& KernelRegistry::cpuReference() {
     registerMathKernels(r);
     registerTensorKernels(r);
     registerAttentionKernels(r);
+    registerOrtContribKernels(r);
     registerLlmKernels(r);
     return r;
   }();

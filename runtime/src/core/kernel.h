@@ -120,6 +120,7 @@ void registerReductionKernels(KernelRegistry& registry);
 void registerMathKernels(KernelRegistry& registry);    // MatMul, Gemm, Einsum, norms, Softmax
 void registerTensorKernels(KernelRegistry& registry);  // shape and data movement
 void registerAttentionKernels(KernelRegistry& registry);  // ONNX Attention (opset 23)
+void registerOrtContribKernels(KernelRegistry& registry);  // ONNX Runtime's contrib ops
 void registerLlmKernels(KernelRegistry& registry);  // LlmAttention, LlmPositions, LlmLastTokens
 
 }  // namespace llmc

@@ -214,9 +214,51 @@ Status llmLastTokens(KernelContext& ctx) {
   return okStatus();
 }
 
+Status llmRope(KernelContext& ctx) {
+  const Tensor* x = ctx.input(0);
+  const Tensor* positions = ctx.input(1);
+  const Tensor* cos = ctx.input(2);
+  const Tensor* sin = ctx.input(3);
+  if (!x || !positions || !cos || !sin || x->rank() != 4 || cos->rank() != 2 ||
+      cos->shape() != sin->shape() || x->dtype() != DType::kFloat32 ||
+      cos->dtype() != DType::kFloat32 || sin->dtype() != DType::kFloat32)
+    return kernelError(ctx, "LlmRope needs float32 x [batch, heads, tokens, head_dim] and cos/sin "
+                            "[max_positions, head_dim / 2]");
+  const int64_t tokens = x->dim(2), head_dim = x->dim(3), half = cos->dim(1);
+  if (half * 2 != head_dim || positions->numElements() != tokens)
+    return kernelError(ctx, "x " + shapeToString(x->shape()) + ", positions " +
+                                shapeToString(positions->shape()) + " and cos " +
+                                shapeToString(cos->shape()) + " do not fit");
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, x->shape(), &out));
+  if (ctx.shapeOnly()) return okStatus();
+  std::vector<int64_t> pos;
+  LLMC_RETURN_IF_ERROR(readInt64s(positions, &pos));
+  const bool interleaved = ctx.params().getInt("interleaved", 0) != 0;
+  const int64_t rows = x->dim(0) * x->dim(1);
+  for (int64_t t = 0; t < tokens; ++t)
+    if (pos[t] < 0 || pos[t] >= cos->dim(0))
+      return kernelError(ctx, "position " + std::to_string(pos[t]) + " is outside the rotary cache of " +
+                                  std::to_string(cos->dim(0)) + " positions");
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* in = x->data<float>() + (r * tokens + t) * head_dim;
+      float* o = out->data<float>() + (r * tokens + t) * head_dim;
+      const float* c = cos->data<float>() + pos[t] * half;
+      const float* s = sin->data<float>() + pos[t] * half;
+      for (int64_t i = 0; i < half; ++i) {
+        int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+        o[a] = in[a] * c[i] - in[b] * s[i];
+        o[b] = in[b] * c[i] + in[a] * s[i];
+      }
+    }
+  return okStatus();
+}
+
 }  // namespace
 
 void registerLlmKernels(KernelRegistry& registry) {
+  registry.add({"LlmRope", 4, 4, 1, 1, llmRope});
   registry.add({"LlmAttention", 3, 3, 1, 1, llmAttention});
   registry.add({"LlmPositions", 1, 1, 1, 1, llmPositions});
   registry.add({"LlmLastTokens", 1, 1, 1, 1, llmLastTokens});
