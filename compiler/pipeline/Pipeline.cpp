@@ -192,11 +192,12 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
         max_context = range->second.second;
     }
     if (auto positions = config.getAs<IntegerAttr>("max_positions")) {
-      // Learned position embeddings have this many rows: no position may reach past them.
+      // Learned position embeddings or a rotary cache have this many rows: no position may
+      // reach past them.
       if (options.max_context > positions.getInt())
         return invalidArgument("--max-context " + std::to_string(options.max_context) +
                                " exceeds the model's " + std::to_string(positions.getInt()) +
-                               " learned positions");
+                               " positions (its position table or rotary cache)");
       max_context = std::min(max_context, positions.getInt());
     }
     int64_t vocab = config.getAs<IntegerAttr>("vocab_size").getInt();

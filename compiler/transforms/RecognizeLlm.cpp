@@ -644,6 +644,11 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     Value k = to_heads(packed ? part(op->getOperand(0), h * d, hkv * d) : op->getOperand(1), hkv);
     Value v = to_heads(packed ? part(op->getOperand(0), (h + hkv) * d, hkv * d) : op->getOperand(2), hkv);
     if (rotary) {
+      // The rotary cache's rows bound the context, as a learned position table's do.
+      if (auto cos = dyn_cast<RankedTensorType>(op->getOperand(7).getType());
+          cos && cos.getRank() == 2 && !ShapedType::isDynamic(cos.getDimSize(0)) &&
+          (!max_positions_ || cos.getDimSize(0) < *max_positions_))
+        max_positions_ = cos.getDimSize(0);
       Value positions = create("llm.positions", {ids}, RankedTensorType::get({dyn}, b.getI64Type()));
       SmallVector<NamedAttribute> attrs = {
           b.getNamedAttr("interleaved", b.getI64IntegerAttr(int_attr("rotary_interleaved", 0)))};

@@ -406,7 +406,7 @@ class CliTest(unittest.TestCase):
         model = self.save(micro_decoder())
         for extra, expected_code, message in [
             (("--max-context", "0"), 2, "--max-context must be at least 1"),
-            (("--max-context", "100"), 2, "exceeds the model's 64 learned positions"),
+            (("--max-context", "100"), 2, "exceeds the model's 64 positions"),
             (("--eos-id", "99"), 2, "--eos-id 99 is outside the vocabulary [0, 8)"),
             (("--bos-id", "x"), 2, "needs a non-negative integer"),
         ]:
