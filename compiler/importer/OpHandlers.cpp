@@ -115,6 +115,7 @@ const HandlerEntry kHandlers[] = {
     {"", "ReduceSum", 13, importGeneric},
     {"com.microsoft", "SkipSimplifiedLayerNormalization", 1, importMicrosoft},
     {"com.microsoft", "GroupQueryAttention", 1, importMicrosoft},
+    {"com.microsoft", "RotaryEmbedding", 1, importMicrosoft},
 };
 
 }  // namespace

@@ -4,7 +4,6 @@
 // come from llm.positions, the attention mask is as long as the new tokens, and the present
 // outputs go. What remains is a full-sequence model (the past is the runtime's KV cache), which
 // --llmc-recognize-llm then moves onto the cache.
-#include <regex>
 #include <set>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -26,13 +25,23 @@ std::string argName(func::FuncOp func, unsigned i) {
   return name ? name.getValue().str() : "";
 }
 
+// "<prefix><digits>.key" or "<prefix><digits>.value" (no std::regex: GCC 12's -Wmaybe-
+// uninitialized misfires inside it under the sanitizers).
+bool isLayerKv(const std::string& name, const std::string& prefix) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  size_t i = prefix.size(), digits = 0;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i, ++digits;
+  std::string rest = name.substr(i);
+  return digits > 0 && (rest == ".key" || rest == ".value");
+}
+bool isPast(const std::string& name) { return isLayerKv(name, "past_key_values."); }
+bool isPresent(const std::string& name) { return isLayerKv(name, "present."); }
+
 class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
  public:
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     Block& body = func.getBody().front();
-    static const std::regex kPast(R"(past_key_values\.\d+\.(key|value))");
-    static const std::regex kPresent(R"(present\.\d+\.(key|value))");
     int input_ids = -1, position_ids = -1, attention_mask = -1;
     std::vector<unsigned> past;
     for (unsigned i = 0; i < body.getNumArguments(); ++i) {
@@ -40,7 +49,7 @@ class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
       if (name == "input_ids") input_ids = static_cast<int>(i);
       if (name == "position_ids") position_ids = static_cast<int>(i);
       if (name == "attention_mask") attention_mask = static_cast<int>(i);
-      if (std::regex_match(name, kPast)) past.push_back(i);
+      if (isPast(name)) past.push_back(i);
     }
     if (past.empty() || input_ids < 0) return;
     Value ids = body.getArgument(static_cast<unsigned>(input_ids));
@@ -121,7 +130,7 @@ class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
     for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
       std::string name =
           names && i < names.size() ? cast<StringAttr>(names[i]).getValue().str() : "";
-      if (std::regex_match(name, kPresent)) continue;
+      if (isPresent(name)) continue;
       kept_values.push_back(ret.getOperand(i));
       if (names) kept_names.push_back(names[i]);
     }
@@ -133,7 +142,7 @@ class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
     llvm::BitVector erase(body.getNumArguments());
     for (unsigned i = 0; i < body.getNumArguments(); ++i)
       if (body.getArgument(i).use_empty() &&
-          (std::regex_match(argName(func, i), kPast) || static_cast<int>(i) == position_ids))
+          (isPast(argName(func, i)) || static_cast<int>(i) == position_ids))
         erase.set(i);
     func.eraseArguments(erase);
     func.setType(FunctionType::get(&getContext(), func.getArgumentTypes(), ret.getOperandTypes()));

@@ -18,4 +18,8 @@ def NN_SkipSimplifiedLayerNormalizationOp : NN_OnnxOp<"ms_skip_simplified_layer_
 def NN_GroupQueryAttentionOp : NN_OnnxOp<"ms_group_query_attention",
     "com.microsoft.GroupQueryAttention", 1, 1, 12, 1, 4, (ins)>;
 
+// (com.microsoft) Rotary position embedding from cos/sin caches, 3-D or 4-D input.
+def NN_MsRotaryEmbeddingOp : NN_OnnxOp<"ms_rotary_embedding",
+    "com.microsoft.RotaryEmbedding", 1, 4, 4, 1, 1, (ins)>;
+
 #endif // LLMC_NN_ORT_OPS

@@ -251,9 +251,73 @@ Status groupQueryAttention(KernelContext& ctx) {
   return okStatus();
 }
 
+// RotaryEmbedding: input [batch, seq, heads * head] or [batch, heads, seq, head];
+// position_ids [batch, seq] (or [1]: an offset, token i at offset + i); cos/sin caches
+// [max_positions, rotary_dim / 2]. The first rotary_dim values of each head rotate; the rest
+// are copied.
+Status rotaryEmbedding(KernelContext& ctx) {
+  const Tensor* x = ctx.input(0);
+  const Tensor* position_ids = ctx.input(1);
+  const Tensor* cos = ctx.input(2);
+  const Tensor* sin = ctx.input(3);
+  if (!x || !position_ids || !cos || !sin) return kernelError(ctx, "needs input, position_ids, cos_cache, sin_cache");
+  LLMC_RETURN_IF_ERROR(requireFloat32(ctx, {x, cos, sin}));
+  if ((x->rank() != 3 && x->rank() != 4) || cos->rank() != 2 || sin->shape() != cos->shape())
+    return kernelError(ctx, "input must be 3-D or 4-D and cos/sin caches [max_positions, rotary_dim / 2]");
+  const int64_t batch = x->dim(0);
+  const int64_t seq = x->rank() == 3 ? x->dim(1) : x->dim(2);
+  const int64_t rotary_dim = cos->dim(1) * 2;
+  int64_t heads = ctx.params().getInt("num_heads", 0);
+  int64_t head = 0;
+  if (x->rank() == 4) {
+    heads = x->dim(1);
+    head = x->dim(3);
+  } else {
+    if (heads <= 0) heads = rotary_dim > 0 ? x->dim(2) / rotary_dim : 0;
+    head = heads > 0 ? x->dim(2) / heads : 0;
+  }
+  const int64_t attr_dim = ctx.params().getInt("rotary_embedding_dim", 0);
+  if (heads <= 0 || head <= 0 || heads * head != (x->rank() == 3 ? x->dim(2) : heads * head) ||
+      rotary_dim > head || (attr_dim > 0 && attr_dim != rotary_dim))
+    return kernelError(ctx, "input " + shapeToString(x->shape()) + " does not fit num_heads and the " +
+                                std::to_string(rotary_dim) + "-wide rotary cache");
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, x->shape(), &out));
+  if (ctx.shapeOnly()) return okStatus();
+  std::vector<int64_t> pos;
+  LLMC_RETURN_IF_ERROR(readInt64s(position_ids, &pos));
+  const bool offset_only = pos.size() == 1;
+  if (!offset_only && static_cast<int64_t>(pos.size()) != batch * seq)
+    return kernelError(ctx, "position_ids must be [batch, seq] or [1]");
+  const bool interleaved = ctx.params().getInt("interleaved", 0) != 0;
+  const int64_t half = rotary_dim / 2;
+  std::memcpy(out->data<float>(), x->data<float>(), x->numElements() * sizeof(float));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < seq; ++s) {
+      const int64_t p = offset_only ? pos[0] + s : pos[b * seq + s];
+      if (p < 0 || p >= cos->dim(0))
+        return kernelError(ctx, "position " + std::to_string(p) + " is outside the rotary cache of " +
+                                    std::to_string(cos->dim(0)));
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t offset = x->rank() == 3 ? (b * seq + s) * heads * head + h * head
+                                              : ((b * heads + h) * seq + s) * head;
+        float* o = out->data<float>() + offset;
+        for (int64_t i = 0; i < half; ++i) {
+          float c = cos->data<float>()[p * half + i], sn = sin->data<float>()[p * half + i];
+          int64_t a = interleaved ? 2 * i : i, bb = interleaved ? 2 * i + 1 : i + half;
+          float x1 = o[a], x2 = o[bb];
+          o[a] = x1 * c - x2 * sn;
+          o[bb] = x2 * c + x1 * sn;
+        }
+      }
+    }
+  return okStatus();
+}
+
 }  // namespace
 
 void registerOrtContribKernels(KernelRegistry& registry) {
+  registry.add({"com.microsoft.RotaryEmbedding", 4, 4, 1, 1, &rotaryEmbedding});
   registry.add({"SimplifiedLayerNormalization", 2, 3, 1, 2, &simplifiedLayerNorm});
   registry.add({"com.microsoft.SkipSimplifiedLayerNormalization", 3, 4, 1, 4, &skipSimplifiedLayerNorm});
   registry.add({"com.microsoft.GroupQueryAttention", 1, 12, 1, 4, &groupQueryAttention});
