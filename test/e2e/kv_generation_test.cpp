@@ -25,8 +25,10 @@ std::shared_ptr<const Engine> loadEngine() {
 }
 
 std::unique_ptr<Generator> makeGenerator(std::shared_ptr<const Engine> engine, bool kv,
-                                         int64_t kv_tokens = 0) {
+                                         int64_t kv_tokens = 0,
+                                         DType kv_dtype = DType::kFloat32) {
   GeneratorConfig config;
+  config.kv_cache_dtype = kv_dtype;
   config.use_kv_cache = kv;
   config.kv_cache_tokens = kv_tokens;
   std::unique_ptr<Generator> generator;
@@ -67,6 +69,20 @@ TEST(KvGeneration, GreedyEqualsFullRecomputation) {
     auto prompt = promptOf(length, static_cast<int32_t>(length));
     EXPECT_EQ(greedy(*kv, prompt, 24), greedy(*full, prompt, 24)) << "prompt of " << length;
   }
+}
+
+TEST(KvGeneration, Float16CacheKeepsTheGreedyTokens) {
+  auto engine = loadEngine();
+  auto f32 = makeGenerator(engine, true);
+  auto f16 = makeGenerator(engine, true, 0, DType::kFloat16);
+  for (size_t length : {5u, 30u}) {
+    auto prompt = promptOf(length, static_cast<int32_t>(70 + length));
+    EXPECT_EQ(greedy(*f16, prompt, 16), greedy(*f32, prompt, 16)) << "prompt of " << length;
+  }
+  GeneratorConfig bad;
+  bad.kv_cache_dtype = DType::kInt8;
+  std::unique_ptr<Generator> generator;
+  EXPECT_EQ(Generator::create(engine, bad, &generator).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(KvGeneration, SharedPrefixIsReusedAndGivesTheSameTokens) {

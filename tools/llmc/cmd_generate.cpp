@@ -104,6 +104,12 @@ int runGenerate(const std::vector<std::string>& args) {
       length_penalty = static_cast<float>(value);
     } else if (arg == "--print-ids") {
       print_ids = true;
+    } else if (arg == "--kv-cache-dtype") {
+      const std::string* v = next();
+      if (v && *v == "f32") config.kv_cache_dtype = DType::kFloat32;
+      else if (v && *v == "f16") config.kv_cache_dtype = DType::kFloat16;
+      else if (v && *v == "bf16") config.kv_cache_dtype = DType::kBFloat16;
+      else return usageError("generate", "--kv-cache-dtype takes f32, f16 or bf16");
     } else if (arg == "--no-kv-cache") {
       config.use_kv_cache = false;
     } else if (arg == "--kv-cache-tokens") {

@@ -50,6 +50,7 @@ const char kUsage[] =
     "          [--repetition-penalty R] [--seed S] [--stop-id ID ...] [--beam N [--length-penalty "
     "L]]\n"
     "          [--print-ids] [--no-kv-cache] [--kv-cache-tokens N]\n"
+    "          [--kv-cache-dtype f32|f16|bf16]\n"
     "      generate tokens from a decoder language model (temperature 0, the default, is greedy)\n"
     "  bench ENGINE [--context N] [--new-tokens N] [--repeat N] [--kv-only] [--batch N]\n"
     "      time to first token and decode tokens/s over the KV cache and by full recomputation\n"

@@ -28,6 +28,7 @@ struct BatchConfig {
   // KV cache capacity in tokens (0: 4 x the engine's context, at most 1 GiB). A request is
   // admitted only when its prompt plus max_new_tokens fits beside the running ones.
   int64_t kv_cache_tokens = 0;
+  DType kv_cache_dtype = DType::kFloat32;  // float32, float16 or bfloat16
 };
 
 class BatchGenerator {

@@ -65,6 +65,9 @@ struct GeneratorConfig {
   // KV cache capacity in tokens, all sequences together (0: 4 x the engine's context,
   // at most 1 GiB). A request that needs more fails with kResourceExhausted.
   int64_t kv_cache_tokens = 0;
+  // How the cache stores K/V: float32, or float16/bfloat16 for half the memory (attention
+  // still computes in float32).
+  DType kv_cache_dtype = DType::kFloat32;
 };
 
 class Generator {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/half.h"
 #include "core/kernel.h"
 #include "llm/step_context.h"
 
@@ -95,7 +96,8 @@ Status llmAttention(KernelContext& ctx) {
                                 std::to_string(step->token_position.size()) +
                                 "] tokens, attention got q " + shapeToString(q->shape()));
   if (layer >= spec.num_layers || kv_heads != spec.num_kv_heads || head_dim != spec.head_dim ||
-      spec.dtype != DType::kFloat32)
+      (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat16 &&
+       spec.dtype != DType::kBFloat16))
     return kernelError(ctx, "the KV cache (" + std::to_string(spec.num_layers) + " layers, " +
                                 std::to_string(spec.num_kv_heads) + " KV heads of " +
                                 std::to_string(spec.head_dim) + ", " + dtypeName(spec.dtype) +
@@ -103,16 +105,41 @@ Status llmAttention(KernelContext& ctx) {
                                 std::to_string(kv_heads) + " KV heads of " +
                                 std::to_string(head_dim));
   const int64_t block_size = spec.block_size;
-  // 1. Store every new token's K and V.
+  // 1. Store every new token's K and V (converted to the cache's dtype).
+  const DType cache_dtype = spec.dtype;
+  const size_t element = dtypeSize(cache_dtype);
+  auto store_row = [&](void* dst, const float* src) {
+    switch (cache_dtype) {
+      case DType::kFloat16:
+        for (int64_t d = 0; d < head_dim; ++d) static_cast<Float16*>(dst)[d] = toFloat16(src[d]);
+        break;
+      case DType::kBFloat16:
+        for (int64_t d = 0; d < head_dim; ++d) static_cast<BFloat16*>(dst)[d] = toBFloat16(src[d]);
+        break;
+      default:
+        std::memcpy(dst, src, head_dim * sizeof(float));
+    }
+  };
+  auto load_rows = [&](float* dst, const void* src, int64_t count) {
+    switch (cache_dtype) {
+      case DType::kFloat16:
+        for (int64_t i = 0; i < count; ++i) dst[i] = toFloat(static_cast<const Float16*>(src)[i]);
+        break;
+      case DType::kBFloat16:
+        for (int64_t i = 0; i < count; ++i) dst[i] = toFloat(static_cast<const BFloat16*>(src)[i]);
+        break;
+      default:
+        std::memcpy(dst, src, count * sizeof(float));
+    }
+  };
   for (int64_t t = 0; t < tokens; ++t) {
     const KvSlot& slot = step->token_slot[t];
-    float* kc = static_cast<float*>(cache.keyData(slot.block, static_cast<int32_t>(layer)));
-    float* vc = static_cast<float*>(cache.valueData(slot.block, static_cast<int32_t>(layer)));
+    auto* kc = static_cast<uint8_t*>(cache.keyData(slot.block, static_cast<int32_t>(layer)));
+    auto* vc = static_cast<uint8_t*>(cache.valueData(slot.block, static_cast<int32_t>(layer)));
     for (int64_t h = 0; h < kv_heads; ++h) {
-      std::memcpy(kc + (h * block_size + slot.offset) * head_dim, kd + kv_at(0, h, t),
-                  head_dim * sizeof(float));
-      std::memcpy(vc + (h * block_size + slot.offset) * head_dim, vd + kv_at(0, h, t),
-                  head_dim * sizeof(float));
+      size_t offset = static_cast<size_t>((h * block_size + slot.offset) * head_dim) * element;
+      store_row(kc + offset, kd + kv_at(0, h, t));
+      store_row(vc + offset, vd + kv_at(0, h, t));
     }
   }
   // 2. Per sequence: gather its cached K/V into contiguous [kv_head][position][head_dim]
@@ -134,15 +161,14 @@ Status llmAttention(KernelContext& ctx) {
     for (int64_t start = 0; start < length; start += block_size) {
       int32_t block = table[static_cast<size_t>(start / block_size)];
       int64_t n = std::min(block_size, length - start);
-      const float* kc =
-          static_cast<const float*>(cache.keyData(block, static_cast<int32_t>(layer)));
-      const float* vc =
-          static_cast<const float*>(cache.valueData(block, static_cast<int32_t>(layer)));
+      const auto* kc =
+          static_cast<const uint8_t*>(cache.keyData(block, static_cast<int32_t>(layer)));
+      const auto* vc =
+          static_cast<const uint8_t*>(cache.valueData(block, static_cast<int32_t>(layer)));
       for (int64_t h = 0; h < kv_heads; ++h) {
-        std::memcpy(&keys[(h * length + start) * head_dim], kc + h * block_size * head_dim,
-                    n * head_dim * sizeof(float));
-        std::memcpy(&values[(h * length + start) * head_dim], vc + h * block_size * head_dim,
-                    n * head_dim * sizeof(float));
+        size_t offset = static_cast<size_t>(h * block_size * head_dim) * element;
+        load_rows(&keys[(h * length + start) * head_dim], kc + offset, n * head_dim);
+        load_rows(&values[(h * length + start) * head_dim], vc + offset, n * head_dim);
       }
     }
     for (int64_t t = 0; t < tokens; ++t) {

@@ -74,7 +74,8 @@ Status BatchGenerator::create(std::shared_ptr<const Engine> engine, const BatchC
   State& s = *generator->state_;
   s.engine = engine;
   s.config = config;
-  LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &s.runner));
+  LLMC_RETURN_IF_ERROR(
+      LlmRunner::create(engine, config.kv_cache_tokens, &s.runner, config.kv_cache_dtype));
   *out = std::move(generator);
   return okStatus();
 }

@@ -156,7 +156,8 @@ Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorCo
     state->max_length = llm->max_context;
     state->vocab = llm->vocab_size;
     if (config.use_kv_cache)
-      LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner));
+      LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner,
+                                              config.kv_cache_dtype));
   }
   if (!engine->tokenizerJson().empty()) {
     std::unique_ptr<Tokenizer> tokenizer;

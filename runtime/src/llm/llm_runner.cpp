@@ -9,7 +9,7 @@
 namespace llmc {
 
 Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
-                         std::unique_ptr<LlmRunner>* out) {
+                         std::unique_ptr<LlmRunner>* out, DType kv_dtype) {
   if (!engine || !engine->llmConfig())
     return invalidArgument("LlmRunner needs an engine compiled as a language model");
   const LlmConfig& config = *engine->llmConfig();
@@ -18,7 +18,10 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
   spec.num_layers = config.num_layers;
   spec.num_kv_heads = config.num_kv_heads;
   spec.head_dim = config.head_dim;
-  spec.dtype = DType::kFloat32;  // the CPU attention kernel's format
+  if (kv_dtype != DType::kFloat32 && kv_dtype != DType::kFloat16 && kv_dtype != DType::kBFloat16)
+    return invalidArgument(std::string("KV cache dtype ") + dtypeName(kv_dtype) +
+                           " is not supported (float32, float16, bfloat16)");
+  spec.dtype = kv_dtype;
   spec.block_size = 16;
   if (kv_cache_tokens <= 0) {
     int64_t budget_blocks = 0;

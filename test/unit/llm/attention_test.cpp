@@ -61,12 +61,12 @@ Tensor concatTokens(const std::vector<Tensor>& parts) {
 }
 
 // A float32 cache of kKvHeads heads of kDim.
-KvCacheSpec floatSpec(int32_t layers, int64_t blocks) {
+KvCacheSpec floatSpec(int32_t layers, int64_t blocks, DType dtype = DType::kFloat32) {
   KvCacheSpec spec;
   spec.num_layers = layers;
   spec.num_kv_heads = kKvHeads;
   spec.head_dim = kDim;
-  spec.dtype = DType::kFloat32;
+  spec.dtype = dtype;
   spec.num_blocks = blocks;
   return spec;
 }
@@ -95,7 +95,9 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, LlmStepContext*
   return status->ok() ? ctx.outputs[0] : Tensor();
 }
 
-TEST(LlmAttention, RaggedStepsOverTheCacheEqualWholeSequenceAttention) {
+// Mixed prefill/decode steps of three sequences through a cache storing `dtype`; the result
+// must match whole-sequence attention within `tolerance`.
+void checkRaggedSteps(DType dtype, double tolerance) {
   std::mt19937 rng(7);
   std::vector<Sequence> seqs = {{11, 37, {}, {}, {}, {}}, {12, 5, {}, {}, {}, {}},
                                 {13, 18, {}, {}, {}, {}}};
@@ -108,7 +110,7 @@ TEST(LlmAttention, RaggedStepsOverTheCacheEqualWholeSequenceAttention) {
     ASSERT_OK(status);
   }
   std::unique_ptr<KvCache> cache;
-  ASSERT_OK(KvCache::create(floatSpec(kLayers, 16), &cache));
+  ASSERT_OK(KvCache::create(floatSpec(kLayers, 16, dtype), &cache));
 
   // Steps as (sequence, first, count): chunked prefill mixed with decode, in both layers.
   std::vector<std::vector<std::array<int64_t, 3>>> steps = {
@@ -171,11 +173,21 @@ TEST(LlmAttention, RaggedStepsOverTheCacheEqualWholeSequenceAttention) {
       Tensor got = concatTokens(got_parts[i][layer]);
       ASSERT_EQ(got.shape(), seqs[i].expected.shape());
       for (int64_t e = 0; e < got.numElements(); ++e)
-        EXPECT_NEAR(got.data<float>()[e], seqs[i].expected.data<float>()[e], 1e-5)
+        EXPECT_NEAR(got.data<float>()[e], seqs[i].expected.data<float>()[e], tolerance)
             << "sequence " << i << " layer " << layer << " element " << e;
     }
   }
   ASSERT_OK(cache->checkInvariants());
+}
+
+TEST(LlmAttention, RaggedStepsOverTheCacheEqualWholeSequenceAttention) {
+  checkRaggedSteps(DType::kFloat32, 1e-5);
+}
+
+// Half-precision storage: K/V rounded to 11 (float16) or 8 (bfloat16) significant bits.
+TEST(LlmAttention, HalfPrecisionCacheStaysClose) {
+  checkRaggedSteps(DType::kFloat16, 5e-3);
+  checkRaggedSteps(DType::kBFloat16, 4e-2);
 }
 
 TEST(LlmAttention, RejectsMismatchedShapesAndABatchedStep) {
