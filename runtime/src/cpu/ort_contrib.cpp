@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/kernel.h"
+#include "cpu/rotary.h"
 
 namespace llmc {
 namespace {
@@ -108,19 +109,11 @@ Status skipSimplifiedLayerNorm(KernelContext& ctx) {
 }
 
 // Rotates `x` (head_dim values) in place for position `pos` with cos/sin caches
-// [max_positions, head_dim / 2]: halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), or
-// interleaved pairs.
+// [max_positions, head_dim / 2].
 void rotate(float* x, int64_t head_dim, int64_t pos, const float* cos_cache, const float* sin_cache,
             bool interleaved) {
   const int64_t half = head_dim / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    float c = cos_cache[pos * half + i], s = sin_cache[pos * half + i];
-    float& a = interleaved ? x[2 * i] : x[i];
-    float& b = interleaved ? x[2 * i + 1] : x[i + half];
-    float a0 = a, b0 = b;
-    a = a0 * c - b0 * s;
-    b = b0 * c + a0 * s;
-  }
+  rotateHead(x, cos_cache + pos * half, sin_cache + pos * half, half, interleaved);
 }
 
 Status groupQueryAttention(KernelContext& ctx) {
@@ -301,14 +294,8 @@ Status rotaryEmbedding(KernelContext& ctx) {
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t offset = x->rank() == 3 ? (b * seq + s) * heads * head + h * head
                                               : ((b * heads + h) * seq + s) * head;
-        float* o = out->data<float>() + offset;
-        for (int64_t i = 0; i < half; ++i) {
-          float c = cos->data<float>()[p * half + i], sn = sin->data<float>()[p * half + i];
-          int64_t a = interleaved ? 2 * i : i, bb = interleaved ? 2 * i + 1 : i + half;
-          float x1 = o[a], x2 = o[bb];
-          o[a] = x1 * c - x2 * sn;
-          o[bb] = x2 * c + x1 * sn;
-        }
+        rotateHead(out->data<float>() + offset, cos->data<float>() + p * half,
+                   sin->data<float>() + p * half, half, interleaved);
       }
     }
   return okStatus();

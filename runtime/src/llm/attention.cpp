@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "core/kernel.h"
+#include "cpu/rotary.h"
 #include "llm/step_context.h"
 
 namespace llmc {
@@ -266,18 +267,11 @@ Status llmRope(KernelContext& ctx) {
     if (pos[t] < 0 || pos[t] >= cos->dim(0))
       return kernelError(ctx, "position " + std::to_string(pos[t]) + " is outside the rotary cache of " +
                                   std::to_string(cos->dim(0)) + " positions");
+  std::memcpy(out->data<float>(), x->data<float>(), x->numElements() * sizeof(float));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < tokens; ++t) {
-      const float* in = x->data<float>() + (r * tokens + t) * head_dim;
-      float* o = out->data<float>() + (r * tokens + t) * head_dim;
-      const float* c = cos->data<float>() + pos[t] * half;
-      const float* s = sin->data<float>() + pos[t] * half;
-      for (int64_t i = 0; i < half; ++i) {
-        int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
-        o[a] = in[a] * c[i] - in[b] * s[i];
-        o[b] = in[b] * c[i] + in[a] * s[i];
-      }
-    }
+    for (int64_t t = 0; t < tokens; ++t)
+      rotateHead(out->data<float>() + (r * tokens + t) * head_dim, cos->data<float>() + pos[t] * half,
+                 sin->data<float>() + pos[t] * half, half, interleaved);
   return okStatus();
 }
 
