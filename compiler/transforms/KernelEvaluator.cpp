@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "exec/IR/ExecOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llm/IR/LLMOps.h"
 #include "mlir/IR/Location.h"
 #include "nn/IR/NNOps.h"
@@ -212,4 +213,39 @@ std::vector<Value> replaceWithConstants(Operation* op, const std::vector<Tensor>
   op->erase();
   return constants;
 }
+
+std::vector<std::string> dimNamesOf(Value value) {
+  std::vector<std::string> names;
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!type) return names;
+  ArrayAttr dims;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      dims = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims");
+  } else if (auto all = value.getDefiningOp()->getAttrOfType<ArrayAttr>("llmc.dims")) {
+    unsigned index = cast<OpResult>(value).getResultNumber();
+    if (index < all.size()) dims = dyn_cast<ArrayAttr>(all[index]);
+  }
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    names.push_back(dims && d < static_cast<int64_t>(dims.size())
+                        ? cast<StringAttr>(dims[d]).getValue().str()
+                        : "");
+  return names;
+}
+
+Value createOp(OpBuilder& builder, Location loc, StringRef name, ValueRange operands, Type type,
+               ArrayRef<NamedAttribute> attributes) {
+  OperationState state(loc, name);
+  state.addOperands(operands);
+  state.addTypes(type);
+  state.addAttributes(attributes);
+  return builder.create(state)->getResult(0);
+}
+
+Value int64Constant(OpBuilder& builder, Location loc, ArrayRef<int64_t> values) {
+  auto type = RankedTensorType::get({static_cast<int64_t>(values.size())}, builder.getI64Type());
+  return createOp(builder, loc, "nn.constant", {}, type,
+                  {builder.getNamedAttr("value", DenseElementsAttr::get(type, values))});
+}
+
 }  // namespace llmc

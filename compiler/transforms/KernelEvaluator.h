@@ -10,6 +10,7 @@
 
 #include "core/kernel.h"
 #include "llmc/tensor.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
@@ -52,4 +53,17 @@ namespace llmc {
 // constants' values, in result order.
 std::vector<mlir::Value> replaceWithConstants(mlir::Operation* op,
                                               const std::vector<Tensor>& values);
+
+// The symbol name of each dimension of `value`, from the `llmc.dims` that shape inference
+// writes ("" for static or unnamed dims; empty when the rank is unknown).
+std::vector<std::string> dimNamesOf(mlir::Value value);
+
+// Creates the single-result op `name` (an nn or llm op: generic form, attributes in the
+// dictionary) at the builder's insertion point and returns its result.
+mlir::Value createOp(mlir::OpBuilder& builder, mlir::Location loc, llvm::StringRef name,
+                     mlir::ValueRange operands, mlir::Type type,
+                     llvm::ArrayRef<mlir::NamedAttribute> attributes = {});
+// An nn.constant holding the 1-D int64 tensor `values`.
+mlir::Value int64Constant(mlir::OpBuilder& builder, mlir::Location loc,
+                          llvm::ArrayRef<int64_t> values);
 }  // namespace llmc

@@ -64,25 +64,6 @@ std::optional<std::vector<int64_t>> intsConstant(Value v) {
   return values;
 }
 
-std::vector<std::string> dimsOf(Value value) {
-  std::vector<std::string> dims;
-  ArrayAttr all;
-  unsigned index = 0;
-  if (auto arg = dyn_cast<BlockArgument>(value)) {
-    auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
-    if (auto d = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims")) {
-      for (Attribute a : d) dims.push_back(cast<StringAttr>(a).getValue().str());
-    }
-    return dims;
-  }
-  all = value.getDefiningOp()->getAttrOfType<ArrayAttr>("llmc.dims");
-  index = cast<OpResult>(value).getResultNumber();
-  if (!all || index >= all.size()) return dims;
-  if (auto d = dyn_cast<ArrayAttr>(all[index]))
-    for (Attribute a : d) dims.push_back(cast<StringAttr>(a).getValue().str());
-  return dims;
-}
-
 // Does anything a MatMul/Gemm computed flow into `v`? (Masks are built from shapes and the
 // attention mask input only; scores come from Q·Kᵀ.)
 bool dependsOnMatMul(Value v, llvm::DenseMap<Value, bool>& memo) {
@@ -121,6 +102,32 @@ struct AttentionMatch {
   std::vector<std::pair<Value, bool>> shape_scales;
 };
 
+// `op` as Mul(x, c), Mul(c, x) or Div(x, c) with a constant scalar c: c, whether it divides,
+// and x. Nothing for anything else.
+struct ScalarFactor {
+  double value;
+  bool divides;
+  Value other;
+};
+std::optional<ScalarFactor> scalarFactor(Operation* op) {
+  bool mul = isNN(op, "nn.mul"), div = isNN(op, "nn.div");
+  if (!mul && !div) return std::nullopt;
+  if (auto c = scalarConstant(op->getOperand(1))) return ScalarFactor{*c, div, op->getOperand(0)};
+  if (mul)
+    if (auto c = scalarConstant(op->getOperand(0))) return ScalarFactor{*c, false, op->getOperand(1)};
+  return std::nullopt;
+}
+
+// llm.attention(q, k, v) with layer 0 (numbered once all are found), carrying `names`.
+Value createAttention(OpBuilder& b, Location loc, Value q, Value k, Value v, Type type,
+                      double scale, Attribute names) {
+  Value attention = createOp(b, loc, "llm.attention", {q, k, v}, type,
+                             {b.getNamedAttr("layer", b.getI64IntegerAttr(0)),
+                              b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))});
+  if (names) attention.getDefiningOp()->setAttr("llmc.names", names);
+  return attention;
+}
+
 // A failure message, or empty on success.
 std::string matchAttention(Operation* softmax, AttentionMatch* m) {
   m->softmax = softmax;
@@ -139,30 +146,20 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
     if (name == "nn.cast") {
       m->chain.push_back(op);
       current = op->getOperand(0);
-    } else if (name == "nn.mul" || name == "nn.div") {
-      int scalar_index = scalarConstant(op->getOperand(1)) ? 1
-                         : (name == "nn.mul" && scalarConstant(op->getOperand(0))) ? 0
-                                                                                    : -1;
-      if (scalar_index < 0) {
-        // A factor computed from shapes only: evaluated (and checked constant) later.
-        int shape_index = !dependsOnMatMul(op->getOperand(1), memo)   ? 1
-                          : name == "nn.mul" && !dependsOnMatMul(op->getOperand(0), memo) ? 0
-                                                                                           : -1;
-        if (shape_index < 0) return where(op) + " scales the scores by a computed tensor";
-        m->shape_scales.push_back({op->getOperand(shape_index), name == "nn.div"});
-        m->chain.push_back(op);
-        current = op->getOperand(1 - shape_index);
-        continue;
-      }
-      double c = *scalarConstant(op->getOperand(scalar_index));
-      if (name == "nn.div") {
-        if (c == 0) return where(op) + " divides the scores by zero";
-        m->scale /= c;
-      } else {
-        m->scale *= c;
-      }
+    } else if (auto factor = scalarFactor(op)) {
+      if (factor->divides && factor->value == 0) return where(op) + " divides the scores by zero";
+      m->scale = factor->divides ? m->scale / factor->value : m->scale * factor->value;
       m->chain.push_back(op);
-      current = op->getOperand(1 - scalar_index);
+      current = factor->other;
+    } else if (name == "nn.mul" || name == "nn.div") {
+      // A factor computed from shapes only: evaluated (and checked constant) with the masks.
+      int shape_index = !dependsOnMatMul(op->getOperand(1), memo)                     ? 1
+                        : name == "nn.mul" && !dependsOnMatMul(op->getOperand(0), memo) ? 0
+                                                                                         : -1;
+      if (shape_index < 0) return where(op) + " scales the scores by a computed tensor";
+      m->shape_scales.push_back({op->getOperand(shape_index), name == "nn.div"});
+      m->chain.push_back(op);
+      current = op->getOperand(1 - shape_index);
     } else if (name == "nn.add") {
       if (m->mask_kind != AttentionMatch::MaskKind::kNone)
         return where(op) + " adds a second bias to the scores";
@@ -198,13 +195,11 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
   // SDPA exports scale Kᵀ (and Q) by sqrt(scale) each; Kᵀ's factor joins the scale (Q's stays
   // in the graph: it is computed per token).
   while (Operation* def = m->k_transposed.getDefiningOp()) {
-    bool mul = isNN(def, "nn.mul"), div = isNN(def, "nn.div");
-    if (!(mul || div) || !m->k_transposed.hasOneUse()) break;
-    std::optional<double> c = scalarConstant(def->getOperand(1));
-    if (!c || (div && *c == 0)) break;
-    m->scale = div ? m->scale / *c : m->scale * *c;
+    std::optional<ScalarFactor> factor = scalarFactor(def);
+    if (!factor || !m->k_transposed.hasOneUse() || (factor->divides && factor->value == 0)) break;
+    m->scale = factor->divides ? m->scale / factor->value : m->scale * factor->value;
     m->chain.push_back(def);
-    m->k_transposed = def->getOperand(0);
+    m->k_transposed = factor->other;
   }
   // Forward: softmax -> casts -> MatMul(P, V).
   Value probs = softmax->getResult(0);
@@ -391,7 +386,6 @@ std::string checkCausal(const AttentionMatch& match, const Tensor& mask, const T
 
 class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
  public:
-  std::optional<double> shape_scale_;
   std::optional<int64_t> max_positions_;  // rows of a learned position table, if any
 
   void runOnOperation() override {
@@ -407,7 +401,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         input_ids = static_cast<int>(arg.getArgNumber());
     }
     if (input_ids < 0) return;
-    std::vector<std::string> ids_dims = dimsOf(body.getArgument(input_ids));
+    std::vector<std::string> ids_dims = dimNamesOf(body.getArgument(input_ids));
     if (ids_dims.size() != 2 || ids_dims[1].empty()) return;
     seq_ = ids_dims[1];
     bool has_attention = false;
@@ -494,15 +488,10 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     *head_dim = d;
     SmallVector<int64_t> out_shape(q_type.getShape());
     out_shape[3] = v_type.getDimSize(3);
-    OperationState state(loc, "llm.attention");
-    state.addOperands({m.q, k, v});
-    state.addTypes(RankedTensorType::get(out_shape, q_type.getElementType()));
-    state.addAttribute("layer", b.getI64IntegerAttr(0));  // numbered once all are found
-    state.addAttribute("scale", b.getF32FloatAttr(static_cast<float>(m.scale)));
-    Operation* attention = b.create(state);
-    if (auto names = m.output_matmul->getAttr("llmc.names"))
-      attention->setAttr("llmc.names", names);
-    m.output_matmul->getResult(0).replaceAllUsesWith(attention->getResult(0));
+    Value attention = createAttention(b, loc, m.q, k, v,
+                                      RankedTensorType::get(out_shape, q_type.getElementType()),
+                                      m.scale, m.output_matmul->getAttr("llmc.names"));
+    m.output_matmul->getResult(0).replaceAllUsesWith(attention);
     // The core's ops only use each other now: drop their operands, then erase them.
     std::vector<Operation*> dead = m.chain;
     dead.push_back(m.output_matmul);
@@ -544,8 +533,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       m.mask_kind = mask_type.getElementType().isInteger(1) ? AttentionMatch::MaskKind::kWhere
                                                            : AttentionMatch::MaskKind::kAdd;
       m.mask = op->getOperand(3);
-      shape_scale_.reset();
-      std::string error = proveCausal(func, input_ids, m);
+        std::string error = proveCausal(func, input_ids, m);
       if (!error.empty()) return error;
     } else if (!causal || causal.getInt() == 0) {
       return "neither is_causal nor a mask: bidirectional attention is not a decoder";
@@ -559,16 +547,12 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     double scale = 1.0 / std::sqrt(static_cast<double>(q.getDimSize(3)));
     if (auto attr = op->getAttrOfType<FloatAttr>("scale")) scale = attr.getValueAsDouble();
     OpBuilder b(op);
-    OperationState state(op->getLoc(), "llm.attention");
-    state.addOperands({op->getOperand(0), op->getOperand(1), op->getOperand(2)});
     SmallVector<int64_t> shape(q.getShape());
     shape[3] = v.getDimSize(3);
-    state.addTypes(RankedTensorType::get(shape, q.getElementType()));
-    state.addAttribute("layer", b.getI64IntegerAttr(0));
-    state.addAttribute("scale", b.getF32FloatAttr(static_cast<float>(scale)));
-    Operation* attention = b.create(state);
-    if (auto names = op->getAttr("llmc.names")) attention->setAttr("llmc.names", names);
-    op->getResult(0).replaceAllUsesWith(attention->getResult(0));
+    Value attention = createAttention(b, op->getLoc(), op->getOperand(0), op->getOperand(1),
+                                      op->getOperand(2), RankedTensorType::get(shape, q.getElementType()),
+                                      scale, op->getAttr("llmc.names"));
+    op->getResult(0).replaceAllUsesWith(attention);
     op->erase();
     return "";
   }
@@ -621,16 +605,9 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     auto f32 = query.getElementType();
     const int64_t dyn = ShapedType::kDynamic;
     auto create = [&](StringRef name, ValueRange operands, Type type, ArrayRef<NamedAttribute> attrs = {}) {
-      OperationState state(loc, name);
-      state.addOperands(operands);
-      state.addTypes(type);
-      state.addAttributes(attrs);
-      return b.create(state)->getResult(0);
+      return createOp(b, loc, name, operands, type, attrs);
     };
-    auto ints = [&](ArrayRef<int64_t> values) {
-      auto type = RankedTensorType::get({static_cast<int64_t>(values.size())}, b.getI64Type());
-      return create("nn.constant", {}, type, {b.getNamedAttr("value", DenseElementsAttr::get(type, values))});
-    };
+    auto ints = [&](ArrayRef<int64_t> values) { return int64Constant(b, loc, values); };
     auto part = [&](Value x, int64_t start, int64_t size) {
       return create("nn.slice", {x, ints({start}), ints({start + size}), ints({2})},
                     RankedTensorType::get({dyn, dyn, size}, f32));
@@ -657,10 +634,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     }
     double scale = float_attr("scale", 0);
     if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
-    Value attention = create("llm.attention", {q, k, v}, RankedTensorType::get({dyn, h, dyn, d}, f32),
-                             {b.getNamedAttr("layer", b.getI64IntegerAttr(0)),
-                              b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))});
-    if (auto names = op->getAttr("llmc.names")) attention.getDefiningOp()->setAttr("llmc.names", names);
+    Value attention = createAttention(b, loc, q, k, v, RankedTensorType::get({dyn, h, dyn, d}, f32),
+                                      scale, op->getAttr("llmc.names"));
     Value merged = create("nn.transpose", {attention}, RankedTensorType::get({dyn, dyn, h, d}, f32),
                           {b.getNamedAttr("perm", b.getDenseI64ArrayAttr({0, 2, 1, 3}))});
     Value out = create("nn.reshape", {merged, ints({0, 0, h * d})}, RankedTensorType::get({dyn, dyn, h * d}, f32));
@@ -735,23 +710,23 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     for (Operation* range : ranges) {
       auto start = scalarConstant(range->getOperand(0));
       auto delta = scalarConstant(range->getOperand(2));
-      std::vector<std::string> dims = dimsOf(range->getResult(0));
+      std::vector<std::string> dims = dimNamesOf(range->getResult(0));
       if (!start || *start != 0 || !delta || *delta != 1 || dims.size() != 1 || dims[0] != seq_) {
         failures->push_back(where(range) + ": a Range other than 0..seq (positions) is left");
         continue;
       }
       OpBuilder b(range);
-      OperationState state(range->getLoc(), "llm.positions");
-      state.addOperands({body.getArgument(input_ids)});
       Type range_type = range->getResult(0).getType();
-      state.addTypes(range_type);
       auto element = cast<ShapedType>(range_type).getElementType();
       if (!element.isInteger(64) && !element.isInteger(32)) {
         failures->push_back(where(range) + ": positions of type other than int64/int32");
         continue;
       }
-      if (element.isInteger(32)) state.addAttribute("dtype", b.getStringAttr("int32"));
-      Operation* positions = b.create(state);
+      SmallVector<NamedAttribute> attrs;
+      if (element.isInteger(32)) attrs.push_back(b.getNamedAttr("dtype", b.getStringAttr("int32")));
+      Operation* positions = createOp(b, range->getLoc(), "llm.positions",
+                                      {body.getArgument(input_ids)}, range_type, attrs)
+                                 .getDefiningOp();
       if (auto names = range->getAttr("llmc.names")) positions->setAttr("llmc.names", names);
       range->getResult(0).replaceAllUsesWith(positions->getResult(0));
       range->erase();
@@ -769,11 +744,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         auto type = dyn_cast<RankedTensorType>(head->getOperand(0).getType());
         if (type && type.getRank() == 3) {
           OpBuilder b(head);
-          OperationState state(head->getLoc(), "llm.last_tokens");
-          state.addOperands({head->getOperand(0)});
-          state.addTypes(type);
-          Operation* last = b.create(state);
-          head->setOperand(0, last->getResult(0));
+          head->setOperand(0, createOp(b, head->getLoc(), "llm.last_tokens",
+                                       {head->getOperand(0)}, type));
         }
       }
     }
@@ -843,18 +815,17 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     SmallVector<int64_t> shape;
     for (int64_t i = 0; i < rank; ++i)
       shape.push_back(source_type ? source_type.getDimSize(perm[i]) : ShapedType::kDynamic);
-    OperationState state(loc, "nn.transpose");
-    state.addOperands({source});
-    state.addTypes(RankedTensorType::get(
-        shape, source_type ? source_type.getElementType() : type.getElementType()));
-    state.addAttribute("perm", b.getDenseI64ArrayAttr(perm));
-    return b.create(state)->getResult(0);
+    return createOp(b, loc, "nn.transpose", {source},
+                    RankedTensorType::get(shape, source_type ? source_type.getElementType()
+                                                             : type.getElementType()),
+                    {b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
   }
 
   std::string proveCausal(func::FuncOp func, int input_ids, AttentionMatch& m) {
     if (m.mask_kind == AttentionMatch::MaskKind::kNone)
       return "the scores are not masked (bidirectional attention is not a decoder)";
     Block& body = func.getBody().front();
+    std::optional<double> shape_scale;  // the shape-computed factors' product, once seen
     auto probe = [&](int64_t batch, int64_t seq) -> std::string {
       std::map<unsigned, Tensor> args;
       for (BlockArgument arg : body.getArguments()) {
@@ -892,20 +863,19 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         if (value == 0) return "a scale factor of the scores is zero";
         scale = divides ? scale / value : scale * value;
       }
-      if (!shape_scale_) {
-        shape_scale_ = scale;
-      } else if (*shape_scale_ != scale) {
+      if (!shape_scale) {
+        shape_scale = scale;
+      } else if (*shape_scale != scale) {
         return "the scores' scale changes with the sequence length";
       }
       return checkCausal(m, *mask, fill, seq);
     };
-    shape_scale_.reset();
     for (int64_t seq : kMaskProbeLengths) {
       std::string error = probe(1, seq);
       if (!error.empty()) return error;
     }
     std::string error = probe(2, 4);
-    if (error.empty()) m.scale *= *shape_scale_;
+    if (error.empty()) m.scale *= *shape_scale;
     return error;
   }
 
@@ -937,7 +907,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     auto token_axis = [&](Value v) {
       auto it = axis_of.find(v);
       if (it != axis_of.end()) return it->second;
-      std::vector<std::string> d = dimsOf(v);
+      std::vector<std::string> d = dimNamesOf(v);
       auto pos = std::find(d.begin(), d.end(), seq_);
       return pos == d.end() ? -1 : static_cast<int>(pos - d.begin());
     };
@@ -957,7 +927,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       }
       if (isa<llm::AttentionOp>(op)) {
         for (Value operand : op.getOperands()) {
-          std::vector<std::string> d = dimsOf(operand);
+          std::vector<std::string> d = dimNamesOf(operand);
           if (d.size() != 4 || d[2] != seq_)
             fail(&op, "has an operand that is not [batch, heads, " + seq_ + ", head_dim]");
         }
@@ -991,7 +961,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         token_input = operand;
       }
       for (Value result : op.getResults()) {
-        std::vector<std::string> d = dimsOf(result);
+        std::vector<std::string> d = dimNamesOf(result);
         int count = static_cast<int>(std::count(d.begin(), d.end(), seq_));
         if (count > 1) {
           fail(&op, "pairs tokens with tokens");
@@ -1053,7 +1023,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
   // A Reshape of [batch-like.., tokens, rest..] into [rows, rest..]: rows are tokens.
   bool isRowMerge(Value input, int token_axis, RankedTensorType out) {
     auto in = cast<RankedTensorType>(input.getType());
-    std::vector<std::string> d = dimsOf(input);
+    std::vector<std::string> d = dimNamesOf(input);
     if (out.getRank() != in.getRank() - token_axis) return false;
     for (int i = 0; i < token_axis; ++i) {
       bool batch_like = in.getDimSize(i) == 1 ||

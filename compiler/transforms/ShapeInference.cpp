@@ -322,8 +322,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     auto result_type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
     auto input_type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
     if (!result_type || !input_type || input_type.getRank() > result_type.getRank()) return;
-    SmallVector<std::string> in_names = dimNames(op->getOperand(0));
-    SmallVector<std::string> out_names = dimNames(op->getResult(0));
+    std::vector<std::string> in_names = dimNamesOf(op->getOperand(0));
+    std::vector<std::string> out_names = dimNamesOf(op->getResult(0));
     int64_t offset = result_type.getRank() - input_type.getRank();
     SmallVector<int64_t> target;
     for (int64_t d = 0; d < result_type.getRank(); ++d) {
@@ -353,25 +353,6 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     known[constant.getResult()] = std::move(pt);
   }
 
-  // The symbol name of each dimension of `value` ("" for static or unnamed dims).
-  static SmallVector<std::string> dimNames(Value value) {
-    SmallVector<std::string> names;
-    auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (!type) return names;
-    ArrayAttr dims;
-    if (auto arg = dyn_cast<BlockArgument>(value)) {
-      if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
-        dims = func.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), "llmc.dims");
-    } else if (auto all = value.getDefiningOp()->getAttrOfType<ArrayAttr>("llmc.dims")) {
-      unsigned index = cast<OpResult>(value).getResultNumber();
-      if (index < all.size()) dims = dyn_cast<ArrayAttr>(all[index]);
-    }
-    for (int64_t d = 0; d < type.getRank(); ++d)
-      names.push_back(dims && d < static_cast<int64_t>(dims.size())
-                          ? cast<StringAttr>(dims[d]).getValue().str()
-                          : "");
-    return names;
-  }
 
   /// Reshape(x, computed shape) whose result dims are all static or named symbols ->
   /// Reshape(x, constant): a symbol in the same position as in x becomes 0 ("copy that
@@ -386,8 +367,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     auto result_type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
     auto input_type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
     if (!result_type || !input_type) return;
-    SmallVector<std::string> in_names = dimNames(op->getOperand(0));
-    SmallVector<std::string> out_names = dimNames(op->getResult(0));
+    std::vector<std::string> in_names = dimNamesOf(op->getOperand(0));
+    std::vector<std::string> out_names = dimNamesOf(op->getResult(0));
     SmallVector<int64_t> target;
     int inferred = 0;
     for (int64_t d = 0; d < result_type.getRank(); ++d) {

@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
 
 namespace llmc {
@@ -66,20 +67,10 @@ class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
     OpBuilder b = OpBuilder::atBlockBegin(&body);
     Location loc = func.getLoc();
     auto i64 = b.getI64Type();
-    auto constant = [&](ArrayRef<int64_t> values) {
-      auto type = RankedTensorType::get({static_cast<int64_t>(values.size())}, i64);
-      OperationState state(loc, "nn.constant");
-      state.addAttribute("value", DenseElementsAttr::get(type, values));
-      state.addTypes(type);
-      return b.create(state)->getResult(0);
-    };
+    auto constant = [&](ArrayRef<int64_t> values) { return int64Constant(b, loc, values); };
     auto create = [&](StringRef name, ValueRange operands, Type type,
                       ArrayRef<NamedAttribute> attrs = {}) {
-      OperationState state(loc, name);
-      state.addOperands(operands);
-      state.addTypes(type);
-      state.addAttributes(attrs);
-      return b.create(state)->getResult(0);
+      return createOp(b, loc, name, operands, type, attrs);
     };
     // [batch] from input_ids, shared by every empty past tensor.
     Value shape = create("nn.shape", {ids}, RankedTensorType::get({2}, i64));

@@ -1,6 +1,7 @@
 // Shared pieces of the llmc command line: exit codes and argument helpers.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,17 @@ int exitCodeFor(const Status& status);
 // Prints "llmc <command>: error: <message>" to stderr and returns the exit code.
 int reportError(const std::string& command, const Status& status);
 int usageError(const std::string& command, const std::string& message);
+
+// A whole-string base-10 integer; false for anything else (empty, trailing text, overflow).
+inline bool parseInt64(const std::string& text, int64_t* out) {
+  try {
+    size_t used = 0;
+    *out = std::stoll(text, &used);
+    return used == text.size();
+  } catch (...) {
+    return false;
+  }
+}
 
 int runCompile(const std::vector<std::string>& args);
 int runRun(const std::vector<std::string>& args);

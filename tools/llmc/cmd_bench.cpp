@@ -102,16 +102,7 @@ int runBench(const std::vector<std::string>& args) {
   int64_t batch_requests = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    auto integer = [&](int64_t* value) {
-      if (i + 1 >= args.size()) return false;
-      try {
-        size_t used = 0;
-        *value = std::stoll(args[++i], &used);
-        return used == args[i].size();
-      } catch (...) {
-        return false;
-      }
-    };
+    auto integer = [&](int64_t* value) { return i + 1 < args.size() && parseInt64(args[++i], value); };
     if (arg == "--context") {
       if (!integer(&context) || context < 1) return usageError("bench", "--context needs N >= 1");
     } else if (arg == "--new-tokens") {

@@ -14,25 +14,8 @@ bool parseDim(const std::string& spec, std::string* name, int64_t* min, int64_t*
   size_t eq = spec.find('='), colon = spec.find(':', eq == std::string::npos ? 0 : eq);
   if (eq == std::string::npos || eq == 0 || colon == std::string::npos) return false;
   *name = spec.substr(0, eq);
-  try {
-    size_t used = 0;
-    *min = std::stoll(spec.substr(eq + 1, colon - eq - 1), &used);
-    if (used != colon - eq - 1) return false;
-    std::string max_text = spec.substr(colon + 1);
-    *max = std::stoll(max_text, &used);
-    return used == max_text.size();
-  } catch (...) {
-    return false;
-  }
-}
-bool parseInt(const std::string& text, int64_t* out) {
-  try {
-    size_t used = 0;
-    *out = std::stoll(text, &used);
-    return used == text.size();
-  } catch (...) {
-    return false;
-  }
+  return parseInt64(spec.substr(eq + 1, colon - eq - 1), min) &&
+         parseInt64(spec.substr(colon + 1), max);
 }
 }  // namespace
 
@@ -69,7 +52,7 @@ int runCompile(const std::vector<std::string>& args) {
     } else if (arg == "--max-context" || arg == "--bos-id" || arg == "--eos-id") {
       const std::string* v = value(arg.c_str());
       int64_t n = 0;
-      if (!v || !parseInt(*v, &n) || n < 0 || n > (int64_t{1} << 30))
+      if (!v || !parseInt64(*v, &n) || n < 0 || n > (int64_t{1} << 30))
         return usageError("compile", arg + " needs a non-negative integer");
       if (arg == "--max-context") {
         if (n < 1) return usageError("compile", "--max-context must be at least 1");

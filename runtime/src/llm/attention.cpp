@@ -145,12 +145,19 @@ Status llmAttention(KernelContext& ctx) {
   }
   // 2. Per sequence: gather its cached K/V into contiguous [kv_head][position][head_dim]
   // scratch once, then each of its tokens attends to positions 0..its own.
+  std::vector<std::vector<int64_t>> tokens_of(step->block_tables.size());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t w = step->token_sequence[t];
+    if (w < 0 || static_cast<size_t>(w) >= tokens_of.size())
+      return kernelError(ctx, "token " + std::to_string(t) + " names sequence " +
+                                  std::to_string(w) + " of a step with " +
+                                  std::to_string(tokens_of.size()));
+    tokens_of[static_cast<size_t>(w)].push_back(t);
+  }
   std::vector<float> keys, values;
-  for (size_t w = 0; w < step->block_tables.size(); ++w) {
+  for (size_t w = 0; w < tokens_of.size(); ++w) {
     int64_t length = 0;
-    for (int64_t t = 0; t < tokens; ++t)
-      if (step->token_sequence[t] == static_cast<int32_t>(w))
-        length = std::max(length, step->token_position[t] + 1);
+    for (int64_t t : tokens_of[w]) length = std::max(length, step->token_position[t] + 1);
     if (length == 0) continue;
     const std::vector<int32_t>& table = step->block_tables[w];
     if ((length + block_size - 1) / block_size > static_cast<int64_t>(table.size()))
@@ -172,8 +179,7 @@ Status llmAttention(KernelContext& ctx) {
         load_rows(&values[(h * length + start) * head_dim], vc + offset, n * head_dim);
       }
     }
-    for (int64_t t = 0; t < tokens; ++t) {
-      if (step->token_sequence[t] != static_cast<int32_t>(w)) continue;
+    for (int64_t t : tokens_of[w]) {
       const int64_t count = step->token_position[t] + 1;
       for (int64_t h = 0; h < heads; ++h) {
         const float* kh = &keys[(h / group) * length * head_dim];

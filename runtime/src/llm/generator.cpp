@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
-#include "core/half.h"
 #include "llm/llm_runner.h"
 #include "llm/sampler.h"
 #include "llmc/session.h"
@@ -57,24 +55,7 @@ Status lastLogits(const Tensor& logits, int64_t row, std::vector<float>* out) {
   if (logits.rank() != 3 || logits.dim(0) <= row || logits.dim(1) < 1)
     return invalidArgument("logits have shape " + shapeToString(logits.shape()) +
                            ", expected [batch, seq, vocab]");
-  int64_t vocab = logits.dim(2);
-  int64_t offset = (row * logits.dim(1) + logits.dim(1) - 1) * vocab;
-  out->resize(static_cast<size_t>(vocab));
-  switch (logits.dtype()) {
-    case DType::kFloat32:
-      std::memcpy(out->data(), logits.data<float>() + offset, vocab * sizeof(float));
-      break;
-    case DType::kFloat16:
-      for (int64_t i = 0; i < vocab; ++i) (*out)[i] = toFloat(logits.data<Float16>()[offset + i]);
-      break;
-    case DType::kBFloat16:
-      for (int64_t i = 0; i < vocab; ++i) (*out)[i] = toFloat(logits.data<BFloat16>()[offset + i]);
-      break;
-    default:
-      return invalidArgument(std::string("logits of dtype ") + dtypeName(logits.dtype()) +
-                             " are not supported");
-  }
-  return okStatus();
+  return copyLogitsRow(logits, row * logits.dim(1) + logits.dim(1) - 1, out);
 }
 
 // Removes the KV-cache sequences of one request when it ends, however it ends.
@@ -151,7 +132,6 @@ Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorCo
   }
   if (!found)
     return invalidArgument(what + ": the engine has no float logits output [batch, seq, vocab]");
-  LLMC_RETURN_IF_ERROR(Session::create(engine, &state->session));
   if (const LlmConfig* llm = engine->llmConfig()) {
     state->max_length = llm->max_context;
     state->vocab = llm->vocab_size;
@@ -159,6 +139,8 @@ Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorCo
       LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner,
                                               config.kv_cache_dtype));
   }
+  // Full recomputation runs its own session; the KV-cache path runs the runner's.
+  if (!state->runner) LLMC_RETURN_IF_ERROR(Session::create(engine, &state->session));
   if (!engine->tokenizerJson().empty()) {
     std::unique_ptr<Tokenizer> tokenizer;
     LLMC_RETURN_IF_ERROR(

@@ -8,6 +8,27 @@
 
 namespace llmc {
 
+Status copyLogitsRow(const Tensor& logits, int64_t row, std::vector<float>* out) {
+  const int64_t vocab = logits.dim(logits.rank() - 1);
+  const int64_t offset = row * vocab;
+  out->resize(static_cast<size_t>(vocab));
+  switch (logits.dtype()) {
+    case DType::kFloat32:
+      std::memcpy(out->data(), logits.data<float>() + offset, vocab * sizeof(float));
+      break;
+    case DType::kFloat16:
+      for (int64_t i = 0; i < vocab; ++i) (*out)[i] = toFloat(logits.data<Float16>()[offset + i]);
+      break;
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < vocab; ++i) (*out)[i] = toFloat(logits.data<BFloat16>()[offset + i]);
+      break;
+    default:
+      return invalidArgument(std::string("logits of dtype ") + dtypeName(logits.dtype()) +
+                             " are not supported");
+  }
+  return okStatus();
+}
+
 Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
                          std::unique_ptr<LlmRunner>* out, DType kv_dtype) {
   if (!engine || !engine->llmConfig())
@@ -61,7 +82,6 @@ Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<fl
   ctx.block_tables.assign(work.size(), {});
   ctx.last_token.clear();
   std::vector<int64_t> ids;
-  std::vector<size_t> last_token(work.size());
   for (size_t w = 0; w < work.size(); ++w) {
     const Work& item = work[w];
     std::span<const int32_t> tokens;
@@ -83,7 +103,6 @@ Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<fl
       ctx.token_slot.push_back(slot);
       ids.push_back(tokens[static_cast<size_t>(p)]);
     }
-    last_token[w] = ids.size() - 1;
     ctx.last_token.push_back(static_cast<int32_t>(ids.size() - 1));
   }
   const int64_t num_tokens = static_cast<int64_t>(ids.size());
@@ -106,28 +125,10 @@ Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<fl
     return internalError("step: logits have shape " + shapeToString(out.shape()) + ", expected [1, " +
                          std::to_string(num_tokens) + " or " + std::to_string(work.size()) +
                          ", vocab]");
-  if (per_item)
-    for (size_t w = 0; w < work.size(); ++w) last_token[w] = w;
-  const int64_t vocab = out.dim(2);
-  logits->assign(work.size(), std::vector<float>(static_cast<size_t>(vocab)));
-  for (size_t w = 0; w < work.size(); ++w) {
-    int64_t offset = static_cast<int64_t>(last_token[w]) * vocab;
-    std::vector<float>& row = (*logits)[w];
-    switch (out.dtype()) {
-      case DType::kFloat32:
-        std::memcpy(row.data(), out.data<float>() + offset, vocab * sizeof(float));
-        break;
-      case DType::kFloat16:
-        for (int64_t i = 0; i < vocab; ++i) row[i] = toFloat(out.data<Float16>()[offset + i]);
-        break;
-      case DType::kBFloat16:
-        for (int64_t i = 0; i < vocab; ++i) row[i] = toFloat(out.data<BFloat16>()[offset + i]);
-        break;
-      default:
-        return invalidArgument(std::string("logits of dtype ") + dtypeName(out.dtype()) +
-                               " are not supported");
-    }
-  }
+  logits->assign(work.size(), {});
+  for (size_t w = 0; w < work.size(); ++w)  // row w of per-item logits, else item w's last token
+    LLMC_RETURN_IF_ERROR(copyLogitsRow(
+        out, per_item ? static_cast<int64_t>(w) : ctx.last_token[w], &(*logits)[w]));
   for (const Work& item : work)
     LLMC_RETURN_IF_ERROR(cache_->commitTokens(item.id, item.first + item.count));
   return okStatus();

@@ -16,6 +16,10 @@
 
 namespace llmc {
 
+// Row `row` of a [batch, tokens, vocab] logits tensor (rows counted over batch * tokens) as
+// float; float32, float16 and bfloat16 logits.
+Status copyLogitsRow(const Tensor& logits, int64_t row, std::vector<float>* out);
+
 class LlmRunner {
  public:
   // `kv_cache_tokens`: capacity of the cache in tokens (all sequences together), rounded up
