@@ -81,6 +81,29 @@ def _ort_session(path: str) -> ort.InferenceSession:
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
+def write_input_set(out_dir: str, set_name: str, inputs: dict[str, np.ndarray],
+                    references: dict[str, np.ndarray], ort_outputs: dict[str, np.ndarray]) -> dict:
+    """Saves one input set (its inputs and the torch references, in the references' order) under
+    out_dir/set_name, checks ONNX Runtime's outputs against the references within the e2e
+    tolerance, and returns the set's manifest entry."""
+    os.makedirs(os.path.join(out_dir, set_name), exist_ok=True)
+    input_files = {}
+    for name, value in inputs.items():
+        input_files[name] = f"{set_name}/{name}.npy"
+        np.save(os.path.join(out_dir, input_files[name]), value)
+    output_files, ort_diffs = {}, {}
+    for name, reference in references.items():
+        value = ort_outputs[name]
+        output_files[name] = f"{set_name}/{name}.npy"
+        np.save(os.path.join(out_dir, output_files[name]), reference)
+        if value.shape != reference.shape:
+            raise RuntimeError(f"{set_name}/{name}: ORT shape {value.shape}, torch {reference.shape}")
+        ort_diffs[name] = float(np.max(np.abs(value.astype(np.float64) - reference)))
+        if not np.allclose(value, reference, rtol=RTOL, atol=ATOL):
+            raise RuntimeError(f"{set_name}/{name}: ORT differs from torch by {ort_diffs[name]}")
+    return {"name": set_name, "inputs": input_files, "outputs": output_files, "ort_max_abs_diff": ort_diffs}
+
+
 def export_model(
     out_dir: str,
     module: torch.nn.Module,
@@ -107,32 +130,9 @@ def export_model(
 
     manifest_sets = []
     for input_set in input_sets:
-        set_dir = os.path.join(out_dir, input_set.name)
-        os.makedirs(set_dir, exist_ok=True)
-        input_files = {}
-        for name, value in input_set.inputs.items():
-            input_files[name] = f"{input_set.name}/{name}.npy"
-            np.save(os.path.join(out_dir, input_files[name]), value)
-        expected = _torch_outputs(module, input_set)
-        got = session.run(output_names, input_set.inputs)
-        output_files = {}
-        ort_diffs = {}
-        for name, reference, value in zip(output_names, expected, got):
-            output_files[name] = f"{input_set.name}/{name}.npy"
-            np.save(os.path.join(out_dir, output_files[name]), reference)
-            if value.shape != reference.shape:
-                raise RuntimeError(f"{input_set.name}/{name}: ORT shape {value.shape}, torch {reference.shape}")
-            ort_diffs[name] = float(np.max(np.abs(value.astype(np.float64) - reference)))
-            if not np.allclose(value, reference, rtol=RTOL, atol=ATOL):
-                raise RuntimeError(f"{input_set.name}/{name}: ORT differs from torch by {ort_diffs[name]}")
-        manifest_sets.append(
-            {
-                "name": input_set.name,
-                "inputs": input_files,
-                "outputs": output_files,
-                "ort_max_abs_diff": ort_diffs,
-            }
-        )
+        expected = dict(zip(output_names, _torch_outputs(module, input_set)))
+        got = dict(zip(output_names, session.run(output_names, input_set.inputs)))
+        manifest_sets.append(write_input_set(out_dir, input_set.name, input_set.inputs, expected, got))
 
     manifest = {
         "description": description,

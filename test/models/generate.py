@@ -183,35 +183,42 @@ def _llama(seed: int, initializer_range: float, **sizes) -> torch.nn.Module:
     return transformers.LlamaForCausalLM(config)
 
 
-def build_llama_tiny() -> torch.nn.Module:
-    """The LlamaForCausalLM behind llama_tiny, with its seeded random weights."""
-    return _llama(
-        4,
-        initializer_range=0.1,
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
+# The sizes llama_tiny, qwen2_tiny and mistral_tiny share.
+TINY_LM_SIZES = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 
 
-def make_llama_tiny(out_dir: str) -> None:
-    vocab = 512
-    model = build_llama_tiny()
+def _make_tiny_lm(out_dir: str, model: torch.nn.Module, description: str) -> None:
+    """Exports one of the tiny decoders: input sets b1_s7, b2_s13 (right-padded), b3_s1."""
     export_model(
         out_dir,
         CausalLmLogits(model),
-        _lm_input_sets(vocab, [(1, 7), (2, 13), (3, 1)], with_mask=True),
+        _lm_input_sets(model.config.vocab_size, [(1, 7), (2, 13), (3, 1)], with_mask=True),
         ["logits"],
         {**LM_AXES, **LOGITS_AXES},
         opset=18,
-        description=(
-            "transformers LlamaForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
-            "2 KV heads (GQA), RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask."
-        ),
+        description=description,
+    )
+
+
+def build_llama_tiny() -> torch.nn.Module:
+    """The LlamaForCausalLM behind llama_tiny, with its seeded random weights."""
+    return _llama(4, initializer_range=0.1, **TINY_LM_SIZES)
+
+
+def make_llama_tiny(out_dir: str) -> None:
+    _make_tiny_lm(
+        out_dir,
+        build_llama_tiny(),
+        "transformers LlamaForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
+        "2 KV heads (GQA), RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask.",
     )
 
 
@@ -219,13 +226,7 @@ def build_qwen2_tiny() -> torch.nn.Module:
     """The Qwen2ForCausalLM behind qwen2_tiny (llama_tiny's sizes; biases on q/k/v), seeded."""
     torch.manual_seed(5)
     config = transformers.Qwen2Config(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        **TINY_LM_SIZES,
         initializer_range=0.1,
         rope_theta=10000.0,
         # Qwen2's defaults, as in released Qwen2 configs: attention does not use the window, but
@@ -240,18 +241,11 @@ def build_qwen2_tiny() -> torch.nn.Module:
 
 
 def make_qwen2_tiny(out_dir: str) -> None:
-    model = build_qwen2_tiny()
-    export_model(
+    _make_tiny_lm(
         out_dir,
-        CausalLmLogits(model),
-        _lm_input_sets(model.config.vocab_size, [(1, 7), (2, 13), (3, 1)], with_mask=True),
-        ["logits"],
-        {**LM_AXES, **LOGITS_AXES},
-        opset=18,
-        description=(
-            "transformers Qwen2ForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
-            "2 KV heads (GQA), biases on q/k/v, RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask."
-        ),
+        build_qwen2_tiny(),
+        "transformers Qwen2ForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
+        "2 KV heads (GQA), biases on q/k/v, RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask.",
     )
 
 
@@ -259,13 +253,7 @@ def build_mistral_tiny() -> torch.nn.Module:
     """The MistralForCausalLM behind mistral_tiny (llama_tiny's sizes; no sliding window), seeded."""
     torch.manual_seed(6)
     config = transformers.MistralConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        **TINY_LM_SIZES,
         initializer_range=0.1,
         rope_theta=10000.0,
         sliding_window=None,
@@ -277,18 +265,11 @@ def build_mistral_tiny() -> torch.nn.Module:
 
 
 def make_mistral_tiny(out_dir: str) -> None:
-    model = build_mistral_tiny()
-    export_model(
+    _make_tiny_lm(
         out_dir,
-        CausalLmLogits(model),
-        _lm_input_sets(model.config.vocab_size, [(1, 7), (2, 13), (3, 1)], with_mask=True),
-        ["logits"],
-        {**LM_AXES, **LOGITS_AXES},
-        opset=18,
-        description=(
-            "transformers MistralForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
-            "2 KV heads (GQA), no sliding window, RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask."
-        ),
+        build_mistral_tiny(),
+        "transformers MistralForCausalLM, random weights: hidden 64, 2 layers, 4 query heads sharing "
+        "2 KV heads (GQA), no sliding window, RoPE, RMSNorm, SwiGLU, vocab 512; right-padded attention_mask.",
     )
 
 

@@ -30,7 +30,7 @@ import torch
 import transformers
 
 import generate
-from export_util import ATOL, RTOL, InputSet, _check_model, _ort_session
+from export_util import ATOL, RTOL, InputSet, _check_model, _ort_session, write_input_set
 
 MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -188,28 +188,11 @@ def make_past(name: str) -> dict:
         if sorted(input_set.inputs) != sorted(input_names):
             raise RuntimeError(f"{name}: model inputs {input_names}, set {input_set.name} has {list(input_set.inputs)}")
         inputs = {n: input_set.inputs[n] for n in input_names}  # in the model's order
-        set_dir = os.path.join(out_dir, input_set.name)
-        os.makedirs(set_dir)
-        input_files = {}
-        for input_name, value in inputs.items():
-            input_files[input_name] = f"{input_set.name}/{input_name}.npy"
-            np.save(os.path.join(out_dir, input_files[input_name]), value)
         expected = torch_forward(lm, inputs)
         _check_against_full(name, lm, input_set, full_ids, expected["logits"])
         got = dict(zip(output_names, session.run(output_names, inputs)))
-        output_files, ort_diffs = {}, {}
-        for output_name in output_names:
-            reference, value = expected[output_name], got[output_name]
-            output_files[output_name] = f"{input_set.name}/{output_name}.npy"
-            np.save(os.path.join(out_dir, output_files[output_name]), reference)
-            if value.shape != reference.shape:
-                raise RuntimeError(f"{name}/{input_set.name}/{output_name}: ORT shape {value.shape}, torch {reference.shape}")
-            ort_diffs[output_name] = float(np.max(np.abs(value.astype(np.float64) - reference)))
-            if not np.allclose(value, reference, rtol=RTOL, atol=ATOL):
-                raise RuntimeError(f"{name}/{input_set.name}/{output_name}: ORT differs from torch by {ort_diffs[output_name]}")
-        manifest_sets.append(
-            {"name": input_set.name, "inputs": input_files, "outputs": output_files, "ort_max_abs_diff": ort_diffs}
-        )
+        references = {n: expected[n] for n in output_names}
+        manifest_sets.append(write_input_set(out_dir, input_set.name, inputs, references, got))
 
     manifest = {
         "description": (

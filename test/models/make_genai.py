@@ -23,12 +23,12 @@ import shutil
 import sys
 import tempfile
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
 import transformers
 
+import export_util
 import generate
 import generate_past
 
@@ -71,22 +71,12 @@ def main() -> None:
     input_names = [i.name for i in session.get_inputs()]
     output_names = [o.name for o in session.get_outputs()]
     sets = []
-    for input_set, full_ids in generate_past._input_sets(lm, layout):
+    for input_set, _ in generate_past._input_sets(lm, layout):
         expected = generate_past.torch_forward(lm, input_set.inputs)
         inputs = {n: input_set.inputs[n] for n in input_names}  # no position_ids here
         got = dict(zip(output_names, session.run(output_names, inputs)))
-        files_in, files_out, diffs = {}, {}, {}
-        os.makedirs(os.path.join(OUT_DIR, input_set.name))
-        for n, v in inputs.items():
-            files_in[n] = f"{input_set.name}/{n}.npy"
-            np.save(os.path.join(OUT_DIR, files_in[n]), v)
-        for n in output_names:
-            files_out[n] = f"{input_set.name}/{n}.npy"
-            np.save(os.path.join(OUT_DIR, files_out[n]), expected[n])
-            diffs[n] = float(np.max(np.abs(got[n].astype(np.float64) - expected[n])))
-            if not np.allclose(got[n], expected[n], rtol=generate_past.RTOL, atol=generate_past.ATOL):
-                sys.exit(f"{input_set.name}/{n}: ONNX Runtime differs from torch by {diffs[n]}")
-        sets.append({"name": input_set.name, "inputs": files_in, "outputs": files_out, "ort_max_abs_diff": diffs})
+        references = {n: expected[n] for n in output_names}
+        sets.append(export_util.write_input_set(OUT_DIR, input_set.name, inputs, references, got))
     manifest = {
         "description": (
             "llama_tiny's torch model (same builder and weights) exported by onnxruntime-genai's model "
