@@ -19,6 +19,7 @@
 #include "mlir/Support/Timing.h"
 #include "mlir/Transforms/Passes.h"
 #include "serializer/Serializer.h"
+#include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
 
@@ -91,10 +92,30 @@ void reinterpretCacheTotalLength(func::FuncOp main) {
 
 }  // namespace
 
+const std::vector<std::string>& fusionPassNames() {
+  static const std::vector<std::string> names = {"fuse-norms", "fuse-matmul", "fuse-gated-mlp",
+                                                 "fuse-rope",  "fuse-qkv",    "fuse-elementwise"};
+  return names;
+}
+
 Status compileModelBytes(const std::string& bytes, const CompileOptions& options,
                          std::vector<uint8_t>* engine_out, CompileStats* stats) {
   if (options.target != "cpu")
     return invalidArgument("unknown target '" + options.target + "' (this build supports: cpu)");
+  if (options.opt_level < 0 || options.opt_level > 1)
+    return invalidArgument("--opt-level " + std::to_string(options.opt_level) +
+                           " is not a level (0: no fusion, 1: all fusion passes)");
+  std::set<std::string> disabled;
+  for (std::string name : options.disabled_passes) {
+    if (name.rfind("llmc-", 0) == 0) name = name.substr(5);
+    const auto& known = fusionPassNames();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      return invalidArgument("--disable-pass " + name + ": not a fusion pass (they are: " + list + ")");
+    }
+    disabled.insert(name);
+  }
   auto progress = [&](const std::string& stage) {
     if (options.progress) options.progress(stage);
   };
@@ -165,6 +186,19 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   fpm.addPass(createCSEPass());
   fpm.addPass(createShapeInference());
   if (!options.as_graph) fpm.addPass(createRecognizeLlm());
+  if (options.opt_level >= 1) {
+    using PassFactory = std::unique_ptr<Pass> (*)();
+    const std::pair<const char*, PassFactory> fusions[] = {
+        {"fuse-norms", [] { return createFuseNorms(); }},
+        {"fuse-matmul", [] { return createFuseMatMul(); }},
+        {"fuse-gated-mlp", [] { return createFuseGatedMlp(); }},
+        {"fuse-rope", [] { return createFuseRope(); }},
+        {"fuse-qkv", [] { return createFuseQkv(); }},
+        {"fuse-elementwise", [] { return createFuseElementwise(); }}};
+    for (const auto& [name, create] : fusions)
+      if (!disabled.count(name)) fpm.addPass(create());
+    fpm.addPass(createShapeInference());
+  }
   fpm.addPass(createLowerToExec());
   fpm.addPass(createPlanMemory());
 
@@ -173,6 +207,9 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     std::string message = joinLines(diagnostics);
     return invalidArgument(message.empty() ? "compilation failed" : message);
   }
+  std::vector<FusionReport> fusions;
+  for (const FusionRecord& record : takeFusionLog(main))
+    fusions.push_back({record.fired, record.pass, record.pattern, record.nodes, record.reason});
   std::vector<std::string> llm_failures;
   if (auto failures = main->getAttrOfType<ArrayAttr>("llmc.recognition_failures")) {
     for (Attribute f : failures) llm_failures.push_back(cast<StringAttr>(f).getValue().str());
@@ -238,6 +275,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   if (options.max_context > 0) opts += ";max-context=" + std::to_string(options.max_context);
   if (options.bos_token_id >= 0) opts += ";bos=" + std::to_string(options.bos_token_id);
   for (int32_t id : options.eos_token_ids) opts += ";eos=" + std::to_string(id);
+  if (options.opt_level != 1) opts += ";opt-level=" + std::to_string(options.opt_level);
+  for (const std::string& name : disabled) opts += ";disable-pass=" + name;
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
   serialize.build_options = opts;
@@ -250,6 +289,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     stats->llm_recognized = llm_recognized;
     stats->llm_layers = llm_layers;
     stats->llm_failures = llm_failures;
+    stats->fusions = fusions;
     stats->engine_bytes = engine.size();
     if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes"))
       stats->arena_bytes = static_cast<uint64_t>(arena.getInt());

@@ -31,8 +31,25 @@ struct CompileOptions {
   int64_t max_context = 0;
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
+  // Optimization: 0 = no fusion (the graph cleanups, which compute bit-identical results,
+  // always run), 1 = every fusion pass (the default). `disabled_passes` names fusion passes
+  // to skip ("fuse-norms" or "llmc-fuse-norms"); see fusionPassNames().
+  int opt_level = 1;
+  std::vector<std::string> disabled_passes;
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };
+
+// One fusion that fired, or a near miss (a pattern that almost matched) and why not.
+struct FusionReport {
+  bool fired = false;
+  std::string pass;     // "fuse-norms"
+  std::string pattern;  // "rms-norm", "matmul+bias+gelu_erf", ...
+  std::string nodes;    // the ONNX nodes involved, comma-separated
+  std::string reason;   // near misses: why it did not fuse
+};
+
+// The fusion passes in pipeline order (the names --disable-pass takes).
+const std::vector<std::string>& fusionPassNames();
 
 struct CompileStats {
   uint64_t engine_bytes = 0;
@@ -44,6 +61,7 @@ struct CompileStats {
   bool llm_recognized = false;
   int64_t llm_layers = 0;
   std::vector<std::string> llm_failures;
+  std::vector<FusionReport> fusions;  // in pass order
 };
 
 // Errors: kInvalidArgument / kUnimplemented for problems with the model or the options

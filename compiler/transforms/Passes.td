@@ -36,7 +36,8 @@ def Simplify : Pass<"llmc-simplify", "mlir::func::FuncOp"> {
   let description = [{
     Forwards the input of Identity, of Dropout in inference mode, and of Reshape, Expand,
     Squeeze, Unsqueeze, Flatten, Cast, CastLike and identity Transposes whose static result
-    type equals their input's. Patterns: `populateSimplifyPatterns`.
+    type equals their input's, of a Cast to the type its input already has, and of a float
+    product with a constant 1. Patterns: `populateSimplifyPatterns`.
   }];
   let dependentDialects = ["::llmc::nn::NNDialect"];
 }
@@ -68,6 +69,77 @@ def RecognizeLlm : Pass<"llmc-recognize-llm", "mlir::func::FuncOp"> {
     reasons (with ONNX node names) go to `llmc.recognition_failures`; the engine then runs
     by full recomputation. On success the function gets `llm.config` (layers, heads, KV
     heads, head dim).
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
+def FuseNorms : Pass<"llmc-fuse-norms", "mlir::func::FuncOp"> {
+  let summary = "RMSNorm / LayerNorm (decomposed or as ops) and the residual add before them -> llm.norm";
+  let description = [{
+    Matches `x / sqrt(mean(x²) + eps)` (Pow or Mul for the square; Div, Reciprocal or
+    `1 / s` then Mul for the division) with an optional constant scale, and
+    `(x - mean(x)) / sqrt(mean((x - mean(x))²) + eps)` with optional scale and shift, both
+    reducing the last axis only; ONNX LayerNormalization / RMSNormalization and ONNX
+    Runtime's (Skip)SimplifiedLayerNormalization over the last axis. Then a same-shape
+    `a + b` feeding a norm moves into it: `llm.norm(a, b)` also returns the sum for the
+    residual stream. Near misses (an extra consumer, another axis, a non-constant epsilon
+    or scale) are logged with their reason.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
+def FuseMatMul : Pass<"llmc-fuse-matmul", "mlir::func::FuncOp"> {
+  let summary = "MatMul/Gemm + bias + activation -> llm.fused_matmul";
+  let description = [{
+    A MatMul or Gemm (no transposed A) with a constant 2-D weight; Gemm's transB becomes
+    `trans_b`, its alpha/beta are folded; a following Add of a constant `[N]` becomes the
+    bias; the elementwise ops after that become the activation epilogue when they compute
+    relu, gelu (erf or tanh form), silu or sigmoid — recognized by evaluating them with the
+    runtime's kernels on probe values, so any spelling of the formula matches.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
+def FuseGatedMlp : Pass<"llmc-fuse-gated-mlp", "mlir::func::FuncOp"> {
+  let summary = "act(x·Wg) * (x·Wu) -> llm.gated_mlp with the weights concatenated";
+  let description = [{
+    Runs after `--llmc-fuse-matmul`: the product of an activated and a plain
+    `llm.fused_matmul` of the same input, both without bias and with constant weights,
+    becomes one `llm.gated_mlp` whose weight is `[Wg | Wu]`.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
+def FuseRope : Pass<"llmc-fuse-rope", "mlir::func::FuncOp"> {
+  let summary = "x * cos + rotate_half(x) * sin -> llm.rope";
+  let description = [{
+    `rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])` on `[batch, heads, tokens, D]`
+    with `[batch | 1, 1, tokens, D]` cos/sin tables becomes `llm.rope` in its per-token
+    table form.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
+def FuseQkv : Pass<"llmc-fuse-qkv", "mlir::func::FuncOp"> {
+  let summary = "Token-major llm.attention on one packed Q/K/V projection";
+  let description = [{
+    When q, k and v of an `llm.attention` are `[b, s, H * D]` rows reshaped to heads and
+    transposed (optionally rotated by `llm.rope`), and its result is transposed and merged
+    back, the attention and its ropes read the rows directly (token-major form). When the
+    three rows are products of one input with constant weights (or the parts of one Split),
+    they become one `llm.fused_matmul` with the weights concatenated at compile time, and
+    the attention reads column ranges of it; q and k sharing their rope tables are rotated
+    by one `llm.rope`.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
+def FuseElementwise : Pass<"llmc-fuse-elementwise", "mlir::func::FuncOp"> {
+  let summary = "Chains of float32 elementwise ops -> one llm.elementwise";
+  let description = [{
+    Groups unary and broadcasting binary ops whose intermediate results each have one use
+    into a tree, and writes it as one `llm.elementwise` program (scalar constants become
+    immediates) evaluated in a single pass over memory.
   }];
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }

@@ -14,6 +14,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/RegionUtils.h"
+#include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
 
@@ -33,37 +34,6 @@ constexpr double kMaskedBias = -1e4;
 // Sequence lengths (batch 1) and one batch-2 probe at which masks are evaluated.
 constexpr int64_t kMaskProbeLengths[] = {1, 2, 5, 9};
 
-std::string where(Operation* op) {
-  std::string node = nodeNameOf(op);
-  return node.empty() ? "an unnamed " + op->getName().getStringRef().str() + " node"
-                      : "node '" + node + "'";
-}
-
-bool isNN(Operation* op, StringRef name) {
-  return op && op->getName().getStringRef() == name;
-}
-
-// The scalar value of a constant (any numeric dtype), if `v` is one.
-std::optional<double> scalarConstant(Value v) {
-  auto constant = dyn_cast_or_null<nn::ConstantOp>(v.getDefiningOp());
-  if (!constant) return std::nullopt;
-  auto type = cast<ShapedType>(constant.getType());
-  if (type.getNumElements() != 1) return std::nullopt;
-  Tensor t = tensorFromElements(constant.getValue());
-  double value = 0;
-  if (!readScalarDouble(&t, &value).ok()) return std::nullopt;
-  return value;
-}
-
-std::optional<std::vector<int64_t>> intsConstant(Value v) {
-  auto constant = dyn_cast_or_null<nn::ConstantOp>(v.getDefiningOp());
-  if (!constant) return std::nullopt;
-  Tensor t = tensorFromElements(constant.getValue());
-  std::vector<int64_t> values;
-  if (!readInt64s(&t, &values).ok()) return std::nullopt;
-  return values;
-}
-
 // Does anything a MatMul/Gemm computed flow into `v`? (Masks are built from shapes and the
 // attention mask input only; scores come from Q·Kᵀ.)
 bool dependsOnMatMul(Value v, llvm::DenseMap<Value, bool>& memo) {
@@ -71,9 +41,9 @@ bool dependsOnMatMul(Value v, llvm::DenseMap<Value, bool>& memo) {
   if (it != memo.end()) return it->second;
   bool result = false;
   if (Operation* op = v.getDefiningOp()) {
-    if (isNN(op, "nn.shape") || isNN(op, "nn.size")) {
+    if (isOp(op, "nn.shape") || isOp(op, "nn.size")) {
       result = false;  // sizes, not data
-    } else if (isNN(op, "nn.matmul") || isNN(op, "nn.gemm") || isa<llm::AttentionOp>(op)) {
+    } else if (isOp(op, "nn.matmul") || isOp(op, "nn.gemm") || isa<llm::AttentionOp>(op)) {
       result = true;
     } else {
       memo[v] = false;  // guards cycles (none in SSA, but cheap)
@@ -110,7 +80,7 @@ struct ScalarFactor {
   Value other;
 };
 std::optional<ScalarFactor> scalarFactor(Operation* op) {
-  bool mul = isNN(op, "nn.mul"), div = isNN(op, "nn.div");
+  bool mul = isOp(op, "nn.mul"), div = isOp(op, "nn.div");
   if (!mul && !div) return std::nullopt;
   if (auto c = scalarConstant(op->getOperand(1))) return ScalarFactor{*c, div, op->getOperand(0)};
   if (mul)
@@ -207,12 +177,12 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
     if (!probs.hasOneUse()) return "the attention probabilities at " + where(softmax) +
                                    " have other users";
     Operation* user = *probs.getUsers().begin();
-    if (isNN(user, "nn.cast")) {
+    if (isOp(user, "nn.cast")) {
       m->chain.push_back(user);
       probs = user->getResult(0);
       continue;
     }
-    if (isNN(user, "nn.matmul") && user->getOperand(0) == probs) {
+    if (isOp(user, "nn.matmul") && user->getOperand(0) == probs) {
       m->output_matmul = user;
       m->v_full = user->getOperand(1);
       break;
@@ -230,11 +200,11 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
 // -> x ([b, Hkv, s, d]). Returns `v` itself when it is not that pattern.
 Value unexpandKv(Value v) {
   Operation* reshape = v.getDefiningOp();
-  if (!isNN(reshape, "nn.reshape")) return v;
+  if (!isOp(reshape, "nn.reshape")) return v;
   Operation* expand = reshape->getOperand(0).getDefiningOp();
-  if (!isNN(expand, "nn.expand")) return v;
+  if (!isOp(expand, "nn.expand")) return v;
   Operation* unsqueeze = expand->getOperand(0).getDefiningOp();
-  if (!isNN(unsqueeze, "nn.unsqueeze")) return v;
+  if (!isOp(unsqueeze, "nn.unsqueeze")) return v;
   auto axes = intsConstant(unsqueeze->getOperand(1));
   if (!axes || axes->size() != 1 || (*axes)[0] != 2) return v;
   auto x = dyn_cast<RankedTensorType>(unsqueeze->getOperand(0).getType());
@@ -254,7 +224,7 @@ Value unexpandKv(Value v) {
 // --llmc-strip-kv-io) is just `new`.
 Value skipEmptyPast(Value v) {
   Operation* concat = v.getDefiningOp();
-  if (!isNN(concat, "nn.concat")) return v;
+  if (!isOp(concat, "nn.concat")) return v;
   auto type = dyn_cast<RankedTensorType>(v.getType());
   auto axis_attr = concat->getAttrOfType<IntegerAttr>("axis");
   if (!type || !axis_attr) return v;
@@ -303,7 +273,7 @@ class SubgraphEvaluator {
     const KernelDef* kernel = KernelRegistry::cpuReference().find(kernelNameOf(op));
     if (!kernel || (need_data && isa<llm::AttentionOp>(op)))
       return unimplemented(where(op) + " cannot be evaluated at compile time");
-    bool sizes_only = isNN(op, "nn.shape") || isNN(op, "nn.size");
+    bool sizes_only = isOp(op, "nn.shape") || isOp(op, "nn.size");
     std::vector<const Tensor*> inputs;
     for (Value operand : op->getOperands()) {
       if (isa<NoneType>(operand.getType())) {
@@ -406,8 +376,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     seq_ = ids_dims[1];
     bool has_attention = false;
     for (Operation& op : body)
-      has_attention = has_attention || isNN(&op, "nn.softmax") || isNN(&op, "nn.attention") ||
-                      isNN(&op, "nn.ms_group_query_attention");
+      has_attention = has_attention || isOp(&op, "nn.softmax") || isOp(&op, "nn.attention") ||
+                      isOp(&op, "nn.ms_group_query_attention");
     if (!has_attention) return;  // not an attention model
 
     // Keep the original: recognition is all or nothing.
@@ -661,14 +631,14 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       // The opset-23 Attention op: one op, nothing to match.
       std::vector<Operation*> onnx_attention;
       for (Operation& op : body)
-        if (isNN(&op, "nn.attention")) onnx_attention.push_back(&op);
+        if (isOp(&op, "nn.attention")) onnx_attention.push_back(&op);
       for (Operation* op : onnx_attention) {
         std::string error = rewriteOnnxAttention(func, input_ids, op, &heads, &kv_heads, &head_dim);
         if (!error.empty()) failures->push_back("attention at " + where(op) + ": " + error);
       }
       std::vector<Operation*> ort_gqa;
       for (Operation& op : body)
-        if (isNN(&op, "nn.ms_group_query_attention")) ort_gqa.push_back(&op);
+        if (isOp(&op, "nn.ms_group_query_attention")) ort_gqa.push_back(&op);
       for (Operation* op : ort_gqa) {
         std::string error = rewriteOrtGqa(body.getArgument(static_cast<unsigned>(input_ids)), op,
                                           &heads, &kv_heads, &head_dim);
@@ -677,7 +647,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       if (!failures->empty()) return false;
       std::vector<Operation*> remaining;
       for (Operation& op : body)
-        if (isNN(&op, "nn.softmax")) remaining.push_back(&op);
+        if (isOp(&op, "nn.softmax")) remaining.push_back(&op);
       if (remaining.empty()) break;
       std::vector<AttentionMatch> ready;
       std::vector<std::string> round_failures;
@@ -706,7 +676,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     // 3. Position ids: Range(0, seq, 1) -> llm.positions(input_ids).
     std::vector<Operation*> ranges;
     for (Operation& op : body)
-      if (isNN(&op, "nn.range")) ranges.push_back(&op);
+      if (isOp(&op, "nn.range")) ranges.push_back(&op);
     for (Operation* range : ranges) {
       auto start = scalarConstant(range->getOperand(0));
       auto delta = scalarConstant(range->getOperand(2));
@@ -740,7 +710,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (ret.getNumOperands() > 0) {
       Operation* head = ret.getOperand(0).getDefiningOp();
-      if (isNN(head, "nn.matmul") && isa_and_nonnull<nn::ConstantOp>(head->getOperand(1).getDefiningOp())) {
+      if (isOp(head, "nn.matmul") && isa_and_nonnull<nn::ConstantOp>(head->getOperand(1).getDefiningOp())) {
         auto type = dyn_cast<RankedTensorType>(head->getOperand(0).getType());
         if (type && type.getRank() == 3) {
           OpBuilder b(head);
@@ -799,7 +769,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     SmallVector<int64_t> perm;
     Value source = v;
     Operation* def = v.getDefiningOp();
-    if (isNN(def, "nn.transpose")) {
+    if (isOp(def, "nn.transpose")) {
       if (auto p = def->getAttrOfType<DenseI64ArrayAttr>("perm")) {
         perm.assign(p.asArrayRef().begin(), p.asArrayRef().end());
         source = def->getOperand(0);

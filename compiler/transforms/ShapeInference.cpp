@@ -91,6 +91,23 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
                                            probeValues(1, symbols.size()),
                                            probeValues(2, symbols.size())};
 
+    // A symbol bounded by --dim is probed inside its range: a model may only compute for
+    // sizes up to a table's length (BERT's position embeddings), and probing past it would
+    // fail where every real size succeeds.
+    if (auto ranges = func->getAttrOfType<DictionaryAttr>("llmc.symbol_ranges")) {
+      for (size_t i = 0; i < symbols.size(); ++i) {
+        auto range = ranges.getAs<DenseI64ArrayAttr>(symbols[i]);
+        if (!range || range.size() != 2 || range[1] < 0) continue;
+        const int64_t lo = std::max<int64_t>(range[0], 1), hi = range[1];
+        if (hi < lo) continue;
+        for (int p = 0; p < kProbes; ++p) {
+          int64_t offset = static_cast<int64_t>(kProbes * i) + p;
+          int64_t v = hi - offset;
+          if (v < lo) v = lo + offset % (hi - lo + 1);
+          probe[p][i] = v;
+        }
+      }
+    }
     applyExpressionSymbols(symbols, probe);
 
     llvm::DenseMap<Value, ProbeTensors> known;

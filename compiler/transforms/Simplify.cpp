@@ -76,6 +76,41 @@ struct ForwardNoOpReshape : public OpRewritePattern<Op> {
   }
 };
 
+/// Cast(x) -> x when x already has the target type (any shape: a cast is elementwise).
+struct ForwardIdentityCast : public OpRewritePattern<nn::CastOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::CastOp op, PatternRewriter& rewriter) const override {
+    Value input = op->getOperand(0);
+    if (!isa<RankedTensorType>(input.getType()) || input.getType() != op->getResult(0).getType())
+      return rewriter.notifyMatchFailure(op, "changes the type");
+    rewriter.replaceOp(op, input);
+    return success();
+  }
+};
+
+/// x * 1 -> x (either order) for float x when the product has x's type: exact, NaN and
+/// infinities included (models scale rotary tables by an `attention_scaling` of 1).
+struct ForwardMulByOne : public OpRewritePattern<nn::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::MulOp op, PatternRewriter& rewriter) const override {
+    for (int i = 0; i < 2; ++i) {
+      auto constant = op->getOperand(1 - i).getDefiningOp<nn::ConstantOp>();
+      Value x = op->getOperand(i);
+      auto type = dyn_cast<RankedTensorType>(x.getType());
+      if (!constant || !type || !isa<FloatType>(type.getElementType()) ||
+          x.getType() != op->getResult(0).getType())
+        continue;
+      auto value = dyn_cast<DenseElementsAttr>(constant.getValue());
+      if (!value || !value.isSplat() || !isa<FloatType>(value.getElementType()) ||
+          !value.getSplatValue<APFloat>().isExactlyValue(1.0))
+        continue;
+      rewriter.replaceOp(op, x);
+      return success();
+    }
+    return rewriter.notifyMatchFailure(op, "not a product with a constant 1");
+  }
+};
+
 }  // namespace
 
 void populateSimplifyPatterns(RewritePatternSet& patterns) {
@@ -84,7 +119,7 @@ void populateSimplifyPatterns(RewritePatternSet& patterns) {
                ForwardNoOpReshape<nn::ExpandOp>, ForwardNoOpReshape<nn::SqueezeOp>,
                ForwardNoOpReshape<nn::UnsqueezeOp>, ForwardNoOpReshape<nn::FlattenOp>,
                ForwardNoOpReshape<nn::CastOp>, ForwardNoOpReshape<nn::CastLikeOp>,
-               ForwardNoOpReshape<nn::TransposeOp>>(context);
+               ForwardNoOpReshape<nn::TransposeOp>, ForwardIdentityCast, ForwardMulByOne>(context);
 }
 
 namespace {

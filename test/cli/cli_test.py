@@ -300,11 +300,35 @@ class CliTest(unittest.TestCase):
         self.assertEqual(doc["target"], "cpu")
         self.assertEqual(doc["inputs"][0]["shape"], ["batch", 4])
         self.assertEqual(doc["symbols"], [{"name": "batch", "min": 1, "max": 8}])
-        self.assertEqual([s["kernel"] for s in doc["steps"]], ["MatMul", "Add", "Softmax"])
+        self.assertEqual([s["kernel"] for s in doc["steps"]], ["LlmFusedMatMul", "Softmax"])
         self.assertGreater(doc["arena_bytes"], 0)
         code, out, err = run("inspect", engine)
         self.assertEqual(code, 0, err)
         self.assertIn("x: float32 [batch, 4]", out)
+
+    def test_opt_level_disable_pass_and_report(self):
+        model = self.save(simple_model())
+        kernels = {}
+        for name, flags in [("o0", ["--opt-level", "0"]), ("nomm", ["--disable-pass", "fuse-matmul"]),
+                            ("full", [])]:
+            engine = self.compile_ok(model, f"{name}.engine", *flags)
+            code, out, err = run("inspect", engine, "--json")
+            self.assertEqual(code, 0, err)
+            kernels[name] = [s["kernel"] for s in json.loads(out)["steps"]]
+        self.assertEqual(kernels["o0"], ["MatMul", "Add", "Softmax"])
+        self.assertEqual(kernels["nomm"], ["MatMul", "Add", "Softmax"])
+        self.assertEqual(kernels["full"], ["LlmFusedMatMul", "Softmax"])
+        code, out, err = run("compile", model, "-o", self.path("r.engine"), "--report")
+        self.assertEqual(code, 0, err)
+        self.assertIn("fusions: 1 fired", out)
+        self.assertRegex(out, r"fired\s+fuse-matmul matmul\+bias: ")
+        code, _, err = run("compile", model, "-o", self.path("bad.engine"), "--disable-pass", "fuse-everything")
+        self.assertEqual(code, 2)
+        self.assertIn("not a fusion pass (they are: fuse-norms", err)
+        self.assertFalse(os.path.exists(self.path("bad.engine")))
+        code, _, err = run("compile", model, "-o", self.path("bad.engine"), "--opt-level", "3")
+        self.assertEqual(code, 2)
+        self.assertIn("--opt-level takes 0", err)
 
     def test_reproducible(self):
         model = self.save(simple_model())

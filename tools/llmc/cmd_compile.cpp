@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "cli.h"
+#include "compile_flags.h"
 #include "pipeline/Pipeline.h"
 
 namespace llmc::cli {
@@ -17,58 +19,101 @@ bool parseDim(const std::string& spec, std::string* name, int64_t* min, int64_t*
   return parseInt64(spec.substr(eq + 1, colon - eq - 1), min) &&
          parseInt64(spec.substr(colon + 1), max);
 }
+// What the fusion passes did: how often each pattern fired, then every near miss with its
+// nodes and reason (llmc compile --report).
+void printFusionReport(const std::vector<FusionReport>& fusions) {
+  std::map<std::pair<std::string, std::string>, int> fired;
+  size_t fired_total = 0, missed_total = 0;
+  for (const FusionReport& f : fusions) {
+    if (f.fired) ++fired[{f.pass, f.pattern}], ++fired_total;
+    else ++missed_total;
+  }
+  std::printf("fusions: %zu fired, %zu near misses\n", fired_total, missed_total);
+  for (const auto& [key, count] : fired)
+    std::printf("  %-18s %-28s x%d\n", key.first.c_str(), key.second.c_str(), count);
+  for (const FusionReport& f : fusions)
+    if (f.fired && !f.nodes.empty())
+      std::printf("  fired  %s %s: %s\n", f.pass.c_str(), f.pattern.c_str(), f.nodes.c_str());
+  for (const FusionReport& f : fusions)
+    if (!f.fired)
+      std::printf("  missed %s %s at %s: %s\n", f.pass.c_str(), f.pattern.c_str(),
+                  f.nodes.empty() ? "(unnamed nodes)" : f.nodes.c_str(), f.reason.c_str());
+}
+
 }  // namespace
+
+int parseCompileFlag(const std::string& command, const std::vector<std::string>& args, size_t& i,
+                     CompileOptions& options, bool* report) {
+  const std::string& arg = args[i];
+  auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+  if (arg == "--target") {
+    const std::string* v = value();
+    if (!v) return usageError(command, "--target needs a value");
+    options.target = *v;
+  } else if (arg == "--dim") {
+    const std::string* v = value();
+    std::string name;
+    int64_t min = 0, max = 0;
+    if (!v || !parseDim(*v, &name, &min, &max))
+      return usageError(command, "--dim takes NAME=MIN:MAX (MAX -1 for unbounded)");
+    options.dim_ranges[name] = {min, max};
+  } else if (arg == "--tokenizer") {
+    const std::string* v = value();
+    if (!v) return usageError(command, "--tokenizer needs a tokenizer.json");
+    options.tokenizer_path = *v;
+  } else if (arg == "--as-graph") {
+    options.as_graph = true;
+  } else if (arg == "--max-context" || arg == "--bos-id" || arg == "--eos-id") {
+    const std::string* v = value();
+    int64_t n = 0;
+    if (!v || !parseInt64(*v, &n) || n < 0 || n > (int64_t{1} << 30))
+      return usageError(command, arg + " needs a non-negative integer");
+    if (arg == "--max-context") {
+      if (n < 1) return usageError(command, "--max-context must be at least 1");
+      options.max_context = n;
+    } else if (arg == "--bos-id") {
+      options.bos_token_id = static_cast<int32_t>(n);
+    } else {
+      options.eos_token_ids.push_back(static_cast<int32_t>(n));
+    }
+  } else if (arg == "--opt-level") {
+    const std::string* v = value();
+    int64_t level = 0;
+    if (!v || !parseInt64(*v, &level) || level < 0 || level > 1)
+      return usageError(command, "--opt-level takes 0 (no fusion) or 1 (all fusion passes)");
+    options.opt_level = static_cast<int>(level);
+  } else if (arg == "--disable-pass") {
+    const std::string* v = value();
+    if (!v) return usageError(command, "--disable-pass needs a pass name");
+    options.disabled_passes.push_back(*v);
+  } else if (arg == "--report" && report) {
+    *report = true;
+  } else if (arg == "--verbose" || arg == "-v") {
+    options.pass_timing = true;
+  } else if (arg == "--dump-ir-after") {
+    const std::string* v = value();
+    if (!v) return usageError(command, "--dump-ir-after needs a pass name");
+    options.dump_ir_after = *v;
+  } else {
+    return -1;
+  }
+  return kExitOk;
+}
 
 int runCompile(const std::vector<std::string>& args) {
   CompileOptions options;
+  bool report = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    auto value = [&](const char* flag) -> const std::string* {
-      if (i + 1 >= args.size()) return nullptr;
-      (void)flag;
-      return &args[++i];
-    };
     if (arg == "-o" || arg == "--output") {
-      const std::string* v = value("-o");
-      if (!v) return usageError("compile", "-o needs a file name");
-      options.output_path = *v;
-    } else if (arg == "--target") {
-      const std::string* v = value("--target");
-      if (!v) return usageError("compile", "--target needs a value");
-      options.target = *v;
-    } else if (arg == "--dim") {
-      const std::string* v = value("--dim");
-      std::string name;
-      int64_t min = 0, max = 0;
-      if (!v || !parseDim(*v, &name, &min, &max))
-        return usageError("compile", "--dim takes NAME=MIN:MAX (MAX -1 for unbounded)");
-      options.dim_ranges[name] = {min, max};
-    } else if (arg == "--tokenizer") {
-      const std::string* v = value("--tokenizer");
-      if (!v) return usageError("compile", "--tokenizer needs a tokenizer.json");
-      options.tokenizer_path = *v;
-    } else if (arg == "--as-graph") {
-      options.as_graph = true;
-    } else if (arg == "--max-context" || arg == "--bos-id" || arg == "--eos-id") {
-      const std::string* v = value(arg.c_str());
-      int64_t n = 0;
-      if (!v || !parseInt64(*v, &n) || n < 0 || n > (int64_t{1} << 30))
-        return usageError("compile", arg + " needs a non-negative integer");
-      if (arg == "--max-context") {
-        if (n < 1) return usageError("compile", "--max-context must be at least 1");
-        options.max_context = n;
-      } else if (arg == "--bos-id") {
-        options.bos_token_id = static_cast<int32_t>(n);
-      } else {
-        options.eos_token_ids.push_back(static_cast<int32_t>(n));
-      }
-    } else if (arg == "--verbose" || arg == "-v") {
-      options.pass_timing = true;
-    } else if (arg == "--dump-ir-after") {
-      const std::string* v = value("--dump-ir-after");
-      if (!v) return usageError("compile", "--dump-ir-after needs a pass name");
-      options.dump_ir_after = *v;
-    } else if (!arg.empty() && arg[0] == '-') {
+      if (i + 1 >= args.size()) return usageError("compile", "-o needs a file name");
+      options.output_path = args[++i];
+      continue;
+    }
+    int parsed = parseCompileFlag("compile", args, i, options, &report);
+    if (parsed > 0) return parsed;
+    if (parsed == kExitOk) continue;
+    if (!arg.empty() && arg[0] == '-') {
       return usageError("compile", "unknown option '" + arg + "'");
     } else if (options.input_path.empty()) {
       options.input_path = arg;
@@ -96,6 +141,7 @@ int runCompile(const std::vector<std::string>& args) {
     for (const std::string& failure : stats.llm_failures)
       std::fprintf(stderr, "  %s\n", failure.c_str());
   }
+  if (report) printFusionReport(stats.fusions);
   if (stats.llm_recognized)
     std::printf("decoder language model: %lld attention layers over the paged KV cache\n",
                 static_cast<long long>(stats.llm_layers));

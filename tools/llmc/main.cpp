@@ -41,6 +41,7 @@ const char kUsage[] =
     "FILE]\n"
     "          [--verbose] [--dump-ir-after PASS|import|all] [--as-graph]\n"
     "          [--max-context N] [--bos-id ID] [--eos-id ID ...]\n"
+    "          [--opt-level 0|1] [--disable-pass NAME ...] [--report]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"
     "          [--repeat N]\n"
@@ -54,6 +55,9 @@ const char kUsage[] =
     "      generate tokens from a decoder language model (temperature 0, the default, is greedy)\n"
     "  bench ENGINE [--context N] [--new-tokens N] [--repeat N] [--kv-only] [--batch N]\n"
     "      time to first token and decode tokens/s over the KV cache and by full recomputation\n"
+    "  verify MODEL.onnx [compile options] [--input NAME=FILE ...] [--rtol R] [--atol A] [--seed S]\n"
+    "      compile with the options and at --opt-level 0, run both on the same (given or random)\n"
+    "      inputs and print every output's error; exit 1 beyond tolerance\n"
     "  inspect ENGINE [--json]\n"
     "      print an engine's format, target, inputs, outputs, steps and memory\n"
     "\n"
@@ -77,6 +81,7 @@ int main(int argc, char** argv) {
   if (command == "inspect") return llmc::cli::runInspect(args);
   if (command == "generate") return llmc::cli::runGenerate(args);
   if (command == "bench") return llmc::cli::runBench(args);
+  if (command == "verify") return llmc::cli::runVerify(args);
   std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
   return llmc::cli::kExitBadInput;
 }
@@ -84,6 +89,10 @@ int main(int argc, char** argv) {
 #ifndef LLMC_HAVE_COMPILER
 int llmc::cli::runCompile(const std::vector<std::string>&) {
   return usageError("compile",
+                    "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
+}
+int llmc::cli::runVerify(const std::vector<std::string>&) {
+  return usageError("verify",
                     "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
 }
 #endif

@@ -24,6 +24,10 @@ std::string kernelNameOf(Operation* op) {
   if (isa<PositionsOp>(op)) return "LlmPositions";
   if (isa<LastTokensOp>(op)) return "LlmLastTokens";
   if (isa<RopeOp>(op)) return "LlmRope";
+  if (isa<FusedMatMulOp>(op)) return "LlmFusedMatMul";
+  if (isa<NormOp>(op)) return "LlmNorm";
+  if (isa<GatedMlpOp>(op)) return "LlmGatedMlp";
+  if (isa<ElementwiseOp>(op)) return "LlmElementwise";
   return "";
 }
 
@@ -32,6 +36,7 @@ LogicalResult AttentionOp::verify() {
   auto k = cast<RankedTensorType>(getK().getType());
   auto v = cast<RankedTensorType>(getV().getType());
   auto out = cast<RankedTensorType>(getOutput().getType());
+  if (getNumHeadsAttr()) return verifyTokenMajor();
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 || out.getRank() != 4)
     return emitOpError() << "q, k, v and the result must be [batch, heads, tokens, head_dim]";
   if (k.getShape() != v.getShape()) return emitOpError() << "k and v must have the same shape";
@@ -49,6 +54,118 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "result must be [batch, " << heads << ", tokens, "
                          << v.getDimSize(3) << "]";
   if (getLayerAttr().getInt() < 0) return emitOpError() << "layer must not be negative";
+  return success();
+}
+
+namespace {
+bool isKnownActivation(StringRef name, bool allow_none) {
+  return (allow_none && name == "none") || name == "relu" || name == "gelu_erf" ||
+         name == "gelu_tanh" || name == "silu" || name == "sigmoid" || name == "tanh";
+}
+}  // namespace
+
+LogicalResult AttentionOp::verifyTokenMajor() {
+  auto out = cast<RankedTensorType>(getOutput().getType());
+  if (!getNumKvHeadsAttr() || !getHeadDimAttr())
+    return emitOpError() << "the token-major form needs num_heads, num_kv_heads and head_dim";
+  int64_t heads = *getNumHeads(), kv_heads = *getNumKvHeads(), head_dim = *getHeadDim();
+  if (heads < 1 || kv_heads < 1 || head_dim < 1 || heads % kv_heads != 0)
+    return emitOpError() << "heads (" << heads << ") must be a positive multiple of kv_heads ("
+                         << kv_heads << ")";
+  struct Part {
+    Value value;
+    std::optional<int64_t> column;
+    int64_t heads;
+    const char* name;
+  };
+  for (const Part& part : {Part{getQ(), getQColumn(), heads, "q"},
+                           Part{getK(), getKColumn(), kv_heads, "k"},
+                           Part{getV(), getVColumn(), kv_heads, "v"}}) {
+    auto type = cast<RankedTensorType>(part.value.getType());
+    if (type.getRank() != 3)
+      return emitOpError() << part.name << " must be [batch, tokens, width] in the token-major form";
+    int64_t column = part.column.value_or(0);
+    int64_t width = type.getDimSize(2);
+    if (column < 0 || (!ShapedType::isDynamic(width) && column + part.heads * head_dim > width))
+      return emitOpError() << part.name << "'s heads (columns " << column << " .. "
+                           << column + part.heads * head_dim << ") exceed its width " << width;
+  }
+  if (out.getRank() != 3 || out.getDimSize(2) != heads * head_dim)
+    return emitOpError() << "result must be [batch, tokens, " << heads * head_dim << "]";
+  if (getLayerAttr().getInt() < 0) return emitOpError() << "layer must not be negative";
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  auto x = cast<RankedTensorType>(getX().getType());
+  bool tables = isa<NoneType>(getPositions().getType());
+  auto cos = cast<RankedTensorType>(getCos().getType());
+  if (cos != getSin().getType()) return emitOpError() << "cos and sin must have the same type";
+  if (getNumHeadsAttr()) {
+    if (x.getRank() != 3 || !getHeadDimAttr() || *getNumHeads() < 1 || *getHeadDim() < 2 ||
+        *getHeadDim() % 2 != 0)
+      return emitOpError() << "the token-major form needs x [batch, tokens, width], num_heads "
+                              "and an even head_dim";
+  } else if (x.getRank() != 4) {
+    return emitOpError() << "x must be [batch, heads, tokens, head_dim]";
+  }
+  if (tables ? cos.getRank() != 4 : cos.getRank() != 2)
+    return emitOpError() << (tables ? "per-token cos/sin tables must be [batch | 1, 1, tokens, head_dim]"
+                                    : "cos/sin caches must be [max_positions, head_dim / 2]");
+  if (getOutput().getType() != x) return emitOpError() << "result must have x's type";
+  return success();
+}
+
+LogicalResult FusedMatMulOp::verify() {
+  auto b = cast<RankedTensorType>(getB().getType());
+  if (b.getRank() != 2) return emitOpError() << "b must be a 2-D weight";
+  if (cast<RankedTensorType>(getA().getType()).getRank() < 1)
+    return emitOpError() << "a must have rank >= 1";
+  if (auto activation = getActivation(); activation && !isKnownActivation(*activation, true))
+    return emitOpError() << "unknown activation '" << *activation << "'";
+  if (!isa<NoneType>(getBias().getType()) && cast<ShapedType>(getBias().getType()).getRank() != 1)
+    return emitOpError() << "bias must be 1-D [N]";
+  return success();
+}
+
+LogicalResult NormOp::verify() {
+  if (getKind() != "rms" && getKind() != "layer")
+    return emitOpError() << "kind must be \"rms\" or \"layer\", got \"" << getKind() << "\"";
+  size_t expected = isa<NoneType>(getResidual().getType()) ? 1 : 2;
+  if (getOutputs().size() != expected)
+    return emitOpError() << "has " << getOutputs().size() << " results; expected " << expected
+                         << (expected == 2 ? " (the normalized value and the sum)" : "");
+  if (cast<RankedTensorType>(getScale().getType()).getRank() != 1)
+    return emitOpError() << "scale must be 1-D";
+  return success();
+}
+
+LogicalResult GatedMlpOp::verify() {
+  auto w = cast<RankedTensorType>(getW().getType());
+  if (w.getRank() != 2 || (!w.isDynamicDim(1) && w.getDimSize(1) % 2 != 0))
+    return emitOpError() << "w must be [K, 2F]";
+  if (!isKnownActivation(getActivation(), false))
+    return emitOpError() << "unknown activation '" << getActivation() << "'";
+  return success();
+}
+
+LogicalResult ElementwiseOp::verify() {
+  ArrayRef<int64_t> program = getProgram();
+  if (program.empty() || program.size() % 3 != 0)
+    return emitOpError() << "program must be a non-empty list of [opcode, a, b] triples";
+  int64_t registers = static_cast<int64_t>(getInputs().size());
+  int64_t constants = static_cast<int64_t>(getConstants().size());
+  for (size_t i = 0; i < program.size(); i += 3) {
+    int64_t opcode = program[i];
+    if (!((opcode >= 0 && opcode <= 6) || (opcode >= 16 && opcode <= 27)))
+      return emitOpError() << "unknown opcode " << opcode;
+    for (int64_t operand : {program[i + 1], program[i + 2]})
+      if (operand >= registers || operand < -constants)
+        return emitOpError() << "instruction " << i / 3 << " reads operand " << operand
+                             << " (registers 0.." << registers - 1 << ", " << constants
+                             << " constants)";
+    ++registers;
+  }
   return success();
 }
 

@@ -33,16 +33,32 @@ def LLM_AttentionOp : LLM_Op<"attention"> {
     `softmax(scale * q·kᵀ)·v` over each token's own sequence up to and including its
     position. Not `Pure`: it writes the cache.
 
+    Token-major form (written by `--llmc-fuse-qkv`): `q`, `k` and `v` are
+    `[batch, tokens, width]` rows, head `h` of q being columns
+    `q_column + h * head_dim ...` (likewise k and v), so one packed QKV projection feeds
+    the op without a split or transposes; the result is `[batch, tokens, heads * head_dim]`.
+    ```mlir
+    %p = llm.attention(%qkv, %qkv, %qkv) {layer = 0 : i64, scale = 2.500000e-01 : f32,
+        num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64,
+        q_column = 0 : i64, k_column = 64 : i64, v_column = 96 : i64}
+        : (tensor<?x?x128xf32>, tensor<?x?x128xf32>, tensor<?x?x128xf32>) -> tensor<?x?x64xf32>
+    ```
     ```mlir
     %o = llm.attention(%q, %k, %v) {layer = 0 : i64, scale = 2.500000e-01 : f32}
         : (tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>) -> tensor<?x4x?x16xf32>
     ```
   }];
   let arguments = (ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v,
-                   I64Attr:$layer, F32Attr:$scale);
+                   I64Attr:$layer, F32Attr:$scale, OptionalAttr<I64Attr>:$num_heads,
+                   OptionalAttr<I64Attr>:$num_kv_heads, OptionalAttr<I64Attr>:$head_dim,
+                   OptionalAttr<I64Attr>:$q_column, OptionalAttr<I64Attr>:$k_column,
+                   OptionalAttr<I64Attr>:$v_column);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $q `,` $k `,` $v `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::LogicalResult verifyTokenMajor();
+  }];
 }
 
 def LLM_PositionsOp : LLM_Op<"positions", [Pure]> {
@@ -62,22 +78,32 @@ def LLM_PositionsOp : LLM_Op<"positions", [Pure]> {
 }
 
 def LLM_RopeOp : LLM_Op<"rope", [Pure]> {
-  let summary = "Rotary position embedding from cos/sin caches (runtime kernel `LlmRope`)";
+  let summary = "Rotary position embedding (runtime kernel `LlmRope`)";
   let description = [{
-    `x` is `[batch, heads, tokens, head_dim]`, `positions` `[tokens]` (from `llm.positions`),
-    `cos` and `sin` `[max_positions, head_dim / 2]`. Each token's vector is rotated by its
-    position: halves `(x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)`, or adjacent pairs
-    when `interleaved` is 1.
-
+    Rotates each token's head vectors by its position: halves
+    `(x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)`, or adjacent pairs when `interleaved`
+    is 1. Two sources of the angles:
+    - `positions` `[tokens]` (from `llm.positions`) with `cos`/`sin` caches
+      `[max_positions, head_dim / 2]`;
+    - `positions` absent (`none`) with per-token tables `cos`/`sin` of rank 4
+      `[batch | 1, 1, tokens, head_dim]`, as models compute them (`--llmc-fuse-rope`
+      writes this form for `x * cos + rotate_half(x) * sin`; halves only).
+    `x` is `[batch, heads, tokens, head_dim]`, or token-major `[batch, tokens, width]`
+    with `num_heads` and `head_dim` set: the first `num_heads` heads of each row are
+    rotated and the other columns pass through (a packed QKV's q and k, not its v).
     ```mlir
     %r = llm.rope(%q, %pos, %cos, %sin) {interleaved = 0 : i64}
         : (tensor<?x4x?x16xf32>, tensor<?xi64>, tensor<64x8xf32>, tensor<64x8xf32>) -> tensor<?x4x?x16xf32>
+    %t = llm.rope(%qkv, %none, %cos_t, %sin_t) {num_heads = 6 : i64, head_dim = 16 : i64}
+        : (tensor<?x?x128xf32>, none, tensor<1x1x?x16xf32>, tensor<1x1x?x16xf32>) -> tensor<?x?x128xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$x, AnyRankedTensor:$positions, AnyRankedTensor:$cos,
-                   AnyRankedTensor:$sin, OptionalAttr<I64Attr>:$interleaved);
+  let arguments = (ins AnyRankedTensor:$x, AnyType:$positions, AnyRankedTensor:$cos,
+                   AnyRankedTensor:$sin, OptionalAttr<I64Attr>:$interleaved,
+                   OptionalAttr<I64Attr>:$num_heads, OptionalAttr<I64Attr>:$head_dim);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $x `,` $positions `,` $cos `,` $sin `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def LLM_LastTokensOp : LLM_Op<"last_tokens", [Pure]> {
@@ -94,6 +120,85 @@ def LLM_LastTokensOp : LLM_Op<"last_tokens", [Pure]> {
   let arguments = (ins AnyRankedTensor:$input);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $input `)` attr-dict `:` functional-type(operands, results)";
+}
+
+def LLM_FusedMatMulOp : LLM_Op<"fused_matmul", [Pure]> {
+  let summary = "Matrix product with bias and activation epilogue (runtime kernel `LlmFusedMatMul`)";
+  let description = [{
+    `y = activation(alpha * a·op(b) + bias)`: `a` is `[..., K]`, `b` the 2-D weight
+    `[K, N]` (or `[N, K]` with `trans_b = 1`, a folded transpose), `bias` `[N]` or
+    absent (`none`). `activation` is one of `none`, `relu`, `gelu_erf`, `gelu_tanh`,
+    `silu`, `sigmoid`, `tanh`. Written by `--llmc-fuse-matmul` for MatMul/Gemm + Add + activation.
+    ```mlir
+    %y = llm.fused_matmul(%x, %w, %b) {activation = "gelu_erf", trans_b = 0 : i64}
+        : (tensor<?x?x64xf32>, tensor<64x256xf32>, tensor<256xf32>) -> tensor<?x?x256xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$a, AnyRankedTensor:$b, AnyType:$bias,
+                   OptionalAttr<StrAttr>:$activation, OptionalAttr<I64Attr>:$trans_b,
+                   OptionalAttr<F32Attr>:$alpha);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $a `,` $b `,` $bias `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def LLM_NormOp : LLM_Op<"norm", [Pure]> {
+  let summary = "RMS or layer normalization over the last axis, optionally after a residual add (runtime kernel `LlmNorm`)";
+  let description = [{
+    `s = x + residual` (just `x` when `residual` is `none`), then over the last axis
+    `kind = "rms"`: `s / sqrt(mean(s²) + epsilon) * scale (+ bias)`, or
+    `kind = "layer"`: `(s - mean(s)) / sqrt(var(s) + epsilon) * scale (+ bias)`.
+    With a residual the op has a second result, the sum `s`, which the residual stream
+    continues with. Written by `--llmc-fuse-norms`.
+    ```mlir
+    %y, %s = llm.norm(%x, %r, %gamma, %none) {kind = "rms", epsilon = 1.0e-06 : f32}
+        : (tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<64xf32>, none) -> (tensor<?x?x64xf32>, tensor<?x?x64xf32>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$x, AnyType:$residual, AnyRankedTensor:$scale,
+                   AnyType:$bias, StrAttr:$kind, F32Attr:$epsilon);
+  let results = (outs Variadic<AnyRankedTensor>:$outputs);
+  let assemblyFormat = "`(` $x `,` $residual `,` $scale `,` $bias `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def LLM_GatedMlpOp : LLM_Op<"gated_mlp", [Pure]> {
+  let summary = "Gated MLP up-projection: act(x·Wg) ⊙ (x·Wu) with one weight (runtime kernel `LlmGatedMlp`)";
+  let description = [{
+    `w` is `[K, 2F]`, the gate weight's `F` columns then the up weight's (concatenated at
+    compile time by `--llmc-fuse-gated-mlp`); `y = activation(x·w[:, :F]) * (x·w[:, F:])`
+    is `[..., F]`. `activation`: `silu`, `gelu_erf`, `gelu_tanh`, `relu`, `sigmoid` or `tanh`.
+    ```mlir
+    %h = llm.gated_mlp(%x, %w) {activation = "silu"}
+        : (tensor<?x?x64xf32>, tensor<64x256xf32>) -> tensor<?x?x128xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$x, AnyRankedTensor:$w, StrAttr:$activation);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $x `,` $w `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def LLM_ElementwiseOp : LLM_Op<"elementwise", [Pure]> {
+  let summary = "A fused chain of elementwise ops evaluated in one pass (runtime kernel `LlmElementwise`)";
+  let description = [{
+    The float32 inputs broadcast (numpy rules) to the result's shape. `program` is a flat
+    list of instructions `[opcode, a, b]`: registers `0 .. inputs-1` hold the inputs,
+    instruction `i` writes register `inputs + i`, the last register is the result; an
+    operand `-1 - j` is the immediate `constants[j]`. Opcodes: 0 add, 1 sub, 2 mul, 3 div,
+    4 pow, 5 max, 6 min, 16 neg, 17 exp, 18 log, 19 sqrt, 20 reciprocal, 21 tanh, 22 erf,
+    23 sigmoid, 24 relu, 25 abs, 26 sin, 27 cos (unary ops ignore `b`). Written by
+    `--llmc-fuse-elementwise`.
+    ```mlir
+    %y = llm.elementwise(%x, %g) {program = array<i64: 23, 0, 0, 2, 0, 2, 2, 3, 1>, constants = array<f32>}
+        : (tensor<?x128xf32>, tensor<?x128xf32>) -> tensor<?x128xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, DenseI64ArrayAttr:$program,
+                   DenseF32ArrayAttr:$constants);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 #endif // LLMC_LLM_OPS

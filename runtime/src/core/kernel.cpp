@@ -55,6 +55,7 @@ const KernelRegistry& KernelRegistry::cpuReference() {
     registerAttentionKernels(r);
     registerOrtContribKernels(r);
     registerLlmKernels(r);
+    registerFusedKernels(r);
     return r;
   }();
   return registry;

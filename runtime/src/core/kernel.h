@@ -122,5 +122,7 @@ void registerTensorKernels(KernelRegistry& registry);  // shape and data movemen
 void registerAttentionKernels(KernelRegistry& registry);  // ONNX Attention (opset 23)
 void registerOrtContribKernels(KernelRegistry& registry);  // ONNX Runtime's contrib ops
 void registerLlmKernels(KernelRegistry& registry);  // LlmAttention, LlmPositions, LlmLastTokens
+// LlmFusedMatMul, LlmGatedMlp, LlmNorm, LlmElementwise (cpu/fused.cpp)
+void registerFusedKernels(KernelRegistry& registry);
 
 }  // namespace llmc

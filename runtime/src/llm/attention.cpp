@@ -40,26 +40,80 @@ void attendOne(const float* q, int64_t count, int64_t head_dim, float scale, Key
   }
 }
 
+// Where head `h` of token `t` in batch row `b` starts: [b, h, t, d] tensors, or token-major
+// [b, t, width] rows with the heads from `column` on (llm.attention's packed form).
+struct HeadLayout {
+  int64_t batch_stride = 0, head_stride = 0, token_stride = 0, column = 0;
+  int64_t at(int64_t b, int64_t h, int64_t t) const {
+    return b * batch_stride + h * head_stride + t * token_stride + column;
+  }
+  static HeadLayout headMajor(int64_t heads, int64_t tokens, int64_t head_dim) {
+    return {heads * tokens * head_dim, tokens * head_dim, head_dim, 0};
+  }
+  static HeadLayout tokenMajor(int64_t tokens, int64_t width, int64_t head_dim, int64_t column) {
+    return {tokens * width, head_dim, width, column};
+  }
+};
+
 Status llmAttention(KernelContext& ctx) {
   const Tensor* q = ctx.input(0);
   const Tensor* k = ctx.input(1);
   const Tensor* v = ctx.input(2);
   if (!q || !k || !v) return kernelError(ctx, "LlmAttention needs q, k and v");
-  if (q->rank() != 4 || k->rank() != 4 || v->rank() != 4)
-    return kernelError(ctx, "q, k, v must be [batch, heads, tokens, head_dim], got " +
-                                shapeToString(q->shape()) + ", " + shapeToString(k->shape()) +
-                                ", " + shapeToString(v->shape()));
-  const int64_t batch = q->dim(0), heads = q->dim(1), tokens = q->dim(2), head_dim = q->dim(3);
-  const int64_t kv_heads = k->dim(1);
-  if (k->shape() != v->shape() || k->dim(0) != batch || k->dim(2) != tokens ||
-      k->dim(3) != head_dim || kv_heads < 1 || heads % kv_heads != 0)
-    return kernelError(ctx, "k/v " + shapeToString(k->shape()) + " do not fit q " +
-                                shapeToString(q->shape()));
   if (q->dtype() != DType::kFloat32 || k->dtype() != DType::kFloat32 ||
       v->dtype() != DType::kFloat32)
     return kernelError(ctx, "LlmAttention computes float32 only");
+  const bool token_major = ctx.params().getInt("num_heads", 0) > 0;
+  int64_t batch = 0, heads = 0, tokens = 0, head_dim = 0, kv_heads = 0;
+  HeadLayout q_layout, k_layout, v_layout, out_layout;
+  Shape out_shape;
+  if (token_major) {
+    heads = ctx.params().getInt("num_heads", 0);
+    kv_heads = ctx.params().getInt("num_kv_heads", 0);
+    head_dim = ctx.params().getInt("head_dim", 0);
+    if (q->rank() != 3 || k->rank() != 3 || v->rank() != 3 || kv_heads < 1 || head_dim < 1 ||
+        heads % kv_heads != 0)
+      return kernelError(ctx, "token-major q, k, v must be [batch, tokens, width] with heads a "
+                              "multiple of kv_heads, got " + shapeToString(q->shape()) + ", " +
+                                  shapeToString(k->shape()) + ", " + shapeToString(v->shape()));
+    batch = q->dim(0);
+    tokens = q->dim(1);
+    struct Part {
+      const Tensor* t;
+      const char* column;
+      int64_t heads;
+      HeadLayout* layout;
+    };
+    for (const Part& part : {Part{q, "q_column", heads, &q_layout}, Part{k, "k_column", kv_heads, &k_layout},
+                             Part{v, "v_column", kv_heads, &v_layout}}) {
+      const int64_t column = ctx.params().getInt(part.column, 0);
+      if (part.t->dim(0) != batch || part.t->dim(1) != tokens || column < 0 ||
+          column + part.heads * head_dim > part.t->dim(2))
+        return kernelError(ctx, std::string(part.column) + " " + std::to_string(column) + " and " +
+                                    std::to_string(part.heads) + " heads of " +
+                                    std::to_string(head_dim) + " do not fit " +
+                                    shapeToString(part.t->shape()));
+      *part.layout = HeadLayout::tokenMajor(tokens, part.t->dim(2), head_dim, column);
+    }
+    out_shape = {batch, tokens, heads * head_dim};
+    out_layout = HeadLayout::tokenMajor(tokens, heads * head_dim, head_dim, 0);
+  } else {
+    if (q->rank() != 4 || k->rank() != 4 || v->rank() != 4)
+      return kernelError(ctx, "q, k, v must be [batch, heads, tokens, head_dim], got " +
+                                  shapeToString(q->shape()) + ", " + shapeToString(k->shape()) +
+                                  ", " + shapeToString(v->shape()));
+    batch = q->dim(0), heads = q->dim(1), tokens = q->dim(2), head_dim = q->dim(3);
+    kv_heads = k->dim(1);
+    if (k->shape() != v->shape() || k->dim(0) != batch || k->dim(2) != tokens ||
+        k->dim(3) != head_dim || kv_heads < 1 || heads % kv_heads != 0)
+      return kernelError(ctx, "k/v " + shapeToString(k->shape()) + " do not fit q " +
+                                  shapeToString(q->shape()));
+    q_layout = out_layout = HeadLayout::headMajor(heads, tokens, head_dim);
+    k_layout = v_layout = HeadLayout::headMajor(kv_heads, tokens, head_dim);
+    out_shape = q->shape();
+  }
   Tensor* out = nullptr;
-  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, q->shape(), &out));
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, out_shape, &out));
   if (ctx.shapeOnly()) return okStatus();
   const int64_t layer = ctx.params().getInt("layer", 0);
   const float scale = static_cast<float>(ctx.params().getFloat("scale", 1.0));
@@ -69,11 +123,10 @@ Status llmAttention(KernelContext& ctx) {
   const float* vd = v->data<float>();
   float* od = out->data<float>();
   std::vector<float> scores;
-  // [b, h, t, d] element offsets.
-  auto q_at = [&](int64_t b, int64_t h, int64_t t) { return ((b * heads + h) * tokens + t) * head_dim; };
-  auto kv_at = [&](int64_t b, int64_t h, int64_t t) {
-    return ((b * kv_heads + h) * tokens + t) * head_dim;
-  };
+  auto q_at = [&](int64_t b, int64_t h, int64_t t) { return q_layout.at(b, h, t); };
+  auto o_at = [&](int64_t b, int64_t h, int64_t t) { return out_layout.at(b, h, t); };
+  auto k_at = [&](int64_t b, int64_t h, int64_t t) { return k_layout.at(b, h, t); };
+  auto v_at = [&](int64_t b, int64_t h, int64_t t) { return v_layout.at(b, h, t); };
 
   LlmStepContext* step = ctx.llmStep();
   if (!step) {
@@ -84,8 +137,8 @@ Status llmAttention(KernelContext& ctx) {
           int64_t kvh = h / group;
           attendOne(
               qd + q_at(b, h, t), t + 1, head_dim, scale,
-              [&](int64_t j) { return kd + kv_at(b, kvh, j); },
-              [&](int64_t j) { return vd + kv_at(b, kvh, j); }, scores, od + q_at(b, h, t));
+              [&](int64_t j) { return kd + k_at(b, kvh, j); },
+              [&](int64_t j) { return vd + v_at(b, kvh, j); }, scores, od + o_at(b, h, t));
         }
     return okStatus();
   }
@@ -139,8 +192,8 @@ Status llmAttention(KernelContext& ctx) {
     auto* vc = static_cast<uint8_t*>(cache.valueData(slot.block, static_cast<int32_t>(layer)));
     for (int64_t h = 0; h < kv_heads; ++h) {
       size_t offset = static_cast<size_t>((h * block_size + slot.offset) * head_dim) * element;
-      store_row(kc + offset, kd + kv_at(0, h, t));
-      store_row(vc + offset, vd + kv_at(0, h, t));
+      store_row(kc + offset, kd + k_at(0, h, t));
+      store_row(vc + offset, vd + v_at(0, h, t));
     }
   }
   // 2. Per sequence: gather its cached K/V into contiguous [kv_head][position][head_dim]
@@ -187,7 +240,7 @@ Status llmAttention(KernelContext& ctx) {
         attendOne(
             qd + q_at(0, h, t), count, head_dim, scale,
             [&](int64_t j) { return kh + j * head_dim; },
-            [&](int64_t j) { return vh + j * head_dim; }, scores, od + q_at(0, h, t));
+            [&](int64_t j) { return vh + j * head_dim; }, scores, od + o_at(0, h, t));
       }
     }
   }
@@ -247,44 +300,86 @@ Status llmLastTokens(KernelContext& ctx) {
   return okStatus();
 }
 
+// Rotates the halves of one head by full-width per-token tables (x * cos + rotate_half(x) *
+// sin, as models compute it): x[i] and x[i + half] use their own table entries.
+void rotateHalvesByTable(float* x, const float* cos_row, const float* sin_row, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x[i], b = x[i + half];
+    x[i] = a * cos_row[i] - b * sin_row[i];
+    x[i + half] = b * cos_row[i + half] + a * sin_row[i + half];
+  }
+}
+
 Status llmRope(KernelContext& ctx) {
   const Tensor* x = ctx.input(0);
   const Tensor* positions = ctx.input(1);
   const Tensor* cos = ctx.input(2);
   const Tensor* sin = ctx.input(3);
-  if (!x || !positions || !cos || !sin || x->rank() != 4 || cos->rank() != 2 ||
-      cos->shape() != sin->shape() || x->dtype() != DType::kFloat32 ||
+  if (!x || !cos || !sin || cos->shape() != sin->shape() || x->dtype() != DType::kFloat32 ||
       cos->dtype() != DType::kFloat32 || sin->dtype() != DType::kFloat32)
-    return kernelError(ctx, "LlmRope needs float32 x [batch, heads, tokens, head_dim] and cos/sin "
-                            "[max_positions, head_dim / 2]");
-  const int64_t tokens = x->dim(2), head_dim = x->dim(3), half = cos->dim(1);
-  if (half * 2 != head_dim || positions->numElements() != tokens)
+    return kernelError(ctx, "LlmRope needs float32 x and cos/sin of one shape");
+  const bool token_major = ctx.params().getInt("num_heads", 0) > 0;
+  int64_t batch = 0, heads = 0, tokens = 0, head_dim = 0, width = 0;
+  if (token_major) {
+    heads = ctx.params().getInt("num_heads", 0);
+    head_dim = ctx.params().getInt("head_dim", 0);
+    if (x->rank() != 3 || head_dim < 2 || head_dim % 2 != 0 || heads * head_dim > x->dim(2))
+      return kernelError(ctx, "token-major x " + shapeToString(x->shape()) + " does not hold " +
+                                  std::to_string(heads) + " heads of " + std::to_string(head_dim));
+    batch = x->dim(0), tokens = x->dim(1), width = x->dim(2);
+  } else {
+    if (x->rank() != 4) return kernelError(ctx, "x must be [batch, heads, tokens, head_dim]");
+    batch = x->dim(0), heads = x->dim(1), tokens = x->dim(2), head_dim = x->dim(3);
+  }
+  const int64_t half = head_dim / 2;
+  const bool tables = positions == nullptr;
+  if (tables) {
+    // [batch | 1, 1, tokens, head_dim] per-token tables.
+    if (cos->rank() != 4 || (cos->dim(0) != 1 && cos->dim(0) != batch) || cos->dim(1) != 1 ||
+        cos->dim(2) != tokens || cos->dim(3) != head_dim)
+      return kernelError(ctx, "cos/sin tables " + shapeToString(cos->shape()) + " do not fit x " +
+                                  shapeToString(x->shape()));
+  } else if (cos->rank() != 2 || cos->dim(1) * 2 != head_dim || positions->numElements() != tokens) {
     return kernelError(ctx, "x " + shapeToString(x->shape()) + ", positions " +
                                 shapeToString(positions->shape()) + " and cos " +
                                 shapeToString(cos->shape()) + " do not fit");
+  }
   Tensor* out = nullptr;
   LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, x->shape(), &out));
   if (ctx.shapeOnly()) return okStatus();
-  std::vector<int64_t> pos;
-  LLMC_RETURN_IF_ERROR(readInt64s(positions, &pos));
   const bool interleaved = ctx.params().getInt("interleaved", 0) != 0;
-  const int64_t rows = x->dim(0) * x->dim(1);
-  for (int64_t t = 0; t < tokens; ++t)
-    if (pos[t] < 0 || pos[t] >= cos->dim(0))
-      return kernelError(ctx, "position " + std::to_string(pos[t]) + " is outside the rotary cache of " +
-                                  std::to_string(cos->dim(0)) + " positions");
-  std::memcpy(out->data<float>(), x->data<float>(), x->numElements() * sizeof(float));
-  for (int64_t r = 0; r < rows; ++r)
+  if (tables && interleaved) return kernelError(ctx, "per-token tables rotate halves only");
+  std::vector<int64_t> pos;
+  if (!tables) {
+    LLMC_RETURN_IF_ERROR(readInt64s(positions, &pos));
     for (int64_t t = 0; t < tokens; ++t)
-      rotateHead(out->data<float>() + (r * tokens + t) * head_dim, cos->data<float>() + pos[t] * half,
-                 sin->data<float>() + pos[t] * half, half, interleaved);
+      if (pos[t] < 0 || pos[t] >= cos->dim(0))
+        return kernelError(ctx, "position " + std::to_string(pos[t]) +
+                                    " is outside the rotary cache of " + std::to_string(cos->dim(0)) +
+                                    " positions");
+  }
+  std::memcpy(out->data<float>(), x->data<float>(), x->numElements() * sizeof(float));
+  float* y = out->data<float>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t table_row = ((cos->rank() == 4 && cos->dim(0) == batch ? b : 0) * tokens + t) * head_dim;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* head = y + (token_major ? (b * tokens + t) * width + h * head_dim
+                                       : ((b * heads + h) * tokens + t) * head_dim);
+        if (tables)
+          rotateHalvesByTable(head, cos->data<float>() + table_row, sin->data<float>() + table_row, half);
+        else
+          rotateHead(head, cos->data<float>() + pos[t] * half, sin->data<float>() + pos[t] * half,
+                     half, interleaved);
+      }
+    }
   return okStatus();
 }
 
 }  // namespace
 
 void registerLlmKernels(KernelRegistry& registry) {
-  registry.add({"LlmRope", 4, 4, 1, 1, llmRope});
+  registry.add({"LlmRope", 3, 4, 1, 1, llmRope});
   registry.add({"LlmAttention", 3, 3, 1, 1, llmAttention});
   registry.add({"LlmPositions", 1, 1, 1, 1, llmPositions});
   registry.add({"LlmLastTokens", 1, 1, 1, 1, llmLastTokens});

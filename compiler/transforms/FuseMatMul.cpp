@@ -1,0 +1,250 @@
+// --llmc-fuse-matmul: MatMul / Gemm with a constant 2-D weight, the bias add after it and
+// the activation after that become one llm.fused_matmul. Activations are recognized by what
+// they compute, not by how an exporter spelled them: the elementwise ops after the product
+// are evaluated with the runtime's kernels on probe values and compared with each known
+// activation (so x·sigmoid(x), GELU as erf or tanh in any operand order, Relu all match).
+#include <cmath>
+
+#include "core/kernel.h"
+#include "transforms/FusionUtil.h"
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_FUSEMATMUL
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+constexpr const char* kPass = "fuse-matmul";
+
+// Elementwise nn ops an activation may be written with.
+bool isActivationPiece(Operation* op) {
+  static const char* const kNames[] = {
+      "nn.add",  "nn.sub",     "nn.mul",  "nn.div",  "nn.pow",     "nn.erf", "nn.tanh",
+      "nn.sigmoid", "nn.relu", "nn.exp",  "nn.neg",  "nn.sqrt", "nn.reciprocal", "nn.gelu",
+      "nn.max",  "nn.min",     "nn.softplus", "nn.hard_sigmoid", "nn.cast"};
+  for (const char* name : kNames)
+    if (isOp(op, name)) return op->getNumResults() == 1 && isFloat32Tensor(op->getResult(0).getType());
+  return false;
+}
+
+struct Activation {
+  const char* name;
+  double (*fn)(double);
+};
+const Activation kActivations[] = {
+    {"relu", [](double x) { return x > 0 ? x : 0.0; }},
+    {"gelu_erf", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
+    {"gelu_tanh",
+     [](double x) {
+       return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+     }},
+    {"silu", [](double x) { return x / (1 + std::exp(-x)); }},
+    {"sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }},
+    {"tanh", [](double x) { return std::tanh(x); }},
+};
+
+class Matcher {
+ public:
+  explicit Matcher(func::FuncOp func) : func_(func) {}
+
+  /// The activation computed from `h` by the elementwise ops after it: the largest region
+  /// R (h's users, their users, ... reading only h, R and scalar constants) whose single
+  /// escaping result equals a known activation of h on probe values. Fills `region` and
+  /// returns the activation name and the result, or nullptr.
+  const char* matchActivation(Value h, std::vector<Operation*>* region, Value* result,
+                              bool* had_region) {
+    // Grow the region in block order.
+    llvm::SetVector<Operation*> ops;
+    llvm::DenseSet<Value> inside{h};
+    bool grew = true;
+    while (grew && ops.size() < 32) {
+      grew = false;
+      for (Value v : llvm::SmallVector<Value>(inside.begin(), inside.end()))
+        for (Operation* user : v.getUsers()) {
+          if (ops.contains(user) || !isActivationPiece(user)) continue;
+          bool reads_only_inside = true;
+          for (Value operand : user->getOperands())
+            reads_only_inside &= inside.contains(operand) || scalarConstant(operand).has_value();
+          if (!reads_only_inside) continue;
+          ops.insert(user);
+          inside.insert(user->getResult(0));
+          grew = true;
+        }
+    }
+    *had_region = !ops.empty();
+    if (ops.empty()) return nullptr;
+    std::vector<Operation*> ordered(ops.begin(), ops.end());
+    std::sort(ordered.begin(), ordered.end(),
+              [](Operation* a, Operation* b) { return a->isBeforeInBlock(b); });
+    // Evaluate every op of the region on the probe.
+    constexpr int64_t kProbe = 101;
+    Tensor probe = Tensor::allocate(DType::kFloat32, {kProbe});
+    for (int64_t i = 0; i < kProbe; ++i) probe.data<float>()[i] = -6.0f + 12.0f * i / (kProbe - 1);
+    llvm::DenseMap<Value, Tensor> values;
+    values[h] = probe;
+    std::vector<Tensor> constants;
+    constants.reserve(64);
+    for (Operation* op : ordered) {
+      const KernelDef* kernel = KernelRegistry::cpuReference().find(kernelNameOf(op));
+      KernelParams params;
+      if (!kernel || !paramsFromAttributes(op->getAttrs(), &params).ok()) return nullptr;
+      std::vector<const Tensor*> inputs;
+      for (Value operand : op->getOperands()) {
+        auto it = values.find(operand);
+        if (it != values.end()) {
+          inputs.push_back(&it->second);
+        } else {
+          auto constant = cast<nn::ConstantOp>(operand.getDefiningOp());
+          constants.push_back(tensorFromElements(constant.getValue()));
+          inputs.push_back(&constants.back());
+        }
+      }
+      KernelRun run = evaluateKernel(*kernel, params, inputs, 1, nodeNameOf(op), false);
+      if (!run.status.ok() || run.outputs.empty() || run.outputs[0].numElements() != kProbe)
+        return nullptr;
+      values[op->getResult(0)] = std::move(run.outputs[0]);
+    }
+    // The largest closed sub-region whose result is a known activation.
+    for (auto sink = ordered.rbegin(); sink != ordered.rend(); ++sink) {
+      llvm::DenseSet<Operation*> needed;
+      std::vector<Operation*> stack{*sink};
+      while (!stack.empty()) {
+        Operation* op = stack.back();
+        stack.pop_back();
+        if (!needed.insert(op).second) continue;
+        for (Value operand : op->getOperands())
+          if (Operation* def = operand.getDefiningOp(); def && ops.contains(def)) stack.push_back(def);
+      }
+      bool closed = true;
+      for (Operation* user : h.getUsers()) closed &= needed.contains(user);
+      for (Operation* op : needed)
+        if (op != *sink)
+          for (Operation* user : op->getResult(0).getUsers()) closed &= needed.contains(user);
+      if (!closed) continue;
+      const Tensor& out = values[(*sink)->getResult(0)];
+      for (const Activation& activation : kActivations) {
+        bool same = true;
+        for (int64_t i = 0; i < kProbe && same; ++i) {
+          double expected = activation.fn(probe.data<float>()[i]);
+          same = std::fabs(out.data<float>()[i] - expected) <= 1e-5 * (1 + std::fabs(expected));
+        }
+        if (!same) continue;
+        region->clear();
+        for (Operation* op : ordered)
+          if (needed.contains(op)) region->push_back(op);
+        *result = (*sink)->getResult(0);
+        return activation.name;
+      }
+    }
+    return nullptr;
+  }
+
+  void miss(ArrayRef<Operation*> ops, const std::string& reason) {
+    logFusion(func_, {false, kPass, "matmul", nodeNames(ops), reason});
+  }
+
+  /// MatMul(a, W) or Gemm(a, W[ᵀ], C) -> [+ bias] -> [activation] -> llm.fused_matmul.
+  void fuse(Operation* op) {
+    bool gemm = isOp(op, "nn.gemm");
+    if (!gemm && !isOp(op, "nn.matmul")) return;
+    Value a = op->getOperand(0), w = op->getOperand(1);
+    auto w_type = dyn_cast<RankedTensorType>(w.getType());
+    if (!w_type || w_type.getRank() != 2) return;  // batched products (attention) are not weights
+    if (!isFloat32Tensor(a.getType()) || !isFloat32Tensor(w_type) ||
+        !isFloat32Tensor(op->getResult(0).getType()))
+      return miss({op}, "not float32");
+    if (!float32Constant(w)) return miss({op}, "the weight is not a constant");
+    bool trans_b = false;
+    double alpha = 1.0;
+    std::optional<Tensor> bias;
+    std::vector<Operation*> fused{op};
+    const int64_t n_size = cast<RankedTensorType>(op->getResult(0).getType()).getShape().back();
+    if (gemm) {
+      auto attr = [&](const char* name, double fallback) {
+        if (auto i = op->getAttrOfType<IntegerAttr>(name)) return static_cast<double>(i.getInt());
+        if (auto f = op->getAttrOfType<FloatAttr>(name)) return f.getValueAsDouble();
+        return fallback;
+      };
+      if (attr("transA", 0) != 0) return miss({op}, "Gemm transposes A");
+      trans_b = attr("transB", 0) != 0;
+      alpha = attr("alpha", 1.0);
+      if (op->getNumOperands() > 2 && !isa<NoneType>(op->getOperand(2).getType())) {
+        auto c = float32Constant(op->getOperand(2));
+        if (!c || c->numElements() != n_size) return miss({op}, "Gemm's C is not a constant bias of N values");
+        double beta = attr("beta", 1.0);
+        bias = Tensor::allocate(DType::kFloat32, {n_size});
+        for (int64_t i = 0; i < n_size; ++i)
+          bias->data<float>()[i] = static_cast<float>(beta * c->data<float>()[i]);
+      }
+    }
+    if (ShapedType::isDynamic(n_size)) return miss({op}, "N is not static");
+    Value h = op->getResult(0);
+    // Bias: h + c (either order) with c a constant of N values that does not broadcast h.
+    if (h.hasOneUse()) {
+      Operation* add = *h.getUsers().begin();
+      if (isOp(add, "nn.add") && add->getResult(0).getType() == h.getType()) {
+        Value c = add->getOperand(0) == h ? add->getOperand(1) : add->getOperand(0);
+        auto t = float32Constant(c);
+        if (t && t->numElements() == n_size && cast<ShapedType>(c.getType()).getShape().back() == n_size) {
+          if (!bias) {
+            bias = Tensor::allocate(DType::kFloat32, {n_size});
+            std::fill(bias->data<float>(), bias->data<float>() + n_size, 0.0f);
+          }
+          for (int64_t i = 0; i < n_size; ++i) bias->data<float>()[i] += t->data<float>()[i];
+          fused.push_back(add);
+          h = add->getResult(0);
+        }
+      }
+    }
+    std::vector<Operation*> region;
+    Value result = h;
+    bool had_region = false;
+    const char* activation = matchActivation(h, &region, &result, &had_region);
+    if (!activation) {
+      if (had_region)
+        logFusion(func_, {false, kPass, "matmul-activation", nodeNames(fused),
+                          "the elementwise ops after the product compute no known activation"});
+    }
+    fused.insert(fused.end(), region.begin(), region.end());
+    OpBuilder b(result.getDefiningOp());
+    Location loc = fusedLoc(func_.getContext(), fused);
+    Value bias_value = bias ? float32ConstantOp(b, loc, *bias, "") : noneValue(b, loc);
+    SmallVector<NamedAttribute> attrs{
+        b.getNamedAttr("activation", b.getStringAttr(activation ? activation : "none")),
+        b.getNamedAttr("trans_b", b.getI64IntegerAttr(trans_b ? 1 : 0))};
+    if (alpha != 1.0) attrs.push_back(b.getNamedAttr("alpha", b.getF32FloatAttr(static_cast<float>(alpha))));
+    Value y = createOp(b, loc, "llm.fused_matmul", {a, w, bias_value}, result.getType(), attrs);
+    carryNames(result.getDefiningOp(), y.getDefiningOp());
+    result.replaceAllUsesWith(y);
+    std::string pattern = std::string(gemm ? "gemm" : "matmul") + (bias ? "+bias" : "") +
+                          (activation ? std::string("+") + activation : "");
+    logFusion(func_, {true, kPass, pattern, nodeNames(fused), ""});
+    for (auto it = fused.rbegin(); it != fused.rend(); ++it)
+      if ((*it)->use_empty()) (*it)->erase();
+  }
+
+ private:
+  func::FuncOp func_;
+};
+
+class FuseMatMulPass : public impl::FuseMatMulBase<FuseMatMulPass> {
+ public:
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    Matcher matcher(func);
+    std::vector<Operation*> ops;
+    for (Operation& op : func.getBody().front())
+      if (isOp(&op, "nn.matmul") || isOp(&op, "nn.gemm")) ops.push_back(&op);
+    for (Operation* op : ops) matcher.fuse(op);
+    eraseDeadConstants(func);
+  }
+};
+
+}  // namespace
+}  // namespace llmc

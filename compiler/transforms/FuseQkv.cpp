@@ -1,0 +1,256 @@
+// --llmc-fuse-qkv: moves llm.attention (and the llm.rope before it) onto the token-major
+// rows the projections produce, dropping the Reshape/Transpose pairs around it, then packs
+// the Q, K and V projections of one input into one llm.fused_matmul whose weights are
+// concatenated at compile time; the attention reads q, k and v as column ranges of it (the
+// split is folded into the consumer), and one rope rotates q and k together.
+#include "transforms/FusionUtil.h"
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_FUSEQKV
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+constexpr const char* kPass = "fuse-qkv";
+
+bool isHeadTranspose(Operation* op) {
+  auto perm = op ? op->getAttrOfType<DenseI64ArrayAttr>("perm") : DenseI64ArrayAttr();
+  return isOp(op, "nn.transpose") && perm && perm.asArrayRef() == ArrayRef<int64_t>{0, 2, 1, 3};
+}
+
+// Do dims 0 and 1 of `a` and `b` agree (static sizes or symbol names)?
+bool sameLeadingDims(Value a, Value b) {
+  auto ta = cast<RankedTensorType>(a.getType()), tb = cast<RankedTensorType>(b.getType());
+  std::vector<std::string> na = dimNamesOf(a), nb = dimNamesOf(b);
+  for (int64_t d = 0; d < 2; ++d) {
+    if (ta.getDimSize(d) != tb.getDimSize(d)) return false;
+    if (ta.isDynamicDim(d) && (na.size() <= static_cast<size_t>(d) || nb.size() <= static_cast<size_t>(d) ||
+                               na[d].empty() || na[d] != nb[d]))
+      return false;
+  }
+  return true;
+}
+
+// One of q/k/v traced back to token-major rows: rows [b, s, width], heads from `column`.
+struct Operand {
+  Value rows;
+  int64_t column = 0;
+  Operation* rope = nullptr;  // llm.rope applied to it (per-token tables or caches)
+  std::vector<Operation*> chain;
+};
+
+// [llm.rope] <- transpose(0, 2, 1, 3) <- reshape [b, s, H, D] <- rows [b, s, H * D].
+std::optional<Operand> traceOperand(Value v, std::string* why) {
+  Operand operand;
+  if (Operation* rope = singleUseDef(v, "llm.rope")) {
+    if (rope->getAttr("num_heads") || rope->getAttr("interleaved")) return *why = "its rope is not a plain half rotation", std::nullopt;
+    operand.rope = rope;
+    operand.chain.push_back(rope);
+    v = rope->getOperand(0);
+  }
+  Operation* transpose = singleUseDef(v, "nn.transpose");
+  if (!isHeadTranspose(transpose)) return *why = "an operand is not transposed from [batch, tokens, heads, head_dim]", std::nullopt;
+  Operation* reshape = singleUseDef(transpose->getOperand(0), "nn.reshape");
+  if (!reshape) return *why = "an operand is not reshaped from [batch, tokens, width] rows", std::nullopt;
+  Value rows = reshape->getOperand(0);
+  auto rows_type = dyn_cast<RankedTensorType>(rows.getType());
+  auto split_type = cast<RankedTensorType>(reshape->getResult(0).getType());
+  if (!rows_type || rows_type.getRank() != 3 || split_type.getRank() != 4 ||
+      split_type.isDynamicDim(2) || split_type.isDynamicDim(3) ||
+      rows_type.isDynamicDim(2) || rows_type.getDimSize(2) != split_type.getDimSize(2) * split_type.getDimSize(3) ||
+      !sameLeadingDims(rows, reshape->getResult(0)))
+    return *why = "the reshape at " + where(reshape) + " is not [b, s, H * D] -> [b, s, H, D]", std::nullopt;
+  operand.chain.push_back(transpose);
+  operand.chain.push_back(reshape);
+  operand.rows = rows;
+  return operand;
+}
+
+class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
+ public:
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    std::vector<Operation*> attentions;
+    for (Operation& op : func.getBody().front())
+      if (isOp(&op, "llm.attention") && !op.getAttr("num_heads")) attentions.push_back(&op);
+    for (Operation* attention : attentions) fuse(func, attention);
+    eraseDeadConstants(func);
+  }
+
+  void fuse(func::FuncOp func, Operation* attention) {
+    auto miss = [&](const char* pattern, const std::string& why) {
+      logFusion(func, {false, kPass, pattern, nodeNames({attention}), why});
+    };
+    std::string why;
+    std::optional<Operand> parts[3];
+    for (int i = 0; i < 3; ++i) {
+      parts[i] = traceOperand(attention->getOperand(i), &why);
+      if (!parts[i]) return miss("attention-layout", why);
+    }
+    if (parts[2]->rope) return miss("attention-layout", "v is rotated");
+    // The result: transpose(0, 2, 1, 3) then reshape to [b, s, H * D].
+    Value out = attention->getResult(0);
+    Operation* out_transpose = out.hasOneUse() ? *out.getUsers().begin() : nullptr;
+    if (!isHeadTranspose(out_transpose) || !out_transpose->getResult(0).hasOneUse())
+      return miss("attention-layout", "the result is not transposed back to [batch, tokens, heads, head_dim]");
+    Operation* out_reshape = *out_transpose->getResult(0).getUsers().begin();
+    auto q_type = cast<RankedTensorType>(attention->getOperand(0).getType());
+    auto k_type = cast<RankedTensorType>(attention->getOperand(1).getType());
+    const int64_t heads = q_type.getDimSize(1), kv_heads = k_type.getDimSize(1), head_dim = q_type.getDimSize(3);
+    auto merged = isOp(out_reshape, "nn.reshape") ? dyn_cast<RankedTensorType>(out_reshape->getResult(0).getType())
+                                                  : RankedTensorType();
+    if (!merged || merged.getRank() != 3 || merged.getDimSize(2) != heads * head_dim ||
+        !sameLeadingDims(out_reshape->getResult(0), parts[0]->rows))
+      return miss("attention-layout", "the result is not merged back to [batch, tokens, heads * head_dim]");
+    for (int i = 0; i < 3; ++i)
+      if (!sameLeadingDims(parts[i]->rows, parts[0]->rows))
+        return miss("attention-layout", "q, k and v rows differ in batch or tokens");
+
+    OpBuilder b(attention);
+    std::vector<Operation*> replaced{attention, out_transpose, out_reshape};
+    for (auto& part : parts) replaced.insert(replaced.end(), part->chain.begin(), part->chain.end());
+    Location loc = fusedLoc(func.getContext(), replaced);
+    const int64_t widths[3] = {heads * head_dim, kv_heads * head_dim, kv_heads * head_dim};
+    Value rows[3] = {parts[0]->rows, parts[1]->rows, parts[2]->rows};
+    int64_t columns[3] = {0, 0, 0};
+    std::vector<Operation*> packed_ops;
+    bool packed = pack(func, b, loc, parts, widths, rows, columns, &packed_ops);
+    // Ropes, token-major: one over the packed q and k when they share their tables.
+    Operation* q_rope = parts[0]->rope;
+    Operation* k_rope = parts[1]->rope;
+    auto tokenMajorRope = [&](Value x, Operation* rope, int64_t rotated_heads) {
+      return createOp(b, loc, "llm.rope", {x, rope->getOperand(1), rope->getOperand(2), rope->getOperand(3)},
+                      x.getType(),
+                      {b.getNamedAttr("num_heads", b.getI64IntegerAttr(rotated_heads)),
+                       b.getNamedAttr("head_dim", b.getI64IntegerAttr(head_dim))});
+    };
+    if (packed) {
+      if (q_rope && k_rope) {
+        rows[0] = rows[1] = rows[2] = tokenMajorRope(rows[0], q_rope, heads + kv_heads);
+      } else if (q_rope) {
+        rows[0] = rows[1] = rows[2] = tokenMajorRope(rows[0], q_rope, heads);
+      }
+    } else {
+      if (q_rope) rows[0] = tokenMajorRope(rows[0], q_rope, heads);
+      if (k_rope) rows[1] = tokenMajorRope(rows[1], k_rope, kv_heads);
+    }
+    SmallVector<NamedAttribute> attrs;
+    for (NamedAttribute attr : attention->getAttrs()) attrs.push_back(attr);
+    attrs.push_back(b.getNamedAttr("num_heads", b.getI64IntegerAttr(heads)));
+    attrs.push_back(b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(kv_heads)));
+    attrs.push_back(b.getNamedAttr("head_dim", b.getI64IntegerAttr(head_dim)));
+    attrs.push_back(b.getNamedAttr("q_column", b.getI64IntegerAttr(columns[0])));
+    attrs.push_back(b.getNamedAttr("k_column", b.getI64IntegerAttr(columns[1])));
+    attrs.push_back(b.getNamedAttr("v_column", b.getI64IntegerAttr(columns[2])));
+    Value y = createOp(b, loc, "llm.attention", {rows[0], rows[1], rows[2]}, merged, attrs);
+    carryNames(out_reshape, y.getDefiningOp());
+    out_reshape->getResult(0).replaceAllUsesWith(y);
+    logFusion(func, {true, kPass, "attention-layout", nodeNames(replaced), ""});
+    if (packed) logFusion(func, {true, kPass, "qkv", nodeNames(packed_ops), ""});
+    for (Operation* op : {out_reshape, out_transpose, attention}) op->erase();
+    for (auto& part : parts)
+      for (Operation* op : part->chain)
+        if (op->use_empty()) op->erase();
+    for (auto it = packed_ops.rbegin(); it != packed_ops.rend(); ++it)
+      if ((*it)->use_empty()) (*it)->erase();
+  }
+
+  /// q, k, v rows from one source: three products of the same input with constant weights
+  /// (concatenated into one product), or the three parts of one Split of the last axis.
+  /// Sets rows/columns to the packed tensor and its column offsets.
+  bool pack(func::FuncOp func, OpBuilder& b, Location loc, std::optional<Operand> (&parts)[3],
+            const int64_t (&widths)[3], Value (&rows)[3], int64_t (&columns)[3],
+            std::vector<Operation*>* packed_ops) {
+    if (parts[0]->rope && parts[1]->rope)
+      for (unsigned i = 1; i < 4; ++i)
+        if (parts[0]->rope->getOperand(i) != parts[1]->rope->getOperand(i) &&
+            !(isa<NoneType>(parts[0]->rope->getOperand(i).getType()) &&
+              isa<NoneType>(parts[1]->rope->getOperand(i).getType())))
+          return false;  // q and k rotated by different tables
+    if (!parts[0]->rope && parts[1]->rope) return false;
+    // One Split of the last axis (GPT-2's c_attn).
+    Operation* split = rows[0].getDefiningOp();
+    if (isOp(split, "nn.split") && rows[1].getDefiningOp() == split && rows[2].getDefiningOp() == split &&
+        split->getNumResults() == 3) {
+      auto axis = split->getAttrOfType<IntegerAttr>("axis");
+      Value source = split->getOperand(0);
+      auto source_type = cast<RankedTensorType>(source.getType());
+      if (!axis || (axis.getInt() != -1 && axis.getInt() != 2) || source_type.getRank() != 3) return false;
+      int64_t offset = 0;
+      for (int i = 0; i < 3; ++i) {
+        auto result = dyn_cast<OpResult>(rows[i]);
+        if (!result || result.getResultNumber() != static_cast<unsigned>(i) || !rows[i].hasOneUse()) return false;
+        columns[i] = offset;
+        offset += cast<RankedTensorType>(rows[i].getType()).getDimSize(2);
+      }
+      rows[0] = rows[1] = rows[2] = source;
+      packed_ops->push_back(split);
+      return true;
+    }
+    // Three products of one input.
+    Operation* products[3];
+    for (int i = 0; i < 3; ++i) {
+      products[i] = singleUseDef(rows[i], "llm.fused_matmul");
+      if (!products[i]) return false;
+    }
+    Value input = products[0]->getOperand(0);
+    bool with_bias = !isa<NoneType>(products[0]->getOperand(2).getType());
+    int64_t k_size = -1;
+    std::vector<Tensor> weights, biases;
+    for (Operation* p : products) {
+      auto activation = p->getAttrOfType<StringAttr>("activation");
+      auto trans = p->getAttrOfType<IntegerAttr>("trans_b");
+      if (p->getOperand(0) != input || (activation && activation.getValue() != "none") ||
+          (trans && trans.getInt() != 0) || p->getAttr("alpha") ||
+          with_bias == isa<NoneType>(p->getOperand(2).getType())) {
+        logFusion(func, {false, kPass, "qkv", nodeNames({products[0], products[1], products[2]}),
+                         "the projections differ in input, bias, layout or activation"});
+        return false;
+      }
+      auto w = float32Constant(p->getOperand(1));
+      if (!w || (k_size >= 0 && w->dim(0) != k_size)) return false;
+      k_size = w->dim(0);
+      weights.push_back(*w);
+      if (with_bias) {
+        auto bias = float32Constant(p->getOperand(2));
+        if (!bias) return false;
+        biases.push_back(*bias);
+      }
+    }
+    int64_t total = 0;
+    for (int i = 0; i < 3; ++i) {
+      columns[i] = total;
+      total += weights[i].dim(1);
+      if (weights[i].dim(1) != widths[i]) return false;
+    }
+    Tensor w = Tensor::allocate(DType::kFloat32, {k_size, total});
+    Tensor bias = Tensor::allocate(DType::kFloat32, {total});
+    for (int i = 0; i < 3; ++i) {
+      const int64_t n = weights[i].dim(1);
+      for (int64_t k = 0; k < k_size; ++k)
+        std::copy_n(weights[i].data<float>() + k * n, n, w.data<float>() + k * total + columns[i]);
+      if (with_bias) std::copy_n(biases[i].data<float>(), n, bias.data<float>() + columns[i]);
+    }
+    auto rows_type = cast<RankedTensorType>(rows[0].getType());
+    auto packed_type = RankedTensorType::get({rows_type.getDimSize(0), rows_type.getDimSize(1), total},
+                                             rows_type.getElementType());
+    Value weight = float32ConstantOp(b, loc, w, "");
+    Value bias_value = with_bias ? float32ConstantOp(b, loc, bias, "") : noneValue(b, loc);
+    Value packed = createOp(b, loc, "llm.fused_matmul", {input, weight, bias_value}, packed_type,
+                            {b.getNamedAttr("activation", b.getStringAttr("none")),
+                             b.getNamedAttr("trans_b", b.getI64IntegerAttr(0))});
+    if (Attribute dims = products[0]->getAttr("llmc.dims")) packed.getDefiningOp()->setAttr("llmc.dims", dims);
+    rows[0] = rows[1] = rows[2] = packed;
+    packed_ops->assign(products, products + 3);
+    return true;
+  }
+};
+
+}  // namespace
+}  // namespace llmc

@@ -1,0 +1,124 @@
+// --llmc-fuse-rope: rotary embedding written as x * cos + rotate_half(x) * sin, with
+// rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]) (Hugging Face's Llama, Qwen2, Mistral
+// ... exports: Slice, Slice, Neg, Concat, Mul, Mul, Add), becomes one llm.rope with per-token
+// cos/sin tables.
+#include <limits>
+
+#include "transforms/FusionUtil.h"
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_FUSEROPE
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+constexpr const char* kPass = "fuse-rope";
+
+// Slice(x, [start], [end], [last axis], [1]) of x's last axis: {start, end} normalized to
+// [0, D], or nullopt.
+std::optional<std::pair<int64_t, int64_t>> lastAxisSlice(Operation* slice, Value x, int64_t d) {
+  if (!isOp(slice, "nn.slice") || slice->getOperand(0) != x || slice->getNumOperands() < 4)
+    return std::nullopt;
+  auto starts = intsConstant(slice->getOperand(1));
+  auto ends = intsConstant(slice->getOperand(2));
+  auto axes = intsConstant(slice->getOperand(3));
+  int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+  if (!starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 || axes->size() != 1)
+    return std::nullopt;
+  if ((*axes)[0] != -1 && (*axes)[0] != rank - 1) return std::nullopt;
+  if (slice->getNumOperands() > 4 && !isa<NoneType>(slice->getOperand(4).getType())) {
+    auto steps = intsConstant(slice->getOperand(4));
+    if (!steps || steps->size() != 1 || (*steps)[0] != 1) return std::nullopt;
+  }
+  auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + d : v, int64_t{0}, d); };
+  return std::make_pair(clamp((*starts)[0]), clamp((*ends)[0]));
+}
+
+class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
+ public:
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    std::vector<Operation*> adds;
+    for (Operation& op : func.getBody().front())
+      if (isOp(&op, "nn.add")) adds.push_back(&op);
+    for (Operation* add : adds) fuse(func, add);
+    eraseDeadConstants(func);
+  }
+
+  /// add(mul(x, cos), mul(concat(neg(x[D/2:]), x[:D/2]), sin)) -> llm.rope(x, none, cos, sin).
+  void fuse(func::FuncOp func, Operation* add) {
+    Operation* m0 = singleUseDef(add->getOperand(0), "nn.mul");
+    Operation* m1 = singleUseDef(add->getOperand(1), "nn.mul");
+    if (!m0 || !m1) return;
+    // Find which product holds rotate_half(x).
+    auto rotated = [](Operation* mul, Value* table) -> Operation* {
+      for (int i = 0; i < 2; ++i)
+        if (Operation* concat = singleUseDef(mul->getOperand(i), "nn.concat")) {
+          *table = mul->getOperand(1 - i);
+          return concat;
+        }
+      return nullptr;
+    };
+    Value sin, cos;
+    Operation* concat = rotated(m1, &sin);
+    Operation* plain = m0;
+    if (!concat) {
+      concat = rotated(m0, &sin);
+      plain = m1;
+    }
+    if (!concat || concat->getNumOperands() != 2) return;
+    Operation* neg = singleUseDef(concat->getOperand(0), "nn.neg");
+    if (!neg) return;
+    Value x = neg->getOperand(0).getDefiningOp() && isOp(neg->getOperand(0).getDefiningOp(), "nn.slice")
+                  ? neg->getOperand(0).getDefiningOp()->getOperand(0)
+                  : Value();
+    if (!x) return;
+    std::vector<Operation*> ops{neg->getOperand(0).getDefiningOp(), concat->getOperand(1).getDefiningOp(),
+                                neg, concat, m0, m1, add};
+    auto miss = [&](const std::string& why) {
+      std::vector<Operation*> named;
+      for (Operation* op : ops)
+        if (op) named.push_back(op);
+      logFusion(func, {false, kPass, "rope", nodeNames(named), why});
+    };
+    if (plain->getOperand(0) == x) cos = plain->getOperand(1);
+    else if (plain->getOperand(1) == x) cos = plain->getOperand(0);
+    else return miss("x * cos does not multiply the rotated tensor");
+    auto type = dyn_cast<RankedTensorType>(x.getType());
+    if (!type || type.getRank() != 4 || !isFloat32Tensor(type) || type.isDynamicDim(3) ||
+        type.getDimSize(3) % 2 != 0)
+      return miss("x is not a float32 [batch, heads, tokens, head_dim] with an even static head_dim");
+    const int64_t d = type.getDimSize(3), half = d / 2;
+    auto axis = concat->getAttrOfType<IntegerAttr>("axis");
+    if (!axis || (axis.getInt() != -1 && axis.getInt() != 3)) return miss("the concat is not on the last axis");
+    auto upper = lastAxisSlice(neg->getOperand(0).getDefiningOp(), x, d);
+    auto lower = lastAxisSlice(concat->getOperand(1).getDefiningOp(), x, d);
+    if (!upper || !lower || *upper != std::make_pair(half, d) || *lower != std::make_pair(int64_t{0}, half))
+      return miss("the slices are not x[..., D/2:] and x[..., :D/2]");
+    if (!neg->getOperand(0).hasOneUse() || !concat->getOperand(1).hasOneUse())
+      return miss("a slice has other users");
+    for (Value table : {cos, sin}) {
+      auto t = dyn_cast<RankedTensorType>(table.getType());
+      if (!t || t.getRank() != 4 || !isFloat32Tensor(t) || t.getDimSize(1) != 1 || t.getDimSize(3) != d)
+        return miss("cos/sin are not [batch | 1, 1, tokens, head_dim] tables");
+    }
+    if (add->getResult(0).getType() != type) return miss("the result broadcasts x");
+    OpBuilder b(add);
+    Location loc = fusedLoc(func.getContext(), ops);
+    Value y = createOp(b, loc, "llm.rope", {x, noneValue(b, loc), cos, sin}, type);
+    carryNames(add, y.getDefiningOp());
+    add->getResult(0).replaceAllUsesWith(y);
+    logFusion(func, {true, kPass, "rope", nodeNames(ops), ""});
+    for (Operation* op : {add, m0, m1, concat, neg, ops[0], ops[1]})
+      if (op->use_empty()) op->erase();
+  }
+};
+
+}  // namespace
+}  // namespace llmc

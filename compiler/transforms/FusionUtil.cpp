@@ -1,0 +1,142 @@
+// Helpers shared by the fusion passes and recognition (FusionUtil.h).
+#include "transforms/FusionUtil.h"
+
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+using namespace mlir;
+
+namespace llmc {
+
+std::string where(Operation* op) {
+  std::string node = nodeNameOf(op);
+  return node.empty() ? "an unnamed " + op->getName().getStringRef().str() + " node"
+                      : "node '" + node + "'";
+}
+
+bool isOp(Operation* op, StringRef name) { return op && op->getName().getStringRef() == name; }
+
+std::optional<double> scalarConstant(Value v) {
+  auto constant = dyn_cast_or_null<nn::ConstantOp>(v.getDefiningOp());
+  if (!constant) return std::nullopt;
+  auto type = cast<ShapedType>(constant.getType());
+  if (type.getNumElements() != 1) return std::nullopt;
+  Tensor t = tensorFromElements(constant.getValue());
+  double value = 0;
+  if (!readScalarDouble(&t, &value).ok()) return std::nullopt;
+  return value;
+}
+
+std::optional<std::vector<int64_t>> intsConstant(Value v) {
+  auto constant = dyn_cast_or_null<nn::ConstantOp>(v.getDefiningOp());
+  if (!constant) return std::nullopt;
+  Tensor t = tensorFromElements(constant.getValue());
+  std::vector<int64_t> values;
+  if (!readInt64s(&t, &values).ok()) return std::nullopt;
+  return values;
+}
+
+std::optional<Tensor> float32Constant(Value v) {
+  auto constant = dyn_cast_or_null<nn::ConstantOp>(v.getDefiningOp());
+  if (!constant || !isFloat32Tensor(constant.getType())) return std::nullopt;
+  return tensorFromElements(constant.getValue());
+}
+
+bool isFloat32Tensor(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  return ranked && ranked.getElementType().isF32();
+}
+
+Operation* singleUseDef(Value v, StringRef name) {
+  Operation* def = v.getDefiningOp();
+  return isOp(def, name) && v.hasOneUse() ? def : nullptr;
+}
+
+bool sameShape(Value a, Value b) {
+  auto ta = dyn_cast<RankedTensorType>(a.getType());
+  auto tb = dyn_cast<RankedTensorType>(b.getType());
+  if (!ta || !tb || ta.getShape() != tb.getShape()) return false;
+  if (ta.hasStaticShape()) return true;
+  std::vector<std::string> na = dimNamesOf(a), nb = dimNamesOf(b);
+  if (na.size() != static_cast<size_t>(ta.getRank()) || na != nb) return false;
+  for (int64_t d = 0; d < ta.getRank(); ++d)
+    if (ta.isDynamicDim(d) && na[static_cast<size_t>(d)].empty()) return false;
+  return true;
+}
+
+// Constants and nn.none go to the top of the block, so they dominate any op a fusion creates.
+void hoistToBlockStart(OpBuilder& builder) {
+  Block* block = builder.getInsertionBlock();
+  builder.setInsertionPointToStart(block);
+}
+
+Value float32ConstantOp(OpBuilder& builder, Location loc, const Tensor& tensor, StringRef name) {
+  OpBuilder::InsertionGuard guard(builder);
+  hoistToBlockStart(builder);
+  DenseElementsAttr value = elementsFromTensor(tensor, builder.getContext());
+  SmallVector<NamedAttribute> attrs{builder.getNamedAttr("value", value)};
+  if (!name.empty()) attrs.push_back(builder.getNamedAttr("name", builder.getStringAttr(name)));
+  return createOp(builder, loc, "nn.constant", {}, value.getType(), attrs);
+}
+
+Value noneValue(OpBuilder& builder, Location loc) {
+  OpBuilder::InsertionGuard guard(builder);
+  hoistToBlockStart(builder);
+  return createOp(builder, loc, "nn.none", {}, builder.getNoneType());
+}
+
+Location fusedLoc(MLIRContext* context, ArrayRef<Operation*> ops) {
+  SmallVector<Location> locs;
+  for (Operation* op : ops) locs.push_back(op->getLoc());
+  return FusedLoc::get(context, locs);
+}
+
+void carryNames(Operation* from, Operation* to) {
+  if (Attribute names = from->getAttr("llmc.names")) to->setAttr("llmc.names", names);
+  if (from->getNumResults() == to->getNumResults())
+    if (Attribute dims = from->getAttr("llmc.dims")) to->setAttr("llmc.dims", dims);
+}
+
+void logFusion(func::FuncOp func, const FusionRecord& record) {
+  std::string text = std::string(record.fired ? "fired" : "missed") + "\t" + record.pass + "\t" +
+                     record.pattern + "\t" + record.nodes + "\t" + record.reason;
+  SmallVector<Attribute> entries;
+  if (auto log = func->getAttrOfType<ArrayAttr>("llmc.fusion_log"))
+    entries.append(log.begin(), log.end());
+  entries.push_back(StringAttr::get(func.getContext(), text));
+  func->setAttr("llmc.fusion_log", ArrayAttr::get(func.getContext(), entries));
+}
+
+std::vector<FusionRecord> takeFusionLog(func::FuncOp func) {
+  std::vector<FusionRecord> records;
+  auto log = func->getAttrOfType<ArrayAttr>("llmc.fusion_log");
+  if (!log) return records;
+  for (Attribute entry : log) {
+    SmallVector<StringRef> fields;
+    cast<StringAttr>(entry).getValue().split(fields, '\t');
+    if (fields.size() != 5) continue;
+    records.push_back({fields[0] == "fired", fields[1].str(), fields[2].str(), fields[3].str(),
+                       fields[4].str()});
+  }
+  func->removeAttr("llmc.fusion_log");
+  return records;
+}
+
+void eraseDeadConstants(func::FuncOp func) {
+  std::vector<Operation*> dead;
+  for (Operation& op : func.getBody().front())
+    if ((isa<nn::ConstantOp>(op) || isa<nn::NoneOp>(op)) && op.use_empty()) dead.push_back(&op);
+  for (Operation* op : dead) op->erase();
+}
+
+std::string nodeNames(ArrayRef<Operation*> ops) {
+  std::string text;
+  for (Operation* op : ops) {
+    std::string node = nodeNameOf(op);
+    if (node.empty()) continue;
+    text += (text.empty() ? "" : ", ") + node;
+  }
+  return text;
+}
+
+}  // namespace llmc

@@ -1,0 +1,62 @@
+// Helpers shared by the fusion passes (FuseNorms, FuseMatMul, FuseGatedMlp, FuseRope,
+// FuseQkv, FuseElementwise) and language-model recognition: constant inspection, building
+// fused ops, and the fusion log that `llmc compile --report` prints.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llmc/tensor.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Operation.h"
+
+namespace llmc {
+
+// "node 'NAME'" (or "an unnamed nn.x node") for messages.
+std::string where(mlir::Operation* op);
+// Whether `op` is non-null and named `name` ("nn.mul").
+bool isOp(mlir::Operation* op, llvm::StringRef name);
+// The scalar value of a one-element constant of any numeric dtype.
+std::optional<double> scalarConstant(mlir::Value v);
+// The values of an integer constant.
+std::optional<std::vector<int64_t>> intsConstant(mlir::Value v);
+// The contents of a float32 constant (any shape).
+std::optional<Tensor> float32Constant(mlir::Value v);
+// Ranked float32 tensor type?
+bool isFloat32Tensor(mlir::Type type);
+// The defining op when it is `name` and `v` has exactly one use.
+mlir::Operation* singleUseDef(mlir::Value v, llvm::StringRef name);
+// Whether two values have the same shape: equal static types, or equal ranks whose dynamic
+// dims carry the same symbol names (llmc.dims).
+bool sameShape(mlir::Value a, mlir::Value b);
+
+// An nn.constant holding `tensor` (float32), named `name`, at the top of the builder's block.
+mlir::Value float32ConstantOp(mlir::OpBuilder& builder, mlir::Location loc, const Tensor& tensor,
+                              llvm::StringRef name);
+// An nn.none (an absent optional operand), at the top of the builder's block.
+mlir::Value noneValue(mlir::OpBuilder& builder, mlir::Location loc);
+// The location of a fused op: the ONNX node names of every op it replaces.
+mlir::Location fusedLoc(mlir::MLIRContext* context, llvm::ArrayRef<mlir::Operation*> ops);
+// Copies the replaced op's result names (llmc.names) and, when the result counts agree,
+// its symbolic dims (llmc.dims) onto the fused op.
+void carryNames(mlir::Operation* from, mlir::Operation* to);
+
+// What each fusion pass did, in the function's `llmc.fusion_log` (read and removed by the
+// pipeline): a fusion that fired, or one that nearly matched and why it did not.
+struct FusionRecord {
+  bool fired = false;
+  std::string pass;     // "fuse-norms"
+  std::string pattern;  // "rms-norm"
+  std::string nodes;    // ONNX node names, comma-separated
+  std::string reason;   // why not (near misses)
+};
+void logFusion(mlir::func::FuncOp func, const FusionRecord& record);
+std::vector<FusionRecord> takeFusionLog(mlir::func::FuncOp func);
+// Erases constants and nn.none left without users (weights a fusion replaced).
+void eraseDeadConstants(mlir::func::FuncOp func);
+// Node names of `ops` for a record ("a, b, c"; unnamed ops are skipped).
+std::string nodeNames(llvm::ArrayRef<mlir::Operation*> ops);
+
+}  // namespace llmc
