@@ -93,8 +93,9 @@ void reinterpretCacheTotalLength(func::FuncOp main) {
 }  // namespace
 
 const std::vector<std::string>& fusionPassNames() {
-  static const std::vector<std::string> names = {"fuse-norms", "fuse-matmul", "fuse-gated-mlp",
-                                                 "fuse-rope",  "fuse-qkv",    "fuse-elementwise"};
+  static const std::vector<std::string> names = {
+      "fuse-norms", "fuse-matmul", "fuse-gated-mlp", "fuse-rope",
+      "fuse-attention", "fuse-qkv", "fuse-elementwise"};
   return names;
 }
 
@@ -193,6 +194,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
         {"fuse-matmul", [] { return createFuseMatMul(); }},
         {"fuse-gated-mlp", [] { return createFuseGatedMlp(); }},
         {"fuse-rope", [] { return createFuseRope(); }},
+        {"fuse-attention", [] { return createFuseAttention(); }},
         {"fuse-qkv", [] { return createFuseQkv(); }},
         {"fuse-elementwise", [] { return createFuseElementwise(); }}};
     for (const auto& [name, create] : fusions)

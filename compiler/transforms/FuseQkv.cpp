@@ -88,9 +88,21 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
       logFusion(func, {false, kPass, pattern, nodeNames({attention}), why});
     };
     std::string why;
+    // q scaled by a constant (SDPA exports split the scale between q and k): fold it into the
+    // attention's scale; rope is linear, so the order does not matter.
+    double q_factor = 1.0;
+    Value q_value = attention->getOperand(0);
+    Operation* q_scale = singleUseDef(q_value, "nn.mul");
+    if (q_scale && q_scale->getResult(0).getType() == q_scale->getOperand(0).getType() &&
+        scalarConstant(q_scale->getOperand(1))) {
+      q_factor = *scalarConstant(q_scale->getOperand(1));
+      q_value = q_scale->getOperand(0);
+    } else {
+      q_scale = nullptr;
+    }
     std::optional<Operand> parts[3];
     for (int i = 0; i < 3; ++i) {
-      parts[i] = traceOperand(attention->getOperand(i), &why);
+      parts[i] = traceOperand(i == 0 ? q_value : attention->getOperand(i), &why);
       if (!parts[i]) return miss("attention-layout", why);
     }
     if (parts[2]->rope) return miss("attention-layout", "v is rotated");
@@ -115,6 +127,7 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     OpBuilder b(attention);
     std::vector<Operation*> replaced{attention, out_transpose, out_reshape};
     for (auto& part : parts) replaced.insert(replaced.end(), part->chain.begin(), part->chain.end());
+    if (q_scale) replaced.push_back(q_scale);
     Location loc = fusedLoc(func.getContext(), replaced);
     const int64_t widths[3] = {heads * head_dim, kv_heads * head_dim, kv_heads * head_dim};
     Value rows[3] = {parts[0]->rows, parts[1]->rows, parts[2]->rows};
@@ -141,7 +154,10 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
       if (k_rope) rows[1] = tokenMajorRope(rows[1], k_rope, kv_heads);
     }
     SmallVector<NamedAttribute> attrs;
-    for (NamedAttribute attr : attention->getAttrs()) attrs.push_back(attr);
+    for (NamedAttribute attr : attention->getAttrs())
+      if (attr.getName() != "scale") attrs.push_back(attr);
+    double scale = cast<FloatAttr>(attention->getAttr("scale")).getValueAsDouble() * q_factor;
+    attrs.push_back(b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale))));
     attrs.push_back(b.getNamedAttr("num_heads", b.getI64IntegerAttr(heads)));
     attrs.push_back(b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(kv_heads)));
     attrs.push_back(b.getNamedAttr("head_dim", b.getI64IntegerAttr(head_dim)));
@@ -154,6 +170,7 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     logFusion(func, {true, kPass, "attention-layout", nodeNames(replaced), ""});
     if (packed) logFusion(func, {true, kPass, "qkv", nodeNames(packed_ops), ""});
     for (Operation* op : {out_reshape, out_transpose, attention}) op->erase();
+    if (q_scale) q_scale->erase();
     for (auto& part : parts)
       for (Operation* op : part->chain)
         if (op->use_empty()) op->erase();

@@ -120,6 +120,17 @@ def FuseRope : Pass<"llmc-fuse-rope", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
 
+def FuseAttention : Pass<"llmc-fuse-attention", "mlir::func::FuncOp"> {
+  let summary = "softmax(Q·Kᵀ * scale + mask)·V left as ops -> nn.attention";
+  let description = [{
+    For attention the language-model recognition did not take (encoders, `--as-graph`):
+    4-D Q, Kᵀ, V with equal heads, an optional scalar scale (Mul or Div) and an optional
+    float additive mask become ONNX's Attention op with `scale` set; Kᵀ's transpose is
+    composed with the swap into K's layout.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect"];
+}
+
 def FuseQkv : Pass<"llmc-fuse-qkv", "mlir::func::FuncOp"> {
   let summary = "Token-major llm.attention on one packed Q/K/V projection";
   let description = [{

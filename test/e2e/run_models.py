@@ -93,7 +93,12 @@ def check_model(
     # no attention_mask).
     # A manifest's as_graph_flags go with --as-graph only (e.g. a cache export's empty past needs
     # its length symbol to allow 0).
-    for mode, flags in (("graph", ["--as-graph"] + manifest.get("as_graph_flags", [])), ("default", [])):
+    # The graph is also compiled at --opt-level 0 (no fusion): both levels against the references.
+    # A manifest's compile_flags go with every compile.
+    common = manifest.get("compile_flags", [])
+    graph = ["--as-graph"] + manifest.get("as_graph_flags", [])
+    for mode, flags in (("graph", common + graph), ("graph-o0", common + graph + ["--opt-level", "0"]),
+                        ("default", common)):
         ok, log = _run_llmc(llmc, ["compile", model, "-o", engine] + flags, timeout_s)
         if ok:
             ok, log = _run_llmc(llmc, ["compile", model, "-o", engine_again] + flags, timeout_s)

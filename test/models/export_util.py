@@ -113,6 +113,7 @@ def export_model(
     opset: int,
     description: str,
     max_bytes: int = 1 << 20,
+    compile_flags: list = None,
 ) -> dict:
     """Exports `module` (traced on the first input set) and writes everything `out_dir` holds.
 
@@ -143,6 +144,9 @@ def export_model(
         "tolerance": {"rtol": RTOL, "atol": ATOL},
         "input_sets": manifest_sets,
     }
+    if compile_flags:
+        # Flags every compile of this model takes (e.g. a dimension's true bound).
+        manifest["compile_flags"] = compile_flags
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")

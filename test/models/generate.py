@@ -137,6 +137,8 @@ def make_bert_tiny(out_dir: str) -> None:
         axes,
         opset=17,
         description="transformers BertModel, random weights: hidden 64, 2 layers, 4 heads, vocab 512, eager attention.",
+        # 64 learned positions bound the sequence; with the bound llmc infers static shapes.
+        compile_flags=["--dim", "seq=1:64"],
     )
 
 

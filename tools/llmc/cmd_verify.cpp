@@ -17,8 +17,23 @@ namespace llmc::cli {
 
 namespace {
 
-// A size for each dimension symbol: 3 (or the range's bound nearest to it).
-int64_t symbolSize(const Engine& engine, const std::string& symbol) {
+// A size for each dimension symbol: 3 (or the range's bound nearest to it); a symbol named
+// as a sum ("past_sequence_length + sequence_length") is the sum of its terms' sizes, so the
+// inputs of a cache export agree with each other.
+int64_t symbolSize(const Engine& engine, const std::string& symbol, int depth = 0) {
+  if (depth < 4 && symbol.find(" + ") != std::string::npos) {
+    int64_t total = 0;
+    size_t start = 0;
+    while (start <= symbol.size()) {
+      size_t plus = symbol.find(" + ", start);
+      std::string term = symbol.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+      int64_t number = 0;
+      total += parseInt64(term, &number) ? number : symbolSize(engine, term, depth + 1);
+      if (plus == std::string::npos) break;
+      start = plus + 3;
+    }
+    return total;
+  }
   for (const SymbolInfo& info : engine.symbols())
     if (info.name == symbol) {
       int64_t size = std::max<int64_t>(info.min, 3);

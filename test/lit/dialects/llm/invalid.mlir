@@ -33,3 +33,59 @@ func.func @layer(%q: tensor<1x4x?x16xf32>) -> tensor<1x4x?x16xf32> {
   %o = llm.attention(%q, %q, %q) {layer = -1 : i64, scale = 1.0 : f32} : (tensor<1x4x?x16xf32>, tensor<1x4x?x16xf32>, tensor<1x4x?x16xf32>) -> tensor<1x4x?x16xf32>
   return %o : tensor<1x4x?x16xf32>
 }
+
+// -----
+
+// Tests that token-major attention must fit its heads in the rows.
+func.func @token_major_width(%qkv: tensor<1x?x32xf32>) -> tensor<1x?x16xf32> {
+  // expected-error @+1 {{v's heads (columns 24 .. 40) exceed its width 32}}
+  %o = llm.attention(%qkv, %qkv, %qkv) {layer = 0 : i64, scale = 1.0 : f32, num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, q_column = 0 : i64, k_column = 16 : i64, v_column = 24 : i64} : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>) -> tensor<1x?x16xf32>
+  return %o : tensor<1x?x16xf32>
+}
+
+// -----
+
+// Tests that a norm with a residual must return the sum too.
+func.func @norm_results(%x: tensor<2x8xf32>, %g: tensor<8xf32>) -> tensor<2x8xf32> {
+  %none = nn.none
+  // expected-error @+1 {{has 1 results; expected 2 (the normalized value and the sum)}}
+  %y = llm.norm(%x, %x, %g, %none) {kind = "rms", epsilon = 1.0e-6 : f32} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>, none) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// Tests that unknown norm kinds and activations are refused.
+func.func @unknown_kind(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %w: tensor<8x8xf32>) -> tensor<2x8xf32> {
+  %none = nn.none
+  // expected-error @+1 {{kind must be "rms" or "layer", got "batch"}}
+  %y = llm.norm(%x, %none, %g, %none) {kind = "batch", epsilon = 1.0e-6 : f32} : (tensor<2x8xf32>, none, tensor<8xf32>, none) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @unknown_activation(%x: tensor<2x8xf32>, %w: tensor<8x8xf32>) -> tensor<2x8xf32> {
+  %none = nn.none
+  // expected-error @+1 {{unknown activation 'swish2'}}
+  %y = llm.fused_matmul(%x, %w, %none) {activation = "swish2"} : (tensor<2x8xf32>, tensor<8x8xf32>, none) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// Tests that an elementwise program may only read earlier registers and given constants.
+func.func @elementwise_operand(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{instruction 0 reads operand 1 (registers 0..0, 0 constants)}}
+  %y = llm.elementwise(%x) {program = array<i64: 0, 0, 1>, constants = array<f32>} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// Tests that the gated MLP weight holds gate and up halves.
+func.func @gated_odd(%x: tensor<2x8xf32>, %w: tensor<8x7xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{w must be [K, 2F]}}
+  %y = llm.gated_mlp(%x, %w) {activation = "silu"} : (tensor<2x8xf32>, tensor<8x7xf32>) -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}

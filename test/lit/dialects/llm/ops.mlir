@@ -9,3 +9,25 @@ func.func @round_trip(%ids: tensor<1x?xi64>, %q: tensor<1x8x?x16xf32>, %k: tenso
   %o = llm.attention(%q, %k, %v) {layer = 3 : i64, scale = 0.25 : f32} : (tensor<1x8x?x16xf32>, tensor<1x2x?x16xf32>, tensor<1x2x?x16xf32>) -> tensor<1x8x?x16xf32>
   return %p, %o : tensor<?xi64>, tensor<1x8x?x16xf32>
 }
+
+// -----
+
+// Tests that the fused ops round-trip: fused_matmul, norm (with and without the residual
+// sum), gated_mlp, elementwise, token-major rope and attention.
+// CHECK-LABEL: func @fused
+func.func @fused(%x: tensor<2x5x16xf32>, %r: tensor<2x5x16xf32>, %w: tensor<16x32xf32>, %g: tensor<16xf32>, %cos: tensor<1x1x5x8xf32>) -> (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x5x32xf32>, tensor<2x5x16xf32>) {
+  %none = nn.none
+  // CHECK: llm.fused_matmul(%{{.+}}, %{{.+}}, %{{.+}}) {activation = "gelu_tanh", trans_b = 0 : i64}
+  %a = llm.fused_matmul(%x, %w, %none) {activation = "gelu_tanh", trans_b = 0 : i64} : (tensor<2x5x16xf32>, tensor<16x32xf32>, none) -> tensor<2x5x32xf32>
+  // CHECK: llm.norm(%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}) {epsilon = 9.99999997E-7 : f32, kind = "rms"} : (tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<16xf32>, none) -> (tensor<2x5x16xf32>, tensor<2x5x16xf32>)
+  %n:2 = llm.norm(%x, %r, %g, %none) {kind = "rms", epsilon = 1.0e-6 : f32} : (tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<16xf32>, none) -> (tensor<2x5x16xf32>, tensor<2x5x16xf32>)
+  // CHECK: llm.gated_mlp(%{{.+}}, %{{.+}}) {activation = "silu"}
+  %m = llm.gated_mlp(%x, %w) {activation = "silu"} : (tensor<2x5x16xf32>, tensor<16x32xf32>) -> tensor<2x5x16xf32>
+  // CHECK: llm.elementwise(%{{.+}}, %{{.+}}) {constants = array<f32: 5.000000e-01>, program = array<i64: 2, 0, 1, 2, 2, -1>}
+  %e = llm.elementwise(%x, %r) {program = array<i64: 2, 0, 1, 2, 2, -1>, constants = array<f32: 0.5>} : (tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> tensor<2x5x16xf32>
+  // CHECK: llm.rope(%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}) {head_dim = 8 : i64, num_heads = 3 : i64}
+  %t = llm.rope(%a, %none, %cos, %cos) {num_heads = 3 : i64, head_dim = 8 : i64} : (tensor<2x5x32xf32>, none, tensor<1x1x5x8xf32>, tensor<1x1x5x8xf32>) -> tensor<2x5x32xf32>
+  // CHECK: llm.attention(%{{.+}}, %{{.+}}, %{{.+}}) {head_dim = 8 : i64, k_column = 16 : i64, layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 1 : i64, q_column = 0 : i64, scale = 1.000000e+00 : f32, v_column = 24 : i64}
+  %o = llm.attention(%t, %t, %t) {layer = 0 : i64, scale = 1.0 : f32, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 8 : i64, q_column = 0 : i64, k_column = 16 : i64, v_column = 24 : i64} : (tensor<2x5x32xf32>, tensor<2x5x32xf32>, tensor<2x5x32xf32>) -> tensor<2x5x16xf32>
+  return %a, %n#0, %m, %e, %t, %o : tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x5x32xf32>, tensor<2x5x16xf32>
+}

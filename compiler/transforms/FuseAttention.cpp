@@ -1,0 +1,127 @@
+// --llmc-fuse-attention: an attention core left as separate ops (encoders such as BERT, or a
+// decoder compiled --as-graph) — softmax(Q·Kᵀ * scale + mask)·V over [batch, heads, tokens,
+// head_dim] — becomes one ONNX Attention op (nn.attention, computed by the conformance-tested
+// `Attention` kernel), with Kᵀ's transpose folded into K's layout.
+#include "transforms/FusionUtil.h"
+#include "transforms/KernelEvaluator.h"
+#include "transforms/Passes.h"
+
+namespace llmc {
+#define GEN_PASS_DEF_FUSEATTENTION
+#include "transforms/Passes.h.inc"
+}  // namespace llmc
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+constexpr const char* kPass = "fuse-attention";
+
+class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
+ public:
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    std::vector<Operation*> softmaxes;
+    for (Operation& op : func.getBody().front())
+      if (isOp(&op, "nn.softmax")) softmaxes.push_back(&op);
+    for (Operation* softmax : softmaxes) fuse(func, softmax);
+    eraseDeadConstants(func);
+  }
+
+  /// matmul(softmax(matmul(Q, Kᵀ) [* | / c] [+ mask]), V) -> nn.attention(Q, K, V, mask).
+  void fuse(func::FuncOp func, Operation* softmax) {
+    std::vector<Operation*> ops{softmax};
+    auto miss = [&](const std::string& why) {
+      logFusion(func, {false, kPass, "attention", nodeNames(ops), why});
+    };
+    auto type = dyn_cast<RankedTensorType>(softmax->getResult(0).getType());
+    auto axis = softmax->getAttrOfType<IntegerAttr>("axis");
+    if (!type || type.getRank() != 4 || !isFloat32Tensor(type)) return;
+    if (axis && axis.getInt() != -1 && axis.getInt() != 3) return miss("softmax is not over the keys");
+    Value scores = softmax->getOperand(0);
+    Value mask;
+    if (Operation* add = singleUseDef(scores, "nn.add")) {
+      // The operand that comes from Q·Kᵀ is the scores; the other is the additive mask.
+      auto fromProduct = [](Value v) {
+        Operation* def = v.getDefiningOp();
+        if (isOp(def, "nn.mul") || isOp(def, "nn.div"))
+          for (Value operand : def->getOperands())
+            if (isOp(operand.getDefiningOp(), "nn.matmul")) return true;
+        return isOp(def, "nn.matmul");
+      };
+      int scores_index = fromProduct(add->getOperand(0)) ? 0 : fromProduct(add->getOperand(1)) ? 1 : -1;
+      if (scores_index < 0) return miss("the softmax input is not Q·Kᵀ plus a mask");
+      mask = add->getOperand(1 - scores_index);
+      scores = add->getOperand(scores_index);
+      ops.push_back(add);
+      auto mask_type = dyn_cast<RankedTensorType>(mask.getType());
+      if (!mask_type || mask_type.getRank() < 2 || mask_type.getRank() > 4 || !isFloat32Tensor(mask_type))
+        return miss("the mask is not a float32 tensor of rank 2 to 4");
+    }
+    double scale = 1.0;
+    if (Operation* def = scores.getDefiningOp(); (isOp(def, "nn.mul") || isOp(def, "nn.div")) && scores.hasOneUse()) {
+      int constant_index = scalarConstant(def->getOperand(1)) ? 1 : (isOp(def, "nn.mul") && scalarConstant(def->getOperand(0))) ? 0 : -1;
+      if (constant_index < 0) return miss("the scores are scaled by a computed tensor");
+      double c = *scalarConstant(def->getOperand(constant_index));
+      if (isOp(def, "nn.div") && c == 0) return miss("the scores are divided by zero");
+      scale = isOp(def, "nn.div") ? 1.0 / c : c;
+      scores = def->getOperand(1 - constant_index);
+      ops.push_back(def);
+    }
+    Operation* qk = singleUseDef(scores, "nn.matmul");
+    if (!qk) return miss("the scores are not a MatMul used once");
+    ops.push_back(qk);
+    Value probs = softmax->getResult(0);
+    Operation* pv = probs.hasOneUse() ? *probs.getUsers().begin() : nullptr;
+    if (!isOp(pv, "nn.matmul") || pv->getOperand(0) != probs) return miss("the probabilities do not multiply V alone");
+    ops.push_back(pv);
+    Value q = qk->getOperand(0), kt = qk->getOperand(1), v = pv->getOperand(1);
+    auto qt = dyn_cast<RankedTensorType>(q.getType());
+    auto ktt = dyn_cast<RankedTensorType>(kt.getType());
+    auto vt = dyn_cast<RankedTensorType>(v.getType());
+    if (!qt || !ktt || !vt || qt.getRank() != 4 || ktt.getRank() != 4 || vt.getRank() != 4)
+      return miss("Q, Kᵀ and V are not [batch, heads, tokens, head_dim]");
+    if (qt.isDynamicDim(1) || qt.getDimSize(1) != ktt.getDimSize(1) || qt.getDimSize(1) != vt.getDimSize(1))
+      return miss("Q, K and V heads differ (grouped-query heads are expanded by the model)");
+    // K = Kᵀ with its last two axes swapped: fold into Kᵀ's own transpose when it has one.
+    OpBuilder b(pv);
+    Location loc = fusedLoc(func.getContext(), ops);
+    Value k;
+    Operation* kt_def = singleUseDef(kt, "nn.transpose");
+    auto swapLast = [](ArrayRef<int64_t> perm) {
+      SmallVector<int64_t> p(perm.begin(), perm.end());
+      std::swap(p[2], p[3]);
+      return p;
+    };
+    auto k_type = RankedTensorType::get({ktt.getDimSize(0), ktt.getDimSize(1), ktt.getDimSize(3), ktt.getDimSize(2)},
+                                        ktt.getElementType());
+    if (auto perm = kt_def ? kt_def->getAttrOfType<DenseI64ArrayAttr>("perm") : DenseI64ArrayAttr();
+        perm && perm.size() == 4) {
+      SmallVector<int64_t> composed = swapLast(perm.asArrayRef());
+      bool identity = composed == SmallVector<int64_t>{0, 1, 2, 3};
+      Value source = kt_def->getOperand(0);
+      k = identity ? source
+                   : createOp(b, loc, "nn.transpose", {source}, k_type,
+                              {b.getNamedAttr("perm", b.getDenseI64ArrayAttr(composed))});
+      ops.push_back(kt_def);
+    } else {
+      k = createOp(b, loc, "nn.transpose", {kt}, k_type,
+                   {b.getNamedAttr("perm", b.getDenseI64ArrayAttr({0, 1, 3, 2}))});
+    }
+    SmallVector<Value> operands{q, k, v};
+    if (mask) operands.push_back(mask);
+    Value y = createOp(b, loc, "nn.attention", operands, pv->getResult(0).getType(),
+                       {b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))});
+    carryNames(pv, y.getDefiningOp());
+    pv->getResult(0).replaceAllUsesWith(y);
+    logFusion(func, {true, kPass, mask ? "attention+mask" : "attention", nodeNames(ops), ""});
+    for (Operation* op : {pv, softmax})
+      op->erase();
+    for (size_t i = 1; i < ops.size(); ++i)
+      if (ops[i] != pv && ops[i]->use_empty()) ops[i]->erase();
+  }
+};
+
+}  // namespace
+}  // namespace llmc

@@ -1,0 +1,45 @@
+// RUN: llmc-opt --split-input-file --llmc-fuse-rope %s | FileCheck %s
+
+// Tests that x * cos + concat(-x[..., 8:], x[..., :8]) * sin becomes llm.rope with the
+// per-token tables.
+// CHECK-LABEL: func @rope
+// CHECK-SAME: (%[[X:.+]]: tensor<1x4x5x16xf32>, %[[COS:.+]]: tensor<1x1x5x16xf32>, %[[SIN:.+]]: tensor<1x1x5x16xf32>)
+func.func @rope(%x: tensor<1x4x5x16xf32>, %cos: tensor<1x1x5x16xf32>, %sin: tensor<1x1x5x16xf32>) -> tensor<1x4x5x16xf32> {
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %half = nn.constant dense<[8]> : tensor<1xi64>
+  %end = nn.constant dense<[9223372036854775807]> : tensor<1xi64>
+  %axis = nn.constant dense<[3]> : tensor<1xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  // CHECK: %[[R:.+]] = llm.rope(%[[X]], %{{.+}}, %[[COS]], %[[SIN]])
+  // CHECK-NOT: nn.concat
+  %a = nn.mul(%x, %cos) : (tensor<1x4x5x16xf32>, tensor<1x1x5x16xf32>) -> tensor<1x4x5x16xf32>
+  %x1 = nn.slice(%x, %zero, %half, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x8xf32>
+  %x2 = nn.slice(%x, %half, %end, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x8xf32>
+  %n = nn.neg(%x2) : (tensor<1x4x5x8xf32>) -> tensor<1x4x5x8xf32>
+  %rot = nn.concat(%n, %x1) {axis = -1 : i64} : (tensor<1x4x5x8xf32>, tensor<1x4x5x8xf32>) -> tensor<1x4x5x16xf32>
+  %b = nn.mul(%rot, %sin) : (tensor<1x4x5x16xf32>, tensor<1x1x5x16xf32>) -> tensor<1x4x5x16xf32>
+  %y = nn.add(%a, %b) : (tensor<1x4x5x16xf32>, tensor<1x4x5x16xf32>) -> tensor<1x4x5x16xf32>
+  // CHECK: return %[[R]]
+  return %y : tensor<1x4x5x16xf32>
+}
+
+// -----
+
+// Tests that halves split at the wrong place (not D/2) or a concat on another axis do not fuse.
+// CHECK-LABEL: func @not_rope
+func.func @not_rope(%x: tensor<1x4x5x16xf32>, %cos: tensor<1x1x5x16xf32>, %sin: tensor<1x1x5x16xf32>) -> tensor<1x4x5x16xf32> {
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %cut = nn.constant dense<[4]> : tensor<1xi64>
+  %end = nn.constant dense<[16]> : tensor<1xi64>
+  %axis = nn.constant dense<[3]> : tensor<1xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  // CHECK-NOT: llm.rope
+  %a = nn.mul(%x, %cos) : (tensor<1x4x5x16xf32>, tensor<1x1x5x16xf32>) -> tensor<1x4x5x16xf32>
+  %x1 = nn.slice(%x, %zero, %cut, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x4xf32>
+  %x2 = nn.slice(%x, %cut, %end, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x12xf32>
+  %n = nn.neg(%x2) : (tensor<1x4x5x12xf32>) -> tensor<1x4x5x12xf32>
+  %rot = nn.concat(%n, %x1) {axis = -1 : i64} : (tensor<1x4x5x12xf32>, tensor<1x4x5x4xf32>) -> tensor<1x4x5x16xf32>
+  %b = nn.mul(%rot, %sin) : (tensor<1x4x5x16xf32>, tensor<1x1x5x16xf32>) -> tensor<1x4x5x16xf32>
+  %y = nn.add(%a, %b) : (tensor<1x4x5x16xf32>, tensor<1x4x5x16xf32>) -> tensor<1x4x5x16xf32>
+  return %y : tensor<1x4x5x16xf32>
+}

@@ -1,0 +1,271 @@
+// The fused kernels (cpu/fused.cpp, and the token-major forms of LlmRope/LlmAttention)
+// against the reference kernels they replace, on random data, odd shapes included.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernel_test_util.h"
+
+namespace llmc::testing {
+namespace {
+
+Tensor randomFloat(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::allocate(DType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = normal(rng);
+  return t;
+}
+
+// Max |a - b| / (1 + |b|) over all elements; shapes must match.
+double relativeError(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  double worst = 0;
+  for (int64_t i = 0; i < std::min(a.numElements(), b.numElements()); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]) /
+                                (1 + std::fabs(static_cast<double>(b.data<float>()[i]))));
+  return worst;
+}
+
+Tensor runKernel(const std::string& kernel, std::vector<std::optional<Tensor>> inputs,
+                 KernelParams params = {}, size_t num_outputs = 1, size_t output = 0) {
+  TestKernelContext ctx;
+  ctx.inputs = std::move(inputs);
+  ctx.kernel_params = std::move(params);
+  ctx.num_outputs = num_outputs;
+  Status status = ctx.run(kernel);
+  EXPECT_TRUE(status.ok()) << kernel << ": " << status.message();
+  return status.ok() ? ctx.outputs[output] : Tensor();
+}
+
+KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> entries) {
+  KernelParams p;
+  for (const auto& [name, value] : entries) p.set(name, value);
+  return p;
+}
+KernelParam intParam(int64_t v) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kInt;
+  p.i = v;
+  return p;
+}
+KernelParam floatParam(double v) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kFloat;
+  p.f = v;
+  return p;
+}
+KernelParam stringParam(const std::string& v) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kString;
+  p.s = v;
+  return p;
+}
+KernelParam intsParam(std::vector<int64_t> v) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kInts;
+  p.ints = std::move(v);
+  return p;
+}
+KernelParam floatsParam(std::vector<double> v) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kFloats;
+  p.floats = std::move(v);
+  return p;
+}
+
+double activation(const std::string& name, double x) {
+  if (name == "relu") return x > 0 ? x : 0;
+  if (name == "gelu_erf") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+  if (name == "gelu_tanh") return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  if (name == "silu") return x / (1 + std::exp(-x));
+  if (name == "sigmoid") return 1 / (1 + std::exp(-x));
+  if (name == "tanh") return std::tanh(x);
+  return x;
+}
+
+struct MatMulCase {
+  Shape a;
+  int64_t n;
+};
+
+TEST(FusedMatMulTest, MatchesMatMulBiasActivation) {
+  const MatMulCase cases[] = {{{1, 7}, 3}, {{5, 1, 17}, 9}, {{2, 3, 33}, 65}, {{4, 16}, 1}};
+  uint32_t seed = 1;
+  for (const MatMulCase& c : cases)
+    for (const std::string act : {"none", "relu", "gelu_erf", "gelu_tanh", "silu", "sigmoid", "tanh"})
+      for (int trans = 0; trans < 2; ++trans) {
+        const int64_t k = c.a.back();
+        Tensor a = randomFloat(c.a, seed++);
+        Tensor w = randomFloat({k, c.n}, seed++);
+        Tensor bias = randomFloat({c.n}, seed++);
+        Tensor product = runKernel("MatMul", {a, w});
+        Tensor want = Tensor::allocate(DType::kFloat32, product.shape());
+        for (int64_t i = 0; i < want.numElements(); ++i) {
+          double v = 0.5 * product.data<float>()[i] + bias.data<float>()[i % c.n];
+          want.data<float>()[i] = static_cast<float>(activation(act, v));
+        }
+        Tensor weight = trans ? runKernel("Transpose", {w}) : w;
+        KernelParams p = params({{"activation", stringParam(act)}, {"trans_b", intParam(trans)}});
+        p.set("alpha", floatParam(0.5));
+        Tensor got = runKernel("LlmFusedMatMul", {a, weight, bias}, p);
+        EXPECT_LT(relativeError(got, want), 1e-5) << act << " trans_b " << trans << " " << shapeToString(c.a);
+      }
+}
+
+TEST(FusedMatMulTest, RejectsMismatchedInnerDims) {
+  TestKernelContext ctx;
+  ctx.inputs = {randomFloat({2, 5}, 1), randomFloat({4, 3}, 2), std::nullopt};
+  Status status = ctx.run("LlmFusedMatMul");
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("inner dimensions differ"), std::string::npos);
+}
+
+TEST(GatedMlpTest, MatchesTwoProductsAndGate) {
+  uint32_t seed = 100;
+  for (Shape shape : {Shape{1, 1, 8}, Shape{3, 5, 13}, Shape{7, 16}})
+    for (const std::string act : {"silu", "gelu_tanh", "gelu_erf", "relu"}) {
+      const int64_t k = shape.back(), f = 11;
+      Tensor x = randomFloat(shape, seed++);
+      Tensor wg = randomFloat({k, f}, seed++), wu = randomFloat({k, f}, seed++);
+      Tensor w = Tensor::allocate(DType::kFloat32, {k, 2 * f});
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < f; ++c) {
+          w.data<float>()[r * 2 * f + c] = wg.data<float>()[r * f + c];
+          w.data<float>()[r * 2 * f + f + c] = wu.data<float>()[r * f + c];
+        }
+      Tensor g = runKernel("MatMul", {x, wg}), u = runKernel("MatMul", {x, wu});
+      Tensor want = Tensor::allocate(DType::kFloat32, g.shape());
+      for (int64_t i = 0; i < want.numElements(); ++i)
+        want.data<float>()[i] = static_cast<float>(activation(act, g.data<float>()[i]) * u.data<float>()[i]);
+      Tensor got = runKernel("LlmGatedMlp", {x, w}, params({{"activation", stringParam(act)}}));
+      EXPECT_LT(relativeError(got, want), 1e-5) << act << " " << shapeToString(shape);
+    }
+}
+
+TEST(NormTest, LayerMatchesLayerNormalizationAndReturnsTheSum) {
+  uint32_t seed = 200;
+  for (Shape shape : {Shape{1, 1}, Shape{3, 7}, Shape{2, 5, 64}, Shape{4, 33}}) {
+    const int64_t width = shape.back();
+    Tensor x = randomFloat(shape, seed++), r = randomFloat(shape, seed++);
+    Tensor gamma = randomFloat({width}, seed++), beta = randomFloat({width}, seed++);
+    Tensor sum = runKernel("Add", {x, r});
+    KernelParams ln;
+    ln.set("axis", intParam(-1));
+    ln.set("epsilon", floatParam(1e-5));
+    Tensor want = runKernel("LayerNormalization", {sum, gamma, beta}, ln);
+    KernelParams p = params({{"kind", stringParam("layer")}});
+    p.set("epsilon", floatParam(1e-5));
+    EXPECT_LT(relativeError(runKernel("LlmNorm", {x, r, gamma, beta}, p, 2, 0), want), 1e-5);
+    EXPECT_EQ(values<float>(runKernel("LlmNorm", {x, r, gamma, beta}, p, 2, 1)), values<float>(sum));
+  }
+}
+
+TEST(NormTest, RmsMatchesFormula) {
+  uint32_t seed = 300;
+  for (Shape shape : {Shape{1, 3}, Shape{5, 16}, Shape{2, 3, 129}}) {
+    const int64_t width = shape.back();
+    Tensor x = randomFloat(shape, seed++), gamma = randomFloat({width}, seed++);
+    Tensor want = Tensor::allocate(DType::kFloat32, x.shape());
+    for (int64_t row = 0; row < x.numElements() / width; ++row) {
+      double squares = 0;
+      for (int64_t i = 0; i < width; ++i) squares += std::pow(x.data<float>()[row * width + i], 2);
+      double inv = 1 / std::sqrt(squares / width + 1e-6);
+      for (int64_t i = 0; i < width; ++i)
+        want.data<float>()[row * width + i] = static_cast<float>(x.data<float>()[row * width + i] * inv * gamma.data<float>()[i]);
+    }
+    KernelParams p = params({{"kind", stringParam("rms")}});
+    p.set("epsilon", floatParam(1e-6));
+    EXPECT_LT(relativeError(runKernel("LlmNorm", {x, std::nullopt, gamma, std::nullopt}, p), want), 1e-5);
+  }
+}
+
+TEST(ElementwiseTest, ProgramMatchesReferenceKernels) {
+  // tanh((a * b) + 3) - c, with b broadcasting along rows and c along a middle axis.
+  Tensor a = randomFloat({2, 3, 5}, 400), b = randomFloat({5}, 401), c = randomFloat({2, 1, 5}, 402);
+  Tensor three = makeFloat({}, {3.0f});
+  Tensor want = runKernel("Sub", {runKernel("Tanh", {runKernel("Add", {runKernel("Mul", {a, b}), three})}), c});
+  KernelParams p;
+  p.set("program", intsParam({2, 0, 1, 0, 3, -1, 21, 4, 0, 1, 5, 2}));
+  p.set("constants", floatsParam({3.0}));
+  EXPECT_LT(relativeError(runKernel("LlmElementwise", {a, b, c}, p), want), 1e-6);
+  // A result larger than one chunk, with a broadcast column.
+  Tensor x = randomFloat({37, 19}, 403), col = randomFloat({37, 1}, 404);
+  Tensor want2 = runKernel("Sigmoid", {runKernel("Div", {x, col})});
+  KernelParams q;
+  q.set("program", intsParam({3, 0, 1, 23, 2, 0}));
+  q.set("constants", floatsParam({}));
+  EXPECT_LT(relativeError(runKernel("LlmElementwise", {x, col}, q), want2), 1e-6);
+}
+
+TEST(ElementwiseTest, RejectsOperandsOutOfRange) {
+  TestKernelContext ctx;
+  ctx.inputs = {randomFloat({4}, 1)};
+  ctx.kernel_params.set("program", intsParam({0, 0, 3}));
+  ctx.kernel_params.set("constants", floatsParam({}));
+  EXPECT_FALSE(ctx.run("LlmElementwise").ok());
+}
+
+// [b, H, s, D] -> [b, s, H * D + extra] rows (the extra columns pass through untouched).
+Tensor toTokenMajor(const Tensor& x, int64_t extra, uint32_t seed) {
+  const int64_t b = x.dim(0), h = x.dim(1), s = x.dim(2), d = x.dim(3), width = h * d + extra;
+  Tensor rows = randomFloat({b, s, width}, seed);
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < h; ++j)
+      for (int64_t t = 0; t < s; ++t)
+        for (int64_t e = 0; e < d; ++e)
+          rows.data<float>()[(i * s + t) * width + j * d + e] = x.data<float>()[((i * h + j) * s + t) * d + e];
+  return rows;
+}
+
+TEST(RopeTest, TablesMatchFormulaAndTokenMajorMatchesHeadMajor) {
+  const int64_t b = 2, h = 3, s = 5, d = 8;
+  Tensor x = randomFloat({b, h, s, d}, 500);
+  Tensor cos = randomFloat({1, 1, s, d}, 501), sin = randomFloat({1, 1, s, d}, 502);
+  Tensor want = Tensor::allocate(DType::kFloat32, x.shape());
+  for (int64_t r = 0; r < b * h; ++r)
+    for (int64_t t = 0; t < s; ++t)
+      for (int64_t i = 0; i < d; ++i) {
+        const float* v = x.data<float>() + (r * s + t) * d;
+        float rotated = i < d / 2 ? -v[i + d / 2] : v[i - d / 2];
+        want.data<float>()[(r * s + t) * d + i] = v[i] * cos.data<float>()[t * d + i] + rotated * sin.data<float>()[t * d + i];
+      }
+  Tensor head_major = runKernel("LlmRope", {x, std::nullopt, cos, sin});
+  EXPECT_LT(relativeError(head_major, want), 1e-6);
+  Tensor rows = toTokenMajor(x, 5, 503);
+  Tensor got = runKernel("LlmRope", {rows, std::nullopt, cos, sin},
+                         params({{"num_heads", intParam(h)}, {"head_dim", intParam(d)}}));
+  Tensor want_rows = toTokenMajor(want, 5, 503);
+  EXPECT_LT(relativeError(got, want_rows), 1e-6);
+}
+
+TEST(LlmAttentionTest, TokenMajorPackedMatchesHeadMajor) {
+  const int64_t b = 2, heads = 4, kv_heads = 2, s = 6, d = 8;
+  Tensor q = randomFloat({b, heads, s, d}, 600), k = randomFloat({b, kv_heads, s, d}, 601),
+         v = randomFloat({b, kv_heads, s, d}, 602);
+  KernelParams p = params({{"layer", intParam(0)}});
+  p.set("scale", floatParam(0.3));
+  Tensor want = runKernel("LlmAttention", {q, k, v}, p);
+  // Pack [q | k | v] per token.
+  Tensor qr = toTokenMajor(q, 0, 1), kr = toTokenMajor(k, 0, 2), vr = toTokenMajor(v, 0, 3);
+  const int64_t width = (heads + 2 * kv_heads) * d;
+  Tensor packed = Tensor::allocate(DType::kFloat32, {b, s, width});
+  for (int64_t row = 0; row < b * s; ++row) {
+    float* dst = packed.data<float>() + row * width;
+    std::copy_n(qr.data<float>() + row * heads * d, heads * d, dst);
+    std::copy_n(kr.data<float>() + row * kv_heads * d, kv_heads * d, dst + heads * d);
+    std::copy_n(vr.data<float>() + row * kv_heads * d, kv_heads * d, dst + (heads + kv_heads) * d);
+  }
+  KernelParams tm = p;
+  tm.set("num_heads", intParam(heads));
+  tm.set("num_kv_heads", intParam(kv_heads));
+  tm.set("head_dim", intParam(d));
+  tm.set("k_column", intParam(heads * d));
+  tm.set("v_column", intParam((heads + kv_heads) * d));
+  Tensor got = runKernel("LlmAttention", {packed, packed, packed}, tm);
+  EXPECT_LT(relativeError(got, toTokenMajor(want, 0, 4)), 1e-6);
+}
+
+}  // namespace
+}  // namespace llmc::testing
