@@ -1,7 +1,6 @@
 // --llmc-fuse-attention: an attention core left as separate ops (encoders such as BERT, or a
 // decoder compiled --as-graph) — softmax(Q·Kᵀ * scale + mask)·V over [batch, heads, tokens,
-// head_dim] — becomes one ONNX Attention op (nn.attention, computed by the conformance-tested
-// `Attention` kernel), with Kᵀ's transpose folded into K's layout.
+// head_dim] — becomes one llm.sdpa, with Kᵀ's transpose folded into K's layout.
 #include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
@@ -29,7 +28,7 @@ class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
     eraseDeadConstants(func);
   }
 
-  /// matmul(softmax(matmul(Q, Kᵀ) [* | / c] [+ mask]), V) -> nn.attention(Q, K, V, mask).
+  /// matmul(softmax(matmul(Q, Kᵀ) [* | / c] [+ mask]), V) -> llm.sdpa(Q, K, V, mask).
   void fuse(func::FuncOp func, Operation* softmax) {
     std::vector<Operation*> ops{softmax};
     auto miss = [&](const std::string& why) {
@@ -84,6 +83,7 @@ class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
       return miss("Q, Kᵀ and V are not [batch, heads, tokens, head_dim]");
     if (qt.isDynamicDim(1) || qt.getDimSize(1) != ktt.getDimSize(1) || qt.getDimSize(1) != vt.getDimSize(1))
       return miss("Q, K and V heads differ (grouped-query heads are expanded by the model)");
+    if (!isFloat32Tensor(qt) || !isFloat32Tensor(ktt) || !isFloat32Tensor(vt)) return miss("not float32");
     // K = Kᵀ with its last two axes swapped: fold into Kᵀ's own transpose when it has one.
     OpBuilder b(pv);
     Location loc = fusedLoc(func.getContext(), ops);
@@ -109,9 +109,7 @@ class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
       k = createOp(b, loc, "nn.transpose", {kt}, k_type,
                    {b.getNamedAttr("perm", b.getDenseI64ArrayAttr({0, 1, 3, 2}))});
     }
-    SmallVector<Value> operands{q, k, v};
-    if (mask) operands.push_back(mask);
-    Value y = createOp(b, loc, "nn.attention", operands, pv->getResult(0).getType(),
+    Value y = createOp(b, loc, "llm.sdpa", {q, k, v, mask ? mask : noneValue(b, loc)}, pv->getResult(0).getType(),
                        {b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))});
     carryNames(pv, y.getDefiningOp());
     pv->getResult(0).replaceAllUsesWith(y);

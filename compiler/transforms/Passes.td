@@ -121,14 +121,14 @@ def FuseRope : Pass<"llmc-fuse-rope", "mlir::func::FuncOp"> {
 }
 
 def FuseAttention : Pass<"llmc-fuse-attention", "mlir::func::FuncOp"> {
-  let summary = "softmax(Q·Kᵀ * scale + mask)·V left as ops -> nn.attention";
+  let summary = "softmax(Q·Kᵀ * scale + mask)·V left as ops -> llm.sdpa";
   let description = [{
     For attention the language-model recognition did not take (encoders, `--as-graph`):
-    4-D Q, Kᵀ, V with equal heads, an optional scalar scale (Mul or Div) and an optional
-    float additive mask become ONNX's Attention op with `scale` set; Kᵀ's transpose is
-    composed with the swap into K's layout.
+    4-D float32 Q, Kᵀ, V with equal heads, an optional scalar scale (Mul or Div) and an
+    optional float additive mask become `llm.sdpa`; Kᵀ's transpose is composed with the
+    swap into K's layout.
   }];
-  let dependentDialects = ["::llmc::nn::NNDialect"];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
 
 def FuseQkv : Pass<"llmc-fuse-qkv", "mlir::func::FuncOp"> {

@@ -28,6 +28,7 @@ std::string kernelNameOf(Operation* op) {
   if (isa<NormOp>(op)) return "LlmNorm";
   if (isa<GatedMlpOp>(op)) return "LlmGatedMlp";
   if (isa<ElementwiseOp>(op)) return "LlmElementwise";
+  if (isa<SdpaOp>(op)) return "LlmSdpa";
   return "";
 }
 
@@ -165,6 +166,24 @@ LogicalResult ElementwiseOp::verify() {
                              << " (registers 0.." << registers - 1 << ", " << constants
                              << " constants)";
     ++registers;
+  }
+  return success();
+}
+
+LogicalResult SdpaOp::verify() {
+  auto q = cast<RankedTensorType>(getQ().getType());
+  auto k = cast<RankedTensorType>(getK().getType());
+  auto v = cast<RankedTensorType>(getV().getType());
+  if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
+    return emitOpError() << "q, k and v must be [batch, heads, tokens, head_dim]";
+  int64_t heads = q.getDimSize(1), kv_heads = k.getDimSize(1);
+  if (!ShapedType::isDynamic(heads) && !ShapedType::isDynamic(kv_heads) &&
+      (kv_heads < 1 || heads % kv_heads != 0 || v.getDimSize(1) != kv_heads))
+    return emitOpError() << "heads (" << heads << ") must be a multiple of k's and v's heads";
+  if (!isa<NoneType>(getMask().getType())) {
+    auto mask = dyn_cast<RankedTensorType>(getMask().getType());
+    if (!mask || mask.getRank() < 2 || mask.getRank() > 4)
+      return emitOpError() << "the mask must have rank 2 to 4";
   }
   return success();
 }

@@ -201,4 +201,24 @@ def LLM_ElementwiseOp : LLM_Op<"elementwise", [Pure]> {
   let hasVerifier = 1;
 }
 
+def LLM_SdpaOp : LLM_Op<"sdpa", [Pure]> {
+  let summary = "Scaled dot-product attention without a KV cache (runtime kernel `LlmSdpa`)";
+  let description = [{
+    `softmax(scale * q·kᵀ + mask)·v` over `[batch, heads, tokens, head_dim]` operands
+    (`heads` a multiple of k's and v's heads), `mask` an optional float additive bias that
+    broadcasts to `[batch, heads, tokens, keys]` (`none` when absent). Not causal unless
+    the mask says so. Written by `--llmc-fuse-attention` for attention cores left as ops
+    (encoders, `--as-graph` decoders).
+    ```mlir
+    %o = llm.sdpa(%q, %k, %v, %mask) {scale = 2.500000e-01 : f32}
+        : (tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x1x1x?xf32>) -> tensor<?x4x?x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v, AnyType:$mask,
+                   F32Attr:$scale);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $q `,` $k `,` $v `,` $mask `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 #endif // LLMC_LLM_OPS

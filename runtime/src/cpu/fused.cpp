@@ -41,12 +41,47 @@ inline float activate(Activation activation, float v) {
   }
 }
 
+// y = act(alpha * y + bias) over `rows` rows of `n_size`, the activation chosen once per call
+// (a switch or a modulo per element would keep the loops from vectorizing).
+template <Activation kAct>
+void epilogueRows(float* y, int64_t rows, int64_t n_size, float alpha, const float* bias) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict row = y + r * n_size;
+    if (bias)
+      for (int64_t n = 0; n < n_size; ++n) row[n] = activate(kAct, alpha * row[n] + bias[n]);
+    else
+      for (int64_t n = 0; n < n_size; ++n) row[n] = activate(kAct, alpha * row[n]);
+  }
+}
+
+void applyEpilogue(float* y, int64_t rows, int64_t n_size, float alpha, const float* bias,
+                   Activation activation) {
+  if (activation == Activation::kNone && alpha == 1.0f && !bias) return;
+  switch (activation) {
+    case Activation::kRelu: return epilogueRows<Activation::kRelu>(y, rows, n_size, alpha, bias);
+    case Activation::kGeluErf: return epilogueRows<Activation::kGeluErf>(y, rows, n_size, alpha, bias);
+    case Activation::kGeluTanh: return epilogueRows<Activation::kGeluTanh>(y, rows, n_size, alpha, bias);
+    case Activation::kSilu: return epilogueRows<Activation::kSilu>(y, rows, n_size, alpha, bias);
+    case Activation::kSigmoid: return epilogueRows<Activation::kSigmoid>(y, rows, n_size, alpha, bias);
+    case Activation::kTanh: return epilogueRows<Activation::kTanh>(y, rows, n_size, alpha, bias);
+    default: return epilogueRows<Activation::kNone>(y, rows, n_size, alpha, bias);
+  }
+}
+
 // Rows of a·b for up to kRowBlock rows of `a` at a time (each weight row is read once per
 // block): acc[r * n_size + n] = sum_k a[r][k] * b(k, n), ascending k like the reference
 // MatMul. b is [K, N], or [N, K] when trans_b.
 constexpr int64_t kRowBlock = 4;
 
-void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t n_size,
+// Built twice, for AVX2/FMA (Haswell and later; the loader picks it where the CPU has it) and
+// for the baseline x86-64 the rest of the runtime targets.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LLMC_CPU_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define LLMC_CPU_CLONES
+#endif
+
+LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t n_size,
                     bool trans_b, float* acc) {
   if (trans_b) {
     for (int64_t r = 0; r < rows; ++r)
@@ -61,10 +96,10 @@ void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b
   }
   std::fill(acc, acc + rows * n_size, 0.0f);
   for (int64_t k = 0; k < k_size; ++k) {
-    const float* b_row = b + k * n_size;
+    const float* __restrict b_row = b + k * n_size;
     for (int64_t r = 0; r < rows; ++r) {
       const float a_value = a[r * k_size + k];
-      float* acc_row = acc + r * n_size;
+      float* __restrict acc_row = acc + r * n_size;
       for (int64_t n = 0; n < n_size; ++n) acc_row[n] += a_value * b_row[n];
     }
   }
@@ -111,11 +146,7 @@ Status fusedMatMul(KernelContext& ctx) {
     float* acc = y + row * n_size;
     matMulRowBlock(a->data<float>() + row * k_size, block, k_size, b->data<float>(), n_size,
                    trans_b, acc);
-    for (int64_t i = 0; i < block * n_size; ++i) {
-      float v = alpha * acc[i];
-      if (bias_data) v += bias_data[i % n_size];
-      acc[i] = activate(activation, v);
-    }
+    applyEpilogue(acc, block, n_size, alpha, bias_data, activation);
   }
   return okStatus();
 }
@@ -211,33 +242,40 @@ Status norm(KernelContext& ctx) {
 
 // --- LlmElementwise ----------------------------------------------------------------------
 
-// Opcodes of llm.elementwise (LLMOps.td): binary 0..6, unary 16..27.
-float applyBinary(int64_t opcode, float a, float b) {
+// Opcodes of llm.elementwise (LLMOps.td): binary 0..6, unary 16..27. Each applies to a whole
+// chunk with the opcode switch outside the element loop, so the loops vectorize.
+void applyBinary(int64_t opcode, const float* __restrict x, const float* __restrict y,
+                 float* __restrict out, int64_t len) {
   switch (opcode) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a / b;
-    case 4: return std::pow(a, b);
-    case 5: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
-    default: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case 0: for (int64_t e = 0; e < len; ++e) out[e] = x[e] + y[e]; break;
+    case 1: for (int64_t e = 0; e < len; ++e) out[e] = x[e] - y[e]; break;
+    case 2: for (int64_t e = 0; e < len; ++e) out[e] = x[e] * y[e]; break;
+    case 3: for (int64_t e = 0; e < len; ++e) out[e] = x[e] / y[e]; break;
+    case 4: for (int64_t e = 0; e < len; ++e) out[e] = std::pow(x[e], y[e]); break;
+    case 5:
+      for (int64_t e = 0; e < len; ++e)
+        out[e] = std::isnan(x[e]) || std::isnan(y[e]) ? NAN : std::max(x[e], y[e]);
+      break;
+    default:
+      for (int64_t e = 0; e < len; ++e)
+        out[e] = std::isnan(x[e]) || std::isnan(y[e]) ? NAN : std::min(x[e], y[e]);
   }
 }
 
-float applyUnary(int64_t opcode, float a) {
+void applyUnary(int64_t opcode, const float* __restrict x, float* __restrict out, int64_t len) {
   switch (opcode) {
-    case 16: return -a;
-    case 17: return std::exp(a);
-    case 18: return std::log(a);
-    case 19: return std::sqrt(a);
-    case 20: return 1.0f / a;
-    case 21: return std::tanh(a);
-    case 22: return std::erf(a);
-    case 23: return sigmoid(a);
-    case 24: return a > 0 ? a : 0.0f;
-    case 25: return std::fabs(a);
-    case 26: return std::sin(a);
-    default: return std::cos(a);
+    case 16: for (int64_t e = 0; e < len; ++e) out[e] = -x[e]; break;
+    case 17: for (int64_t e = 0; e < len; ++e) out[e] = std::exp(x[e]); break;
+    case 18: for (int64_t e = 0; e < len; ++e) out[e] = std::log(x[e]); break;
+    case 19: for (int64_t e = 0; e < len; ++e) out[e] = std::sqrt(x[e]); break;
+    case 20: for (int64_t e = 0; e < len; ++e) out[e] = 1.0f / x[e]; break;
+    case 21: for (int64_t e = 0; e < len; ++e) out[e] = std::tanh(x[e]); break;
+    case 22: for (int64_t e = 0; e < len; ++e) out[e] = std::erf(x[e]); break;
+    case 23: for (int64_t e = 0; e < len; ++e) out[e] = sigmoid(x[e]); break;
+    case 24: for (int64_t e = 0; e < len; ++e) out[e] = x[e] > 0 ? x[e] : 0.0f; break;
+    case 25: for (int64_t e = 0; e < len; ++e) out[e] = std::fabs(x[e]); break;
+    case 26: for (int64_t e = 0; e < len; ++e) out[e] = std::sin(x[e]); break;
+    default: for (int64_t e = 0; e < len; ++e) out[e] = std::cos(x[e]);
   }
 }
 
@@ -307,21 +345,35 @@ Status elementwise(KernelContext& ctx) {
     }
   }
   constexpr int64_t kChunk = 256;
-  std::vector<float> regs(static_cast<size_t>(registers * kChunk));
+  // Registers: inputs, then one per instruction, then one per immediate (filled once).
+  const int64_t constant_base = registers;
+  std::vector<float> regs(static_cast<size_t>((registers + constants.size()) * kChunk));
+  for (size_t j = 0; j < constants.size(); ++j)
+    std::fill_n(&regs[static_cast<size_t>((constant_base + j) * kChunk)], kChunk,
+                static_cast<float>(constants[j]));
+  auto reg = [&](int64_t operand) {
+    const int64_t index = operand < 0 ? constant_base + (-1 - operand) : operand;
+    return &regs[static_cast<size_t>(index * kChunk)];
+  };
   float* y = out->data<float>();
   for (int64_t base = 0; base < total; base += kChunk) {
     const int64_t len = std::min(kChunk, total - base);
     for (int64_t i = 0; i < inputs; ++i) {
       const InputReader& reader = readers[static_cast<size_t>(i)];
-      float* reg = &regs[static_cast<size_t>(i * kChunk)];
+      float* dst = reg(i);
       switch (reader.kind) {
         case InputReader::Kind::kFull:
-          std::memcpy(reg, reader.data + base, static_cast<size_t>(len) * sizeof(float));
+          std::memcpy(dst, reader.data + base, static_cast<size_t>(len) * sizeof(float));
           break;
-        case InputReader::Kind::kScalar: std::fill(reg, reg + len, reader.data[0]); break;
-        case InputReader::Kind::kSuffix:
-          for (int64_t e = 0; e < len; ++e) reg[e] = reader.data[(base + e) % reader.period];
+        case InputReader::Kind::kScalar: std::fill(dst, dst + len, reader.data[0]); break;
+        case InputReader::Kind::kSuffix: {
+          int64_t offset = base % reader.period;
+          for (int64_t e = 0; e < len; ++e) {
+            dst[e] = reader.data[offset];
+            if (++offset == reader.period) offset = 0;
+          }
           break;
+        }
         case InputReader::Kind::kStrided:
           for (int64_t e = 0; e < len; ++e) {
             int64_t flat = base + e, offset = 0;
@@ -329,7 +381,7 @@ Status elementwise(KernelContext& ctx) {
               offset += (flat / out_strides[d]) * reader.strides[d];
               flat %= out_strides[d];
             }
-            reg[e] = reader.data[offset];
+            dst[e] = reader.data[offset];
           }
           break;
       }
@@ -337,17 +389,10 @@ Status elementwise(KernelContext& ctx) {
     int64_t target = inputs;
     for (size_t i = 0; i < program.size(); i += 3, ++target) {
       const int64_t opcode = program[i];
-      float* dst = &regs[static_cast<size_t>(target * kChunk)];
-      auto operand = [&](int64_t index, int64_t e) {
-        return index < 0 ? static_cast<float>(constants[static_cast<size_t>(-1 - index)])
-                         : regs[static_cast<size_t>(index * kChunk + e)];
-      };
-      if (opcode < 16) {
-        for (int64_t e = 0; e < len; ++e)
-          dst[e] = applyBinary(opcode, operand(program[i + 1], e), operand(program[i + 2], e));
-      } else {
-        for (int64_t e = 0; e < len; ++e) dst[e] = applyUnary(opcode, operand(program[i + 1], e));
-      }
+      if (opcode < 16)
+        applyBinary(opcode, reg(program[i + 1]), reg(program[i + 2]), reg(target), len);
+      else
+        applyUnary(opcode, reg(program[i + 1]), reg(target), len);
     }
     std::memcpy(y + base, &regs[static_cast<size_t>((registers - 1) * kChunk)],
                 static_cast<size_t>(len) * sizeof(float));
@@ -355,9 +400,85 @@ Status elementwise(KernelContext& ctx) {
   return okStatus();
 }
 
+// --- LlmSdpa ------------------------------------------------------------------------------
+
+Status sdpa(KernelContext& ctx) {
+  const Tensor* q = ctx.input(0);
+  const Tensor* k = ctx.input(1);
+  const Tensor* v = ctx.input(2);
+  const Tensor* mask = ctx.input(3);
+  if (!q || !k || !v || q->rank() != 4 || k->rank() != 4 || v->rank() != 4)
+    return kernelError(ctx, "LlmSdpa needs q, k and v of [batch, heads, tokens, head_dim]");
+  LLMC_RETURN_IF_ERROR(checkFloat32(ctx, {q, k, v, mask}));
+  const int64_t batch = q->dim(0), heads = q->dim(1), seq = q->dim(2), head_dim = q->dim(3);
+  const int64_t kv_heads = k->dim(1), keys = k->dim(2), v_dim = v->dim(3);
+  if (k->dim(0) != batch || v->dim(0) != batch || kv_heads < 1 || heads % kv_heads != 0 ||
+      v->dim(1) != kv_heads || k->dim(3) != head_dim || v->dim(2) != keys)
+    return kernelError(ctx, "q " + shapeToString(q->shape()) + ", k " + shapeToString(k->shape()) +
+                                " and v " + shapeToString(v->shape()) + " do not fit");
+  // The mask's strides over [batch, heads, tokens, keys] (0 where it broadcasts).
+  int64_t mask_strides[4] = {0, 0, 0, 0};
+  if (mask) {
+    const int64_t full[4] = {batch, heads, seq, keys};
+    if (mask->rank() < 2 || mask->rank() > 4)
+      return kernelError(ctx, "the mask must have rank 2 to 4, got " + shapeToString(mask->shape()));
+    const std::vector<int64_t> own = stridesOf(mask->shape());
+    for (int64_t d = 0; d < mask->rank(); ++d) {
+      const int64_t axis = 4 - mask->rank() + d, size = mask->dim(d);
+      if (size != 1 && size != full[axis])
+        return kernelError(ctx, "mask " + shapeToString(mask->shape()) + " does not broadcast to [" +
+                                    std::to_string(batch) + ", " + std::to_string(heads) + ", " +
+                                    std::to_string(seq) + ", " + std::to_string(keys) + "]");
+      mask_strides[axis] = size == 1 ? 0 : own[static_cast<size_t>(d)];
+    }
+  }
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, {batch, heads, seq, v_dim}, &out));
+  if (ctx.shapeOnly()) return okStatus();
+  const float scale = static_cast<float>(ctx.params().getFloat("scale", 1.0 / std::sqrt(static_cast<double>(head_dim))));
+  const int64_t group = heads / kv_heads;
+  std::vector<float> scores(static_cast<size_t>(keys));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* kh = k->data<float>() + (b * kv_heads + h / group) * keys * head_dim;
+      const float* vh = v->data<float>() + (b * kv_heads + h / group) * keys * v_dim;
+      for (int64_t i = 0; i < seq; ++i) {
+        const float* qi = q->data<float>() + ((b * heads + h) * seq + i) * head_dim;
+        const float* bias = mask ? mask->data<float>() + b * mask_strides[0] + h * mask_strides[1] +
+                                       i * mask_strides[2]
+                                 : nullptr;
+        float max_score = -INFINITY;
+        for (int64_t j = 0; j < keys; ++j) {
+          const float* kj = kh + j * head_dim;
+          float dot = 0;
+          for (int64_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
+          float score = dot * scale + (bias ? bias[j * mask_strides[3]] : 0.0f);
+          scores[static_cast<size_t>(j)] = score;
+          max_score = std::max(max_score, score);
+        }
+        float* oi = out->data<float>() + ((b * heads + h) * seq + i) * v_dim;
+        std::fill(oi, oi + v_dim, 0.0f);
+        if (max_score == -INFINITY) continue;  // every key masked: zeros, not NaN
+        float sum = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          scores[static_cast<size_t>(j)] = std::exp(scores[static_cast<size_t>(j)] - max_score);
+          sum += scores[static_cast<size_t>(j)];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < keys; ++j) {
+          const float p = scores[static_cast<size_t>(j)] * inv;
+          const float* vj = vh + j * v_dim;
+          for (int64_t d = 0; d < v_dim; ++d) oi[d] += p * vj[d];
+        }
+      }
+    }
+  return okStatus();
+}
+
 }  // namespace
 
 void registerFusedKernels(KernelRegistry& registry) {
+  registry.add({"LlmSdpa", 3, 4, 1, 1, sdpa});
   registry.add({"LlmFusedMatMul", 2, 3, 1, 1, fusedMatMul});
   registry.add({"LlmGatedMlp", 2, 2, 1, 1, gatedMlp});
   registry.add({"LlmNorm", 3, 4, 1, 2, norm});

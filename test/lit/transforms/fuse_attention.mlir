@@ -1,14 +1,14 @@
 // RUN: llmc-opt --split-input-file --llmc-fuse-attention %s | FileCheck %s
 
 // Tests that BERT's attention core (Kᵀ by a transpose of the reshaped keys, Div by
-// sqrt(head_dim), Add of the padding mask, Softmax, MatMul by V) becomes nn.attention with
+// sqrt(head_dim), Add of the padding mask, Softmax, MatMul by V) becomes llm.sdpa with
 // the transposes composed into K's layout.
 // CHECK-LABEL: func @encoder
 // CHECK-SAME: (%[[Q:.+]]: tensor<2x4x5x16xf32>, %[[K:.+]]: tensor<2x5x4x16xf32>, %[[V:.+]]: tensor<2x4x5x16xf32>, %[[M:.+]]: tensor<2x1x1x5xf32>)
 func.func @encoder(%q: tensor<2x4x5x16xf32>, %k: tensor<2x5x4x16xf32>, %v: tensor<2x4x5x16xf32>, %mask: tensor<2x1x1x5xf32>) -> tensor<2x4x5x16xf32> {
   %d = nn.constant dense<4.0> : tensor<f32>
   // CHECK: %[[KT:.+]] = nn.transpose(%[[K]]) {perm = array<i64: 0, 2, 1, 3>}
-  // CHECK: %[[Y:.+]] = nn.attention(%[[Q]], %[[KT]], %[[V]], %[[M]]) {scale = 2.500000e-01 : f32}
+  // CHECK: %[[Y:.+]] = llm.sdpa(%[[Q]], %[[KT]], %[[V]], %[[M]]) {scale = 2.500000e-01 : f32}
   // CHECK-NOT: nn.softmax
   %kt = nn.transpose(%k) {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x5x4x16xf32>) -> tensor<2x4x16x5xf32>
   %s = nn.matmul(%q, %kt) : (tensor<2x4x5x16xf32>, tensor<2x4x16x5xf32>) -> tensor<2x4x5x5xf32>
@@ -25,7 +25,7 @@ func.func @encoder(%q: tensor<2x4x5x16xf32>, %k: tensor<2x5x4x16xf32>, %v: tenso
 // Tests that probabilities with another consumer (returned attention weights) do not fuse.
 // CHECK-LABEL: func @probs_used
 func.func @probs_used(%q: tensor<1x2x3x8xf32>, %kt: tensor<1x2x8x3xf32>, %v: tensor<1x2x3x8xf32>) -> (tensor<1x2x3x8xf32>, tensor<1x2x3x3xf32>) {
-  // CHECK-NOT: nn.attention
+  // CHECK-NOT: llm.sdpa
   %s = nn.matmul(%q, %kt) : (tensor<1x2x3x8xf32>, tensor<1x2x8x3xf32>) -> tensor<1x2x3x3xf32>
   %p = nn.softmax(%s) {axis = -1 : i64} : (tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32>
   %y = nn.matmul(%p, %v) : (tensor<1x2x3x3xf32>, tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32>

@@ -269,3 +269,29 @@ TEST(LlmAttentionTest, TokenMajorPackedMatchesHeadMajor) {
 
 }  // namespace
 }  // namespace llmc::testing
+
+namespace llmc::testing {
+namespace {
+
+TEST(SdpaTest, MatchesOnnxAttentionWithMask) {
+  struct Case {
+    Shape q, kv, mask;
+  };
+  const Case cases[] = {{{2, 4, 5, 8}, {2, 4, 7, 8}, {2, 1, 1, 7}},
+                        {{1, 2, 1, 16}, {1, 2, 3, 16}, {}},
+                        {{3, 3, 9, 4}, {3, 3, 9, 4}, {9, 9}}};
+  uint32_t seed = 700;
+  for (const Case& c : cases) {
+    Tensor q = randomFloat(c.q, seed++), k = randomFloat(c.kv, seed++), v = randomFloat(c.kv, seed++);
+    std::optional<Tensor> mask;
+    if (!c.mask.empty()) mask = randomFloat(c.mask, seed++);
+    KernelParams p;
+    p.set("scale", floatParam(0.3));
+    Tensor want = runKernel("Attention", {q, k, v, mask}, p);
+    Tensor got = runKernel("LlmSdpa", {q, k, v, mask}, p);
+    EXPECT_LT(relativeError(got, want), 1e-5) << shapeToString(c.q);
+  }
+}
+
+}  // namespace
+}  // namespace llmc::testing
