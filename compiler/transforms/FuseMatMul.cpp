@@ -164,6 +164,7 @@ class Matcher {
     double alpha = 1.0;
     std::optional<Tensor> bias;
     std::vector<Operation*> fused{op};
+    Operation* folded_merge = nullptr;
     const int64_t n_size = cast<RankedTensorType>(op->getResult(0).getType()).getShape().back();
     if (gemm) {
       auto attr = [&](const char* name, double fallback) {
@@ -202,6 +203,25 @@ class Matcher {
         }
       }
     }
+    // GPT-2's Conv1D: x [b, s, K] merged to rows [b * s, K] for the product, and the result
+    // split back to [b, s, N]: the fused op takes x as it is (it reads [..., K]).
+    if (Operation* merge = a.getDefiningOp(); isOp(merge, "nn.reshape") && h.hasOneUse()) {
+      Operation* split = *h.getUsers().begin();
+      Value x = merge->getOperand(0);
+      auto x_type = dyn_cast<RankedTensorType>(x.getType());
+      auto out_type = isOp(split, "nn.reshape") ? dyn_cast<RankedTensorType>(split->getResult(0).getType())
+                                                : RankedTensorType();
+      auto a_type = cast<RankedTensorType>(a.getType());
+      if (x_type && out_type && a_type.getRank() == 2 && x_type.getRank() > 2 &&
+          out_type.getRank() == x_type.getRank() && x_type.getShape().back() == a_type.getShape().back() &&
+          !x_type.isDynamicDim(x_type.getRank() - 1) && out_type.getShape().back() == n_size &&
+          sameLeadingDims(x, split->getResult(0), x_type.getRank() - 1)) {
+        a = x;
+        fused.push_back(split);
+        h = split->getResult(0);
+        folded_merge = merge;
+      }
+    }
     std::vector<Operation*> region;
     Value result = h;
     bool had_region = false;
@@ -227,6 +247,7 @@ class Matcher {
     logFusion(func_, {true, kPass, pattern, nodeNames(fused), ""});
     for (auto it = fused.rbegin(); it != fused.rend(); ++it)
       if ((*it)->use_empty()) (*it)->erase();
+    if (folded_merge && folded_merge->use_empty()) folded_merge->erase();
   }
 
  private:
@@ -242,7 +263,7 @@ class FuseMatMulPass : public impl::FuseMatMulBase<FuseMatMulPass> {
     for (Operation& op : func.getBody().front())
       if (isOp(&op, "nn.matmul") || isOp(&op, "nn.gemm")) ops.push_back(&op);
     for (Operation* op : ops) matcher.fuse(op);
-    eraseDeadConstants(func);
+    eraseDeadOps(func);
   }
 };
 

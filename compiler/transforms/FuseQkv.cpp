@@ -24,18 +24,7 @@ bool isHeadTranspose(Operation* op) {
   return isOp(op, "nn.transpose") && perm && perm.asArrayRef() == ArrayRef<int64_t>{0, 2, 1, 3};
 }
 
-// Do dims 0 and 1 of `a` and `b` agree (static sizes or symbol names)?
-bool sameLeadingDims(Value a, Value b) {
-  auto ta = cast<RankedTensorType>(a.getType()), tb = cast<RankedTensorType>(b.getType());
-  std::vector<std::string> na = dimNamesOf(a), nb = dimNamesOf(b);
-  for (int64_t d = 0; d < 2; ++d) {
-    if (ta.getDimSize(d) != tb.getDimSize(d)) return false;
-    if (ta.isDynamicDim(d) && (na.size() <= static_cast<size_t>(d) || nb.size() <= static_cast<size_t>(d) ||
-                               na[d].empty() || na[d] != nb[d]))
-      return false;
-  }
-  return true;
-}
+bool sameLeadingDims(Value a, Value b) { return llmc::sameLeadingDims(a, b, 2); }
 
 // One of q/k/v traced back to token-major rows: rows [b, s, width], heads from `column`.
 struct Operand {

@@ -70,6 +70,19 @@ void hoistToBlockStart(OpBuilder& builder) {
   builder.setInsertionPointToStart(block);
 }
 
+bool sameLeadingDims(Value a, Value b, int64_t count) {
+  auto ta = dyn_cast<RankedTensorType>(a.getType()), tb = dyn_cast<RankedTensorType>(b.getType());
+  if (!ta || !tb || ta.getRank() < count || tb.getRank() < count) return false;
+  std::vector<std::string> na = dimNamesOf(a), nb = dimNamesOf(b);
+  for (int64_t d = 0; d < count; ++d) {
+    if (ta.getDimSize(d) != tb.getDimSize(d)) return false;
+    if (!ta.isDynamicDim(d)) continue;
+    size_t i = static_cast<size_t>(d);
+    if (na.size() <= i || nb.size() <= i || na[i].empty() || na[i] != nb[i]) return false;
+  }
+  return true;
+}
+
 Value float32ConstantOp(OpBuilder& builder, Location loc, const Tensor& tensor, StringRef name) {
   OpBuilder::InsertionGuard guard(builder);
   hoistToBlockStart(builder);
@@ -127,6 +140,19 @@ void eraseDeadConstants(func::FuncOp func) {
   for (Operation& op : func.getBody().front())
     if ((isa<nn::ConstantOp>(op) || isa<nn::NoneOp>(op)) && op.use_empty()) dead.push_back(&op);
   for (Operation* op : dead) op->erase();
+}
+
+void eraseDeadOps(func::FuncOp func) {
+  Block& body = func.getBody().front();
+  std::vector<Operation*> ops;
+  for (Operation& op : body.without_terminator()) ops.push_back(&op);
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    Operation* op = *it;
+    bool removable = op->getDialect() && (op->getDialect()->getNamespace() == "nn" ||
+                                          (op->getDialect()->getNamespace() == "llm" &&
+                                           !isa<llm::AttentionOp>(op)));
+    if (removable && op->use_empty()) op->erase();
+  }
 }
 
 std::string nodeNames(ArrayRef<Operation*> ops) {

@@ -32,6 +32,10 @@ mlir::Operation* singleUseDef(mlir::Value v, llvm::StringRef name);
 // dims carry the same symbol names (llmc.dims).
 bool sameShape(mlir::Value a, mlir::Value b);
 
+// Whether the first `count` dims of `a` and `b` agree: equal static sizes, or dynamic dims
+// with the same symbol name (llmc.dims).
+bool sameLeadingDims(mlir::Value a, mlir::Value b, int64_t count);
+
 // An nn.constant holding `tensor` (float32), named `name`, at the top of the builder's block.
 mlir::Value float32ConstantOp(mlir::OpBuilder& builder, mlir::Location loc, const Tensor& tensor,
                               llvm::StringRef name);
@@ -56,6 +60,9 @@ void logFusion(mlir::func::FuncOp func, const FusionRecord& record);
 std::vector<FusionRecord> takeFusionLog(mlir::func::FuncOp func);
 // Erases constants and nn.none left without users (weights a fusion replaced).
 void eraseDeadConstants(mlir::func::FuncOp func);
+// Erases nn ops (and pure llm ops) whose results are all unused, e.g. the shape arithmetic
+// of a reshape a fusion removed.
+void eraseDeadOps(mlir::func::FuncOp func);
 // Node names of `ops` for a record ("a, b, c"; unnamed ops are skipped).
 std::string nodeNames(llvm::ArrayRef<mlir::Operation*> ops);
 
