@@ -27,6 +27,24 @@ func.func @fold_chain(%x: tensor<2xf32>) -> tensor<2xf32> {
 
 // -----
 
+// Tests weight-side folding: a reshape and a scaling of an initializer feeding a MatMul are
+// computed at compile time, so the product reads one prepared weight.
+// CHECK-LABEL: func @fold_weight
+func.func @fold_weight(%x: tensor<2x4xf32>) -> tensor<2x2xf32> {
+  %w = nn.constant dense<[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]> : tensor<8xf32>
+  %shape = nn.constant dense<[4, 2]> : tensor<2xi64>
+  %half = nn.constant dense<0.5> : tensor<f32>
+  // CHECK-NOT: nn.reshape
+  // CHECK: %[[W:.+]] = nn.constant dense<{{\[}}[5.000000e-01, 1.000000e+00], [1.500000e+00, 2.000000e+00], [2.500000e+00, 3.000000e+00], [3.500000e+00, 4.000000e+00]]>
+  // CHECK: nn.matmul(%{{.+}}, %[[W]])
+  %r = nn.reshape(%w, %shape) : (tensor<8xf32>, tensor<2xi64>) -> tensor<4x2xf32>
+  %s = nn.mul(%r, %half) : (tensor<4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
+  %y = nn.matmul(%x, %s) : (tensor<2x4xf32>, tensor<4x2xf32>) -> tensor<2x2xf32>
+  return %y : tensor<2x2xf32>
+}
+
+// -----
+
 // Tests the size limit: results larger than max-elements stay as ops.
 // RUN: llmc-opt --llmc-fold-constants=max-elements=4 --split-input-file %s | FileCheck %s --check-prefix=LIMIT
 // LIMIT-LABEL: func @too_big
