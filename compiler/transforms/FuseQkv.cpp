@@ -1,4 +1,4 @@
-// --llmc-fuse-qkv: moves llm.attention (and the llm.rope before it) onto the token-major
+// --llmc-fuse-qkv: moves llm.attention and llm.sdpa (and the llm.rope before them) onto the token-major
 // rows the projections produce, dropping the Reshape/Transpose pairs around it, then packs
 // the Q, K and V projections of one input into one llm.fused_matmul whose weights are
 // concatenated at compile time; the attention reads q, k and v as column ranges of it (the
@@ -67,7 +67,8 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     func::FuncOp func = getOperation();
     std::vector<Operation*> attentions;
     for (Operation& op : func.getBody().front())
-      if (isOp(&op, "llm.attention") && !op.getAttr("num_heads")) attentions.push_back(&op);
+      if ((isOp(&op, "llm.attention") || isOp(&op, "llm.sdpa")) && !op.getAttr("num_heads"))
+        attentions.push_back(&op);
     for (Operation* attention : attentions) fuse(func, attention);
     eraseDeadConstants(func);
   }
@@ -153,7 +154,9 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     attrs.push_back(b.getNamedAttr("q_column", b.getI64IntegerAttr(columns[0])));
     attrs.push_back(b.getNamedAttr("k_column", b.getI64IntegerAttr(columns[1])));
     attrs.push_back(b.getNamedAttr("v_column", b.getI64IntegerAttr(columns[2])));
-    Value y = createOp(b, loc, "llm.attention", {rows[0], rows[1], rows[2]}, merged, attrs);
+    SmallVector<Value> operands{rows[0], rows[1], rows[2]};
+    if (isOp(attention, "llm.sdpa")) operands.push_back(attention->getOperand(3));  // the mask
+    Value y = createOp(b, loc, attention->getName().getStringRef(), operands, merged, attrs);
     carryNames(out_reshape, y.getDefiningOp());
     out_reshape->getResult(0).replaceAllUsesWith(y);
     logFusion(func, {true, kPass, "attention-layout", nodeNames(replaced), ""});

@@ -132,9 +132,9 @@ def FuseAttention : Pass<"llmc-fuse-attention", "mlir::func::FuncOp"> {
 }
 
 def FuseQkv : Pass<"llmc-fuse-qkv", "mlir::func::FuncOp"> {
-  let summary = "Token-major llm.attention on one packed Q/K/V projection";
+  let summary = "Token-major llm.attention / llm.sdpa on one packed Q/K/V projection";
   let description = [{
-    When q, k and v of an `llm.attention` are `[b, s, H * D]` rows reshaped to heads and
+    When q, k and v of an `llm.attention` or `llm.sdpa` are `[b, s, H * D]` rows reshaped to heads and
     transposed (optionally rotated by `llm.rope`), and its result is transposed and merged
     back, the attention and its ropes read the rows directly (token-major form). When the
     three rows are products of one input with constant weights (or the parts of one Split),

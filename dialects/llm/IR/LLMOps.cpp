@@ -171,6 +171,18 @@ LogicalResult ElementwiseOp::verify() {
 }
 
 LogicalResult SdpaOp::verify() {
+  if (getNumHeadsAttr()) {
+    if (!getNumKvHeadsAttr() || !getHeadDimAttr())
+      return emitOpError() << "the token-major form needs num_heads, num_kv_heads and head_dim";
+    for (Value part : {getQ(), getK(), getV()})
+      if (cast<RankedTensorType>(part.getType()).getRank() != 3)
+        return emitOpError() << "q, k and v must be [batch, tokens, width] in the token-major form";
+    int64_t heads = *getNumHeads(), kv_heads = *getNumKvHeads();
+    if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || *getHeadDim() < 1)
+      return emitOpError() << "heads (" << heads << ") must be a positive multiple of kv_heads ("
+                           << kv_heads << ")";
+    return success();
+  }
   auto q = cast<RankedTensorType>(getQ().getType());
   auto k = cast<RankedTensorType>(getK().getType());
   auto v = cast<RankedTensorType>(getV().getType());

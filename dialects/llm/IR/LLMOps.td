@@ -208,14 +208,19 @@ def LLM_SdpaOp : LLM_Op<"sdpa", [Pure]> {
     (`heads` a multiple of k's and v's heads), `mask` an optional float additive bias that
     broadcasts to `[batch, heads, tokens, keys]` (`none` when absent). Not causal unless
     the mask says so. Written by `--llmc-fuse-attention` for attention cores left as ops
-    (encoders, `--as-graph` decoders).
+    (encoders, `--as-graph` decoders). `--llmc-fuse-qkv` moves it to the token-major form
+    of `llm.attention` (`num_heads`, `num_kv_heads`, `head_dim`, `*_column` set; q, k, v
+    `[batch, tokens, width]`, the result `[batch, tokens, heads * head_dim]`).
     ```mlir
     %o = llm.sdpa(%q, %k, %v, %mask) {scale = 2.500000e-01 : f32}
         : (tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x1x1x?xf32>) -> tensor<?x4x?x16xf32>
     ```
   }];
   let arguments = (ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v, AnyType:$mask,
-                   F32Attr:$scale);
+                   F32Attr:$scale, OptionalAttr<I64Attr>:$num_heads,
+                   OptionalAttr<I64Attr>:$num_kv_heads, OptionalAttr<I64Attr>:$head_dim,
+                   OptionalAttr<I64Attr>:$q_column, OptionalAttr<I64Attr>:$k_column,
+                   OptionalAttr<I64Attr>:$v_column);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $q `,` $k `,` $v `,` $mask `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/kernel.h"
+#include "cpu/head_layout.h"
 
 namespace llmc {
 namespace {
@@ -407,15 +408,58 @@ Status sdpa(KernelContext& ctx) {
   const Tensor* k = ctx.input(1);
   const Tensor* v = ctx.input(2);
   const Tensor* mask = ctx.input(3);
-  if (!q || !k || !v || q->rank() != 4 || k->rank() != 4 || v->rank() != 4)
-    return kernelError(ctx, "LlmSdpa needs q, k and v of [batch, heads, tokens, head_dim]");
+  if (!q || !k || !v) return kernelError(ctx, "LlmSdpa needs q, k and v");
   LLMC_RETURN_IF_ERROR(checkFloat32(ctx, {q, k, v, mask}));
-  const int64_t batch = q->dim(0), heads = q->dim(1), seq = q->dim(2), head_dim = q->dim(3);
-  const int64_t kv_heads = k->dim(1), keys = k->dim(2), v_dim = v->dim(3);
-  if (k->dim(0) != batch || v->dim(0) != batch || kv_heads < 1 || heads % kv_heads != 0 ||
-      v->dim(1) != kv_heads || k->dim(3) != head_dim || v->dim(2) != keys)
-    return kernelError(ctx, "q " + shapeToString(q->shape()) + ", k " + shapeToString(k->shape()) +
-                                " and v " + shapeToString(v->shape()) + " do not fit");
+  const bool token_major = ctx.params().getInt("num_heads", 0) > 0;
+  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0, kv_heads = 0, keys = 0, v_dim = 0;
+  HeadLayout q_layout, k_layout, v_layout, out_layout;
+  Shape out_shape;
+  if (token_major) {
+    heads = ctx.params().getInt("num_heads", 0);
+    kv_heads = ctx.params().getInt("num_kv_heads", 0);
+    head_dim = v_dim = ctx.params().getInt("head_dim", 0);
+    if (q->rank() != 3 || k->rank() != 3 || v->rank() != 3 || kv_heads < 1 || head_dim < 1 ||
+        heads % kv_heads != 0)
+      return kernelError(ctx, "token-major q, k, v must be [batch, tokens, width], got " +
+                                  shapeToString(q->shape()) + ", " + shapeToString(k->shape()) +
+                                  ", " + shapeToString(v->shape()));
+    batch = q->dim(0), seq = q->dim(1), keys = k->dim(1);
+    struct Part {
+      const Tensor* t;
+      const char* column;
+      int64_t heads, tokens;
+      HeadLayout* layout;
+    };
+    for (const Part& part : {Part{q, "q_column", heads, seq, &q_layout},
+                             Part{k, "k_column", kv_heads, keys, &k_layout},
+                             Part{v, "v_column", kv_heads, keys, &v_layout}}) {
+      const int64_t column = ctx.params().getInt(part.column, 0);
+      if (part.t->dim(0) != batch || part.t->dim(1) != part.tokens || column < 0 ||
+          column + part.heads * head_dim > part.t->dim(2))
+        return kernelError(ctx, std::string(part.column) + " " + std::to_string(column) + " and " +
+                                    std::to_string(part.heads) + " heads of " +
+                                    std::to_string(head_dim) + " do not fit " +
+                                    shapeToString(part.t->shape()));
+      *part.layout = HeadLayout::tokenMajor(part.tokens, part.t->dim(2), head_dim, column);
+    }
+    out_shape = {batch, seq, heads * head_dim};
+    out_layout = HeadLayout::tokenMajor(seq, heads * head_dim, head_dim, 0);
+  } else {
+    if (q->rank() != 4 || k->rank() != 4 || v->rank() != 4)
+      return kernelError(ctx, "LlmSdpa needs q, k and v of [batch, heads, tokens, head_dim]");
+    batch = q->dim(0), heads = q->dim(1), seq = q->dim(2), head_dim = q->dim(3);
+    kv_heads = k->dim(1), keys = k->dim(2), v_dim = v->dim(3);
+    if (k->dim(0) != batch || v->dim(0) != batch || kv_heads < 1 || heads % kv_heads != 0 ||
+        v->dim(1) != kv_heads || k->dim(3) != head_dim || v->dim(2) != keys)
+      return kernelError(ctx, "q " + shapeToString(q->shape()) + ", k " +
+                                  shapeToString(k->shape()) + " and v " +
+                                  shapeToString(v->shape()) + " do not fit");
+    q_layout = HeadLayout::headMajor(heads, seq, head_dim);
+    k_layout = HeadLayout::headMajor(kv_heads, keys, head_dim);
+    v_layout = HeadLayout::headMajor(kv_heads, keys, v_dim);
+    out_layout = HeadLayout::headMajor(heads, seq, v_dim);
+    out_shape = {batch, heads, seq, v_dim};
+  }
   // The mask's strides over [batch, heads, tokens, keys] (0 where it broadcasts).
   int64_t mask_strides[4] = {0, 0, 0, 0};
   if (mask) {
@@ -433,30 +477,30 @@ Status sdpa(KernelContext& ctx) {
     }
   }
   Tensor* out = nullptr;
-  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, {batch, heads, seq, v_dim}, &out));
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, out_shape, &out));
   if (ctx.shapeOnly()) return okStatus();
-  const float scale = static_cast<float>(ctx.params().getFloat("scale", 1.0 / std::sqrt(static_cast<double>(head_dim))));
+  const float scale = static_cast<float>(
+      ctx.params().getFloat("scale", 1.0 / std::sqrt(static_cast<double>(head_dim))));
   const int64_t group = heads / kv_heads;
   std::vector<float> scores(static_cast<size_t>(keys));
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
-      const float* kh = k->data<float>() + (b * kv_heads + h / group) * keys * head_dim;
-      const float* vh = v->data<float>() + (b * kv_heads + h / group) * keys * v_dim;
+      const int64_t kvh = h / group;
       for (int64_t i = 0; i < seq; ++i) {
-        const float* qi = q->data<float>() + ((b * heads + h) * seq + i) * head_dim;
-        const float* bias = mask ? mask->data<float>() + b * mask_strides[0] + h * mask_strides[1] +
-                                       i * mask_strides[2]
+        const float* qi = q->data<float>() + q_layout.at(b, h, i);
+        const float* bias = mask ? mask->data<float>() + b * mask_strides[0] +
+                                       h * mask_strides[1] + i * mask_strides[2]
                                  : nullptr;
         float max_score = -INFINITY;
         for (int64_t j = 0; j < keys; ++j) {
-          const float* kj = kh + j * head_dim;
+          const float* kj = k->data<float>() + k_layout.at(b, kvh, j);
           float dot = 0;
           for (int64_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
           float score = dot * scale + (bias ? bias[j * mask_strides[3]] : 0.0f);
           scores[static_cast<size_t>(j)] = score;
           max_score = std::max(max_score, score);
         }
-        float* oi = out->data<float>() + ((b * heads + h) * seq + i) * v_dim;
+        float* oi = out->data<float>() + out_layout.at(b, h, i);
         std::fill(oi, oi + v_dim, 0.0f);
         if (max_score == -INFINITY) continue;  // every key masked: zeros, not NaN
         float sum = 0;
@@ -467,7 +511,7 @@ Status sdpa(KernelContext& ctx) {
         const float inv = 1.0f / sum;
         for (int64_t j = 0; j < keys; ++j) {
           const float p = scores[static_cast<size_t>(j)] * inv;
-          const float* vj = vh + j * v_dim;
+          const float* vj = v->data<float>() + v_layout.at(b, kvh, j);
           for (int64_t d = 0; d < v_dim; ++d) oi[d] += p * vj[d];
         }
       }

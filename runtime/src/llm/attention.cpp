@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "core/kernel.h"
+#include "cpu/head_layout.h"
 #include "cpu/rotary.h"
 #include "llm/step_context.h"
 
@@ -39,21 +40,6 @@ void attendOne(const float* q, int64_t count, int64_t head_dim, float scale, Key
     for (int64_t d = 0; d < head_dim; ++d) out[d] += p * v[d];
   }
 }
-
-// Where head `h` of token `t` in batch row `b` starts: [b, h, t, d] tensors, or token-major
-// [b, t, width] rows with the heads from `column` on (llm.attention's packed form).
-struct HeadLayout {
-  int64_t batch_stride = 0, head_stride = 0, token_stride = 0, column = 0;
-  int64_t at(int64_t b, int64_t h, int64_t t) const {
-    return b * batch_stride + h * head_stride + t * token_stride + column;
-  }
-  static HeadLayout headMajor(int64_t heads, int64_t tokens, int64_t head_dim) {
-    return {heads * tokens * head_dim, tokens * head_dim, head_dim, 0};
-  }
-  static HeadLayout tokenMajor(int64_t tokens, int64_t width, int64_t head_dim, int64_t column) {
-    return {tokens * width, head_dim, width, column};
-  }
-};
 
 Status llmAttention(KernelContext& ctx) {
   const Tensor* q = ctx.input(0);

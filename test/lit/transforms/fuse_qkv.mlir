@@ -79,3 +79,31 @@ func.func @not_merged(%x: tensor<1x5x16xf32>) -> tensor<1x2x5x8xf32> {
   %o = llm.attention(%qt, %kt, %vt) {layer = 0 : i64, scale = 1.0 : f32} : (tensor<1x2x5x8xf32>, tensor<1x2x5x8xf32>, tensor<1x2x5x8xf32>) -> tensor<1x2x5x8xf32>
   return %o : tensor<1x2x5x8xf32>
 }
+
+// -----
+
+// Tests that an encoder's llm.sdpa (BERT: products with biases, a padding mask) becomes
+// token-major over one packed product with the biases concatenated.
+// CHECK-LABEL: func @encoder
+// CHECK-SAME: (%[[X:.+]]: tensor<2x5x16xf32>, %[[M:.+]]: tensor<2x1x1x5xf32>)
+func.func @encoder(%x: tensor<2x5x16xf32>, %mask: tensor<2x1x1x5xf32>) -> tensor<2x5x16xf32> {
+  %w = nn.constant dense<0.1> : tensor<16x16xf32>
+  %b = nn.constant dense<0.5> : tensor<16xf32>
+  %s4 = nn.constant dense<[0, 0, 2, 8]> : tensor<4xi64>
+  %so = nn.constant dense<[0, 0, 16]> : tensor<3xi64>
+  // CHECK: %[[P:.+]] = llm.fused_matmul(%[[X]], %{{.+}}, %{{.+}}) {activation = "none", trans_b = 0 : i64} : (tensor<2x5x16xf32>, tensor<16x48xf32>, tensor<48xf32>) -> tensor<2x5x48xf32>
+  // CHECK: llm.sdpa(%[[P]], %[[P]], %[[P]], %[[M]]) {head_dim = 8 : i64, k_column = 16 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, q_column = 0 : i64, scale = 0.353553385 : f32, v_column = 32 : i64}
+  %q = llm.fused_matmul(%x, %w, %b) {activation = "none"} : (tensor<2x5x16xf32>, tensor<16x16xf32>, tensor<16xf32>) -> tensor<2x5x16xf32>
+  %k = llm.fused_matmul(%x, %w, %b) {activation = "none"} : (tensor<2x5x16xf32>, tensor<16x16xf32>, tensor<16xf32>) -> tensor<2x5x16xf32>
+  %v = llm.fused_matmul(%x, %w, %b) {activation = "none"} : (tensor<2x5x16xf32>, tensor<16x16xf32>, tensor<16xf32>) -> tensor<2x5x16xf32>
+  %q4 = nn.reshape(%q, %s4) : (tensor<2x5x16xf32>, tensor<4xi64>) -> tensor<2x5x2x8xf32>
+  %k4 = nn.reshape(%k, %s4) : (tensor<2x5x16xf32>, tensor<4xi64>) -> tensor<2x5x2x8xf32>
+  %v4 = nn.reshape(%v, %s4) : (tensor<2x5x16xf32>, tensor<4xi64>) -> tensor<2x5x2x8xf32>
+  %qt = nn.transpose(%q4) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x5x2x8xf32>) -> tensor<2x2x5x8xf32>
+  %kt = nn.transpose(%k4) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x5x2x8xf32>) -> tensor<2x2x5x8xf32>
+  %vt = nn.transpose(%v4) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x5x2x8xf32>) -> tensor<2x2x5x8xf32>
+  %o = llm.sdpa(%qt, %kt, %vt, %mask) {scale = 0.353553385 : f32} : (tensor<2x2x5x8xf32>, tensor<2x2x5x8xf32>, tensor<2x2x5x8xf32>, tensor<2x1x1x5xf32>) -> tensor<2x2x5x8xf32>
+  %ot = nn.transpose(%o) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x2x5x8xf32>) -> tensor<2x5x2x8xf32>
+  %y = nn.reshape(%ot, %so) : (tensor<2x5x2x8xf32>, tensor<3xi64>) -> tensor<2x5x16xf32>
+  return %y : tensor<2x5x16xf32>
+}

@@ -295,3 +295,34 @@ TEST(SdpaTest, MatchesOnnxAttentionWithMask) {
 
 }  // namespace
 }  // namespace llmc::testing
+
+namespace llmc::testing {
+namespace {
+
+TEST(SdpaTest, TokenMajorPackedMatchesHeadMajor) {
+  const int64_t b = 2, heads = 4, kv_heads = 2, s = 7, d = 8;
+  Tensor q = randomFloat({b, heads, s, d}, 800), k = randomFloat({b, kv_heads, s, d}, 801),
+         v = randomFloat({b, kv_heads, s, d}, 802), mask = randomFloat({b, 1, 1, s}, 803);
+  KernelParams p;
+  p.set("scale", floatParam(0.25));
+  Tensor want = runKernel("LlmSdpa", {q, k, v, mask}, p);
+  Tensor qr = toTokenMajor(q, 0, 1), kr = toTokenMajor(k, 0, 2), vr = toTokenMajor(v, 0, 3);
+  const int64_t width = (heads + 2 * kv_heads) * d;
+  Tensor packed = Tensor::allocate(DType::kFloat32, {b, s, width});
+  for (int64_t row = 0; row < b * s; ++row) {
+    float* dst = packed.data<float>() + row * width;
+    std::copy_n(qr.data<float>() + row * heads * d, heads * d, dst);
+    std::copy_n(kr.data<float>() + row * kv_heads * d, kv_heads * d, dst + heads * d);
+    std::copy_n(vr.data<float>() + row * kv_heads * d, kv_heads * d, dst + (heads + kv_heads) * d);
+  }
+  p.set("num_heads", intParam(heads));
+  p.set("num_kv_heads", intParam(kv_heads));
+  p.set("head_dim", intParam(d));
+  p.set("k_column", intParam(heads * d));
+  p.set("v_column", intParam((heads + kv_heads) * d));
+  Tensor got = runKernel("LlmSdpa", {packed, packed, packed, mask}, p);
+  EXPECT_LT(relativeError(got, toTokenMajor(want, 0, 4)), 1e-6);
+}
+
+}  // namespace
+}  // namespace llmc::testing
