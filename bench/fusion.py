@@ -20,10 +20,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_ort import llmc_median_ms as llmc_ms, ort_median_ms as ort_ms  # noqa: E402
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models")
 LAYER = re.compile(r"(?:layers|layer|h|blocks)[./_](\d+)[./]")
@@ -41,22 +43,6 @@ def kernels(llmc, engine):
         if m:
             per_layer[int(m.group(1))] += 1
     return info, len(info["steps"]), per_layer
-
-
-def llmc_ms(llmc, engine, inputs, repeat):
-    argv = [llmc, "run", engine, "--repeat", str(repeat)]
-    for name, path in inputs.items():
-        argv += ["--input", f"{name}={path}"]
-    return float(re.search(r"median ([0-9.]+) ms", run(argv)).group(1))
-
-
-def ort_ms(session, feeds, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def decode(llmc, engine, context, new_tokens, runs):

@@ -49,6 +49,38 @@ class TestKernelContext : public KernelContext {
   }
 };
 
+// Typed kernel parameters.
+inline KernelParam intParam(int64_t value) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kInt;
+  p.i = value;
+  return p;
+}
+inline KernelParam floatParam(double value) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kFloat;
+  p.f = value;
+  return p;
+}
+inline KernelParam stringParam(const std::string& value) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kString;
+  p.s = value;
+  return p;
+}
+inline KernelParam intsParam(std::vector<int64_t> values) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kInts;
+  p.ints = std::move(values);
+  return p;
+}
+inline KernelParam floatsParam(std::vector<double> values) {
+  KernelParam p;
+  p.kind = KernelParam::Kind::kFloats;
+  p.floats = std::move(values);
+  return p;
+}
+
 template <typename T>
 Tensor makeTensor(DType dtype, Shape shape, const std::vector<T>& values) {
   Tensor t = Tensor::allocate(dtype, std::move(shape));

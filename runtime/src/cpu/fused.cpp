@@ -424,24 +424,8 @@ Status sdpa(KernelContext& ctx) {
                                   shapeToString(q->shape()) + ", " + shapeToString(k->shape()) +
                                   ", " + shapeToString(v->shape()));
     batch = q->dim(0), seq = q->dim(1), keys = k->dim(1);
-    struct Part {
-      const Tensor* t;
-      const char* column;
-      int64_t heads, tokens;
-      HeadLayout* layout;
-    };
-    for (const Part& part : {Part{q, "q_column", heads, seq, &q_layout},
-                             Part{k, "k_column", kv_heads, keys, &k_layout},
-                             Part{v, "v_column", kv_heads, keys, &v_layout}}) {
-      const int64_t column = ctx.params().getInt(part.column, 0);
-      if (part.t->dim(0) != batch || part.t->dim(1) != part.tokens || column < 0 ||
-          column + part.heads * head_dim > part.t->dim(2))
-        return kernelError(ctx, std::string(part.column) + " " + std::to_string(column) + " and " +
-                                    std::to_string(part.heads) + " heads of " +
-                                    std::to_string(head_dim) + " do not fit " +
-                                    shapeToString(part.t->shape()));
-      *part.layout = HeadLayout::tokenMajor(part.tokens, part.t->dim(2), head_dim, column);
-    }
+    LLMC_RETURN_IF_ERROR(tokenMajorLayouts(ctx, q, k, v, heads, kv_heads, head_dim, seq, keys,
+                                           &q_layout, &k_layout, &v_layout));
     out_shape = {batch, seq, heads * head_dim};
     out_layout = HeadLayout::tokenMajor(seq, heads * head_dim, head_dim, 0);
   } else {

@@ -64,23 +64,8 @@ Status llmAttention(KernelContext& ctx) {
                                   shapeToString(k->shape()) + ", " + shapeToString(v->shape()));
     batch = q->dim(0);
     tokens = q->dim(1);
-    struct Part {
-      const Tensor* t;
-      const char* column;
-      int64_t heads;
-      HeadLayout* layout;
-    };
-    for (const Part& part : {Part{q, "q_column", heads, &q_layout}, Part{k, "k_column", kv_heads, &k_layout},
-                             Part{v, "v_column", kv_heads, &v_layout}}) {
-      const int64_t column = ctx.params().getInt(part.column, 0);
-      if (part.t->dim(0) != batch || part.t->dim(1) != tokens || column < 0 ||
-          column + part.heads * head_dim > part.t->dim(2))
-        return kernelError(ctx, std::string(part.column) + " " + std::to_string(column) + " and " +
-                                    std::to_string(part.heads) + " heads of " +
-                                    std::to_string(head_dim) + " do not fit " +
-                                    shapeToString(part.t->shape()));
-      *part.layout = HeadLayout::tokenMajor(tokens, part.t->dim(2), head_dim, column);
-    }
+    LLMC_RETURN_IF_ERROR(tokenMajorLayouts(ctx, q, k, v, heads, kv_heads, head_dim, tokens, tokens,
+                                           &q_layout, &k_layout, &v_layout));
     out_shape = {batch, tokens, heads * head_dim};
     out_layout = HeadLayout::tokenMajor(tokens, heads * head_dim, head_dim, 0);
   } else {

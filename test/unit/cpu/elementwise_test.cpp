@@ -18,25 +18,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-KernelParam intParam(int64_t value) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kInt;
-  p.i = value;
-  return p;
-}
-KernelParam floatParam(double value) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kFloat;
-  p.f = value;
-  return p;
-}
-KernelParam stringParam(const std::string& value) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kString;
-  p.s = value;
-  return p;
-}
-
 Tensor makeBool(Shape shape, const std::vector<uint8_t>& v) {
   Tensor t = Tensor::allocate(DType::kBool, std::move(shape));
   for (size_t i = 0; i < v.size(); ++i) t.data<bool>()[i] = v[i] != 0;

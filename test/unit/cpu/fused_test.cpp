@@ -44,37 +44,6 @@ KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> e
   for (const auto& [name, value] : entries) p.set(name, value);
   return p;
 }
-KernelParam intParam(int64_t v) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kInt;
-  p.i = v;
-  return p;
-}
-KernelParam floatParam(double v) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kFloat;
-  p.f = v;
-  return p;
-}
-KernelParam stringParam(const std::string& v) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kString;
-  p.s = v;
-  return p;
-}
-KernelParam intsParam(std::vector<int64_t> v) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kInts;
-  p.ints = std::move(v);
-  return p;
-}
-KernelParam floatsParam(std::vector<double> v) {
-  KernelParam p;
-  p.kind = KernelParam::Kind::kFloats;
-  p.floats = std::move(v);
-  return p;
-}
-
 double activation(const std::string& name, double x) {
   if (name == "relu") return x > 0 ? x : 0;
   if (name == "gelu_erf") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
@@ -219,6 +188,21 @@ Tensor toTokenMajor(const Tensor& x, int64_t extra, uint32_t seed) {
   return rows;
 }
 
+// [q | k | v] heads side by side per token, as one packed QKV product lays them out.
+Tensor packQkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t b = q.dim(0), s = q.dim(2), d = q.dim(3), heads = q.dim(1), kv_heads = k.dim(1);
+  Tensor qr = toTokenMajor(q, 0, 1), kr = toTokenMajor(k, 0, 2), vr = toTokenMajor(v, 0, 3);
+  const int64_t width = (heads + 2 * kv_heads) * d;
+  Tensor packed = Tensor::allocate(DType::kFloat32, {b, s, width});
+  for (int64_t row = 0; row < b * s; ++row) {
+    float* dst = packed.data<float>() + row * width;
+    std::copy_n(qr.data<float>() + row * heads * d, heads * d, dst);
+    std::copy_n(kr.data<float>() + row * kv_heads * d, kv_heads * d, dst + heads * d);
+    std::copy_n(vr.data<float>() + row * kv_heads * d, kv_heads * d, dst + (heads + kv_heads) * d);
+  }
+  return packed;
+}
+
 TEST(RopeTest, TablesMatchFormulaAndTokenMajorMatchesHeadMajor) {
   const int64_t b = 2, h = 3, s = 5, d = 8;
   Tensor x = randomFloat({b, h, s, d}, 500);
@@ -247,16 +231,7 @@ TEST(LlmAttentionTest, TokenMajorPackedMatchesHeadMajor) {
   KernelParams p = params({{"layer", intParam(0)}});
   p.set("scale", floatParam(0.3));
   Tensor want = runKernel("LlmAttention", {q, k, v}, p);
-  // Pack [q | k | v] per token.
-  Tensor qr = toTokenMajor(q, 0, 1), kr = toTokenMajor(k, 0, 2), vr = toTokenMajor(v, 0, 3);
-  const int64_t width = (heads + 2 * kv_heads) * d;
-  Tensor packed = Tensor::allocate(DType::kFloat32, {b, s, width});
-  for (int64_t row = 0; row < b * s; ++row) {
-    float* dst = packed.data<float>() + row * width;
-    std::copy_n(qr.data<float>() + row * heads * d, heads * d, dst);
-    std::copy_n(kr.data<float>() + row * kv_heads * d, kv_heads * d, dst + heads * d);
-    std::copy_n(vr.data<float>() + row * kv_heads * d, kv_heads * d, dst + (heads + kv_heads) * d);
-  }
+  Tensor packed = packQkv(q, k, v);
   KernelParams tm = p;
   tm.set("num_heads", intParam(heads));
   tm.set("num_kv_heads", intParam(kv_heads));
@@ -306,15 +281,7 @@ TEST(SdpaTest, TokenMajorPackedMatchesHeadMajor) {
   KernelParams p;
   p.set("scale", floatParam(0.25));
   Tensor want = runKernel("LlmSdpa", {q, k, v, mask}, p);
-  Tensor qr = toTokenMajor(q, 0, 1), kr = toTokenMajor(k, 0, 2), vr = toTokenMajor(v, 0, 3);
-  const int64_t width = (heads + 2 * kv_heads) * d;
-  Tensor packed = Tensor::allocate(DType::kFloat32, {b, s, width});
-  for (int64_t row = 0; row < b * s; ++row) {
-    float* dst = packed.data<float>() + row * width;
-    std::copy_n(qr.data<float>() + row * heads * d, heads * d, dst);
-    std::copy_n(kr.data<float>() + row * kv_heads * d, kv_heads * d, dst + heads * d);
-    std::copy_n(vr.data<float>() + row * kv_heads * d, kv_heads * d, dst + (heads + kv_heads) * d);
-  }
+  Tensor packed = packQkv(q, k, v);
   p.set("num_heads", intParam(heads));
   p.set("num_kv_heads", intParam(kv_heads));
   p.set("head_dim", intParam(d));

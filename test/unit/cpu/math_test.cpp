@@ -8,26 +8,6 @@
 namespace llmc::testing {
 namespace {
 
-KernelParam intParam(int64_t v) {
-  KernelParam param;
-  param.i = v;
-  return param;
-}
-
-KernelParam floatParam(double v) {
-  KernelParam param;
-  param.kind = KernelParam::Kind::kFloat;
-  param.f = v;
-  return param;
-}
-
-KernelParam stringParam(const std::string& v) {
-  KernelParam param;
-  param.kind = KernelParam::Kind::kString;
-  param.s = v;
-  return param;
-}
-
 Tensor makeHalf(Shape shape, const std::vector<float>& v) {
   std::vector<Float16> bits;
   for (float f : v) bits.push_back(toFloat16(f));

@@ -22,12 +22,6 @@ std::vector<float> halfValues(const Tensor& t) {
   return out;
 }
 
-KernelParam intParam(int64_t v) {
-  KernelParam param;
-  param.i = v;
-  return param;
-}
-
 // A context for a Reduce* op over `data` with optional `axes`.
 TestKernelContext reduceContext(Tensor data, std::optional<std::vector<int64_t>> axes,
                                 int64_t keepdims = 1) {

@@ -12,27 +12,6 @@ namespace {
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 
-KernelParam intParam(int64_t value) {
-  KernelParam param;
-  param.kind = KernelParam::Kind::kInt;
-  param.i = value;
-  return param;
-}
-
-KernelParam intsParam(std::vector<int64_t> values) {
-  KernelParam param;
-  param.kind = KernelParam::Kind::kInts;
-  param.ints = std::move(values);
-  return param;
-}
-
-KernelParam stringParam(std::string value) {
-  KernelParam param;
-  param.kind = KernelParam::Kind::kString;
-  param.s = std::move(value);
-  return param;
-}
-
 KernelParam tensorParam(Tensor value) {
   KernelParam param;
   param.kind = KernelParam::Kind::kTensor;
