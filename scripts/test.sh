@@ -18,7 +18,8 @@ echo "== build: Release (build/) =="
 echo "== build: ASan + UBSan (build/asan) =="
 if [[ ! -f build/asan/build.ninja ]]; then
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DLLMC_SANITIZE=address,undefined -DLLMC_PYTHON="$ROOT/.venv/bin/python" >/dev/null
+    -DLLMC_SANITIZE=address,undefined -DLLMC_ENABLE_CUDA=OFF \
+    -DLLMC_PYTHON="$ROOT/.venv/bin/python" >/dev/null
 fi
 ninja -C build/asan -j "$JOBS"
 
