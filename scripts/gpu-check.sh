@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The GPU check, run on the lent GPU machine (the `device` tool) from the repository root with
+# gpu-prep/ carried along (scripts/gpu-prepare.sh makes it here):
+#   run(carry=["gpu-prep"], command="bash scripts/gpu-check.sh", timeout_s=540)
+# Builds the runtime with CUDA for sm_90 and without the compiler, runs every GPU test under
+# compute-sanitizer memcheck once and normally once, then the GPU benchmarks, and prints one
+# table last. Full logs go under $OUT (the device call brings them back). Sized to finish in
+# well under 8 minutes from a clean build on one H200.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/build-gpu/out}"
+mkdir -p "$OUT"
+START=$(date +%s)
+PREP="$ROOT/gpu-prep"
+fail() {
+  echo "gpu-check: $1 (see $OUT/$2)"
+  tail -n 40 "$OUT/$2"
+  exit 1
+}
+if [[ ! -x "$PREP/flatc" ]]; then
+  echo "gpu-check: gpu-prep/ is missing: run scripts/gpu-prepare.sh on the build machine and carry gpu-prep"
+  exit 2
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+{ nvidia-smi; nvcc --version; cmake --version; } > "$OUT/machine.txt" 2>&1
+
+echo "== configure and build (runtime + GPU tests, sm_90)"
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLMC_BUILD_COMPILER=OFF \
+  -DLLMC_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DFlatBuffers_DIR="$PREP/cmake/FlatBuffers" -Dnlohmann_json_DIR="$PREP/cmake/nlohmann_json" \
+  -DLLMC_GTEST_SOURCE_DIR="$PREP/googletest" > "$OUT/configure.log" 2>&1 || fail "configure failed" configure.log
+ninja -C build-gpu llmc_cuda_tests llmc > "$OUT/build.log" 2>&1 || fail "build failed" build.log
+TESTS=build-gpu/test/llmc_cuda_tests
+BUILT=$(date +%s)
+
+echo "== GPU tests under compute-sanitizer memcheck"
+if command -v compute-sanitizer > /dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$TESTS" > "$OUT/memcheck.log" 2>&1
+  MEMCHECK_RC=$?
+else
+  echo "compute-sanitizer is not on PATH" > "$OUT/memcheck.log"
+  MEMCHECK_RC=127
+fi
+echo "== GPU tests"
+"$TESTS" --gtest_output="json:$OUT/tests.json" > "$OUT/tests.log" 2>&1
+TESTS_RC=$?
+END=$(date +%s)
+
+python3 - "$OUT" "$TESTS_RC" "$MEMCHECK_RC" "$((BUILT - START))" "$((END - START))" <<'PY'
+import json, os, re, sys
+out, tests_rc, memcheck_rc, build_s, total_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+rows = []
+try:
+    report = json.load(open(os.path.join(out, "tests.json")))
+    for suite in report.get("testsuites", []):
+        for case in suite.get("testsuite", []):
+            result = "FAILED" if case.get("failures") else ("skipped" if case.get("result") == "SKIPPED" else "ok")
+            rows.append((f"{suite['name']}.{case['name']}", result, case.get("time", "")))
+except (OSError, ValueError) as error:
+    rows.append(("(no test report)", str(error), ""))
+memcheck = open(os.path.join(out, "memcheck.log")).read()
+summary = re.findall(r"ERROR SUMMARY: .*", memcheck)
+gpu = open(os.path.join(out, "gpu.txt")).read().strip().splitlines()
+print(f"\n{'GPU test':60} {'result':8} time")
+for test, result, time in rows:
+    print(f"{test:60} {result:8} {time}")
+print(f"\ntests exit {tests_rc}; memcheck exit {memcheck_rc}: {summary[-1] if summary else 'no summary'}")
+print(f"gpu: {gpu[0] if gpu else 'unknown'}; build {build_s} s, total {total_s} s; logs in {out}")
+PY
+[[ $TESTS_RC -eq 0 && $MEMCHECK_RC -eq 0 ]]

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Prepares gpu-prep/ (git-ignored) for scripts/gpu-check.sh on the GPU machine, which has nvcc,
+# CMake and ninja but no Debian packages, no MLIR and no network. Run it here, after a build
+# (it takes the generated engine header from build/), then carry gpu-prep/ with the device call.
+# It holds: GoogleTest's sources, FlatBuffers' and nlohmann/json's headers with minimal CMake
+# package files, the engine schema's generated header and a stand-in `flatc` that installs
+# that header (refusing when runtime/schema/engine.fbs changed since).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PREP="$ROOT/gpu-prep"
+GENERATED="$ROOT/build/runtime/generated/llmc/engine_generated.h"
+if [[ ! -f "$GENERATED" ]]; then
+  echo "gpu-prepare: $GENERATED is missing: build first (./scripts/build.sh)" >&2
+  exit 2
+fi
+rm -rf "$PREP"
+mkdir -p "$PREP/include" "$PREP/cmake/FlatBuffers" "$PREP/cmake/nlohmann_json" "$PREP/schema"
+cp -r /usr/src/googletest "$PREP/googletest"
+cp -r /usr/include/flatbuffers "$PREP/include/"
+cp -r /usr/include/nlohmann "$PREP/include/"
+cp "$GENERATED" "$PREP/schema/engine_generated.h"
+sha256sum "$ROOT/runtime/schema/engine.fbs" | cut -d' ' -f1 > "$PREP/schema/engine.fbs.sha256"
+
+# flatc stand-in: `flatc --cpp --scoped-enums -o DIR SCHEMA` copies the header generated here.
+cat > "$PREP/flatc" <<'FLATC'
+#!/usr/bin/env bash
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="" schema=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -o) out="$2"; shift 2 ;;
+    -*) shift ;;
+    *) schema="$1"; shift ;;
+  esac
+done
+if [[ "$(sha256sum "$schema" | cut -d' ' -f1)" != "$(cat "$here/schema/engine.fbs.sha256")" ]]; then
+  echo "flatc (gpu-prep stand-in): $schema changed since scripts/gpu-prepare.sh ran; run it again" >&2
+  exit 1
+fi
+mkdir -p "$out"
+cp "$here/schema/engine_generated.h" "$out/engine_generated.h"
+FLATC
+chmod +x "$PREP/flatc"
+
+cat > "$PREP/cmake/FlatBuffers/FlatBuffersConfig.cmake" <<'CFG'
+# Minimal package file (gpu-prep): the header-only library and the flatc stand-in.
+get_filename_component(_prep "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
+if(NOT TARGET flatbuffers::flatbuffers)
+  add_library(flatbuffers::flatbuffers INTERFACE IMPORTED)
+  set_target_properties(flatbuffers::flatbuffers PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_prep}/include")
+  add_executable(flatbuffers::flatc IMPORTED)
+  set_target_properties(flatbuffers::flatc PROPERTIES IMPORTED_LOCATION "${_prep}/flatc")
+endif()
+set(FlatBuffers_FOUND TRUE)
+CFG
+cat > "$PREP/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" <<'CFG'
+# Minimal package file (gpu-prep): the header-only library.
+get_filename_component(_prep "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_prep}/include")
+endif()
+set(nlohmann_json_FOUND TRUE)
+CFG
+cat > "$PREP/cmake/nlohmann_json/nlohmann_jsonConfigVersion.cmake" <<'CFG'
+set(PACKAGE_VERSION "3.11.2")
+set(PACKAGE_VERSION_COMPATIBLE TRUE)
+if(PACKAGE_FIND_VERSION_MAJOR AND NOT PACKAGE_FIND_VERSION_MAJOR EQUAL 3)
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+endif()
+CFG
+du -sh "$PREP"
+echo "gpu-prepare: wrote $PREP; carry it: run(carry=[\"gpu-prep\"], command=\"bash scripts/gpu-check.sh\")"
