@@ -5,6 +5,8 @@
 #include "cuda/kernels.h"
 #include "cuda_test_util.h"
 
+#include <algorithm>
+
 namespace llmc::testing {
 namespace {
 
@@ -101,6 +103,149 @@ TEST(DeviceTest, ProbeSaysWhyWhenThereIsNoGpu) {
     EXPECT_TRUE(status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kFailedPrecondition)
         << status.message();
   }
+}
+
+}  // namespace
+}  // namespace llmc::testing
+
+namespace llmc::testing {
+namespace {
+
+class MatMulTest : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_EQ(cublasLtCreate(&handle_), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cudaMalloc(&workspace_, cuda::matMulWorkspaceBytes()), cudaSuccess);
+  }
+  void TearDown() override {
+    if (handle_) cublasLtDestroy(handle_);
+    if (workspace_) cudaFree(workspace_);
+  }
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+TEST_F(MatMulTest, MatchesCpuLlmFusedMatMul) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  uint32_t seed = 100;
+  for (Case c : {Case{1, 64, 256}, Case{7, 33, 65}, Case{128, 256, 512}, Case{3, 1, 1}})
+    for (const char* act : {"none", "relu", "gelu_erf", "gelu_tanh", "silu", "sigmoid", "tanh"})
+      for (bool trans_b : {false, true})
+        for (bool with_bias : {true, false}) {
+          Tensor a = randomTensor({c.m, c.k}, seed++);
+          Tensor b = trans_b ? randomTensor({c.n, c.k}, seed++) : randomTensor({c.k, c.n}, seed++);
+          Tensor bias = randomTensor({c.n}, seed++);
+          KernelParams p;
+          p.set("activation", stringParam(act));
+          p.set("trans_b", intParam(trans_b));
+          p.set("alpha", floatParam(0.5));
+          std::optional<Tensor> cpu_bias;
+          if (with_bias) cpu_bias = bias;
+          Tensor want = runCpuKernel("LlmFusedMatMul", {a, b, cpu_bias}, p);
+          DeviceBuffer da(a), db(b), dbias(bias), dy(c.m * c.n);
+          cuda::MatMulParams params;
+          params.handle = handle_;
+          params.a = da.get();
+          params.b = db.get();
+          params.bias = with_bias ? dbias.get() : nullptr;
+          params.y = dy.get();
+          params.m = c.m;
+          params.n = c.n;
+          params.k = c.k;
+          params.trans_b = trans_b;
+          params.alpha = 0.5f;
+          params.activation = act;
+          params.workspace = workspace_;
+          params.workspace_bytes = cuda::matMulWorkspaceBytes();
+          Status status = cuda::launchMatMul(params, nullptr);
+          ASSERT_TRUE(status.ok()) << status.message();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          EXPECT_LT(relativeL2(dy.toHost({c.m, c.n}), want), 1e-5)
+              << act << " m=" << c.m << " k=" << c.k << " n=" << c.n << " trans_b=" << trans_b
+              << " bias=" << with_bias;
+        }
+}
+
+using GateTest = CudaTest;
+
+TEST_F(GateTest, GatedActivationMatchesCpuLlmGatedMlp) {
+  const int64_t rows = 9, k = 24, f = 37;
+  Tensor x = randomTensor({rows, k}, 200), w = randomTensor({k, 2 * f}, 201);
+  KernelParams p;
+  p.set("activation", stringParam("silu"));
+  Tensor want = runCpuKernel("LlmGatedMlp", {x, w}, p);
+  Tensor h = runCpuKernel("MatMul", {x, w}, {});
+  DeviceBuffer dh(h), dy(rows * f);
+  cuda::ActivationParams params;
+  params.y = dy.get();
+  params.gate_up = dh.get();
+  params.rows = rows;
+  params.width = f;
+  params.activation = "silu";
+  ASSERT_TRUE(cuda::launchActivation(params, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(relativeL2(dy.toHost({rows, f}), want), 1e-5);
+}
+
+using EmbeddingTest = CudaTest;
+
+TEST_F(EmbeddingTest, MatchesCpuGather) {
+  Tensor table = randomTensor({50, 33}, 300);
+  Tensor ids = makeInt64({2, 3}, {0, 49, 7, 7, 12, 1});
+  Tensor want = runCpuKernel("Gather", {table, ids}, {});
+  DeviceBuffer dt(table), di(ids), dy(6 * 33);
+  cuda::EmbeddingParams params;
+  params.table = dt.get();
+  params.ids = di.as<int64_t>();
+  params.y = dy.get();
+  params.vocab = 50;
+  params.tokens = 6;
+  params.width = 33;
+  ASSERT_TRUE(cuda::launchEmbedding(params, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(relativeL2(dy.toHost({2, 3, 33}), want), 0.0);
+}
+
+using ArgmaxTest = CudaTest;
+
+TEST_F(ArgmaxTest, PicksTheFirstMaximumOfEachRow) {
+  const int64_t rows = 5, vocab = 32003;
+  Tensor logits = randomTensor({rows, vocab}, 400);
+  logits.data<float>()[2 * vocab + 17] = 100.0f;  // a tie in row 2: index 17 wins over 20000
+  logits.data<float>()[2 * vocab + 20000] = 100.0f;
+  std::vector<int32_t> want(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data<float>() + r * vocab;
+    want[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
+  DeviceBuffer dl(logits), di(rows);
+  cuda::ArgmaxParams params;
+  params.logits = dl.get();
+  params.ids = di.as<int32_t>();
+  params.rows = rows;
+  params.vocab = vocab;
+  ASSERT_TRUE(cuda::launchArgmax(params, nullptr).ok());
+  std::vector<int32_t> got(rows);
+  ASSERT_EQ(cudaMemcpy(got.data(), di.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, want);
+}
+
+TEST(KernelParamsTest, ChecksRefuseBadInputWithoutAGpu) {
+  cuda::MatMulParams matmul;
+  EXPECT_FALSE(matmul.check().ok());
+  cuda::ActivationParams activation;
+  float y = 0;
+  activation.y = &y;
+  activation.activation = "swish2";
+  EXPECT_NE(activation.check().message().find("unknown activation 'swish2'"), std::string::npos);
+  cuda::EmbeddingParams embedding;
+  EXPECT_FALSE(embedding.check().ok());
+  cuda::ArgmaxParams argmax;
+  EXPECT_FALSE(argmax.check().ok());
 }
 
 }  // namespace

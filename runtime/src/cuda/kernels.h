@@ -3,6 +3,7 @@
 // float32. Tested against the CPU reference kernels in test/cuda/ (skipped without a GPU).
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -43,5 +44,58 @@ struct RopeParams {
   Status check() const;
 };
 Status launchRope(const RopeParams& params, cudaStream_t stream);
+
+// llm.fused_matmul through cuBLASLt: y = act(alpha * a·op(b) + bias), row-major. Bias, ReLU
+// and tanh-GELU run in cuBLASLt's epilogue; erf-GELU, SiLU, sigmoid and tanh in a second pass
+// (activationKernel). Activations are named as in llm.fused_matmul.
+struct MatMulParams {
+  cublasLtHandle_t handle = nullptr;
+  const float* a = nullptr;     // [m, k]
+  const float* b = nullptr;     // [k, n], or [n, k] when trans_b
+  const float* bias = nullptr;  // [n] or null
+  float* y = nullptr;           // [m, n]
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  const char* activation = "none";
+  bool allow_tf32 = false;       // float32 inputs through the tensor cores' tf32 mode
+  void* workspace = nullptr;     // matMulWorkspaceBytes() of device memory
+  size_t workspace_bytes = 0;
+  Status check() const;
+};
+constexpr size_t matMulWorkspaceBytes() { return size_t{32} << 20; }
+Status launchMatMul(const MatMulParams& params, cudaStream_t stream);
+
+// y = activation(y) in place over `count` floats (activations as in llm.fused_matmul), or for the
+// gated MLP: y[r, f] = activation(h[r, f]) * h[r, F + f] with h [rows, 2F] and y [rows, F].
+struct ActivationParams {
+  float* y = nullptr;
+  const float* gate_up = nullptr;  // [rows, 2 * width] for the gated form, else null
+  int64_t rows = 0, width = 0;     // y is [rows, width]
+  const char* activation = "none";
+  Status check() const;
+};
+Status launchActivation(const ActivationParams& params, cudaStream_t stream);
+
+// Embedding rows: y[t] = table[ids[t]]. Ids must be in [0, vocab) (the caller checks them on
+// the host, where they come from).
+struct EmbeddingParams {
+  const float* table = nullptr;  // [vocab, width]
+  const int64_t* ids = nullptr;  // [tokens]
+  float* y = nullptr;            // [tokens, width]
+  int64_t vocab = 0, tokens = 0, width = 0;
+  Status check() const;
+};
+Status launchEmbedding(const EmbeddingParams& params, cudaStream_t stream);
+
+// Greedy sampling on the device: ids[r] = argmax over logits[r] (the lowest index among ties,
+// as the CPU sampler), so that decode's logits never leave the GPU.
+struct ArgmaxParams {
+  const float* logits = nullptr;  // [rows, vocab]
+  int32_t* ids = nullptr;         // [rows]
+  int64_t rows = 0, vocab = 0;
+  Status check() const;
+};
+Status launchArgmax(const ArgmaxParams& params, cudaStream_t stream);
 
 }  // namespace llmc::cuda

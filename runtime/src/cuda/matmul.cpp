@@ -1,0 +1,119 @@
+// llm.fused_matmul through cuBLASLt (kernels.h). Row-major y = a·b is computed as the
+// column-major yᵀ = bᵀ·aᵀ, so no operand is copied or transposed.
+#include <cstring>
+#include <memory>
+
+#include "cuda/cublas_status.h"
+#include "cuda/cuda_status.h"
+#include "cuda/kernels.h"
+
+namespace llmc::cuda {
+namespace {
+
+enum class EpilogueSplit { kInLt, kAfter };
+
+bool knownActivation(const char* name) {
+  for (const char* known : {"none", "relu", "gelu_erf", "gelu_tanh", "silu", "sigmoid", "tanh"})
+    if (std::strcmp(name, known) == 0) return true;
+  return false;
+}
+
+// RAII owners of cuBLASLt descriptors, so every early return releases them.
+struct DescDeleter {
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { cublasLtMatrixLayoutDestroy(d); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* d) const { cublasLtMatmulPreferenceDestroy(d); }
+};
+
+}  // namespace
+
+Status MatMulParams::check() const {
+  if (!handle) return invalidArgument("LlmFusedMatMul (CUDA): no cuBLASLt handle");
+  if (!a || !b || !y) return invalidArgument("LlmFusedMatMul (CUDA): a, b and y are required");
+  if (m < 0 || n < 1 || k < 1) return invalidArgument("LlmFusedMatMul (CUDA): needs n, k >= 1");
+  if (!activation || !knownActivation(activation))
+    return invalidArgument(std::string("LlmFusedMatMul (CUDA): unknown activation '") +
+                           (activation ? activation : "(null)") + "'");
+  if (workspace_bytes > 0 && !workspace) return invalidArgument("LlmFusedMatMul (CUDA): workspace size without a workspace");
+  return okStatus();
+}
+
+Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
+  LLMC_RETURN_IF_ERROR(p.check());
+  if (p.m == 0) return okStatus();
+  const std::string act = p.activation;
+  const bool lt_epilogue = act == "none" || act == "relu" || act == "gelu_tanh";
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (p.bias) {
+    epilogue = act == "relu"        ? CUBLASLT_EPILOGUE_RELU_BIAS
+               : act == "gelu_tanh" ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                    : CUBLASLT_EPILOGUE_BIAS;
+  } else if (act == "relu") {
+    epilogue = CUBLASLT_EPILOGUE_RELU;
+  } else if (act == "gelu_tanh") {
+    epilogue = CUBLASLT_EPILOGUE_GELU;
+  }
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescCreate(&raw_desc, p.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      "cublasLtMatmulDescCreate");
+  std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(raw_desc);
+  // Column-major: A' = b viewed as [n, k] (transposed when b is [k, n] row-major), B' = a as [k, m].
+  const cublasOperation_t op_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = CUBLAS_OP_N;
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "TRANSA");
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "TRANSB");
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+      "EPILOGUE");
+  if (p.bias)
+    LLMC_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)),
+        "BIAS_POINTER");
+  cublasLtMatrixLayout_t raw_a = nullptr, raw_b = nullptr, raw_c = nullptr;
+  // b row-major [k, n] is column-major [n, k] with ld n; row-major [n, k] is column-major [k, n], ld k.
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&raw_a, CUDA_R_32F, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n),
+      "cublasLtMatrixLayoutCreate(b)");
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_a(raw_a);
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_b, CUDA_R_32F, p.k, p.m, p.k),
+                              "cublasLtMatrixLayoutCreate(a)");
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_b(raw_b);
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_c, CUDA_R_32F, p.n, p.m, p.n),
+                              "cublasLtMatrixLayoutCreate(y)");
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_c(raw_c);
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate");
+  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(raw_pref);
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &p.workspace_bytes, sizeof(p.workspace_bytes)),
+      "MAX_WORKSPACE_BYTES");
+  cublasLtMatmulHeuristicResult_t heuristic;
+  int found = 0;
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulAlgoGetHeuristic(p.handle, desc.get(), layout_a.get(), layout_b.get(), layout_c.get(),
+                                     layout_c.get(), pref.get(), 1, &heuristic, &found),
+      "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0)
+    return unimplemented("LlmFusedMatMul (CUDA): cuBLASLt has no algorithm for [" + std::to_string(p.m) +
+                         ", " + std::to_string(p.k) + "] x [" + std::to_string(p.k) + ", " +
+                         std::to_string(p.n) + "]");
+  const float beta = 0.0f;
+  LLMC_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmul(p.handle, desc.get(), &p.alpha, p.b, layout_a.get(), p.a, layout_b.get(), &beta, p.y,
+                     layout_c.get(), p.y, layout_c.get(), &heuristic.algo, p.workspace, p.workspace_bytes,
+                     stream),
+      "cublasLtMatmul");
+  if (lt_epilogue) return okStatus();
+  ActivationParams activation;
+  activation.y = p.y;
+  activation.rows = p.m;
+  activation.width = p.n;
+  activation.activation = p.activation;
+  return launchActivation(activation, stream);
+}
+
+}  // namespace llmc::cuda
