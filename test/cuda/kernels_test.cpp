@@ -250,3 +250,113 @@ TEST(KernelParamsTest, ChecksRefuseBadInputWithoutAGpu) {
 
 }  // namespace
 }  // namespace llmc::testing
+
+namespace llmc::testing {
+namespace {
+
+using PagedAttentionTest = CudaTest;
+
+// Two sequences prefilled in one ragged step, their blocks scattered through the pool, GQA
+// (4 query heads over 2 KV heads): equal to the CPU LlmAttention over each whole sequence.
+TEST_F(PagedAttentionTest, RaggedStepMatchesCpuCausalAttention) {
+  const int64_t heads = 4, kv_heads = 2, d = 8, block_size = 4, num_blocks = 8, layers = 2;
+  const std::vector<int64_t> lengths = {9, 20};
+  const std::vector<std::vector<int32_t>> tables = {{5, 2, 7}, {0, 3, 6, 1, 4}};
+  const int64_t max_blocks = 5;
+  std::vector<int32_t> token_sequence, token_position, token_block, token_offset, flat_tables;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    for (int64_t p = 0; p < lengths[s]; ++p) {
+      token_sequence.push_back(static_cast<int32_t>(s));
+      token_position.push_back(static_cast<int32_t>(p));
+      token_block.push_back(tables[s][static_cast<size_t>(p / block_size)]);
+      token_offset.push_back(static_cast<int32_t>(p % block_size));
+    }
+    std::vector<int32_t> row = tables[s];
+    row.resize(max_blocks, 0);
+    flat_tables.insert(flat_tables.end(), row.begin(), row.end());
+  }
+  const int64_t tokens = static_cast<int64_t>(token_sequence.size());
+  // Head-major per sequence for the CPU, token-major rows for the GPU.
+  std::vector<Tensor> want_rows;
+  Tensor q_rows = Tensor::allocate(DType::kFloat32, {tokens, heads * d});
+  Tensor k_rows = Tensor::allocate(DType::kFloat32, {tokens, kv_heads * d});
+  Tensor v_rows = Tensor::allocate(DType::kFloat32, {tokens, kv_heads * d});
+  Tensor want = Tensor::allocate(DType::kFloat32, {tokens, heads * d});
+  int64_t first = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int64_t len = lengths[s];
+    Tensor q = randomTensor({1, heads, len, d}, 500 + s), k = randomTensor({1, kv_heads, len, d}, 600 + s),
+           v = randomTensor({1, kv_heads, len, d}, 700 + s);
+    KernelParams p;
+    p.set("layer", intParam(1));
+    p.set("scale", floatParam(0.35));
+    Tensor out = runCpuKernel("LlmAttention", {q, k, v}, p);
+    auto scatter = [&](const Tensor& head_major, Tensor& rows, int64_t n_heads) {
+      for (int64_t h = 0; h < n_heads; ++h)
+        for (int64_t t = 0; t < len; ++t)
+          for (int64_t e = 0; e < d; ++e)
+            rows.data<float>()[(first + t) * n_heads * d + h * d + e] = head_major.data<float>()[(h * len + t) * d + e];
+    };
+    scatter(q, q_rows, heads);
+    scatter(k, k_rows, kv_heads);
+    scatter(v, v_rows, kv_heads);
+    scatter(out, want, heads);
+    first += len;
+  }
+  const int64_t pool = num_blocks * layers * kv_heads * block_size * d;
+  DeviceBuffer keys(pool), values(pool), dq(q_rows), dk(k_rows), dv(v_rows), dout(tokens * heads * d);
+  auto ints = [](const std::vector<int32_t>& v) { return makeTensor(DType::kInt32, {static_cast<int64_t>(v.size())}, v); };
+  DeviceBuffer dseq(ints(token_sequence)), dpos(ints(token_position)), dblock(ints(token_block)),
+      doff(ints(token_offset)), dtables(ints(flat_tables));
+  cuda::PagedKvParams kv;
+  kv.key_cache = keys.get();
+  kv.value_cache = values.get();
+  kv.num_layers = layers;
+  kv.layer = 1;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = d;
+  kv.block_size = block_size;
+  kv.token_sequence = dseq.as<int32_t>();
+  kv.token_position = dpos.as<int32_t>();
+  kv.token_block = dblock.as<int32_t>();
+  kv.token_offset = doff.as<int32_t>();
+  kv.block_tables = dtables.as<int32_t>();
+  kv.tokens = tokens;
+  kv.sequences = 2;
+  kv.max_blocks = max_blocks;
+  cuda::KvAppendParams append;
+  append.kv = kv;
+  append.k = dk.get();
+  append.v = dv.get();
+  append.k_width = append.v_width = kv_heads * d;
+  ASSERT_TRUE(cuda::launchKvAppend(append, nullptr).ok());
+  cuda::PagedAttentionParams attention;
+  attention.kv = kv;
+  attention.q = dq.get();
+  attention.out = dout.get();
+  attention.q_width = heads * d;
+  attention.heads = heads;
+  attention.max_context = 20;
+  attention.scale = 0.35f;
+  Status status = cuda::launchPagedAttention(attention, nullptr);
+  ASSERT_TRUE(status.ok()) << status.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(relativeL2(dout.toHost({tokens, heads * d}), want), 1e-5);
+}
+
+TEST(PagedAttentionParamsTest, RefusesContextsBeyondTheKernel) {
+  cuda::PagedAttentionParams params;
+  float x = 0;
+  int32_t i = 0;
+  params.kv = {&x, &x, 1, 0, 1, 8, 16, &i, &i, &i, &i, &i, 1, 1, 100000};
+  params.q = &x;
+  params.out = &x;
+  params.q_width = 8;
+  params.heads = 1;
+  params.max_context = cuda::maxPagedAttentionContext() + 1;
+  Status status = params.check();
+  EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.message();
+}
+
+}  // namespace
+}  // namespace llmc::testing

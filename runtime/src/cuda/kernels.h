@@ -98,4 +98,50 @@ struct ArgmaxParams {
 };
 Status launchArgmax(const ArgmaxParams& params, cudaStream_t stream);
 
+// The paged KV cache on the device, one pool per K and V: block b of layer l is
+// [kv_heads, block_size, head_dim] floats at cache + (b * num_layers + l) * block_elements
+// (the CPU KvCache's layout). A step's tokens are ragged: token t belongs to sequence
+// token_sequence[t] at position token_position[t] and is stored at (token_block[t],
+// token_offset[t]); sequence s's positions p live in block_tables[s * max_blocks + p / block_size].
+struct PagedKvParams {
+  float* key_cache = nullptr;
+  float* value_cache = nullptr;
+  int64_t num_layers = 0, layer = 0, kv_heads = 0, head_dim = 0, block_size = 0;
+  const int32_t* token_sequence = nullptr;  // [tokens]
+  const int32_t* token_position = nullptr;  // [tokens]
+  const int32_t* token_block = nullptr;     // [tokens]
+  const int32_t* token_offset = nullptr;    // [tokens]
+  const int32_t* block_tables = nullptr;    // [sequences, max_blocks]
+  int64_t tokens = 0, sequences = 0, max_blocks = 0;
+  Status check() const;
+};
+
+// KV-cache append: stores each new token's k and v (token-major rows, heads from k_column /
+// v_column) at its slot.
+struct KvAppendParams {
+  PagedKvParams kv;
+  const float* k = nullptr;  // [tokens, k_width]
+  const float* v = nullptr;  // [tokens, v_width]
+  int64_t k_width = 0, v_width = 0, k_column = 0, v_column = 0;
+  Status check() const;
+};
+Status launchKvAppend(const KvAppendParams& params, cudaStream_t stream);
+
+// Causal attention over the paged cache for a ragged step (prefill, decode or both): each
+// token's heads attend to positions 0..its own of its sequence (GQA: query head h reads KV
+// head h / (heads / kv_heads)). Run after launchKvAppend for the same step. One block per
+// (token, head); the scores of a row sit in shared memory, so the context is limited to
+// maxPagedAttentionContext() positions (a tiled kernel lifts that later).
+struct PagedAttentionParams {
+  PagedKvParams kv;
+  const float* q = nullptr;  // [tokens, q_width], heads from q_column
+  float* out = nullptr;      // [tokens, heads * head_dim]
+  int64_t q_width = 0, q_column = 0, heads = 0;
+  int64_t max_context = 0;   // the longest sequence in the step (positions + 1)
+  float scale = 1.0f;
+  Status check() const;
+};
+constexpr int64_t maxPagedAttentionContext() { return 12 * 1024; }
+Status launchPagedAttention(const PagedAttentionParams& params, cudaStream_t stream);
+
 }  // namespace llmc::cuda
