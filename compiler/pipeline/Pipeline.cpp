@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/engine_file.h"
+#include "core/plan.h"
 #include "importer/OnnxImporter.h"
 #include "llmc/tokenizer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -101,8 +102,9 @@ const std::vector<std::string>& fusionPassNames() {
 
 Status compileModelBytes(const std::string& bytes, const CompileOptions& options,
                          std::vector<uint8_t>* engine_out, CompileStats* stats) {
-  if (options.target != "cpu")
-    return invalidArgument("unknown target '" + options.target + "' (this build supports: cpu)");
+  if (!isKnownTarget(options.target))
+    return invalidArgument("unknown target '" + options.target +
+                           "' (targets: cpu, cuda-sm80, cuda-sm90)");
   if (options.opt_level < 0 || options.opt_level > 1)
     return invalidArgument("--opt-level " + std::to_string(options.opt_level) +
                            " is not a level (0: no fusion, 1: all fusion passes)");

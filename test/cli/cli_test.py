@@ -330,6 +330,20 @@ class CliTest(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertIn("--opt-level takes 0", err)
 
+    def test_cuda_target(self):
+        model = self.save(simple_model())
+        engine = self.compile_ok(model, "gpu.engine", "--target", "cuda-sm90")
+        code, out, err = run("inspect", engine)
+        self.assertEqual(code, 0, err)
+        self.assertIn("target:   cuda-sm90", out)
+        code, _, err = self.run_engine(engine)
+        self.assertEqual(code, 2)
+        self.assertIn("engine targets 'cuda-sm90'", err)
+        self.assertIn("compile with --target cpu", err)
+        code, _, err = run("compile", model, "-o", self.path("tpu.engine"), "--target", "tpu")
+        self.assertEqual(code, 2)
+        self.assertIn("unknown target 'tpu' (targets: cpu, cuda-sm80, cuda-sm90)", err)
+
     def test_reproducible(self):
         model = self.save(simple_model())
         a = self.compile_ok(model, "a.engine")

@@ -145,9 +145,9 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   const fb::Engine* def = fb::GetEngine(fb_bytes);
   plan->path = what;
   plan->target = def->target() ? def->target()->str() : "";
-  if (plan->target != "cpu")
+  if (!isKnownTarget(plan->target))
     return failedPrecondition(what + ": engine targets '" + plan->target +
-                              "'; this runtime runs 'cpu' engines");
+                              "', which this runtime does not know (it knows cpu, cuda-sm80, cuda-sm90)");
   plan->format_version =
       std::to_string(header.format_major) + "." + std::to_string(header.format_minor);
   if (const fb::Producer* producer = def->producer()) {

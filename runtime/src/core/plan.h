@@ -60,4 +60,24 @@ struct Plan {
   std::optional<LlmConfig> llm;
 };
 
+// Engine targets: "cpu" runs on the CPU backend; "cuda-sm80" / "cuda-sm90" name the GPU an
+// engine was built for (docs/cuda.md).
+inline bool isKnownTarget(const std::string& target) {
+  return target == "cpu" || target == "cuda-sm80" || target == "cuda-sm90";
+}
+
+// Why this runtime cannot execute an engine of `target` (empty when it can).
+inline std::string targetRefusal(const std::string& target) {
+  if (target == "cpu") return "";
+#ifdef LLMC_HAVE_CUDA
+  return "engine targets '" + target +
+         "': this runtime's CUDA backend has kernels but cannot execute whole engines yet "
+         "(docs/cuda.md); compile with --target cpu";
+#else
+  return "engine targets '" + target +
+         "': this runtime was built without CUDA (configure with -DLLMC_ENABLE_CUDA=ON where "
+         "nvcc is installed); compile with --target cpu to run on the CPU";
+#endif
+}
+
 }  // namespace llmc

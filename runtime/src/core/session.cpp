@@ -123,6 +123,8 @@ Session::~Session() = default;
 
 Status Session::create(std::shared_ptr<const Engine> engine, std::unique_ptr<Session>* out) {
   if (!engine) return invalidArgument("Session::create: null engine");
+  const std::string refusal = targetRefusal(engine->target());
+  if (!refusal.empty()) return failedPrecondition(engine->plan().path + ": " + refusal);
   std::unique_ptr<Session> session(new Session());
   session->engine_ = std::move(engine);
   session->state_ = std::make_unique<State>();
