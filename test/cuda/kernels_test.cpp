@@ -234,6 +234,45 @@ TEST_F(ArgmaxTest, PicksTheFirstMaximumOfEachRow) {
   EXPECT_EQ(got, want);
 }
 
+TEST_F(MatMulTest, AlgorithmCacheAsksOncePerShape) {
+  cuda::MatMulAlgoCache cache;
+  Tensor a = randomTensor({4, 16}, 1100), b = randomTensor({16, 8}, 1101);
+  KernelParams p;
+  p.set("activation", stringParam("none"));
+  Tensor want = runCpuKernel("LlmFusedMatMul", {a, b, std::nullopt}, p);
+  DeviceBuffer da(a), db(b), dy(32);
+  cuda::MatMulParams params;
+  params.handle = handle_;
+  params.a = da.get();
+  params.b = db.get();
+  params.y = dy.get();
+  params.m = 4;
+  params.n = 8;
+  params.k = 16;
+  params.workspace = workspace_;
+  params.workspace_bytes = cuda::matMulWorkspaceBytes();
+  params.algo_cache = &cache;
+  for (int run = 0; run < 3; ++run) ASSERT_TRUE(cuda::launchMatMul(params, nullptr).ok());
+  EXPECT_EQ(cache.size(), 1u);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(relativeL2(dy.toHost({4, 8}), want), 1e-5);
+}
+
+TEST(MatMulAlgoCacheTest, FindsWhatWasInsertedByShape) {  // needs no GPU
+  cuda::MatMulAlgoCache cache;
+  cublasLtMatmulAlgo_t first{}, second{};
+  first.data[0] = 11;
+  second.data[0] = 22;
+  cache.insert({8, 4, 16, 0}, first);
+  cache.insert({1, 4, 16, 2}, second);
+  cache.insert({8, 4, 16, 0}, second);  // replaces
+  ASSERT_NE(cache.find({1, 4, 16, 2}), nullptr);
+  EXPECT_EQ(cache.find({1, 4, 16, 2})->data[0], 22u);
+  EXPECT_EQ(cache.find({8, 4, 16, 0})->data[0], 22u);
+  EXPECT_EQ(cache.find({8, 4, 16, 1}), nullptr);
+  EXPECT_EQ(cache.size(), 2u);
+}
+
 TEST(KernelParamsTest, ChecksRefuseBadInputWithoutAGpu) {
   cuda::MatMulParams matmul;
   EXPECT_FALSE(matmul.check().ok());
@@ -356,6 +395,89 @@ TEST(PagedAttentionParamsTest, RefusesContextsBeyondTheKernel) {
   params.max_context = cuda::maxPagedAttentionContext() + 1;
   Status status = params.check();
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.message();
+}
+
+}  // namespace
+}  // namespace llmc::testing
+
+namespace llmc::testing {
+namespace {
+
+using ElementwiseTest = CudaTest;
+
+// tanh((a * b) + 3) - c with b broadcasting along rows and c along the middle axis, as the
+// CPU LlmElementwise test.
+TEST_F(ElementwiseTest, MatchesCpuLlmElementwise) {
+  Tensor a = randomTensor({2, 3, 5}, 900), b = randomTensor({5}, 901), c = randomTensor({2, 1, 5}, 902);
+  const std::vector<int64_t> program = {2, 0, 1, 0, 3, -1, 21, 4, 0, 1, 5, 2};
+  KernelParams p;
+  p.set("program", intsParam(program));
+  p.set("constants", floatsParam({3.0}));
+  Tensor want = runCpuKernel("LlmElementwise", {a, b, c}, p);
+  DeviceBuffer da(a), db(b), dc(c), dy(30);
+  cuda::ElementwiseParams params;
+  params.inputs[0] = da.get();
+  params.inputs[1] = db.get();
+  params.inputs[2] = dc.get();
+  params.num_inputs = 3;
+  params.rank = 3;
+  const int64_t shape[3] = {2, 3, 5};
+  const int64_t strides[3][3] = {{15, 5, 1}, {0, 0, 1}, {5, 0, 1}};
+  for (int d = 0; d < 3; ++d) {
+    params.shape[d] = shape[d];
+    for (int i = 0; i < 3; ++i) params.strides[i][d] = strides[i][d];
+  }
+  for (size_t i = 0; i < program.size(); ++i) params.program[i] = program[i];
+  params.program_length = static_cast<int>(program.size() / 3);
+  params.constants[0] = 3.0f;
+  params.num_constants = 1;
+  params.y = dy.get();
+  ASSERT_TRUE(cuda::launchElementwise(params, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(relativeL2(dy.toHost({2, 3, 5}), want), 1e-6);
+}
+
+using SdpaGpuTest = CudaTest;
+
+TEST_F(SdpaGpuTest, MatchesCpuLlmSdpaWithPaddingMask) {
+  const int64_t b = 2, heads = 4, kv_heads = 2, queries = 7, keys = 7, d = 16;
+  Tensor q = randomTensor({b, heads, queries, d}, 1000), k = randomTensor({b, kv_heads, keys, d}, 1001),
+         v = randomTensor({b, kv_heads, keys, d}, 1002), mask = randomTensor({b, 1, 1, keys}, 1003);
+  KernelParams p;
+  p.set("scale", floatParam(0.25));
+  Tensor want = runCpuKernel("LlmSdpa", {q, k, v, mask}, p);
+  DeviceBuffer dq(q), dk(k), dv(v), dm(mask), dout(b * heads * queries * d);
+  cuda::SdpaParams params;
+  params.q = dq.get();
+  params.k = dk.get();
+  params.v = dv.get();
+  params.mask = dm.get();
+  params.mask_strides[0] = keys;  // [b, 1, 1, keys]
+  params.mask_strides[3] = 1;
+  params.out = dout.get();
+  params.batch = b;
+  params.heads = heads;
+  params.kv_heads = kv_heads;
+  params.queries = queries;
+  params.keys = keys;
+  params.head_dim = d;
+  params.scale = 0.25f;
+  ASSERT_TRUE(cuda::launchSdpa(params, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(relativeL2(dout.toHost({b, heads, queries, d}), want), 1e-5);
+}
+
+TEST(ElementwiseParamsTest, RefusesOperandsOutOfRange) {
+  cuda::ElementwiseParams params;
+  float x = 0;
+  params.inputs[0] = &x;
+  params.num_inputs = 1;
+  params.y = &x;
+  params.program[0] = 0;
+  params.program[1] = 0;
+  params.program[2] = 1;  // register 1 does not exist yet
+  params.program_length = 1;
+  EXPECT_FALSE(params.check().ok());
 }
 
 }  // namespace

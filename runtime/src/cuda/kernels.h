@@ -7,6 +7,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "llmc/status.h"
 
@@ -45,6 +47,25 @@ struct RopeParams {
 };
 Status launchRope(const RopeParams& params, cudaStream_t stream);
 
+// cuBLASLt's heuristic answer per product shape, so it is asked once per shape (at load time,
+// when the session warms up each step), not on every call. One per session: not thread-safe.
+class MatMulAlgoCache {
+ public:
+  struct Key {
+    int64_t m, n, k;
+    int flags;  // trans_b | bias << 1 | tf32 << 2 | epilogue << 3
+    bool operator<(const Key& o) const {
+      return m != o.m ? m < o.m : n != o.n ? n < o.n : k != o.k ? k < o.k : flags < o.flags;
+    }
+  };
+  const cublasLtMatmulAlgo_t* find(const Key& key) const;
+  void insert(const Key& key, const cublasLtMatmulAlgo_t& algo);
+  size_t size() const;
+
+ private:
+  std::vector<std::pair<Key, cublasLtMatmulAlgo_t>> entries_;  // sorted by key
+};
+
 // llm.fused_matmul through cuBLASLt: y = act(alpha * a·op(b) + bias), row-major. Bias, ReLU
 // and tanh-GELU run in cuBLASLt's epilogue; erf-GELU, SiLU, sigmoid and tanh in a second pass
 // (activationKernel). Activations are named as in llm.fused_matmul.
@@ -61,6 +82,7 @@ struct MatMulParams {
   bool allow_tf32 = false;       // float32 inputs through the tensor cores' tf32 mode
   void* workspace = nullptr;     // matMulWorkspaceBytes() of device memory
   size_t workspace_bytes = 0;
+  MatMulAlgoCache* algo_cache = nullptr;  // optional: reuse the heuristic's choice per shape
   Status check() const;
 };
 constexpr size_t matMulWorkspaceBytes() { return size_t{32} << 20; }
@@ -143,5 +165,44 @@ struct PagedAttentionParams {
 };
 constexpr int64_t maxPagedAttentionContext() { return 12 * 1024; }
 Status launchPagedAttention(const PagedAttentionParams& params, cudaStream_t stream);
+
+// llm.elementwise: a program of float32 ops over inputs broadcast to the output (opcodes as
+// in LLMOps.td). Each input is described by its strides over the output's dims (0 where it
+// broadcasts); up to kMaxElementwiseInputs inputs, kMaxElementwiseRank dims and
+// kMaxElementwiseProgram instructions (a chain longer than that stays split).
+constexpr int kMaxElementwiseInputs = 8;
+constexpr int kMaxElementwiseRank = 6;
+constexpr int kMaxElementwiseProgram = 32;
+struct ElementwiseParams {
+  const float* inputs[kMaxElementwiseInputs] = {};
+  int64_t strides[kMaxElementwiseInputs][kMaxElementwiseRank] = {};
+  int num_inputs = 0;
+  int64_t shape[kMaxElementwiseRank] = {};  // the output's dims
+  int rank = 0;
+  int64_t program[3 * kMaxElementwiseProgram] = {};  // [opcode, a, b] triples
+  int program_length = 0;                             // instructions
+  float constants[kMaxElementwiseProgram] = {};
+  int num_constants = 0;
+  float* y = nullptr;
+  Status check() const;
+};
+Status launchElementwise(const ElementwiseParams& params, cudaStream_t stream);
+
+// llm.sdpa: softmax(scale * q·kᵀ + mask)·v without a cache (encoders), head-major
+// [batch, heads, tokens, head_dim]. The mask (optional) is read through its strides over
+// [batch, heads, queries, keys] (0 where it broadcasts). One block per (batch, head, query);
+// keys up to maxPagedAttentionContext().
+struct SdpaParams {
+  const float* q = nullptr;  // [batch, heads, queries, head_dim]
+  const float* k = nullptr;  // [batch, kv_heads, keys, head_dim]
+  const float* v = nullptr;  // [batch, kv_heads, keys, head_dim]
+  const float* mask = nullptr;
+  int64_t mask_strides[4] = {0, 0, 0, 0};
+  float* out = nullptr;  // [batch, heads, queries, head_dim]
+  int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, head_dim = 0;
+  float scale = 1.0f;
+  Status check() const;
+};
+Status launchSdpa(const SdpaParams& params, cudaStream_t stream);
 
 }  // namespace llmc::cuda

@@ -1,5 +1,6 @@
 // llm.fused_matmul through cuBLASLt (kernels.h). Row-major y = a·b is computed as the
 // column-major yᵀ = bᵀ·aᵀ, so no operand is copied or transposed.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -26,6 +27,21 @@ struct DescDeleter {
 };
 
 }  // namespace
+
+const cublasLtMatmulAlgo_t* MatMulAlgoCache::find(const Key& key) const {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
+                             [](const auto& entry, const Key& k) { return entry.first < k; });
+  return it != entries_.end() && !(key < it->first) ? &it->second : nullptr;
+}
+
+void MatMulAlgoCache::insert(const Key& key, const cublasLtMatmulAlgo_t& algo) {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
+                             [](const auto& entry, const Key& k) { return entry.first < k; });
+  if (it != entries_.end() && !(key < it->first)) it->second = algo;
+  else entries_.insert(it, {key, algo});
+}
+
+size_t MatMulAlgoCache::size() const { return entries_.size(); }
 
 Status MatMulParams::check() const {
   if (!handle) return invalidArgument("LlmFusedMatMul (CUDA): no cuBLASLt handle");
@@ -84,23 +100,32 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_c, CUDA_R_32F, p.n, p.m, p.n),
                               "cublasLtMatrixLayoutCreate(y)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_c(raw_c);
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate");
-  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(raw_pref);
-  LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &p.workspace_bytes, sizeof(p.workspace_bytes)),
-      "MAX_WORKSPACE_BYTES");
+  const MatMulAlgoCache::Key key{p.m, p.n, p.k,
+                                 (p.trans_b ? 1 : 0) | (p.bias ? 2 : 0) | (p.allow_tf32 ? 4 : 0) |
+                                     static_cast<int>(epilogue) << 3};
+  const cublasLtMatmulAlgo_t* cached = p.algo_cache ? p.algo_cache->find(key) : nullptr;
   cublasLtMatmulHeuristicResult_t heuristic;
-  int found = 0;
-  LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulAlgoGetHeuristic(p.handle, desc.get(), layout_a.get(), layout_b.get(), layout_c.get(),
-                                     layout_c.get(), pref.get(), 1, &heuristic, &found),
-      "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0)
-    return unimplemented("LlmFusedMatMul (CUDA): cuBLASLt has no algorithm for [" + std::to_string(p.m) +
-                         ", " + std::to_string(p.k) + "] x [" + std::to_string(p.k) + ", " +
-                         std::to_string(p.n) + "]");
+  if (cached) {
+    heuristic.algo = *cached;
+  } else {
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate");
+    std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(raw_pref);
+    LLMC_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &p.workspace_bytes, sizeof(p.workspace_bytes)),
+        "MAX_WORKSPACE_BYTES");
+    int found = 0;
+    LLMC_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulAlgoGetHeuristic(p.handle, desc.get(), layout_a.get(), layout_b.get(), layout_c.get(),
+                                       layout_c.get(), pref.get(), 1, &heuristic, &found),
+        "cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0)
+      return unimplemented("LlmFusedMatMul (CUDA): cuBLASLt has no algorithm for [" + std::to_string(p.m) +
+                           ", " + std::to_string(p.k) + "] x [" + std::to_string(p.k) + ", " +
+                           std::to_string(p.n) + "]");
+    if (p.algo_cache) p.algo_cache->insert(key, heuristic.algo);
+  }
   const float beta = 0.0f;
   LLMC_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmul(p.handle, desc.get(), &p.alpha, p.b, layout_a.get(), p.a, layout_b.get(), &beta, p.y,
