@@ -384,6 +384,10 @@ ImportResult importModel(MLIRContext& context, const onnx::ModelProto& model,
     }
     auto op = builder.create<nn::ConstantOp>(NameLoc::get(builder.getStringAttr(init.name())), attr,
                                              builder.getStringAttr(init.name()));
+    // Where the weight comes from, for llmc refit (every weight derived from it records it).
+    op->setAttr("llmc.recipe",
+                builder.getDictionaryAttr({builder.getNamedAttr("source", builder.getStringAttr(init.name())),
+                                           builder.getNamedAttr("type", TypeAttr::get(attr.getType()))}));
     values[init.name()] = op.getResult();
   }
   if (!graph.sparse_initializer().empty())

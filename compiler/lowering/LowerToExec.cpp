@@ -29,6 +29,7 @@ class LowerToExecPass : public impl::LowerToExecBase<LowerToExecPass> {
       if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
         lowered = builder.create<exec::WeightOp>(op->getLoc(), constant.getType(),
                                                  constant.getValue(), constant.getNameAttr());
+        if (Attribute recipe = constant->getAttr("llmc.recipe")) lowered->setAttr("llmc.recipe", recipe);
       } else if (isa<nn::NoneOp>(op)) {
         lowered = builder.create<exec::NoneOp>(op->getLoc(), builder.getNoneType());
       } else {

@@ -263,6 +263,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   serialize.compiler_version = kCompilerVersion;
   serialize.source_hash = hex64(checksum64(bytes.data(), bytes.size()));
   serialize.target = options.target;
+  serialize.strip_weights = options.strip_weights;
   if (!options.tokenizer_path.empty()) {
     std::ifstream tokenizer_file(options.tokenizer_path, std::ios::binary);
     if (!tokenizer_file)

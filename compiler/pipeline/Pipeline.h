@@ -35,6 +35,10 @@ struct CompileOptions {
   // always run), 1 = every fusion pass (the default). `disabled_passes` names fusion passes
   // to skip ("fuse-norms" or "llmc-fuse-norms"); see fusionPassNames().
   int opt_level = 1;
+  // Write every weight computed from the model's initializers without its bytes (names,
+  // shapes, dtypes and recipes stay); `llmc refit` fills them. Not in the build options, so a
+  // refit engine is byte-identical to a normal compile of the same weights.
+  bool strip_weights = false;
   std::vector<std::string> disabled_passes;
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };

@@ -2,7 +2,9 @@
 // in program order, so the same input and options always give the same bytes.
 #include "serializer/Serializer.h"
 
+#include <cstring>
 #include <map>
+#include <span>
 
 #include "core/engine_file.h"
 #include "exec/IR/ExecOps.h"
@@ -55,7 +57,8 @@ class EngineWriter {
       if (auto weight = dyn_cast<exec::WeightOp>(op)) {
         std::string name =
             weight.getName() ? weight.getName()->str() : "weight" + std::to_string(weights_.size());
-        addWeight(weight.getResult(), name, weight.getValue());
+        addWeight(weight.getResult(), name, weight.getValue(),
+                  weight->getAttrOfType<DictionaryAttr>("llmc.recipe"));
       } else if (auto call = dyn_cast<exec::CallOp>(op)) {
         auto step = addStep(call);
         if (step.IsNull()) return failure();
@@ -89,6 +92,7 @@ class EngineWriter {
     auto producer = fb::CreateProducer(fbb_, fbb_.CreateString(options.compiler_version),
                                        fbb_.CreateString(options.source_hash),
                                        fbb_.CreateString(options.build_options));
+    if (failed(layoutWeights(func))) return failure();
     auto values_vec = fbb_.CreateVector(values_);
     auto weights_vec = fbb_.CreateVector(weights_);
     auto slots_vec = fbb_.CreateVector(slots);
@@ -124,7 +128,9 @@ class EngineWriter {
                                    arena ? static_cast<uint64_t>(arena.getInt()) : offset,
                                    output_names_vec, tokenizer, llm);
     fb::FinishEngineBuffer(fbb_, engine);
-    assembleEngineFile({fbb_.GetBufferPointer(), fbb_.GetSize()}, blob_, file);
+    std::span<const uint8_t> weights(blob_);
+    if (options.strip_weights) weights = weights.first(literal_bytes_);
+    assembleEngineFile({fbb_.GetBufferPointer(), fbb_.GetSize()}, weights, file);
     return success();
   }
 
@@ -162,49 +168,130 @@ class EngineWriter {
     return index;
   }
 
-  int32_t addWeight(Value value, const std::string& name, ElementsAttr elements) {
-    Tensor tensor = tensorFromElements(elements);
-    uint64_t offset = (blob_.size() + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-    blob_.resize(offset + tensor.sizeBytes(), 0);
-    if (tensor.sizeBytes()) std::memcpy(blob_.data() + offset, tensor.data(), tensor.sizeBytes());
-    weights_.push_back(fb::CreateWeight(fbb_, offset, tensor.sizeBytes()));
+  // Records a weight; its bytes are placed by layoutWeights() once all are known.
+  int32_t addWeight(Value value, const std::string& name, ElementsAttr elements,
+                    DictionaryAttr recipe = DictionaryAttr()) {
+    pending_.push_back({tensorFromElements(elements), recipe});
     return addValue(value, elements.getType(), name, fb::ValueKind::Weight, ArrayAttr(),
-                    static_cast<int32_t>(weights_.size() - 1), -1);
+                    static_cast<int32_t>(pending_.size() - 1), -1);
+  }
+
+  // The weights section: first the model's own constants (no recipe), then the weights
+  // computed from initializers, each 64-byte aligned in program order; a stripped engine keeps
+  // only the first part (literal_bytes_), with the same plan.
+  LogicalResult layoutWeights(func::FuncOp func) {
+    std::vector<uint64_t> offsets(pending_.size());
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        if (static_cast<bool>(pending_[i].recipe) != (pass == 1)) continue;
+        const Tensor& tensor = pending_[i].tensor;
+        uint64_t offset = (blob_.size() + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+        blob_.resize(offset + tensor.sizeBytes(), 0);
+        if (tensor.sizeBytes()) std::memcpy(blob_.data() + offset, tensor.data(), tensor.sizeBytes());
+        offsets[i] = offset;
+        if (pass == 0) literal_bytes_ = blob_.size();
+      }
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      std::vector<flatbuffers::Offset<fb::RecipeStep>> steps;
+      if (pending_[i].recipe) {
+        llvm::DenseMap<Attribute, int32_t> memo;
+        if (flattenRecipe(pending_[i].recipe, steps, memo) < 0)
+          return func.emitError() << "weight " << i << " has a recipe that cannot be serialized";
+      }
+      weights_.push_back(fb::CreateWeight(fbb_, offsets[i], pending_[i].tensor.sizeBytes(),
+                                          steps.empty() ? 0 : fbb_.CreateVector(steps)));
+    }
+    return success();
+  }
+
+  // Appends the steps computing `expr` (after those of its inputs) and returns its index, or
+  // -1 for an absent input ({none}); -2 when the expression is malformed.
+  int32_t flattenRecipe(DictionaryAttr expr, std::vector<flatbuffers::Offset<fb::RecipeStep>>& steps,
+                        llvm::DenseMap<Attribute, int32_t>& memo) {
+    auto it = memo.find(expr);
+    if (it != memo.end()) return it->second;
+    int32_t index = -2;
+    if (expr.get("none")) return -1;
+    if (auto source = expr.getAs<StringAttr>("source")) {
+      auto type = expr.getAs<TypeAttr>("type");
+      auto shaped = type ? dyn_cast<RankedTensorType>(type.getValue()) : RankedTensorType();
+      if (!shaped) return -2;
+      std::vector<int64_t> dims(shaped.getShape().begin(), shaped.getShape().end());
+      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Source, fbb_.CreateString(source.getValue().str()),
+                                           static_cast<uint8_t>(dtypeFromMlir(shaped.getElementType())),
+                                           fbb_.CreateVector(dims)));
+      index = static_cast<int32_t>(steps.size() - 1);
+    } else if (auto literal = expr.getAs<ElementsAttr>("literal")) {
+      Tensor t = tensorFromElements(literal);
+      std::vector<int64_t> dims(t.shape().begin(), t.shape().end());
+      fbb_.ForceVectorAlignment(t.sizeBytes(), 1, 8);
+      auto data = fbb_.CreateVector(static_cast<const uint8_t*>(t.data()), t.sizeBytes());
+      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Literal, 0, static_cast<uint8_t>(t.dtype()),
+                                           fbb_.CreateVector(dims), data));
+      index = static_cast<int32_t>(steps.size() - 1);
+    } else if (auto kernel = expr.getAs<StringAttr>("kernel")) {
+      std::vector<int32_t> inputs;
+      auto input_exprs = expr.getAs<ArrayAttr>("inputs");
+      if (!input_exprs) return -2;
+      for (Attribute input : input_exprs) {
+        auto dict = dyn_cast<DictionaryAttr>(input);
+        int32_t i = dict ? flattenRecipe(dict, steps, memo) : -2;
+        if (i == -2) return -2;
+        inputs.push_back(i);
+      }
+      std::vector<flatbuffers::Offset<fb::Param>> params;
+      if (auto dict = expr.getAs<DictionaryAttr>("params"))
+        if (!makeParams(dict, nullptr, &params)) return -2;
+      auto output = expr.getAs<IntegerAttr>("output");
+      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Kernel, 0, 0, 0, 0,
+                                           fbb_.CreateString(kernel.getValue().str()), fbb_.CreateVector(params),
+                                           fbb_.CreateVector(inputs), output ? static_cast<int32_t>(output.getInt()) : 0));
+      index = static_cast<int32_t>(steps.size() - 1);
+    }
+    if (index >= 0) memo[expr] = index;
+    return index;
+  }
+
+  // Kernel parameters from an attribute dictionary (sorted by name). Tensor-valued parameters
+  // become weights when `call` is given; recipes have none.
+  bool makeParams(DictionaryAttr dict, exec::CallOp* call, std::vector<flatbuffers::Offset<fb::Param>>* params) {
+    for (NamedAttribute attr : dict) {  // DictionaryAttr keeps names sorted
+      auto name = fbb_.CreateString(attr.getName().getValue().str());
+      Attribute value = attr.getValue();
+      if (auto integer = dyn_cast<IntegerAttr>(value)) {
+        params->push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Int, integer.getValue().getSExtValue()));
+      } else if (auto real = dyn_cast<FloatAttr>(value)) {
+        params->push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Float, 0, real.getValueAsDouble()));
+      } else if (auto string = dyn_cast<StringAttr>(value)) {
+        params->push_back(fb::CreateParam(fbb_, name, fb::ParamKind::String, 0, 0,
+                                          fbb_.CreateString(string.getValue().str())));
+      } else if (auto ints = dyn_cast<DenseI64ArrayAttr>(value)) {
+        std::vector<int64_t> v(ints.asArrayRef().begin(), ints.asArrayRef().end());
+        params->push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Ints, 0, 0, 0, fbb_.CreateVector(v)));
+      } else if (auto floats = dyn_cast<DenseF32ArrayAttr>(value)) {
+        std::vector<double> v(floats.asArrayRef().begin(), floats.asArrayRef().end());
+        params->push_back(
+            fb::CreateParam(fbb_, name, fb::ParamKind::Floats, 0, 0, 0, 0, fbb_.CreateVector(v)));
+      } else if (auto elements = dyn_cast<ElementsAttr>(value); elements && call) {
+        int32_t tensor = addWeight(
+            Value(), call->getNode().value_or("step").str() + "." + attr.getName().getValue().str(),
+            elements);
+        params->push_back(fb::CreateParam(fbb_, name, fb::ParamKind::Tensor, 0, 0, 0, 0, 0, tensor));
+      } else {
+        if (call) call->emitError() << "parameter '" << attr.getName().getValue() << "' cannot be serialized";
+        return false;
+      }
+    }
+    return true;
   }
 
   flatbuffers::Offset<fb::Step> addStep(exec::CallOp call) {
     needs_slots_ = true;
     std::vector<flatbuffers::Offset<fb::Param>> params;
-    for (NamedAttribute attr : call.getParams()) {  // DictionaryAttr keeps names sorted
-      auto name = fbb_.CreateString(attr.getName().getValue().str());
-      Attribute value = attr.getValue();
-      if (auto integer = dyn_cast<IntegerAttr>(value)) {
-        params.push_back(
-            fb::CreateParam(fbb_, name, fb::ParamKind::Int, integer.getValue().getSExtValue()));
-      } else if (auto real = dyn_cast<FloatAttr>(value)) {
-        params.push_back(
-            fb::CreateParam(fbb_, name, fb::ParamKind::Float, 0, real.getValueAsDouble()));
-      } else if (auto string = dyn_cast<StringAttr>(value)) {
-        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::String, 0, 0,
-                                         fbb_.CreateString(string.getValue().str())));
-      } else if (auto ints = dyn_cast<DenseI64ArrayAttr>(value)) {
-        std::vector<int64_t> v(ints.asArrayRef().begin(), ints.asArrayRef().end());
-        params.push_back(
-            fb::CreateParam(fbb_, name, fb::ParamKind::Ints, 0, 0, 0, fbb_.CreateVector(v)));
-      } else if (auto floats = dyn_cast<DenseF32ArrayAttr>(value)) {
-        std::vector<double> v(floats.asArrayRef().begin(), floats.asArrayRef().end());
-        params.push_back(
-            fb::CreateParam(fbb_, name, fb::ParamKind::Floats, 0, 0, 0, 0, fbb_.CreateVector(v)));
-      } else if (auto elements = dyn_cast<ElementsAttr>(value)) {
-        int32_t tensor = addWeight(
-            Value(), call.getNode().value_or("step").str() + "." + attr.getName().getValue().str(),
-            elements);
-        params.push_back(fb::CreateParam(fbb_, name, fb::ParamKind::Tensor, 0, 0, 0, 0, 0, tensor));
-      } else {
-        call.emitError() << "parameter '" << attr.getName().getValue() << "' cannot be serialized";
-        return {};
-      }
-    }
+    if (!makeParams(call.getParams(), &call, &params)) return {};
     std::vector<int32_t> inputs;
     for (Value operand : call.getInputs()) {
       if (isa<NoneType>(operand.getType())) {
@@ -243,8 +330,14 @@ class EngineWriter {
 
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};
   std::vector<flatbuffers::Offset<fb::Value>> values_;
+  struct PendingWeight {
+    Tensor tensor;
+    DictionaryAttr recipe;  // null: a constant of the model itself
+  };
+  std::vector<PendingWeight> pending_;
   std::vector<flatbuffers::Offset<fb::Weight>> weights_;
   std::vector<uint8_t> blob_;
+  uint64_t literal_bytes_ = 0;  // the weights section's first part: weights without a recipe
   llvm::DenseMap<Value, int32_t> index_;
   bool needs_slots_ = false;
 };

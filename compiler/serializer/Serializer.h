@@ -15,6 +15,9 @@ struct SerializeOptions {
   std::string build_options;
   std::string target = "cpu";
   std::string tokenizer_json;  // stored verbatim when not empty
+  // Leave out the bytes of every weight computed from the model's initializers (their recipes
+  // stay): `llmc refit` fills them. The plan section is the same as without stripping.
+  bool strip_weights = false;
 };
 
 // Writes the engine for the module's @main (already lowered to exec and memory-planned).

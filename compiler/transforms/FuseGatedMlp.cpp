@@ -65,16 +65,13 @@ class FuseGatedMlpPass : public impl::FuseGatedMlpBase<FuseGatedMlpPass> {
       return miss("the gate and up products differ in shape");
     Tensor wg = *float32Constant(p->getOperand(1)), wu = *float32Constant(q->getOperand(1));
     if (wg.shape() != wu.shape()) return miss("the gate and up weights differ in shape");
-    const int64_t k_size = wg.dim(0), f_size = wg.dim(1);
-    Tensor w = Tensor::allocate(DType::kFloat32, {k_size, 2 * f_size});
-    for (int64_t k = 0; k < k_size; ++k) {
-      std::copy_n(wg.data<float>() + k * f_size, f_size, w.data<float>() + k * 2 * f_size);
-      std::copy_n(wu.data<float>() + k * f_size, f_size, w.data<float>() + k * 2 * f_size + f_size);
-    }
     OpBuilder b(mul);
     std::vector<Operation*> ops{p, q, mul};
     Location loc = fusedLoc(func.getContext(), ops);
-    Value weight = float32ConstantOp(b, loc, w, "");
+    // [Wg | Wu] by the runtime's Concat, so that refit recomputes it the same way.
+    Value weight = kernelConstant(b, loc, "Concat", {b.getNamedAttr("axis", b.getI64IntegerAttr(1))},
+                                  {p->getOperand(1), q->getOperand(1)});
+    if (!weight) return miss("cannot concatenate the weights");
     Value y = createOp(b, loc, "llm.gated_mlp", {p->getOperand(0), weight}, mul->getResult(0).getType(),
                        {b.getNamedAttr("activation", b.getStringAttr(*pa))});
     carryNames(mul, y.getDefiningOp());

@@ -162,7 +162,15 @@ class Matcher {
     if (!float32Constant(w)) return miss({op}, "the weight is not a constant");
     bool trans_b = false;
     double alpha = 1.0;
-    std::optional<Tensor> bias;
+    // The bias is computed by runtime kernels (Reshape, Mul, Add) so that it carries a recipe
+    // `llmc refit` can redo.
+    OpBuilder kb(op);
+    Value bias_value;
+    auto asVector = [&](Value c, int64_t n) {
+      return cast<ShapedType>(c.getType()).getRank() == 1
+                 ? c
+                 : kernelConstant(kb, op->getLoc(), "Reshape", {}, {c, int64Constant(kb, op->getLoc(), {n})});
+    };
     std::vector<Operation*> fused{op};
     Operation* folded_merge = nullptr;
     const int64_t n_size = cast<RankedTensorType>(op->getResult(0).getType()).getShape().back();
@@ -178,10 +186,11 @@ class Matcher {
       if (op->getNumOperands() > 2 && !isa<NoneType>(op->getOperand(2).getType())) {
         auto c = float32Constant(op->getOperand(2));
         if (!c || c->numElements() != n_size) return miss({op}, "Gemm's C is not a constant bias of N values");
-        double beta = attr("beta", 1.0);
-        bias = Tensor::allocate(DType::kFloat32, {n_size});
-        for (int64_t i = 0; i < n_size; ++i)
-          bias->data<float>()[i] = static_cast<float>(beta * c->data<float>()[i]);
+        const float beta = static_cast<float>(attr("beta", 1.0));
+        bias_value = asVector(op->getOperand(2), n_size);
+        if (bias_value && beta != 1.0f)
+          bias_value = kernelConstant(kb, op->getLoc(), "Mul", {}, {bias_value, float32Scalar(kb, op->getLoc(), beta)});
+        if (!bias_value) return miss({op}, "cannot fold Gemm's beta into its bias");
       }
     }
     if (ShapedType::isDynamic(n_size)) return miss({op}, "N is not static");
@@ -192,12 +201,14 @@ class Matcher {
       if (isOp(add, "nn.add") && add->getResult(0).getType() == h.getType()) {
         Value c = add->getOperand(0) == h ? add->getOperand(1) : add->getOperand(0);
         auto t = float32Constant(c);
-        if (t && t->numElements() == n_size && cast<ShapedType>(c.getType()).getShape().back() == n_size) {
-          if (!bias) {
-            bias = Tensor::allocate(DType::kFloat32, {n_size});
-            std::fill(bias->data<float>(), bias->data<float>() + n_size, 0.0f);
-          }
-          for (int64_t i = 0; i < n_size; ++i) bias->data<float>()[i] += t->data<float>()[i];
+        Value t_vector = t && t->numElements() == n_size &&
+                                 cast<ShapedType>(c.getType()).getShape().back() == n_size
+                             ? asVector(c, n_size)
+                             : Value();
+        Value sum = t_vector && bias_value ? kernelConstant(kb, op->getLoc(), "Add", {}, {bias_value, t_vector})
+                                           : t_vector;
+        if (sum) {
+          bias_value = sum;
           fused.push_back(add);
           h = add->getResult(0);
         }
@@ -234,7 +245,8 @@ class Matcher {
     fused.insert(fused.end(), region.begin(), region.end());
     OpBuilder b(result.getDefiningOp());
     Location loc = fusedLoc(func_.getContext(), fused);
-    Value bias_value = bias ? float32ConstantOp(b, loc, *bias, "") : noneValue(b, loc);
+    const bool has_bias = static_cast<bool>(bias_value);
+    if (!bias_value) bias_value = noneValue(b, loc);
     SmallVector<NamedAttribute> attrs{
         b.getNamedAttr("activation", b.getStringAttr(activation ? activation : "none")),
         b.getNamedAttr("trans_b", b.getI64IntegerAttr(trans_b ? 1 : 0))};
@@ -242,7 +254,7 @@ class Matcher {
     Value y = createOp(b, loc, "llm.fused_matmul", {a, w, bias_value}, result.getType(), attrs);
     carryNames(result.getDefiningOp(), y.getDefiningOp());
     result.replaceAllUsesWith(y);
-    std::string pattern = std::string(gemm ? "gemm" : "matmul") + (bias ? "+bias" : "") +
+    std::string pattern = std::string(gemm ? "gemm" : "matmul") + (has_bias ? "+bias" : "") +
                           (activation ? std::string("+") + activation : "");
     logFusion(func_, {true, kPass, pattern, nodeNames(fused), ""});
     for (auto it = fused.rbegin(); it != fused.rend(); ++it)

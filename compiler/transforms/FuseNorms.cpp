@@ -251,14 +251,11 @@ class Matcher {
       for (int64_t i = 0; i < width; ++i) ones.data<float>()[i] = 1.0f;
       scale = float32ConstantOp(b, loc, ones, "");
     } else if (cast<ShapedType>(scale.getType()).getRank() != 1) {
-      Tensor t = *float32Constant(scale);
-      scale = float32ConstantOp(b, loc, Tensor::view(t.dtype(), {width}, t.data()), "");
+      scale = kernelConstant(b, loc, "Reshape", {}, {scale, int64Constant(b, loc, {width})});
     }
     Value bias = m.bias ? m.bias : noneValue(b, loc);
-    if (m.bias && cast<ShapedType>(bias.getType()).getRank() != 1) {
-      Tensor t = *float32Constant(bias);
-      bias = float32ConstantOp(b, loc, Tensor::view(t.dtype(), {width}, t.data()), "");
-    }
+    if (m.bias && cast<ShapedType>(bias.getType()).getRank() != 1)
+      bias = kernelConstant(b, loc, "Reshape", {}, {bias, int64Constant(b, loc, {width})});
     Value residual = m.residual ? m.residual : noneValue(b, loc);
     SmallVector<Type> types{m.last->getResult(0).getType()};
     if (m.residual) types.push_back(type);

@@ -211,7 +211,6 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     Value input = products[0]->getOperand(0);
     bool with_bias = !isa<NoneType>(products[0]->getOperand(2).getType());
     int64_t k_size = -1;
-    std::vector<Tensor> weights, biases;
     for (Operation* p : products) {
       auto activation = p->getAttrOfType<StringAttr>("activation");
       auto trans = p->getAttrOfType<IntegerAttr>("trans_b");
@@ -225,32 +224,25 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
       auto w = float32Constant(p->getOperand(1));
       if (!w || (k_size >= 0 && w->dim(0) != k_size)) return false;
       k_size = w->dim(0);
-      weights.push_back(*w);
-      if (with_bias) {
-        auto bias = float32Constant(p->getOperand(2));
-        if (!bias) return false;
-        biases.push_back(*bias);
-      }
+      if (with_bias && !float32Constant(p->getOperand(2))) return false;
     }
     int64_t total = 0;
     for (int i = 0; i < 3; ++i) {
+      const int64_t n = cast<RankedTensorType>(products[i]->getOperand(1).getType()).getDimSize(1);
+      if (n != widths[i]) return false;
       columns[i] = total;
-      total += weights[i].dim(1);
-      if (weights[i].dim(1) != widths[i]) return false;
+      total += n;
     }
-    Tensor w = Tensor::allocate(DType::kFloat32, {k_size, total});
-    Tensor bias = Tensor::allocate(DType::kFloat32, {total});
-    for (int i = 0; i < 3; ++i) {
-      const int64_t n = weights[i].dim(1);
-      for (int64_t k = 0; k < k_size; ++k)
-        std::copy_n(weights[i].data<float>() + k * n, n, w.data<float>() + k * total + columns[i]);
-      if (with_bias) std::copy_n(biases[i].data<float>(), n, bias.data<float>() + columns[i]);
-    }
+    // The packed weight [Wq | Wk | Wv] (and bias) by the runtime's Concat, as refit redoes it.
+    Value weight = kernelConstant(b, loc, "Concat", {b.getNamedAttr("axis", b.getI64IntegerAttr(1))},
+                                  {products[0]->getOperand(1), products[1]->getOperand(1), products[2]->getOperand(1)});
+    Value bias_value = with_bias ? kernelConstant(b, loc, "Concat", {b.getNamedAttr("axis", b.getI64IntegerAttr(0))},
+                                                  {products[0]->getOperand(2), products[1]->getOperand(2), products[2]->getOperand(2)})
+                                 : noneValue(b, loc);
+    if (!weight || !bias_value) return false;
     auto rows_type = cast<RankedTensorType>(rows[0].getType());
     auto packed_type = RankedTensorType::get({rows_type.getDimSize(0), rows_type.getDimSize(1), total},
                                              rows_type.getElementType());
-    Value weight = float32ConstantOp(b, loc, w, "");
-    Value bias_value = with_bias ? float32ConstantOp(b, loc, bias, "") : noneValue(b, loc);
     Value packed = createOp(b, loc, "llm.fused_matmul", {input, weight, bias_value}, packed_type,
                             {b.getNamedAttr("activation", b.getStringAttr("none")),
                              b.getNamedAttr("trans_b", b.getI64IntegerAttr(0))});

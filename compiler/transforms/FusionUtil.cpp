@@ -1,6 +1,7 @@
 // Helpers shared by the fusion passes and recognition (FusionUtil.h).
 #include "transforms/FusionUtil.h"
 
+#include "core/kernel.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
 
@@ -90,6 +91,39 @@ Value float32ConstantOp(OpBuilder& builder, Location loc, const Tensor& tensor, 
   SmallVector<NamedAttribute> attrs{builder.getNamedAttr("value", value)};
   if (!name.empty()) attrs.push_back(builder.getNamedAttr("name", builder.getStringAttr(name)));
   return createOp(builder, loc, "nn.constant", {}, value.getType(), attrs);
+}
+
+Value kernelConstant(OpBuilder& builder, Location loc, StringRef kernel,
+                     ArrayRef<NamedAttribute> params, ValueRange inputs) {
+  const KernelDef* def = KernelRegistry::cpuReference().find(kernel.str());
+  KernelParams kernel_params;
+  DictionaryAttr param_dict = builder.getDictionaryAttr(params);
+  if (!def || !paramsFromAttributes(param_dict.getValue(), &kernel_params).ok()) return Value();
+  std::vector<Tensor> storage;
+  storage.reserve(inputs.size());
+  std::vector<const Tensor*> pointers;
+  for (Value input : inputs) {
+    auto constant = dyn_cast_or_null<nn::ConstantOp>(input.getDefiningOp());
+    if (!constant) return Value();
+    storage.push_back(tensorFromElements(constant.getValue()));
+    pointers.push_back(&storage.back());
+  }
+  KernelRun run = evaluateKernel(*def, kernel_params, pointers, 1, kernel.str(), false);
+  if (!run.status.ok() || run.outputs.empty()) return Value();
+  OpBuilder::InsertionGuard guard(builder);
+  hoistToBlockStart(builder);
+  DenseElementsAttr value = elementsFromTensor(run.outputs[0], builder.getContext());
+  Value result = createOp(builder, loc, "nn.constant", {}, value.getType(),
+                          {builder.getNamedAttr("value", value)});
+  if (DictionaryAttr recipe = kernelRecipe(builder.getContext(), kernel, param_dict, inputs, 0))
+    result.getDefiningOp()->setAttr("llmc.recipe", recipe);
+  return result;
+}
+
+Value float32Scalar(OpBuilder& builder, Location loc, float value) {
+  Tensor t = Tensor::allocate(DType::kFloat32, {});
+  t.data<float>()[0] = value;
+  return float32ConstantOp(builder, loc, t, "");
 }
 
 Value noneValue(OpBuilder& builder, Location loc) {

@@ -39,6 +39,15 @@ bool sameLeadingDims(mlir::Value a, mlir::Value b, int64_t count);
 // An nn.constant holding `tensor` (float32), named `name`, at the top of the builder's block.
 mlir::Value float32ConstantOp(mlir::OpBuilder& builder, mlir::Location loc, const Tensor& tensor,
                               llvm::StringRef name);
+// A new weight computed at compile time by runtime kernel `kernel` on constant `inputs`
+// (e.g. "Concat" of the gate and up weights), at the top of the block, carrying the kernel's
+// recipe so that `llmc refit` recomputes it identically from new weights. Null when the kernel
+// fails on them.
+mlir::Value kernelConstant(mlir::OpBuilder& builder, mlir::Location loc, llvm::StringRef kernel,
+                           llvm::ArrayRef<mlir::NamedAttribute> params, mlir::ValueRange inputs);
+// A 0-d float32 literal.
+mlir::Value float32Scalar(mlir::OpBuilder& builder, mlir::Location loc, float value);
+
 // An nn.none (an absent optional operand), at the top of the builder's block.
 mlir::Value noneValue(mlir::OpBuilder& builder, mlir::Location loc);
 // The location of a fused op: the ONNX node names of every op it replaces.

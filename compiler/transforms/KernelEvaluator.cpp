@@ -198,15 +198,52 @@ KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
 }  // namespace llmc
 
 namespace llmc {
+DictionaryAttr recipeOf(Value value) {
+  auto constant = dyn_cast_or_null<nn::ConstantOp>(value.getDefiningOp());
+  return constant ? constant->getAttrOfType<DictionaryAttr>("llmc.recipe") : DictionaryAttr();
+}
+
+DictionaryAttr recipeExpr(Value value) {
+  Builder b(value.getContext());
+  if (DictionaryAttr recipe = recipeOf(value)) return recipe;
+  if (auto constant = dyn_cast_or_null<nn::ConstantOp>(value.getDefiningOp()))
+    return b.getDictionaryAttr({b.getNamedAttr("literal", constant.getValue())});
+  return b.getDictionaryAttr({b.getNamedAttr("none", b.getUnitAttr())});
+}
+
+DictionaryAttr kernelRecipe(MLIRContext* context, StringRef kernel, DictionaryAttr params,
+                            ValueRange inputs, unsigned output) {
+  bool any = false;
+  SmallVector<Attribute> exprs;
+  for (Value input : inputs) {
+    any = any || static_cast<bool>(recipeOf(input));
+    exprs.push_back(recipeExpr(input));
+  }
+  if (!any) return DictionaryAttr();
+  Builder b(context);
+  SmallVector<NamedAttribute> kept;
+  if (params)
+    for (NamedAttribute attr : params)
+      if (!attr.getName().getValue().starts_with("llmc.")) kept.push_back(attr);
+  return b.getDictionaryAttr({b.getNamedAttr("kernel", b.getStringAttr(kernel)),
+                              b.getNamedAttr("params", b.getDictionaryAttr(kept)),
+                              b.getNamedAttr("inputs", b.getArrayAttr(exprs)),
+                              b.getNamedAttr("output", b.getI64IntegerAttr(output))});
+}
+
 std::vector<Value> replaceWithConstants(Operation* op, const std::vector<Tensor>& values) {
   OpBuilder builder(op);
   std::vector<Value> constants;
   auto names = op->getAttrOfType<ArrayAttr>("llmc.names");
+  const std::string kernel = kernelNameOf(op);
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
     StringAttr name;
     if (names && i < names.size()) name = dyn_cast<StringAttr>(names[i]);
     auto constant = builder.create<nn::ConstantOp>(
         op->getLoc(), elementsFromTensor(values[i], op->getContext()), name);
+    if (DictionaryAttr recipe = kernelRecipe(op->getContext(), kernel, op->getAttrDictionary(),
+                                             op->getOperands(), i))
+      constant->setAttr("llmc.recipe", recipe);
     op->getResult(i).replaceAllUsesWith(constant.getResult());
     constants.push_back(constant.getResult());
   }

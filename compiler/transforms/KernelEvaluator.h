@@ -48,9 +48,22 @@ KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
 }  // namespace llmc
 
 namespace llmc {
+// Weight recipes (docs/refit.md): an initializer constant carries `llmc.recipe =
+// {source = "name"}`; a constant computed from constants by a kernel carries
+// `{kernel = "Name", params = {...}, inputs = [expr, ...], output = i}` when any input has a
+// recipe; other constants are literals. recipeExpr gives the expression a value contributes as
+// a kernel input ({literal = value} for literals, {none} for an absent input).
+mlir::DictionaryAttr recipeOf(mlir::Value value);
+mlir::DictionaryAttr recipeExpr(mlir::Value value);
+// The recipe of output `output` of `kernel` on `inputs` (null when no input has a recipe).
+mlir::DictionaryAttr kernelRecipe(mlir::MLIRContext* context, llvm::StringRef kernel,
+                                  mlir::DictionaryAttr params, mlir::ValueRange inputs,
+                                  unsigned output);
+
 // Replaces every result of `op` with an nn.constant holding the matching tensor (which must
 // have data) and erases `op`. Constant names come from the op's `llmc.names`. Returns the
-// constants' values, in result order.
+// constants' values, in result order. The constants get the kernel's recipe when an operand
+// has one.
 std::vector<mlir::Value> replaceWithConstants(mlir::Operation* op,
                                               const std::vector<Tensor>& values);
 

@@ -89,12 +89,15 @@ struct ForwardIdentityCast : public OpRewritePattern<nn::CastOp> {
 };
 
 /// x * 1 -> x (either order) for float x when the product has x's type: exact, NaN and
-/// infinities included (models scale rotary tables by an `attention_scaling` of 1).
+/// infinities included (models scale rotary tables by an `attention_scaling` of 1). Not for
+/// initializers (weights), whose values refit may change.
 struct ForwardMulByOne : public OpRewritePattern<nn::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(nn::MulOp op, PatternRewriter& rewriter) const override {
     for (int i = 0; i < 2; ++i) {
       auto constant = op->getOperand(1 - i).getDefiningOp<nn::ConstantOp>();
+      // A weight's value is not the model's structure: `llmc refit` may give it other values.
+      if (constant && constant->getAttr("llmc.recipe")) continue;
       Value x = op->getOperand(i);
       auto type = dyn_cast<RankedTensorType>(x.getType());
       if (!constant || !type || !isa<FloatType>(type.getElementType()) ||

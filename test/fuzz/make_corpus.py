@@ -6,6 +6,7 @@ Run: .venv/bin/python test/fuzz/make_corpus.py   (needs numpy and onnx)
 Seeds are tiny on purpose: mutations of a small input reach every branch of a header
 parser faster than those of a big one.
 """
+import json
 import os
 import struct
 
@@ -88,7 +89,34 @@ def tensor_proto_corpus():
 def main():
     npy_corpus()
     tensor_proto_corpus()
+    safetensors_corpus()
 
+
+
+def safetensors(tensors, metadata=None):
+    """A safetensors file: 8-byte little-endian header length, JSON header, then the data."""
+    header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, (dtype, array) in tensors.items():
+        data = array.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+
+def safetensors_corpus():
+    write("safetensors", "two_tensors.safetensors", safetensors(
+        {"w": ("F32", np.arange(6, dtype=np.float32).reshape(2, 3)), "ids": ("I64", np.arange(4, dtype=np.int64))},
+        {"format": "pt"}))
+    write("safetensors", "half_types.safetensors", safetensors(
+        {"h": ("F16", np.ones(3, np.float16)), "b": ("BF16", np.ones(2, np.uint16)), "flag": ("BOOL", np.array([1, 0], np.uint8))}))
+    write("safetensors", "scalar_and_empty.safetensors", safetensors(
+        {"s": ("F32", np.array(2.5, np.float32)), "e": ("F32", np.zeros((0, 4), np.float32))}))
+    bad = json.dumps({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 999]}}).encode().ljust(60)
+    write("safetensors", "bad_offsets.safetensors", struct.pack("<Q", 60) + bad + b"\0" * 16)
 
 if __name__ == "__main__":
     main()

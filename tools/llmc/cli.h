@@ -32,6 +32,7 @@ inline bool parseInt64(const std::string& text, int64_t* out) {
 
 int runCompile(const std::vector<std::string>& args);
 int runVerify(const std::vector<std::string>& args);
+int runRefit(const std::vector<std::string>& args);
 int runRun(const std::vector<std::string>& args);
 int runInspect(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);

@@ -86,6 +86,8 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     const std::string* v = value();
     if (!v) return usageError(command, "--disable-pass needs a pass name");
     options.disabled_passes.push_back(*v);
+  } else if (arg == "--strip-weights") {
+    options.strip_weights = true;
   } else if (arg == "--report" && report) {
     *report = true;
   } else if (arg == "--verbose" || arg == "-v") {

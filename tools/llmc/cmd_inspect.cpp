@@ -173,7 +173,10 @@ int runInspect(const std::vector<std::string>& args) {
                 static_cast<long long>(llm->vocab_size), static_cast<long long>(llm->max_context),
                 llm->bos_token_id, eos.c_str());
   }
-  std::printf("weights:  %llu bytes\n", static_cast<unsigned long long>(engine->weightBytes()));
+  std::printf("weights:  %llu bytes", static_cast<unsigned long long>(engine->weightBytes()));
+  if (engine->strippedWeights() > 0)
+    std::printf(" present; %zu weights stripped (fill them with llmc refit)", engine->strippedWeights());
+  std::printf("\n");
   std::printf("arena:    %llu bytes (at the planning shapes)\n",
               static_cast<unsigned long long>(engine->arenaBytes()));
   return kExitOk;

@@ -41,7 +41,7 @@ const char kUsage[] =
     "FILE]\n"
     "          [--verbose] [--dump-ir-after PASS|import|all] [--as-graph]\n"
     "          [--max-context N] [--bos-id ID] [--eos-id ID ...]\n"
-    "          [--opt-level 0|1] [--disable-pass NAME ...] [--report]\n"
+    "          [--opt-level 0|1] [--disable-pass NAME ...] [--report] [--strip-weights]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"
     "          [--repeat N]\n"
@@ -58,6 +58,8 @@ const char kUsage[] =
     "  verify MODEL.onnx [compile options] [--input NAME=FILE ...] [--rtol R] [--atol A] [--seed S]\n"
     "      compile with the options and at --opt-level 0, run both on the same (given or random)\n"
     "      inputs and print every output's error; exit 1 beyond tolerance\n"
+    "  refit ENGINE --weights FILE.safetensors -o OUT.engine\n"
+    "      fill an engine's weights (e.g. a --strip-weights engine) from the model's initializers\n"
     "  inspect ENGINE [--json]\n"
     "      print an engine's format, target, inputs, outputs, steps and memory\n"
     "\n"
@@ -82,6 +84,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return llmc::cli::runGenerate(args);
   if (command == "bench") return llmc::cli::runBench(args);
   if (command == "verify") return llmc::cli::runVerify(args);
+  if (command == "refit") return llmc::cli::runRefit(args);
   std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
   return llmc::cli::kExitBadInput;
 }

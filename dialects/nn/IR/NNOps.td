@@ -6,11 +6,15 @@ include "NNBase.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 
-def NN_ConstantOp : NN_Op<"constant", [ConstantLike, Pure, AllTypesMatch<["value", "output"]>]> {
+def NN_ConstantOp : NN_Op<"constant", [Pure, AllTypesMatch<["value", "output"]>]> {
   let summary = "A constant tensor (an ONNX initializer or Constant node)";
   let description = [{
     Holds the bytes of an initializer or of a folded subgraph. `name` keeps the ONNX
-    initializer name when there is one, for engine inspection and error messages.
+    initializer name when there is one, for engine inspection and error messages;
+    `llmc.recipe` says how it derives from initializers (for `llmc refit`). Deliberately not
+    `ConstantLike`: MLIR's folder would merge constants of equal value, and two initializers
+    that happen to be equal (norm weights of ones) must stay two weights that refit can fill
+    differently.
 
     ```mlir
     %w = nn.constant {name = "fc.weight"} dense<[[1.0, 2.0]]> : tensor<1x2xf32>

@@ -76,6 +76,9 @@ class Engine {
   const std::string& sourceHash() const;
   const std::string& buildOptions() const;
   uint64_t weightBytes() const;
+  // Weights left out by `llmc compile --strip-weights` (0 for a complete engine); such an
+  // engine loads and can be inspected, but runs only after `llmc refit`.
+  size_t strippedWeights() const;
   uint64_t arenaBytes() const;  // at the planning shapes
   size_t numSteps() const;
   // The kernel name and ONNX node of step i.

@@ -134,6 +134,57 @@ Status readLlmConfig(const fb::LlmConfig* llm, const std::string& what, Plan* pl
   return okStatus();
 }
 
+// A weight's recipe (format 1.3): every step well formed, inputs only from earlier steps,
+// kernels known to this runtime, literal bytes matching their dtype and dims.
+Status checkRecipe(const fb::Weight* weight, const KernelRegistry& registry, const std::string& where) {
+  if (!weight->recipe()) return okStatus();
+  const auto& steps = *weight->recipe();
+  for (flatbuffers::uoffset_t i = 0; i < steps.size(); ++i) {
+    const fb::RecipeStep* step = steps.Get(i);
+    const std::string at = where + " recipe step " + std::to_string(i);
+    auto dimsOk = [&](uint64_t* elements) {
+      *elements = 1;
+      if (!step->dims()) return true;
+      for (int64_t d : *step->dims()) {
+        if (d < 0 || (d > 0 && *elements > (uint64_t{1} << 40) / static_cast<uint64_t>(d))) return false;
+        *elements *= static_cast<uint64_t>(d);
+      }
+      return true;
+    };
+    uint64_t elements = 0;
+    switch (step->kind()) {
+      case fb::RecipeKind::Source:
+        if (!step->source() || step->source()->size() == 0 || !dimsOk(&elements) ||
+            !isValidDType(step->dtype()) || step->dtype() == 0)
+          return dataLoss(at + ": a source without a name, dtype or valid dims");
+        break;
+      case fb::RecipeKind::Literal:
+        if (!isValidDType(step->dtype()) || step->dtype() == 0 || !dimsOk(&elements) ||
+            (step->data() ? step->data()->size() : 0) !=
+                elements * dtypeSize(static_cast<DType>(step->dtype())))
+          return dataLoss(at + ": literal bytes do not match their dtype and dims");
+        break;
+      case fb::RecipeKind::Kernel: {
+        if (!step->kernel() || !registry.find(step->kernel()->str()))
+          return dataLoss(at + ": unknown kernel '" + (step->kernel() ? step->kernel()->str() : "") + "'");
+        if (step->output() < 0) return dataLoss(at + ": negative output index");
+        if (step->inputs())
+          for (int32_t input : *step->inputs())
+            if (input < -1 || input >= static_cast<int32_t>(i))
+              return dataLoss(at + ": input " + std::to_string(input) + " is not an earlier step");
+        if (step->params())
+          for (const fb::Param* param : *step->params())
+            if (param->kind() == fb::ParamKind::Tensor)
+              return dataLoss(at + ": tensor parameters are not allowed in recipes");
+        break;
+      }
+      default:
+        return dataLoss(at + ": unknown kind " + std::to_string(static_cast<int>(step->kind())));
+    }
+  }
+  return okStatus();
+}
+
 Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std::string& what,
                  const KernelRegistry& registry, Plan* plan) {
   const uint8_t* fb_bytes = file + header.flatbuffer_offset;
@@ -241,9 +292,18 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
         if (weight->size_bytes() != expected)
           return dataLoss(where + " holds " + std::to_string(weight->size_bytes()) +
                           " bytes, its shape needs " + std::to_string(expected));
-        if (weight->offset() % kTensorAlignment || weight->offset() > header.weights_size ||
-            weight->size_bytes() > header.weights_size - weight->offset())
-          return dataLoss(where + " lies outside the weights section (truncated or corrupted)");
+        LLMC_RETURN_IF_ERROR(checkRecipe(weight, registry, where));
+        if (weight->offset() % kTensorAlignment)
+          return dataLoss(where + " is not 64-byte aligned in the weights section");
+        if (weight->offset() > header.weights_size ||
+            weight->size_bytes() > header.weights_size - weight->offset()) {
+          // Past the end: stripped (its recipe recomputes it), or a truncated file.
+          if (!weight->recipe() || weight->recipe()->size() == 0)
+            return dataLoss(where + " lies outside the weights section (truncated or corrupted)");
+          ++plan->stripped_weights;
+          plan->values.push_back(std::move(pv));
+          continue;
+        }
         pv.weight = Tensor::view(pv.dtype, static_shape, weights_base + weight->offset());
         plan->weight_bytes += weight->size_bytes();
         break;
@@ -429,6 +489,7 @@ const std::vector<TensorInfo>& Engine::inputs() const { return plan_->input_info
 const std::vector<TensorInfo>& Engine::outputs() const { return plan_->output_infos; }
 const std::vector<SymbolInfo>& Engine::symbols() const { return plan_->symbols; }
 const std::string& Engine::target() const { return plan_->target; }
+size_t Engine::strippedWeights() const { return plan_->stripped_weights; }
 std::string Engine::formatVersion() const { return plan_->format_version; }
 const std::string& Engine::compilerVersion() const { return plan_->compiler_version; }
 const std::string& Engine::sourceHash() const { return plan_->source_hash; }

@@ -56,6 +56,9 @@ struct Plan {
   std::vector<TensorInfo> output_infos;
   uint64_t arena_bytes = 0;
   uint64_t weight_bytes = 0;
+  // Weights whose bytes are not in the file (compiled with --strip-weights): `llmc refit`
+  // fills them; until then the engine can be inspected but not run.
+  size_t stripped_weights = 0;
   std::string tokenizer_json;  // empty when the engine carries no tokenizer
   std::optional<LlmConfig> llm;
 };

@@ -125,6 +125,10 @@ Status Session::create(std::shared_ptr<const Engine> engine, std::unique_ptr<Ses
   if (!engine) return invalidArgument("Session::create: null engine");
   const std::string refusal = targetRefusal(engine->target());
   if (!refusal.empty()) return failedPrecondition(engine->plan().path + ": " + refusal);
+  if (engine->plan().stripped_weights > 0)
+    return failedPrecondition(engine->plan().path + ": " + std::to_string(engine->plan().stripped_weights) +
+                              " weights were stripped (--strip-weights); fill them with "
+                              "`llmc refit ENGINE --weights FILE.safetensors -o OUT.engine`");
   std::unique_ptr<Session> session(new Session());
   session->engine_ = std::move(engine);
   session->state_ = std::make_unique<State>();
