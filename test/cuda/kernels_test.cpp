@@ -6,6 +6,8 @@
 #include "cuda_test_util.h"
 
 #include <algorithm>
+#include <numeric>
+#include <tuple>
 
 namespace llmc::testing {
 namespace {
@@ -478,6 +480,87 @@ TEST(ElementwiseParamsTest, RefusesOperandsOutOfRange) {
   params.program[2] = 1;  // register 1 does not exist yet
   params.program_length = 1;
   EXPECT_FALSE(params.check().ok());
+}
+
+}  // namespace
+}  // namespace llmc::testing
+
+namespace llmc::testing {
+namespace {
+
+using SampleTest = CudaTest;
+
+// For u at the middle of each kept token's share of the cumulative probability (token order),
+// the device picks exactly that token; the kept set is top-k then top-p, computed here in
+// double with a sort.
+TEST_F(SampleTest, TopKTopPPicksTheTokenWhoseShareHoldsU) {
+  const int64_t vocab = 1000;
+  Tensor logits = randomTensor({1, vocab}, 1200);
+  for (auto [top_k, top_p, temperature] : {std::tuple<int64_t, float, float>{0, 1.0f, 1.0f},
+                                           {40, 1.0f, 0.7f}, {0, 0.9f, 1.0f}, {50, 0.8f, 1.3f}}) {
+    std::vector<double> scaled(vocab);
+    for (int64_t j = 0; j < vocab; ++j) scaled[j] = logits.data<float>()[j] / temperature;
+    std::vector<int64_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scaled[a] > scaled[b]; });
+    const double max_logit = scaled[order[0]];
+    const int64_t k = top_k > 0 ? std::min(top_k, vocab) : vocab;
+    double total = 0;
+    for (int64_t i = 0; i < k; ++i) total += std::exp(scaled[order[i]] - max_logit);
+    std::vector<bool> kept(vocab, false);
+    double mass = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      kept[order[i]] = true;
+      mass += std::exp(scaled[order[i]] - max_logit);
+      if (mass >= top_p * total) break;
+    }
+    double kept_total = 0;
+    for (int64_t j = 0; j < vocab; ++j) if (kept[j]) kept_total += std::exp(scaled[j] - max_logit);
+    std::vector<float> us;
+    std::vector<int32_t> want;
+    double cumulative = 0;
+    for (int64_t j = 0; j < vocab && us.size() < 64; ++j) {
+      if (!kept[j]) continue;
+      const double share = std::exp(scaled[j] - max_logit);
+      if (share / kept_total > 1e-3) {
+        us.push_back(static_cast<float>((cumulative + share / 2) / kept_total));
+        want.push_back(static_cast<int32_t>(j));
+      }
+      cumulative += share;
+    }
+    const int64_t rows = static_cast<int64_t>(us.size());
+    Tensor batch = Tensor::allocate(DType::kFloat32, {rows, vocab});
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(logits.data<float>(), vocab, batch.data<float>() + r * vocab);
+    DeviceBuffer dl(batch), du(makeFloat({rows}, us)), di(rows);
+    cuda::SampleParams params;
+    params.logits = dl.get();
+    params.uniform = du.get();
+    params.ids = di.as<int32_t>();
+    params.rows = rows;
+    params.vocab = vocab;
+    params.temperature = temperature;
+    params.top_k = top_k;
+    params.top_p = top_p;
+    ASSERT_TRUE(cuda::launchSample(params, nullptr).ok());
+    std::vector<int32_t> got(static_cast<size_t>(rows));
+    ASSERT_EQ(cudaMemcpy(got.data(), di.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(got, want) << "top_k " << top_k << " top_p " << top_p << " temperature " << temperature;
+  }
+}
+
+TEST(SampleParamsTest, RefusesGreedyAndBadTopP) {
+  cuda::SampleParams params;
+  float x = 0;
+  int32_t id = 0;
+  params.logits = params.uniform = &x;
+  params.ids = &id;
+  params.vocab = 10;
+  params.temperature = 0;
+  EXPECT_NE(params.check().message().find("temperature must be > 0"), std::string::npos);
+  params.temperature = 1;
+  params.top_p = 0;
+  EXPECT_NE(params.check().message().find("top_p"), std::string::npos);
 }
 
 }  // namespace

@@ -166,6 +166,24 @@ struct PagedAttentionParams {
 constexpr int64_t maxPagedAttentionContext() { return 12 * 1024; }
 Status launchPagedAttention(const PagedAttentionParams& params, cudaStream_t stream);
 
+// Top-k / top-p (nucleus) sampling on the device, one block per row: logits / temperature;
+// keep the tokens whose logit is at least the k-th largest (ties at the boundary kept; k <= 0
+// keeps all), then the smallest set of the most probable of those whose probability reaches
+// top_p (again with ties kept); then ids[r] is the token where the kept probabilities,
+// accumulated in token order, first exceed uniform[r] * their total. uniform[r] in [0, 1)
+// comes from the caller's seeded generator, so a row's choice is reproducible.
+struct SampleParams {
+  const float* logits = nullptr;   // [rows, vocab]
+  const float* uniform = nullptr;  // [rows]
+  int32_t* ids = nullptr;          // [rows]
+  int64_t rows = 0, vocab = 0;
+  float temperature = 1.0f;        // > 0 (temperature 0 is greedy: launchArgmax)
+  int64_t top_k = 0;
+  float top_p = 1.0f;              // (0, 1]
+  Status check() const;
+};
+Status launchSample(const SampleParams& params, cudaStream_t stream);
+
 // llm.elementwise: a program of float32 ops over inputs broadcast to the output (opcodes as
 // in LLMOps.td). Each input is described by its strides over the output's dims (0 where it
 // broadcasts); up to kMaxElementwiseInputs inputs, kMaxElementwiseRank dims and
