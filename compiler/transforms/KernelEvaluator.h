@@ -34,16 +34,7 @@ std::string kernelNameOf(mlir::Operation* op);
 // The ONNX node name carried in an op's location ("" when none).
 std::string nodeNameOf(mlir::Operation* op);
 
-struct KernelRun {
-  Status status;
-  std::vector<Tensor> outputs;  // shape-only tensors unless run with data
-};
-
-// Runs `kernel` on `inputs` (nullptr = absent). With shape_only, outputs have shapes and
-// dtypes only.
-KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
-                         const std::vector<const Tensor*>& inputs, size_t num_outputs,
-                         const std::string& node, bool shape_only);
+// evaluateKernel() (core/kernel.h) runs one runtime kernel on tensors.
 
 }  // namespace llmc
 

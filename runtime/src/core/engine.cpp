@@ -134,53 +134,71 @@ Status readLlmConfig(const fb::LlmConfig* llm, const std::string& what, Plan* pl
   return okStatus();
 }
 
-// A weight's recipe (format 1.3): every step well formed, inputs only from earlier steps,
-// kernels known to this runtime, literal bytes matching their dtype and dims.
-Status checkRecipe(const fb::Weight* weight, const KernelRegistry& registry, const std::string& where) {
+// A weight's recipe (format 1.3), checked as it is read: every step well formed, inputs only
+// from earlier steps, kernels known to this runtime, literal bytes matching their dtype and dims.
+Status readRecipe(const fb::Weight* weight, const Plan& plan, const KernelRegistry& registry,
+                  const std::string& where, std::vector<RecipeStep>* recipe) {
+  recipe->clear();
   if (!weight->recipe()) return okStatus();
   const auto& steps = *weight->recipe();
   for (flatbuffers::uoffset_t i = 0; i < steps.size(); ++i) {
-    const fb::RecipeStep* step = steps.Get(i);
+    const fb::RecipeStep* fb_step = steps.Get(i);
     const std::string at = where + " recipe step " + std::to_string(i);
-    auto dimsOk = [&](uint64_t* elements) {
-      *elements = 1;
-      if (!step->dims()) return true;
-      for (int64_t d : *step->dims()) {
-        if (d < 0 || (d > 0 && *elements > (uint64_t{1} << 40) / static_cast<uint64_t>(d))) return false;
-        *elements *= static_cast<uint64_t>(d);
+    RecipeStep step;
+    uint64_t elements = 1;
+    bool dims_ok = true;
+    if (fb_step->dims())
+      for (int64_t d : *fb_step->dims()) {
+        dims_ok = dims_ok && d >= 0 && (d == 0 || elements <= (uint64_t{1} << 40) / static_cast<uint64_t>(d));
+        if (!dims_ok) break;
+        elements *= static_cast<uint64_t>(d);
+        step.shape.push_back(d);
       }
-      return true;
-    };
-    uint64_t elements = 0;
-    switch (step->kind()) {
+    const bool dtype_ok = isValidDType(fb_step->dtype()) && fb_step->dtype() != 0;
+    if (dtype_ok) step.dtype = static_cast<DType>(fb_step->dtype());
+    switch (fb_step->kind()) {
       case fb::RecipeKind::Source:
-        if (!step->source() || step->source()->size() == 0 || !dimsOk(&elements) ||
-            !isValidDType(step->dtype()) || step->dtype() == 0)
+        if (!fb_step->source() || fb_step->source()->size() == 0 || !dims_ok || !dtype_ok)
           return dataLoss(at + ": a source without a name, dtype or valid dims");
+        step.kind = RecipeStep::Kind::kSource;
+        step.source = fb_step->source()->str();
         break;
-      case fb::RecipeKind::Literal:
-        if (!isValidDType(step->dtype()) || step->dtype() == 0 || !dimsOk(&elements) ||
-            (step->data() ? step->data()->size() : 0) !=
-                elements * dtypeSize(static_cast<DType>(step->dtype())))
+      case fb::RecipeKind::Literal: {
+        const size_t bytes = fb_step->data() ? fb_step->data()->size() : 0;
+        if (!dtype_ok || !dims_ok || bytes != elements * dtypeSize(step.dtype))
           return dataLoss(at + ": literal bytes do not match their dtype and dims");
+        step.kind = RecipeStep::Kind::kLiteral;
+        step.literal = Tensor::allocate(step.dtype, step.shape);  // copied: alignment
+        if (bytes) std::memcpy(step.literal.data(), fb_step->data()->data(), bytes);
         break;
+      }
       case fb::RecipeKind::Kernel: {
-        if (!step->kernel() || !registry.find(step->kernel()->str()))
-          return dataLoss(at + ": unknown kernel '" + (step->kernel() ? step->kernel()->str() : "") + "'");
-        if (step->output() < 0) return dataLoss(at + ": negative output index");
-        if (step->inputs())
-          for (int32_t input : *step->inputs())
+        step.kind = RecipeStep::Kind::kKernel;
+        step.kernel = fb_step->kernel() ? registry.find(fb_step->kernel()->str()) : nullptr;
+        if (!step.kernel)
+          return dataLoss(at + ": unknown kernel '" + (fb_step->kernel() ? fb_step->kernel()->str() : "") + "'");
+        if (fb_step->output() < 0) return dataLoss(at + ": negative output index");
+        step.output = fb_step->output();
+        if (fb_step->inputs())
+          for (int32_t input : *fb_step->inputs()) {
             if (input < -1 || input >= static_cast<int32_t>(i))
               return dataLoss(at + ": input " + std::to_string(input) + " is not an earlier step");
-        if (step->params())
-          for (const fb::Param* param : *step->params())
+            step.inputs.push_back(input);
+          }
+        if (fb_step->params())
+          for (const fb::Param* param : *fb_step->params()) {
             if (param->kind() == fb::ParamKind::Tensor)
               return dataLoss(at + ": tensor parameters are not allowed in recipes");
+            KernelParam converted;
+            LLMC_RETURN_IF_ERROR(convertParam(param, plan, at, &converted));
+            step.params.set(param->name()->str(), std::move(converted));
+          }
         break;
       }
       default:
-        return dataLoss(at + ": unknown kind " + std::to_string(static_cast<int>(step->kind())));
+        return dataLoss(at + ": unknown kind " + std::to_string(static_cast<int>(fb_step->kind())));
     }
+    recipe->push_back(std::move(step));
   }
   return okStatus();
 }
@@ -240,6 +258,7 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
 
   // Values and weights.
   size_t num_weights = def->weights() ? def->weights()->size() : 0;
+  plan->weights.resize(num_weights);
   if (!def->values()) return dataLoss(what + ": plan has no value table");
   for (const fb::Value* value : *def->values()) {
     PlanValue pv;
@@ -292,13 +311,17 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
         if (weight->size_bytes() != expected)
           return dataLoss(where + " holds " + std::to_string(weight->size_bytes()) +
                           " bytes, its shape needs " + std::to_string(expected));
-        LLMC_RETURN_IF_ERROR(checkRecipe(weight, registry, where));
+        PlanWeight& plan_weight = plan->weights[static_cast<size_t>(w)];
+        plan_weight.offset = weight->offset();
+        plan_weight.size_bytes = weight->size_bytes();
+        plan_weight.value = static_cast<int>(plan->values.size());
+        LLMC_RETURN_IF_ERROR(readRecipe(weight, *plan, registry, where, &plan_weight.recipe));
         if (weight->offset() % kTensorAlignment)
           return dataLoss(where + " is not 64-byte aligned in the weights section");
         if (weight->offset() > header.weights_size ||
             weight->size_bytes() > header.weights_size - weight->offset()) {
           // Past the end: stripped (its recipe recomputes it), or a truncated file.
-          if (!weight->recipe() || weight->recipe()->size() == 0)
+          if (plan_weight.recipe.empty())
             return dataLoss(where + " lies outside the weights section (truncated or corrupted)");
           ++plan->stripped_weights;
           plan->values.push_back(std::move(pv));

@@ -149,6 +149,56 @@ std::vector<int64_t> stridesOf(const Shape& shape) {
   return strides;
 }
 
+namespace {
+class EvalContext : public KernelContext {
+ public:
+  EvalContext(const KernelParams& params, const std::vector<const Tensor*>& inputs,
+              size_t num_outputs, const std::string& node, bool shape_only)
+      : params_(params), inputs_(inputs), outputs_(num_outputs), node_(node), shape_only_(shape_only) {}
+
+  size_t numInputs() const override { return inputs_.size(); }
+  const Tensor* input(size_t i) const override { return i < inputs_.size() ? inputs_[i] : nullptr; }
+  size_t numOutputs() const override { return outputs_.size(); }
+  Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
+    if (i >= outputs_.size())
+      return internalError("node '" + node_ + "': output index out of range");
+    for (int64_t d : shape)
+      if (d < 0)
+        return invalidArgument("node '" + node_ + "': negative dimension in " + shapeToString(shape));
+    outputs_[i] = shape_only_ ? Tensor::view(dtype, shape, static_cast<void*>(nullptr))
+                              : Tensor::allocate(dtype, shape);
+    *out = &outputs_[i];
+    return okStatus();
+  }
+  const KernelParams& params() const override { return params_; }
+  const std::string& nodeName() const override { return node_; }
+  bool shapeOnly() const override { return shape_only_; }
+  std::vector<Tensor> takeOutputs() { return std::move(outputs_); }
+
+ private:
+  const KernelParams& params_;
+  const std::vector<const Tensor*>& inputs_;
+  std::vector<Tensor> outputs_;
+  const std::string& node_;
+  bool shape_only_;
+};
+}  // namespace
+
+KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
+                         const std::vector<const Tensor*>& inputs, size_t num_outputs,
+                         const std::string& node, bool shape_only) {
+  EvalContext ctx(params, inputs, num_outputs, node, shape_only);
+  KernelRun run;
+  run.status = kernel.fn(ctx);
+  run.outputs = ctx.takeOutputs();
+  if (run.status.ok())
+    for (size_t i = 0; i < run.outputs.size(); ++i)
+      if (run.outputs[i].dtype() == DType::kUndefined)
+        run.status = internalError("node '" + node + "': kernel " + kernel.name +
+                                   " did not produce output " + std::to_string(i));
+  return run;
+}
+
 Status kernelError(const KernelContext& ctx, const std::string& message) {
   return invalidArgument("node '" + ctx.nodeName() + "': " + message);
 }

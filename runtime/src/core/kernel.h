@@ -111,6 +111,17 @@ Status normalizeAxis(int64_t axis, int64_t rank, const std::string& node, int64_
 Status broadcastShapes(const Shape& a, const Shape& b, const std::string& node, Shape* out);
 // Row-major strides of `shape`.
 std::vector<int64_t> stridesOf(const Shape& shape);
+// One kernel run outside a session: by the compiler (shape inference, constant folding) and
+// by `llmc refit` (weight recipes). Inputs may be null (absent); with shape_only the outputs
+// have dtypes and shapes but no data.
+struct KernelRun {
+  Status status;
+  std::vector<Tensor> outputs;
+};
+KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
+                         const std::vector<const Tensor*>& inputs, size_t num_outputs,
+                         const std::string& node, bool shape_only);
+
 // Error helper: "node 'NAME': message".
 Status kernelError(const KernelContext& ctx, const std::string& message);
 

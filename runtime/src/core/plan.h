@@ -34,6 +34,28 @@ struct PlanStep {
   std::vector<int> last_use;  // intermediates whose last use is this step
 };
 
+// One step of a weight's recipe (engine format 1.3): how `llmc refit` recomputes the weight
+// from the source model's initializers.
+struct RecipeStep {
+  enum class Kind : uint8_t { kSource, kLiteral, kKernel };
+  Kind kind = Kind::kSource;
+  std::string source;  // kSource: the initializer's name
+  DType dtype = DType::kUndefined;
+  Shape shape;         // kSource: the initializer's expected shape
+  Tensor literal;      // kLiteral: an owned copy of the bytes
+  const KernelDef* kernel = nullptr;  // kKernel
+  KernelParams params;
+  std::vector<int> inputs;  // earlier steps; -1 for an absent input
+  int output = 0;
+};
+
+struct PlanWeight {
+  uint64_t offset = 0;  // in the weights section
+  uint64_t size_bytes = 0;
+  int value = -1;       // the value it holds
+  std::vector<RecipeStep> recipe;  // empty: a constant of the model itself
+};
+
 struct PlanSlot {
   uint64_t offset = 0;
   uint64_t size_bytes = 0;
@@ -48,6 +70,7 @@ struct Plan {
   std::string build_options;
   std::vector<PlanValue> values;
   std::vector<PlanStep> steps;
+  std::vector<PlanWeight> weights;  // by the engine's weight index
   std::vector<PlanSlot> slots;
   std::vector<SymbolInfo> symbols;
   std::vector<int> inputs;

@@ -8,7 +8,7 @@
 #include "core/engine_file.h"
 #include "core/kernel.h"
 #include "llmc/engine.h"
-#include "llmc/engine_generated.h"
+#include "core/plan.h"
 
 namespace llmc {
 
@@ -28,112 +28,37 @@ bool safetensorsDType(const std::string& name, DType* dtype) {
   return false;
 }
 
-// A KernelContext over owned tensors, for evaluating recipe steps.
-class RecipeContext : public KernelContext {
- public:
-  RecipeContext(const KernelParams& params, std::vector<const Tensor*> inputs, size_t num_outputs,
-                const std::string& node)
-      : params_(params), inputs_(std::move(inputs)), outputs_(num_outputs), node_(node) {}
-  size_t numInputs() const override { return inputs_.size(); }
-  const Tensor* input(size_t i) const override { return i < inputs_.size() ? inputs_[i] : nullptr; }
-  size_t numOutputs() const override { return outputs_.size(); }
-  Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
-    if (i >= outputs_.size()) return internalError("output index out of range");
-    outputs_[i] = Tensor::allocate(dtype, shape);
-    *out = &outputs_[i];
-    return okStatus();
-  }
-  const KernelParams& params() const override { return params_; }
-  const std::string& nodeName() const override { return node_; }
-  std::vector<Tensor>& outputs() { return outputs_; }
-
- private:
-  const KernelParams& params_;
-  std::vector<const Tensor*> inputs_;
-  std::vector<Tensor> outputs_;
-  std::string node_;
-};
-
-KernelParams paramsOf(const flatbuffers::Vector<flatbuffers::Offset<fb::Param>>* list) {
-  KernelParams params;
-  if (!list) return params;
-  for (const fb::Param* p : *list) {
-    KernelParam param;
-    switch (p->kind()) {
-      case fb::ParamKind::Int: param.kind = KernelParam::Kind::kInt; param.i = p->i(); break;
-      case fb::ParamKind::Float: param.kind = KernelParam::Kind::kFloat; param.f = p->f(); break;
-      case fb::ParamKind::String:
-        param.kind = KernelParam::Kind::kString;
-        param.s = p->s() ? p->s()->str() : "";
-        break;
-      case fb::ParamKind::Ints:
-        param.kind = KernelParam::Kind::kInts;
-        if (p->ints()) param.ints.assign(p->ints()->begin(), p->ints()->end());
-        break;
-      case fb::ParamKind::Floats:
-        param.kind = KernelParam::Kind::kFloats;
-        if (p->floats()) param.floats.assign(p->floats()->begin(), p->floats()->end());
-        break;
-      default: continue;  // tensor parameters are refused when the engine loads
-    }
-    params.set(p->name()->str(), std::move(param));
-  }
-  return params;
-}
-
-std::string shapeText(const flatbuffers::Vector<int64_t>* dims) {
-  Shape shape;
-  if (dims) shape.assign(dims->begin(), dims->end());
-  return shapeToString(shape);
-}
-
 // Evaluates one weight's recipe with the runtime's reference kernels.
-Status evaluateRecipe(const fb::Weight* weight, const std::map<std::string, Tensor>& sources,
+Status evaluateRecipe(const std::vector<RecipeStep>& steps, const std::map<std::string, Tensor>& sources,
                       const std::string& where, Tensor* result) {
-  const auto& steps = *weight->recipe();
+  if (steps.empty()) return dataLoss(where + ": empty recipe");
   std::vector<Tensor> values(steps.size());
-  for (flatbuffers::uoffset_t i = 0; i < steps.size(); ++i) {
-    const fb::RecipeStep* step = steps.Get(i);
-    switch (step->kind()) {
-      case fb::RecipeKind::Source: {
-        const std::string name = step->source()->str();
-        auto it = sources.find(name);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const RecipeStep& step = steps[i];
+    switch (step.kind) {
+      case RecipeStep::Kind::kSource: {
+        auto it = sources.find(step.source);
         if (it == sources.end())
-          return invalidArgument(where + " needs initializer '" + name + "', which the weights file lacks");
-        Shape want;
-        if (step->dims()) want.assign(step->dims()->begin(), step->dims()->end());
-        if (it->second.dtype() != static_cast<DType>(step->dtype()) || it->second.shape() != want)
-          return invalidArgument("initializer '" + name + "' is " + dtypeName(it->second.dtype()) +
+          return invalidArgument(where + " needs initializer '" + step.source + "', which the weights file lacks");
+        if (it->second.dtype() != step.dtype || it->second.shape() != step.shape)
+          return invalidArgument("initializer '" + step.source + "' is " + dtypeName(it->second.dtype()) +
                                  shapeToString(it->second.shape()) + " in the weights file; the engine was built for " +
-                                 dtypeName(static_cast<DType>(step->dtype())) + shapeText(step->dims()));
+                                 dtypeName(step.dtype) + shapeToString(step.shape));
         values[i] = it->second;
         break;
       }
-      case fb::RecipeKind::Literal: {
-        Shape shape;
-        if (step->dims()) shape.assign(step->dims()->begin(), step->dims()->end());
-        values[i] = Tensor::view(static_cast<DType>(step->dtype()), shape,
-                                 static_cast<const void*>(step->data() ? step->data()->data() : nullptr));
-        break;
-      }
-      case fb::RecipeKind::Kernel: {
-        const KernelDef* kernel = KernelRegistry::cpuReference().find(step->kernel()->str());
-        KernelParams params = paramsOf(step->params());
+      case RecipeStep::Kind::kLiteral: values[i] = step.literal; break;
+      case RecipeStep::Kind::kKernel: {
         std::vector<const Tensor*> inputs;
-        if (step->inputs())
-          for (int32_t input : *step->inputs())
-            inputs.push_back(input < 0 ? nullptr : &values[static_cast<size_t>(input)]);
-        const size_t outputs = static_cast<size_t>(std::max(step->output() + 1, 1));
-        RecipeContext ctx(params, std::move(inputs), outputs, where);
-        Status status = kernel->fn(ctx);
-        if (!status.ok()) return status.withContext(where + " (recipe step " + std::to_string(i) + ")");
-        values[i] = ctx.outputs()[static_cast<size_t>(step->output())];
+        for (int input : step.inputs) inputs.push_back(input < 0 ? nullptr : &values[static_cast<size_t>(input)]);
+        KernelRun run = evaluateKernel(*step.kernel, step.params, inputs, static_cast<size_t>(step.output) + 1,
+                                       where, /*shape_only=*/false);
+        if (!run.status.ok()) return run.status.withContext(where + " (recipe step " + std::to_string(i) + ")");
+        values[i] = std::move(run.outputs[static_cast<size_t>(step.output)]);
         break;
       }
-      default: return dataLoss(where + ": unknown recipe step");
     }
   }
-  if (steps.size() == 0) return dataLoss(where + ": empty recipe");
   *result = values.back();
   return okStatus();
 }
@@ -191,48 +116,31 @@ Status refitEngine(std::span<const uint8_t> engine_bytes, const std::string& wha
                    const std::map<std::string, Tensor>& weights, std::vector<uint8_t>* out) {
   std::shared_ptr<const Engine> engine;
   LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(engine_bytes, what, &engine));  // verifies everything
+  const Plan& plan = engine->plan();
   EngineFileHeader header;
   LLMC_RETURN_IF_ERROR(checkEngineHeader(engine_bytes.data(), engine_bytes.size(), what, &header));
-  const uint8_t* fb_bytes = engine_bytes.data() + header.flatbuffer_offset;
-  const fb::Engine* def = fb::GetEngine(fb_bytes);
-  // Each weight's dtype and shape, from the value that names it.
-  std::vector<std::pair<DType, Shape>> declared(def->weights() ? def->weights()->size() : 0);
-  std::vector<std::string> names(declared.size());
-  for (const fb::Value* value : *def->values()) {
-    if (value->kind() != fb::ValueKind::Weight) continue;
-    Shape shape;
-    if (value->dims())
-      for (const fb::Dim* d : *value->dims()) shape.push_back(d->size());
-    declared[static_cast<size_t>(value->weight())] = {static_cast<DType>(value->dtype()), shape};
-    names[static_cast<size_t>(value->weight())] = value->name()->str();
-  }
   uint64_t blob_size = 0;
-  for (const fb::Weight* w : *def->weights()) blob_size = std::max(blob_size, w->offset() + w->size_bytes());
+  for (const PlanWeight& w : plan.weights) blob_size = std::max(blob_size, w.offset + w.size_bytes);
   std::vector<uint8_t> blob(blob_size, 0);
-  const uint8_t* old_blob = engine_bytes.data() + header.weights_offset;
-  size_t used = 0;
-  for (flatbuffers::uoffset_t i = 0; i < def->weights()->size(); ++i) {
-    const fb::Weight* w = def->weights()->Get(i);
-    const std::string where = what + ": weight '" + names[i] + "'";
-    if (!w->recipe() || w->recipe()->size() == 0) {
+  for (const PlanWeight& w : plan.weights) {
+    const PlanValue& value = plan.values[static_cast<size_t>(w.value)];
+    if (w.recipe.empty()) {
       // A constant of the model itself: its bytes are in every engine, stripped or not.
-      if (w->offset() + w->size_bytes() > header.weights_size)
-        return dataLoss(where + " has no recipe and no bytes");
-      if (w->size_bytes()) std::memcpy(blob.data() + w->offset(), old_blob + w->offset(), w->size_bytes());
+      if (w.size_bytes) std::memcpy(blob.data() + w.offset, value.weight.data(), w.size_bytes);
       continue;
     }
-    Tensor value;
-    LLMC_RETURN_IF_ERROR(evaluateRecipe(w, weights, where, &value));
-    if (value.dtype() != declared[i].first || value.shape() != declared[i].second ||
-        value.sizeBytes() != w->size_bytes())
-      return invalidArgument(where + " comes out " + dtypeName(value.dtype()) + shapeToString(value.shape()) +
-                             " from the new weights; the engine holds " + dtypeName(declared[i].first) +
-                             shapeToString(declared[i].second));
-    if (value.sizeBytes()) std::memcpy(blob.data() + w->offset(), value.data(), value.sizeBytes());
-    ++used;
+    const std::string where = what + ": weight '" + value.name + "'";
+    Tensor result;
+    LLMC_RETURN_IF_ERROR(evaluateRecipe(w.recipe, weights, where, &result));
+    Shape shape;
+    for (const DimInfo& d : value.dims) shape.push_back(d.size);
+    if (result.dtype() != value.dtype || result.shape() != shape || result.sizeBytes() != w.size_bytes)
+      return invalidArgument(where + " comes out " + dtypeName(result.dtype()) + shapeToString(result.shape()) +
+                             " from the new weights; the engine holds " + dtypeName(value.dtype) +
+                             shapeToString(shape));
+    if (w.size_bytes) std::memcpy(blob.data() + w.offset, result.data(), w.size_bytes);
   }
-  (void)used;
-  assembleEngineFile({fb_bytes, header.flatbuffer_size}, blob, out);
+  assembleEngineFile({engine_bytes.data() + header.flatbuffer_offset, header.flatbuffer_size}, blob, out);
   return okStatus();
 }
 
