@@ -1,27 +1,12 @@
 // llm.norm on the GPU (kernels.h): one block per row, block-wide reductions in float.
 #include "cuda/cuda_status.h"
+#include "cuda/block_reduce.cuh"
 #include "cuda/kernels.h"
 
 namespace llmc::cuda {
 namespace {
 
 constexpr int kNormThreads = 256;
-
-__device__ float blockSum(float value, float* shared) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < blockDim.x / 32 ? shared[lane] : 0.0f;
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-    if (lane == 0) shared[0] = value;
-  }
-  __syncthreads();
-  const float total = shared[0];
-  __syncthreads();  // shared is reused by the next reduction
-  return total;
-}
 
 __global__ void normKernel(NormParams p) {
   __shared__ float shared[32];

@@ -3,45 +3,13 @@
 #include <cfloat>
 
 #include "cuda/cuda_status.h"
+#include "cuda/block_reduce.cuh"
 #include "cuda/kernels.h"
 
 namespace llmc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__device__ T blockSum(T value, T* shared) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < blockDim.x / 32 ? shared[lane] : T(0);
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-    if (lane == 0) shared[0] = value;
-  }
-  __syncthreads();
-  const T total = shared[0];
-  __syncthreads();
-  return total;
-}
-
-__device__ float blockMax(float value, float* shared) {
-  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_down_sync(0xffffffffu, value, offset));
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < blockDim.x / 32 ? shared[lane] : -FLT_MAX;
-    for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_down_sync(0xffffffffu, value, offset));
-    if (lane == 0) shared[0] = value;
-  }
-  __syncthreads();
-  const float total = shared[0];
-  __syncthreads();
-  return total;
-}
 
 __global__ void sampleKernel(SampleParams p) {
   __shared__ float fshared[32];

@@ -1,7 +1,7 @@
-// KV-cache append and causal attention over the paged cache (kernels.h).
-#include <cfloat>
-
+// Attention on the GPU (kernels.h): KV-cache append, causal attention over the paged cache, and
+// cache-free attention with a mask (llm.sdpa); both attend through attendRow.
 #include "cuda/cuda_status.h"
+#include "cuda/attend_row.cuh"
 #include "cuda/kernels.h"
 
 namespace llmc::cuda {
@@ -25,28 +25,6 @@ __global__ void kvAppendKernel(KvAppendParams p) {
   p.kv.value_cache[at] = p.v[t * p.v_width + p.v_column + h * p.kv.head_dim + d];
 }
 
-__device__ float blockReduce(float value, float* shared, bool is_max) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_down_sync(0xffffffffu, value, offset);
-    value = is_max ? fmaxf(value, other) : value + other;
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < blockDim.x / 32 ? shared[lane] : (is_max ? -FLT_MAX : 0.0f);
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other = __shfl_down_sync(0xffffffffu, value, offset);
-      value = is_max ? fmaxf(value, other) : value + other;
-    }
-    if (lane == 0) shared[0] = value;
-  }
-  __syncthreads();
-  const float result = shared[0];
-  __syncthreads();
-  return result;
-}
-
 __global__ void pagedAttentionKernel(PagedAttentionParams p) {
   extern __shared__ float scores[];  // [max_context]
   __shared__ float reduce[32];
@@ -56,28 +34,28 @@ __global__ void pagedAttentionKernel(PagedAttentionParams p) {
   const int32_t* table = kv.block_tables + static_cast<int64_t>(kv.token_sequence[t]) * kv.max_blocks;
   const int64_t count = kv.token_position[t] + 1;
   const float* q = p.q + t * p.q_width + p.q_column + h * kv.head_dim;
-  float local_max = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const float* k = kv.key_cache + slotOffset(kv, table[j / kv.block_size], kvh, j % kv.block_size);
-    float dot = 0.0f;
-    for (int64_t d = 0; d < kv.head_dim; ++d) dot += q[d] * k[d];
-    scores[j] = dot * p.scale;
-    local_max = fmaxf(local_max, scores[j]);
-  }
-  const float max_score = blockReduce(local_max, reduce, true);
-  float local_sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    scores[j] = expf(scores[j] - max_score);
-    local_sum += scores[j];
-  }
-  const float inv = 1.0f / blockReduce(local_sum, reduce, false);
-  float* out = p.out + (t * p.heads + h) * kv.head_dim;
-  for (int64_t d = threadIdx.x; d < kv.head_dim; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < count; ++j)
-      acc += scores[j] * kv.value_cache[slotOffset(kv, table[j / kv.block_size], kvh, j % kv.block_size) + d];
-    out[d] = acc * inv;
-  }
+  auto slot = [&](int64_t j) { return slotOffset(kv, table[j / kv.block_size], kvh, j % kv.block_size); };
+  attendRow(
+      q, count, kv.head_dim, p.scale, [&](int64_t j) { return kv.key_cache + slot(j); },
+      [&](int64_t j) { return kv.value_cache + slot(j); }, [](int64_t) { return 0.0f; }, scores, reduce,
+      p.out + (t * p.heads + h) * kv.head_dim);
+}
+
+__global__ void sdpaKernel(SdpaParams p) {
+  extern __shared__ float scores[];  // [keys]
+  __shared__ float reduce[32];
+  const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int64_t kvh = h / (p.heads / p.kv_heads);
+  const float* q = p.q + ((b * p.heads + h) * p.queries + i) * p.head_dim;
+  const float* k = p.k + (b * p.kv_heads + kvh) * p.keys * p.head_dim;
+  const float* v = p.v + (b * p.kv_heads + kvh) * p.keys * p.head_dim;
+  const float* mask = p.mask ? p.mask + b * p.mask_strides[0] + h * p.mask_strides[1] + i * p.mask_strides[2]
+                             : nullptr;
+  attendRow(
+      q, p.keys, p.head_dim, p.scale, [&](int64_t j) { return k + j * p.head_dim; },
+      [&](int64_t j) { return v + j * p.head_dim; },
+      [&](int64_t j) { return mask ? mask[j * p.mask_strides[3]] : 0.0f; }, scores, reduce,
+      p.out + ((b * p.heads + h) * p.queries + i) * p.head_dim);
 }
 
 }  // namespace
@@ -141,6 +119,32 @@ Status launchPagedAttention(const PagedAttentionParams& params, cudaStream_t str
   dim3 grid(static_cast<unsigned>(params.kv.tokens), static_cast<unsigned>(params.heads));
   pagedAttentionKernel<<<grid, kThreads, shared, stream>>>(params);
   return cudaStatus(cudaGetLastError(), "paged attention (CUDA) launch");
+}
+
+Status SdpaParams::check() const {
+  if (!q || !k || !v || !out) return invalidArgument("LlmSdpa (CUDA): q, k, v and out are required");
+  if (batch < 0 || queries < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || head_dim < 1 || keys < 1)
+    return invalidArgument("LlmSdpa (CUDA): bad sizes");
+  if (keys > maxPagedAttentionContext())
+    return unimplemented("LlmSdpa (CUDA): " + std::to_string(keys) + " keys; this kernel holds at most " +
+                         std::to_string(maxPagedAttentionContext()));
+  if (queries > 0x7fffffff || heads > 65535 || batch > 65535)
+    return invalidArgument("LlmSdpa (CUDA): too large for one grid");
+  return okStatus();
+}
+
+Status launchSdpa(const SdpaParams& params, cudaStream_t stream) {
+  LLMC_RETURN_IF_ERROR(params.check());
+  if (params.batch == 0 || params.queries == 0) return okStatus();
+  const size_t shared = static_cast<size_t>(params.keys) * sizeof(float);
+  if (shared > 48 * 1024)
+    LLMC_RETURN_IF_ERROR(cudaStatus(cudaFuncSetAttribute(sdpaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         static_cast<int>(shared)),
+                                    "LlmSdpa (CUDA): cudaFuncSetAttribute"));
+  dim3 grid(static_cast<unsigned>(params.queries), static_cast<unsigned>(params.heads),
+            static_cast<unsigned>(params.batch));
+  sdpaKernel<<<grid, kThreads, shared, stream>>>(params);
+  return cudaStatus(cudaGetLastError(), "LlmSdpa (CUDA) launch");
 }
 
 }  // namespace llmc::cuda
