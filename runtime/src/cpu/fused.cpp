@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/kernel.h"
+#include "cpu/attend.h"
 #include "cpu/head_layout.h"
 
 namespace llmc {
@@ -475,29 +476,12 @@ Status sdpa(KernelContext& ctx) {
         const float* bias = mask ? mask->data<float>() + b * mask_strides[0] +
                                        h * mask_strides[1] + i * mask_strides[2]
                                  : nullptr;
-        float max_score = -INFINITY;
-        for (int64_t j = 0; j < keys; ++j) {
-          const float* kj = k->data<float>() + k_layout.at(b, kvh, j);
-          float dot = 0;
-          for (int64_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
-          float score = dot * scale + (bias ? bias[j * mask_strides[3]] : 0.0f);
-          scores[static_cast<size_t>(j)] = score;
-          max_score = std::max(max_score, score);
-        }
-        float* oi = out->data<float>() + out_layout.at(b, h, i);
-        std::fill(oi, oi + v_dim, 0.0f);
-        if (max_score == -INFINITY) continue;  // every key masked: zeros, not NaN
-        float sum = 0;
-        for (int64_t j = 0; j < keys; ++j) {
-          scores[static_cast<size_t>(j)] = std::exp(scores[static_cast<size_t>(j)] - max_score);
-          sum += scores[static_cast<size_t>(j)];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < keys; ++j) {
-          const float p = scores[static_cast<size_t>(j)] * inv;
-          const float* vj = v->data<float>() + v_layout.at(b, kvh, j);
-          for (int64_t d = 0; d < v_dim; ++d) oi[d] += p * vj[d];
-        }
+        attendOne(
+            qi, keys, head_dim, v_dim, scale,
+            [&](int64_t j) { return k->data<float>() + k_layout.at(b, kvh, j); },
+            [&](int64_t j) { return v->data<float>() + v_layout.at(b, kvh, j); },
+            [&](int64_t j) { return bias ? bias[j * mask_strides[3]] : 0.0f; }, scores,
+            out->data<float>() + out_layout.at(b, h, i));
       }
     }
   return okStatus();

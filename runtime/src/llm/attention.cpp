@@ -7,39 +7,13 @@
 
 #include "core/half.h"
 #include "core/kernel.h"
+#include "cpu/attend.h"
 #include "cpu/head_layout.h"
 #include "cpu/rotary.h"
 #include "llm/step_context.h"
 
 namespace llmc {
 namespace {
-
-// softmax(scale * q·k_j) over the keys `key(j)`, j < count, then the weighted sum of
-// `value(j)` into `out` (head_dim floats).
-template <typename KeyFn, typename ValueFn>
-void attendOne(const float* q, int64_t count, int64_t head_dim, float scale, KeyFn key,
-               ValueFn value, std::vector<float>& scores, float* out) {
-  scores.resize(static_cast<size_t>(count));
-  float max_score = -INFINITY;
-  for (int64_t j = 0; j < count; ++j) {
-    const float* k = key(j);
-    float dot = 0;
-    for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
-    scores[j] = dot * scale;
-    max_score = std::max(max_score, scores[j]);
-  }
-  float sum = 0;
-  for (int64_t j = 0; j < count; ++j) {
-    scores[j] = std::exp(scores[j] - max_score);
-    sum += scores[j];
-  }
-  std::fill(out, out + head_dim, 0.0f);
-  for (int64_t j = 0; j < count; ++j) {
-    const float* v = value(j);
-    float p = scores[j] / sum;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * v[d];
-  }
-}
 
 Status llmAttention(KernelContext& ctx) {
   const Tensor* q = ctx.input(0);
@@ -107,9 +81,9 @@ Status llmAttention(KernelContext& ctx) {
         for (int64_t t = 0; t < tokens; ++t) {
           int64_t kvh = h / group;
           attendOne(
-              qd + q_at(b, h, t), t + 1, head_dim, scale,
+              qd + q_at(b, h, t), t + 1, head_dim, head_dim, scale,
               [&](int64_t j) { return kd + k_at(b, kvh, j); },
-              [&](int64_t j) { return vd + v_at(b, kvh, j); }, scores, od + o_at(b, h, t));
+              [&](int64_t j) { return vd + v_at(b, kvh, j); }, noBias, scores, od + o_at(b, h, t));
         }
     return okStatus();
   }
@@ -209,9 +183,9 @@ Status llmAttention(KernelContext& ctx) {
         const float* kh = &keys[(h / group) * length * head_dim];
         const float* vh = &values[(h / group) * length * head_dim];
         attendOne(
-            qd + q_at(0, h, t), count, head_dim, scale,
+            qd + q_at(0, h, t), count, head_dim, head_dim, scale,
             [&](int64_t j) { return kh + j * head_dim; },
-            [&](int64_t j) { return vh + j * head_dim; }, scores, od + o_at(0, h, t));
+            [&](int64_t j) { return vh + j * head_dim; }, noBias, scores, od + o_at(0, h, t));
       }
     }
   }
