@@ -60,13 +60,6 @@ class DeviceBuffer {
   void* data_ = nullptr;
 };
 
-inline Tensor randomTensor(Shape shape, uint32_t seed) {
-  Tensor t = Tensor::allocate(DType::kFloat32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
-}
 
 // ||a - b|| / ||b|| (NaN anywhere gives infinity).
 inline double relativeL2(const Tensor& a, const Tensor& b) {
@@ -80,15 +73,5 @@ inline double relativeL2(const Tensor& a, const Tensor& b) {
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-inline Tensor runCpuKernel(const std::string& kernel, std::vector<std::optional<Tensor>> inputs,
-                           KernelParams params, size_t num_outputs = 1, size_t output = 0) {
-  TestKernelContext ctx;
-  ctx.inputs = std::move(inputs);
-  ctx.kernel_params = std::move(params);
-  ctx.num_outputs = num_outputs;
-  Status status = ctx.run(kernel);
-  EXPECT_TRUE(status.ok()) << kernel << ": " << status.message();
-  return status.ok() ? ctx.outputs[output] : Tensor();
-}
 
 }  // namespace llmc::testing

@@ -20,14 +20,14 @@ TEST_F(NormTest, MatchesCpuLlmNorm) {
     for (bool rms : {true, false})
       for (bool with_residual : {false, true}) {
         const int64_t rows = shape[0], width = shape[1];
-        Tensor x = randomTensor(shape, seed++), r = randomTensor(shape, seed++);
-        Tensor gamma = randomTensor({width}, seed++), beta = randomTensor({width}, seed++);
+        Tensor x = randomFloat(shape, seed++), r = randomFloat(shape, seed++);
+        Tensor gamma = randomFloat({width}, seed++), beta = randomFloat({width}, seed++);
         KernelParams p;
         p.set("kind", stringParam(rms ? "rms" : "layer"));
         p.set("epsilon", floatParam(1e-5));
         std::optional<Tensor> residual;
         if (with_residual) residual = r;
-        Tensor want = runCpuKernel("LlmNorm", {x, residual, gamma, beta}, p, 2, 0);
+        Tensor want = runKernel("LlmNorm", {x, residual, gamma, beta}, p, 2, 0);
         DeviceBuffer dx(x), dr(r), dg(gamma), db(beta), dy(rows * width), ds(rows * width);
         cuda::NormParams params;
         params.x = dx.get();
@@ -45,7 +45,7 @@ TEST_F(NormTest, MatchesCpuLlmNorm) {
         EXPECT_LT(relativeL2(dy.toHost(shape), want), 1e-5)
             << (rms ? "rms " : "layer ") << shapeToString(shape) << (with_residual ? " +residual" : "");
         if (with_residual) {
-          Tensor sum = runCpuKernel("LlmNorm", {x, residual, gamma, beta}, p, 2, 1);
+          Tensor sum = runKernel("LlmNorm", {x, residual, gamma, beta}, p, 2, 1);
           EXPECT_LT(relativeL2(ds.toHost(shape), sum), 1e-7);
         }
       }
@@ -62,9 +62,9 @@ TEST_F(RopeTest, MatchesCpuLlmRopeTablesAndCaches) {
   const int64_t batch = 2, heads = 3, tokens = 5, head_dim = 16, width = 3 * 16 + 8;
   for (bool token_major : {false, true})
     for (bool tables : {true, false}) {
-      Tensor x = token_major ? randomTensor({batch, tokens, width}, 10) : randomTensor({batch, heads, tokens, head_dim}, 11);
-      Tensor cos = tables ? randomTensor({1, 1, tokens, head_dim}, 12) : randomTensor({9, head_dim / 2}, 13);
-      Tensor sin = tables ? randomTensor({1, 1, tokens, head_dim}, 14) : randomTensor({9, head_dim / 2}, 15);
+      Tensor x = token_major ? randomFloat({batch, tokens, width}, 10) : randomFloat({batch, heads, tokens, head_dim}, 11);
+      Tensor cos = tables ? randomFloat({1, 1, tokens, head_dim}, 12) : randomFloat({9, head_dim / 2}, 13);
+      Tensor sin = tables ? randomFloat({1, 1, tokens, head_dim}, 14) : randomFloat({9, head_dim / 2}, 15);
       Tensor positions = makeInt64({tokens}, {4, 0, 8, 3, 3});
       KernelParams p;
       if (token_major) {
@@ -73,7 +73,7 @@ TEST_F(RopeTest, MatchesCpuLlmRopeTablesAndCaches) {
       }
       std::optional<Tensor> cpu_positions;
       if (!tables) cpu_positions = positions;
-      Tensor want = runCpuKernel("LlmRope", {x, cpu_positions, cos, sin}, p);
+      Tensor want = runKernel("LlmRope", {x, cpu_positions, cos, sin}, p);
       DeviceBuffer dx(x), dc(cos), ds(sin), dp(positions);
       cuda::RopeParams params;
       params.x = dx.get();
@@ -138,16 +138,16 @@ TEST_F(MatMulTest, MatchesCpuLlmFusedMatMul) {
     for (const char* act : {"none", "relu", "gelu_erf", "gelu_tanh", "silu", "sigmoid", "tanh"})
       for (bool trans_b : {false, true})
         for (bool with_bias : {true, false}) {
-          Tensor a = randomTensor({c.m, c.k}, seed++);
-          Tensor b = trans_b ? randomTensor({c.n, c.k}, seed++) : randomTensor({c.k, c.n}, seed++);
-          Tensor bias = randomTensor({c.n}, seed++);
+          Tensor a = randomFloat({c.m, c.k}, seed++);
+          Tensor b = trans_b ? randomFloat({c.n, c.k}, seed++) : randomFloat({c.k, c.n}, seed++);
+          Tensor bias = randomFloat({c.n}, seed++);
           KernelParams p;
           p.set("activation", stringParam(act));
           p.set("trans_b", intParam(trans_b));
           p.set("alpha", floatParam(0.5));
           std::optional<Tensor> cpu_bias;
           if (with_bias) cpu_bias = bias;
-          Tensor want = runCpuKernel("LlmFusedMatMul", {a, b, cpu_bias}, p);
+          Tensor want = runKernel("LlmFusedMatMul", {a, b, cpu_bias}, p);
           DeviceBuffer da(a), db(b), dbias(bias), dy(c.m * c.n);
           cuda::MatMulParams params;
           params.handle = handle_;
@@ -176,11 +176,11 @@ using GateTest = CudaTest;
 
 TEST_F(GateTest, GatedActivationMatchesCpuLlmGatedMlp) {
   const int64_t rows = 9, k = 24, f = 37;
-  Tensor x = randomTensor({rows, k}, 200), w = randomTensor({k, 2 * f}, 201);
+  Tensor x = randomFloat({rows, k}, 200), w = randomFloat({k, 2 * f}, 201);
   KernelParams p;
   p.set("activation", stringParam("silu"));
-  Tensor want = runCpuKernel("LlmGatedMlp", {x, w}, p);
-  Tensor h = runCpuKernel("MatMul", {x, w}, {});
+  Tensor want = runKernel("LlmGatedMlp", {x, w}, p);
+  Tensor h = runKernel("MatMul", {x, w}, {});
   DeviceBuffer dh(h), dy(rows * f);
   cuda::ActivationParams params;
   params.y = dy.get();
@@ -196,9 +196,9 @@ TEST_F(GateTest, GatedActivationMatchesCpuLlmGatedMlp) {
 using EmbeddingTest = CudaTest;
 
 TEST_F(EmbeddingTest, MatchesCpuGather) {
-  Tensor table = randomTensor({50, 33}, 300);
+  Tensor table = randomFloat({50, 33}, 300);
   Tensor ids = makeInt64({2, 3}, {0, 49, 7, 7, 12, 1});
-  Tensor want = runCpuKernel("Gather", {table, ids}, {});
+  Tensor want = runKernel("Gather", {table, ids}, {});
   DeviceBuffer dt(table), di(ids), dy(6 * 33);
   cuda::EmbeddingParams params;
   params.table = dt.get();
@@ -216,7 +216,7 @@ using ArgmaxTest = CudaTest;
 
 TEST_F(ArgmaxTest, PicksTheFirstMaximumOfEachRow) {
   const int64_t rows = 5, vocab = 32003;
-  Tensor logits = randomTensor({rows, vocab}, 400);
+  Tensor logits = randomFloat({rows, vocab}, 400);
   logits.data<float>()[2 * vocab + 17] = 100.0f;  // a tie in row 2: index 17 wins over 20000
   logits.data<float>()[2 * vocab + 20000] = 100.0f;
   std::vector<int32_t> want(rows);
@@ -238,10 +238,10 @@ TEST_F(ArgmaxTest, PicksTheFirstMaximumOfEachRow) {
 
 TEST_F(MatMulTest, AlgorithmCacheAsksOncePerShape) {
   cuda::MatMulAlgoCache cache;
-  Tensor a = randomTensor({4, 16}, 1100), b = randomTensor({16, 8}, 1101);
+  Tensor a = randomFloat({4, 16}, 1100), b = randomFloat({16, 8}, 1101);
   KernelParams p;
   p.set("activation", stringParam("none"));
-  Tensor want = runCpuKernel("LlmFusedMatMul", {a, b, std::nullopt}, p);
+  Tensor want = runKernel("LlmFusedMatMul", {a, b, std::nullopt}, p);
   DeviceBuffer da(a), db(b), dy(32);
   cuda::MatMulParams params;
   params.handle = handle_;
@@ -326,12 +326,12 @@ TEST_F(PagedAttentionTest, RaggedStepMatchesCpuCausalAttention) {
   int64_t first = 0;
   for (size_t s = 0; s < lengths.size(); ++s) {
     const int64_t len = lengths[s];
-    Tensor q = randomTensor({1, heads, len, d}, 500 + s), k = randomTensor({1, kv_heads, len, d}, 600 + s),
-           v = randomTensor({1, kv_heads, len, d}, 700 + s);
+    Tensor q = randomFloat({1, heads, len, d}, 500 + s), k = randomFloat({1, kv_heads, len, d}, 600 + s),
+           v = randomFloat({1, kv_heads, len, d}, 700 + s);
     KernelParams p;
     p.set("layer", intParam(1));
     p.set("scale", floatParam(0.35));
-    Tensor out = runCpuKernel("LlmAttention", {q, k, v}, p);
+    Tensor out = runKernel("LlmAttention", {q, k, v}, p);
     auto scatter = [&](const Tensor& head_major, Tensor& rows, int64_t n_heads) {
       for (int64_t h = 0; h < n_heads; ++h)
         for (int64_t t = 0; t < len; ++t)
@@ -410,12 +410,12 @@ using ElementwiseTest = CudaTest;
 // tanh((a * b) + 3) - c with b broadcasting along rows and c along the middle axis, as the
 // CPU LlmElementwise test.
 TEST_F(ElementwiseTest, MatchesCpuLlmElementwise) {
-  Tensor a = randomTensor({2, 3, 5}, 900), b = randomTensor({5}, 901), c = randomTensor({2, 1, 5}, 902);
+  Tensor a = randomFloat({2, 3, 5}, 900), b = randomFloat({5}, 901), c = randomFloat({2, 1, 5}, 902);
   const std::vector<int64_t> program = {2, 0, 1, 0, 3, -1, 21, 4, 0, 1, 5, 2};
   KernelParams p;
   p.set("program", intsParam(program));
   p.set("constants", floatsParam({3.0}));
-  Tensor want = runCpuKernel("LlmElementwise", {a, b, c}, p);
+  Tensor want = runKernel("LlmElementwise", {a, b, c}, p);
   DeviceBuffer da(a), db(b), dc(c), dy(30);
   cuda::ElementwiseParams params;
   params.inputs[0] = da.get();
@@ -443,11 +443,11 @@ using SdpaGpuTest = CudaTest;
 
 TEST_F(SdpaGpuTest, MatchesCpuLlmSdpaWithPaddingMask) {
   const int64_t b = 2, heads = 4, kv_heads = 2, queries = 7, keys = 7, d = 16;
-  Tensor q = randomTensor({b, heads, queries, d}, 1000), k = randomTensor({b, kv_heads, keys, d}, 1001),
-         v = randomTensor({b, kv_heads, keys, d}, 1002), mask = randomTensor({b, 1, 1, keys}, 1003);
+  Tensor q = randomFloat({b, heads, queries, d}, 1000), k = randomFloat({b, kv_heads, keys, d}, 1001),
+         v = randomFloat({b, kv_heads, keys, d}, 1002), mask = randomFloat({b, 1, 1, keys}, 1003);
   KernelParams p;
   p.set("scale", floatParam(0.25));
-  Tensor want = runCpuKernel("LlmSdpa", {q, k, v, mask}, p);
+  Tensor want = runKernel("LlmSdpa", {q, k, v, mask}, p);
   DeviceBuffer dq(q), dk(k), dv(v), dm(mask), dout(b * heads * queries * d);
   cuda::SdpaParams params;
   params.q = dq.get();
@@ -495,7 +495,7 @@ using SampleTest = CudaTest;
 // double with a sort.
 TEST_F(SampleTest, TopKTopPPicksTheTokenWhoseShareHoldsU) {
   const int64_t vocab = 1000;
-  Tensor logits = randomTensor({1, vocab}, 1200);
+  Tensor logits = randomFloat({1, vocab}, 1200);
   for (auto [top_k, top_p, temperature] : {std::tuple<int64_t, float, float>{0, 1.0f, 1.0f},
                                            {40, 1.0f, 0.7f}, {0, 0.9f, 1.0f}, {50, 0.8f, 1.3f}}) {
     std::vector<double> scaled(vocab);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,27 @@ inline Tensor makeFloat(Shape shape, const std::vector<float>& v) {
 }
 inline Tensor makeInt64(Shape shape, const std::vector<int64_t>& v) {
   return makeTensor(DType::kInt64, shape, v);
+}
+
+// A float32 tensor of N(0, 1) values (never zeros: they hide unwritten outputs).
+inline Tensor randomFloat(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::allocate(DType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = normal(rng);
+  return t;
+}
+
+// Runs reference kernel `kernel` and returns output `output` (a failure is a test failure).
+inline Tensor runKernel(const std::string& kernel, std::vector<std::optional<Tensor>> inputs,
+                        KernelParams params = {}, size_t num_outputs = 1, size_t output = 0) {
+  TestKernelContext ctx;
+  ctx.inputs = std::move(inputs);
+  ctx.kernel_params = std::move(params);
+  ctx.num_outputs = num_outputs;
+  Status status = ctx.run(kernel);
+  EXPECT_TRUE(status.ok()) << kernel << ": " << status.message();
+  return status.ok() ? ctx.outputs[output] : Tensor();
 }
 
 template <typename T>

@@ -10,13 +10,6 @@
 namespace llmc::testing {
 namespace {
 
-Tensor randomFloat(Shape shape, uint32_t seed) {
-  Tensor t = Tensor::allocate(DType::kFloat32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
-}
 
 // Max |a - b| / (1 + |b|) over all elements; shapes must match.
 double relativeError(const Tensor& a, const Tensor& b) {
@@ -28,16 +21,6 @@ double relativeError(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
-Tensor runKernel(const std::string& kernel, std::vector<std::optional<Tensor>> inputs,
-                 KernelParams params = {}, size_t num_outputs = 1, size_t output = 0) {
-  TestKernelContext ctx;
-  ctx.inputs = std::move(inputs);
-  ctx.kernel_params = std::move(params);
-  ctx.num_outputs = num_outputs;
-  Status status = ctx.run(kernel);
-  EXPECT_TRUE(status.ok()) << kernel << ": " << status.message();
-  return status.ok() ? ctx.outputs[output] : Tensor();
-}
 
 KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> entries) {
   KernelParams p;
