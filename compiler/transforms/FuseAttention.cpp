@@ -25,7 +25,7 @@ class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
     for (Operation& op : func.getBody().front())
       if (isOp(&op, "nn.softmax")) softmaxes.push_back(&op);
     for (Operation* softmax : softmaxes) fuse(func, softmax);
-    eraseDeadConstants(func);
+    eraseDeadOps(func.getBody().front());
   }
 
   /// matmul(softmax(matmul(Q, Kᵀ) [* | / c] [+ mask]), V) -> llm.sdpa(Q, K, V, mask).

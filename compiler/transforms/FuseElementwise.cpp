@@ -67,7 +67,7 @@ class FuseElementwisePass : public impl::FuseElementwiseBase<FuseElementwisePass
     for (size_t i = 0; i < ops.size(); ++i) groups[find(i)].push_back(ops[i]);
     for (auto& [root, members] : groups)
       if (members.size() >= 2) fuse(func, members);
-    eraseDeadConstants(func);
+    eraseDeadOps(func.getBody().front());
   }
 
   void fuse(func::FuncOp func, const std::vector<Operation*>& members) {

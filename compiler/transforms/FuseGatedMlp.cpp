@@ -38,7 +38,7 @@ class FuseGatedMlpPass : public impl::FuseGatedMlpBase<FuseGatedMlpPass> {
     for (Operation& op : func.getBody().front())
       if (isOp(&op, "nn.mul")) muls.push_back(&op);
     for (Operation* mul : muls) fuse(func, mul);
-    eraseDeadConstants(func);
+    eraseDeadOps(func.getBody().front());
   }
 
   /// mul(fused_matmul{act}(x, Wg), fused_matmul{none}(x, Wu)) (either order) ->

@@ -275,7 +275,7 @@ class FuseMatMulPass : public impl::FuseMatMulBase<FuseMatMulPass> {
     for (Operation& op : func.getBody().front())
       if (isOp(&op, "nn.matmul") || isOp(&op, "nn.gemm")) ops.push_back(&op);
     for (Operation* op : ops) matcher.fuse(op);
-    eraseDeadOps(func);
+    eraseDeadOps(func.getBody().front());
   }
 };
 

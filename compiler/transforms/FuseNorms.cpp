@@ -347,7 +347,7 @@ class FuseNormsPass : public impl::FuseNormsBase<FuseNormsPass> {
       if (isOp(op, "llm.norm")) norms.push_back(op);
     });
     for (Operation* norm : norms) matcher.fuseResidual(norm);
-    eraseDeadConstants(func);
+    eraseDeadOps(func.getBody().front());
   }
 };
 

@@ -24,8 +24,6 @@ bool isHeadTranspose(Operation* op) {
   return isOp(op, "nn.transpose") && perm && perm.asArrayRef() == ArrayRef<int64_t>{0, 2, 1, 3};
 }
 
-bool sameLeadingDims(Value a, Value b) { return llmc::sameLeadingDims(a, b, 2); }
-
 // One of q/k/v traced back to token-major rows: rows [b, s, width], heads from `column`.
 struct Operand {
   Value rows;
@@ -53,7 +51,7 @@ std::optional<Operand> traceOperand(Value v, std::string* why) {
   if (!rows_type || rows_type.getRank() != 3 || split_type.getRank() != 4 ||
       split_type.isDynamicDim(2) || split_type.isDynamicDim(3) ||
       rows_type.isDynamicDim(2) || rows_type.getDimSize(2) != split_type.getDimSize(2) * split_type.getDimSize(3) ||
-      !sameLeadingDims(rows, reshape->getResult(0)))
+      !sameLeadingDims(rows, reshape->getResult(0), 2))
     return *why = "the reshape at " + where(reshape) + " is not [b, s, H * D] -> [b, s, H, D]", std::nullopt;
   operand.chain.push_back(transpose);
   operand.chain.push_back(reshape);
@@ -70,7 +68,7 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
       if ((isOp(&op, "llm.attention") || isOp(&op, "llm.sdpa")) && !op.getAttr("num_heads"))
         attentions.push_back(&op);
     for (Operation* attention : attentions) fuse(func, attention);
-    eraseDeadConstants(func);
+    eraseDeadOps(func.getBody().front());
   }
 
   void fuse(func::FuncOp func, Operation* attention) {
@@ -108,10 +106,10 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     auto merged = isOp(out_reshape, "nn.reshape") ? dyn_cast<RankedTensorType>(out_reshape->getResult(0).getType())
                                                   : RankedTensorType();
     if (!merged || merged.getRank() != 3 || merged.getDimSize(2) != heads * head_dim ||
-        !sameLeadingDims(out_reshape->getResult(0), parts[0]->rows))
+        !sameLeadingDims(out_reshape->getResult(0), parts[0]->rows, 2))
       return miss("attention-layout", "the result is not merged back to [batch, tokens, heads * head_dim]");
     for (int i = 0; i < 3; ++i)
-      if (!sameLeadingDims(parts[i]->rows, parts[0]->rows))
+      if (!sameLeadingDims(parts[i]->rows, parts[0]->rows, 2))
         return miss("attention-layout", "q, k and v rows differ in batch or tokens");
 
     OpBuilder b(attention);

@@ -48,7 +48,7 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
     for (Operation& op : func.getBody().front())
       if (isOp(&op, "nn.add")) adds.push_back(&op);
     for (Operation* add : adds) fuse(func, add);
-    eraseDeadConstants(func);
+    eraseDeadOps(func.getBody().front());
   }
 
   /// add(mul(x, cos), mul(concat(neg(x[D/2:]), x[:D/2]), sin)) -> llm.rope(x, none, cos, sin).

@@ -1,6 +1,8 @@
 // Helpers shared by the fusion passes and recognition (FusionUtil.h).
 #include "transforms/FusionUtil.h"
 
+#include "mlir/Transforms/RegionUtils.h"
+
 #include "core/kernel.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
@@ -169,24 +171,12 @@ std::vector<FusionRecord> takeFusionLog(func::FuncOp func) {
   return records;
 }
 
-void eraseDeadConstants(func::FuncOp func) {
-  std::vector<Operation*> dead;
-  for (Operation& op : func.getBody().front())
-    if ((isa<nn::ConstantOp>(op) || isa<nn::NoneOp>(op)) && op.use_empty()) dead.push_back(&op);
-  for (Operation* op : dead) op->erase();
-}
-
-void eraseDeadOps(func::FuncOp func) {
-  Block& body = func.getBody().front();
+void eraseDeadOps(Block& body) {
+  // In reverse program order a chain of dead ops goes in one pass: users come after their defs.
   std::vector<Operation*> ops;
   for (Operation& op : body.without_terminator()) ops.push_back(&op);
-  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
-    Operation* op = *it;
-    bool removable = op->getDialect() && (op->getDialect()->getNamespace() == "nn" ||
-                                          (op->getDialect()->getNamespace() == "llm" &&
-                                           !isa<llm::AttentionOp>(op)));
-    if (removable && op->use_empty()) op->erase();
-  }
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it)
+    if (isOpTriviallyDead(*it)) (*it)->erase();
 }
 
 std::string nodeNames(ArrayRef<Operation*> ops) {

@@ -67,11 +67,9 @@ struct FusionRecord {
 };
 void logFusion(mlir::func::FuncOp func, const FusionRecord& record);
 std::vector<FusionRecord> takeFusionLog(mlir::func::FuncOp func);
-// Erases constants and nn.none left without users (weights a fusion replaced).
-void eraseDeadConstants(mlir::func::FuncOp func);
-// Erases nn ops (and pure llm ops) whose results are all unused, e.g. the shape arithmetic
-// of a reshape a fusion removed.
-void eraseDeadOps(mlir::func::FuncOp func);
+// Erases side-effect-free ops whose results are all unused (weights a fusion replaced, the
+// shape arithmetic of a reshape it removed); llm.attention, which writes the KV cache, stays.
+void eraseDeadOps(mlir::Block& body);
 // Node names of `ops` for a record ("a, b, c"; unnamed ops are skipped).
 std::string nodeNames(llvm::ArrayRef<mlir::Operation*> ops);
 

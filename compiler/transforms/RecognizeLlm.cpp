@@ -849,21 +849,6 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     return error;
   }
 
-  static void eraseDeadOps(Block& body) {
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      std::vector<Operation*> ops;
-      for (Operation& op : body.without_terminator()) ops.push_back(&op);
-      for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
-        if (isOpTriviallyDead(*it)) {
-          (*it)->erase();
-          changed = true;
-        }
-      }
-    }
-  }
-
   // Everything left must compute each token from that token alone. Each value's token axis
   // is tracked: where its dims name the sequence symbol, or 0 after a Reshape that merged
   // [batch.., seq] into one row axis (GPT-2's Conv1D) and through row-preserving ops on it.
