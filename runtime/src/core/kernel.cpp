@@ -199,6 +199,21 @@ KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
   return run;
 }
 
+Status broadcastStrides(const KernelContext& ctx, const std::string& what, const Shape& operand,
+                        const Shape& target, std::vector<int64_t>* strides) {
+  strides->assign(target.size(), 0);
+  const std::vector<int64_t> own = stridesOf(operand);
+  if (operand.size() > target.size())
+    return kernelError(ctx, what + " " + shapeToString(operand) + " does not broadcast to " + shapeToString(target));
+  const size_t lead = target.size() - operand.size();
+  for (size_t d = 0; d < operand.size(); ++d) {
+    if (operand[d] != 1 && operand[d] != target[lead + d])
+      return kernelError(ctx, what + " " + shapeToString(operand) + " does not broadcast to " + shapeToString(target));
+    (*strides)[lead + d] = operand[d] == 1 ? 0 : own[d];
+  }
+  return okStatus();
+}
+
 Status kernelError(const KernelContext& ctx, const std::string& message) {
   return invalidArgument("node '" + ctx.nodeName() + "': " + message);
 }

@@ -111,6 +111,11 @@ Status normalizeAxis(int64_t axis, int64_t rank, const std::string& node, int64_
 Status broadcastShapes(const Shape& a, const Shape& b, const std::string& node, Shape* out);
 // Row-major strides of `shape`.
 std::vector<int64_t> stridesOf(const Shape& shape);
+// The strides with which a tensor of `operand` shape is read at each index of `target`
+// (numpy broadcasting, right-aligned; 0 along broadcast dims). An operand that does not
+// broadcast is "node 'N': <what> <shape> does not broadcast to <target>".
+Status broadcastStrides(const KernelContext& ctx, const std::string& what, const Shape& operand,
+                        const Shape& target, std::vector<int64_t>* strides);
 // One kernel run outside a session: by the compiler (shape inference, constant folding) and
 // by `llmc refit` (weight recipes). Inputs may be null (absent); with shape_only the outputs
 // have dtypes and shapes but no data.

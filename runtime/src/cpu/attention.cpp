@@ -82,18 +82,8 @@ Status attentionKernel(KernelContext& ctx) {
       return kernelError(ctx, "attn_mask must have rank 2 to 4, got " + shapeToString(mask->shape()));
     if (mask->dtype() != DType::kBool && mask->dtype() != dtype)
       return kernelError(ctx, "attn_mask must be bool or Q's dtype");
-    const int64_t full[4] = {qd.batch, qd.heads, qd.seq, total};
-    std::vector<int64_t> strides = stridesOf(mask->shape());
-    for (int64_t d = 0; d < mask->rank(); ++d) {
-      int64_t axis = 4 - mask->rank() + d;
-      int64_t size = mask->dim(d);
-      if (size != 1 && size != full[axis])
-        return kernelError(ctx, "attn_mask " + shapeToString(mask->shape()) +
-                                    " does not broadcast to [" + std::to_string(qd.batch) + ", " +
-                                    std::to_string(qd.heads) + ", " + std::to_string(qd.seq) +
-                                    ", " + std::to_string(total) + "]");
-      mask_strides[static_cast<size_t>(axis)] = size == 1 ? 0 : strides[static_cast<size_t>(d)];
-    }
+    LLMC_RETURN_IF_ERROR(broadcastStrides(ctx, "attn_mask", mask->shape(),
+                                          {qd.batch, qd.heads, qd.seq, total}, &mask_strides));
   }
 
   Tensor* y = nullptr;

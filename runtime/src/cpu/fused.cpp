@@ -340,9 +340,7 @@ Status elementwise(KernelContext& ctx) {
         reader.period = t->numElements();
       } else {
         reader.kind = InputReader::Kind::kStrided;
-        std::vector<int64_t> own = stridesOf(padded);
-        reader.strides.resize(shape.size());
-        for (size_t d = 0; d < shape.size(); ++d) reader.strides[d] = padded[d] == 1 ? 0 : own[d];
+        LLMC_RETURN_IF_ERROR(broadcastStrides(ctx, "input", t->shape(), shape, &reader.strides));
       }
     }
   }
@@ -446,20 +444,11 @@ Status sdpa(KernelContext& ctx) {
     out_shape = {batch, heads, seq, v_dim};
   }
   // The mask's strides over [batch, heads, tokens, keys] (0 where it broadcasts).
-  int64_t mask_strides[4] = {0, 0, 0, 0};
+  std::vector<int64_t> mask_strides(4, 0);
   if (mask) {
-    const int64_t full[4] = {batch, heads, seq, keys};
     if (mask->rank() < 2 || mask->rank() > 4)
       return kernelError(ctx, "the mask must have rank 2 to 4, got " + shapeToString(mask->shape()));
-    const std::vector<int64_t> own = stridesOf(mask->shape());
-    for (int64_t d = 0; d < mask->rank(); ++d) {
-      const int64_t axis = 4 - mask->rank() + d, size = mask->dim(d);
-      if (size != 1 && size != full[axis])
-        return kernelError(ctx, "mask " + shapeToString(mask->shape()) + " does not broadcast to [" +
-                                    std::to_string(batch) + ", " + std::to_string(heads) + ", " +
-                                    std::to_string(seq) + ", " + std::to_string(keys) + "]");
-      mask_strides[axis] = size == 1 ? 0 : own[static_cast<size_t>(d)];
-    }
+    LLMC_RETURN_IF_ERROR(broadcastStrides(ctx, "mask", mask->shape(), {batch, heads, seq, keys}, &mask_strides));
   }
   Tensor* out = nullptr;
   LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, out_shape, &out));
