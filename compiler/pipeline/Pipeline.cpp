@@ -317,24 +317,7 @@ Status compileModel(const CompileOptions& options, CompileStats* stats) {
   std::vector<uint8_t> engine;
   LLMC_RETURN_IF_ERROR(compileModelBytes(bytes, options, &engine, stats));
   if (options.progress) options.progress("writing " + options.output_path);
-  // Write to a temporary file, then rename: a failed compile never leaves a partial engine.
-  std::string temporary = options.output_path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) return invalidArgument(options.output_path + ": cannot write the engine file");
-    out.write(reinterpret_cast<const char*>(engine.data()),
-              static_cast<std::streamsize>(engine.size()));
-    if (!out) {
-      std::remove(temporary.c_str());
-      return internalError(options.output_path + ": write failed (disk full?)");
-    }
-  }
-  if (std::rename(temporary.c_str(), options.output_path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    return invalidArgument(options.output_path + ": cannot create the engine file");
-  }
-
-  return okStatus();
+  return writeEngineFile(options.output_path, engine);
 }
 
 }  // namespace llmc

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "cli.h"
+#include "core/engine_file.h"
 #include "llmc/refit.h"
 
 namespace llmc::cli {
@@ -42,20 +43,8 @@ int runRefit(const std::vector<std::string>& args) {
   if (status.ok()) status = parseSafetensors(weights, weights_path, &tensors);
   if (status.ok()) status = refitEngine(engine, engine_path, tensors, &out);
   if (!status.ok()) return reportError("refit", status);
-  // Write to a temporary file, then rename: a failed refit never leaves a partial engine.
-  const std::string temporary = output_path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    file.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
-    if (!file) {
-      std::remove(temporary.c_str());
-      return reportError("refit", invalidArgument(output_path + ": cannot write the engine"));
-    }
-  }
-  if (std::rename(temporary.c_str(), output_path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    return reportError("refit", invalidArgument(output_path + ": cannot create the engine"));
-  }
+  status = writeEngineFile(output_path, out);  // through a temporary file: nothing partial
+  if (!status.ok()) return reportError("refit", status);
   std::printf("wrote %s: %zu bytes, weights from %s (%zu tensors)\n", output_path.c_str(), out.size(),
               weights_path.c_str(), tensors.size());
   return kExitOk;

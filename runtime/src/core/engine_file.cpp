@@ -1,6 +1,9 @@
 // Engine file container: checksums, assembly and header checks.
 #include "core/engine_file.h"
 
+#include <cstdio>
+#include <fstream>
+
 #include <cstring>
 
 namespace llmc {
@@ -39,6 +42,24 @@ uint64_t checksum64(const void* data, size_t size_bytes) {
   h *= kPrime3;
   h ^= h >> 32;
   return h;
+}
+
+Status writeEngineFile(const std::string& path, std::span<const uint8_t> bytes) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) return invalidArgument(path + ": cannot write the engine file");
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!out) {
+      std::remove(temporary.c_str());
+      return internalError(path + ": write failed (disk full?)");
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    return invalidArgument(path + ": cannot create the engine file");
+  }
+  return okStatus();
 }
 
 void assembleEngineFile(std::span<const uint8_t> flatbuffer, std::span<const uint8_t> weights,

@@ -38,6 +38,10 @@ static_assert(sizeof(EngineFileHeader) == 64, "the engine header is 64 bytes");
 uint64_t checksum64(const void* data, size_t size_bytes);
 
 // Lays out header + FlatBuffer + padding + weights into `file`.
+// Writes an engine file through a temporary file and a rename, so that a failure never leaves a
+// partial engine at `path` (llmc compile, llmc refit).
+Status writeEngineFile(const std::string& path, std::span<const uint8_t> bytes);
+
 void assembleEngineFile(std::span<const uint8_t> flatbuffer, std::span<const uint8_t> weights,
                         std::vector<uint8_t>* file);
 
