@@ -42,6 +42,14 @@ def ort_median_ms(session, feeds, repeat):
     return statistics.median(times)
 
 
+def ort_session(model):
+    """ONNX Runtime on one thread, as llmc's kernels run."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
 def spread(values):
     return f"{statistics.median(values):8.3f} ms [{min(values):.3f}, {max(values):.3f}]"
 
@@ -55,9 +63,6 @@ def main():
     args = parser.parse_args()
     names = args.model or sorted(d for d in os.listdir(MODELS_DIR)
                                  if os.path.exists(os.path.join(MODELS_DIR, d, "manifest.json")))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
     print(f"onnxruntime {ort.__version__}, 1 thread each; medians of per-round medians "
           f"[min, max over {args.rounds} rounds of {args.repeat} runs]")
     print(f"{'model / input set':28} {'llmc':>30} {'onnxruntime':>30} {'llmc/ORT':>9}")
@@ -68,7 +73,7 @@ def main():
             model = os.path.join(model_dir, manifest.get("model", "model.onnx"))
             engine = os.path.join(tmp, name + ".engine")
             subprocess.run([args.llmc, "compile", model, "-o", engine], check=True, capture_output=True)
-            session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+            session = ort_session(model)
             for input_set in manifest["input_sets"]:
                 inputs = {k: os.path.join(model_dir, v) for k, v in input_set["inputs"].items()}
                 feeds = {k: np.load(v) for k, v in inputs.items()}

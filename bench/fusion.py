@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_ort import llmc_median_ms as llmc_ms, ort_median_ms as ort_ms  # noqa: E402
+from compare_ort import llmc_median_ms as llmc_ms, ort_median_ms as ort_ms, ort_session  # noqa: E402
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models")
 LAYER = re.compile(r"(?:layers|layer|h|blocks)[./_](\d+)[./]")
@@ -85,9 +85,6 @@ def main():
     parser.add_argument("--seq", type=int, default=32)
     args = parser.parse_args()
     names = args.model or ["llama_tiny", "gpt2_tiny", "bert_tiny"]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
     print(f"onnxruntime {ort.__version__}, 1 thread each; batch 1, {args.seq} tokens; medians of "
           f"per-round medians [min, max] over {args.rounds} rounds of {args.repeat} runs\n")
     rows = []
@@ -103,7 +100,7 @@ def main():
                 run([args.llmc, "compile", model, "-o", engines[level], "--opt-level", level] + flags)
                 infos[level], total, per_layer = kernels(args.llmc, engines[level])
                 counts[level] = (total, per_layer)
-            session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+            session = ort_session(model)
             vocab = (infos["1"].get("llm") or {}).get("vocab_size", 0) or 512
             feeds, files = inputs_for(session, infos["1"], args.seq, vocab, tmp, name)
             for level in ("0", "1"):
