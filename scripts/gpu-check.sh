@@ -32,6 +32,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLMC_BUILD_COMPILE
   -DLLMC_GTEST_SOURCE_DIR="$PREP/googletest" > "$OUT/configure.log" 2>&1 || fail "configure failed" configure.log
 ninja -C build-gpu llmc_cuda_tests llmc > "$OUT/build.log" 2>&1 || fail "build failed" build.log
 TESTS=build-gpu/test/llmc_cuda_tests
+export LLMC_GPU_MODELS="$PREP/models"  # engines compiled by gpu-prepare.sh (test/cuda/engine_test.cpp)
 BUILT=$(date +%s)
 
 echo "== GPU tests under compute-sanitizer memcheck"

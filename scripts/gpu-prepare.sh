@@ -70,5 +70,38 @@ if(PACKAGE_FIND_VERSION_MAJOR AND NOT PACKAGE_FIND_VERSION_MAJOR EQUAL 3)
   set(PACKAGE_VERSION_COMPATIBLE FALSE)
 endif()
 CFG
+# The test models, compiled here for sm_90 (the GPU machine has no compiler), for
+# test/cuda/engine_test.cpp: graph.engine with the manifest's input sets and exporter outputs,
+# and lm.engine with generation.json (transformers' greedy tokens). The demo model stays out
+# (it would add 18 MB to the carry).
+LLMC="$ROOT/build/tools/llmc/llmc"
+python3 - "$ROOT/test/models" "$PREP/models" "$LLMC" <<'PY'
+import json, os, shutil, subprocess, sys
+models, out, llmc = sys.argv[1:]
+for name in sorted(os.listdir(models)):
+    src = os.path.join(models, name)
+    if name == "demo" or not os.path.exists(os.path.join(src, "manifest.json")):
+        continue
+    manifest = json.load(open(os.path.join(src, "manifest.json")))
+    dst = os.path.join(out, name)
+    os.makedirs(dst)
+    common = manifest.get("compile_flags", [])
+    kinds = {"graph": ["--as-graph"] + manifest.get("as_graph_flags", []) + common}
+    if os.path.exists(os.path.join(src, "generation.json")):
+        kinds["lm"] = common
+        shutil.copy(os.path.join(src, "generation.json"), dst)
+    for kind, flags in kinds.items():
+        command = [llmc, "compile", os.path.join(src, manifest["model"]), "-o",
+                   os.path.join(dst, kind + ".engine"), "--target", "cuda-sm90", *flags]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"gpu-prepare: {' '.join(command)} failed:\n{proc.stderr}")
+    shutil.copy(os.path.join(src, "manifest.json"), dst)
+    for input_set in manifest["input_sets"]:
+        for path in list(input_set["inputs"].values()) + list(input_set["outputs"].values()):
+            os.makedirs(os.path.dirname(os.path.join(dst, path)), exist_ok=True)
+            shutil.copy(os.path.join(src, path), os.path.join(dst, path))
+    print(f"gpu-prepare: {name}: {', '.join(k + '.engine' for k in kinds)}")
+PY
 du -sh "$PREP"
 echo "gpu-prepare: wrote $PREP; carry it: run(carry=[\"gpu-prep\"], command=\"bash scripts/gpu-check.sh\")"

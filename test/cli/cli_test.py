@@ -336,10 +336,29 @@ class CliTest(unittest.TestCase):
         code, out, err = run("inspect", engine)
         self.assertEqual(code, 0, err)
         self.assertIn("target:   cuda-sm90", out)
+        # Without a usable GPU the CUDA backend refuses with the reason: this runtime built
+        # without CUDA (exit 2), or the CUDA build on a machine without driver or GPU (exit 1).
         code, _, err = self.run_engine(engine)
+        if code == 0:
+            self.skipTest("a GPU is present: the refusal cannot be shown here")
+        self.assertIn(code, (1, 2), err)
+        self.assertTrue("built without CUDA" in err or "NVIDIA" in err or "GPU" in err, err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        # The plan is the same for every target: the CPU backend runs it, with the CPU
+        # engine's outputs.
+        cpu_engine = self.compile_ok(model, "cpu.engine")
+        x = self.path("x.npy")
+        np.save(x, np.ones((2, 4), np.float32))
+        outs = []
+        for path, name in ((engine, "gpu"), (cpu_engine, "cpu")):
+            code, _, err = run("run", path, "--backend", "cpu", "--input", f"x={x}",
+                               "--output-dir", self.path(name))
+            self.assertEqual(code, 0, err)
+            outs.append(np.load(self.path(name + "/y.npy")))
+        np.testing.assert_array_equal(outs[0], outs[1])
+        code, _, err = run("run", engine, "--backend", "gpu", "--input", f"x={x}")
         self.assertEqual(code, 2)
-        self.assertIn("engine targets 'cuda-sm90'", err)
-        self.assertIn("compile with --target cpu", err)
+        self.assertIn("--backend takes auto, cpu or cuda, got 'gpu'", err)
         code, _, err = run("compile", model, "-o", self.path("tpu.engine"), "--target", "tpu")
         self.assertEqual(code, 2)
         self.assertIn("unknown target 'tpu' (targets: cpu, cuda-sm80, cuda-sm90)", err)

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/session.h"
 #include "llmc/status.h"
 
 namespace llmc::cli {
@@ -28,6 +29,25 @@ inline bool parseInt64(const std::string& text, int64_t* out) {
   } catch (...) {
     return false;
   }
+}
+
+// The backend options of run, generate and bench: `--backend auto|cpu|cuda` and `--tf32`.
+// Returns true when args[*i] is one of them (consuming its value); *error is set when the
+// value is bad.
+inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
+                             SessionOptions* options, std::string* error) {
+  const std::string& arg = args[*i];
+  if (arg == "--tf32") {
+    options->allow_tf32 = true;
+    return true;
+  }
+  if (arg != "--backend") return false;
+  const std::string value = *i + 1 < args.size() ? args[++*i] : "";
+  if (value == "auto") options->backend = Backend::kAuto;
+  else if (value == "cpu") options->backend = Backend::kCpu;
+  else if (value == "cuda") options->backend = Backend::kCuda;
+  else *error = "--backend takes auto, cpu or cuda, got '" + value + "'";
+  return true;
 }
 
 int runCompile(const std::vector<std::string>& args);

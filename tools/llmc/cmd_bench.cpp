@@ -33,11 +33,12 @@ struct Measured {
   std::vector<double> ttft_ms, decode_tps;
 };
 
-Status measure(std::shared_ptr<const Engine> engine, bool kv_cache,
+Status measure(std::shared_ptr<const Engine> engine, const SessionOptions& session, bool kv_cache,
                const std::vector<int32_t>& prompt, int32_t new_tokens, int repeat,
                Measured* out) {
   GeneratorConfig config;
   config.use_kv_cache = kv_cache;
+  config.session = session;
   std::unique_ptr<Generator> generator;
   LLMC_RETURN_IF_ERROR(Generator::create(engine, config, &generator));
   if (kv_cache && !generator->usesKvCache())
@@ -61,11 +62,13 @@ Status measure(std::shared_ptr<const Engine> engine, bool kv_cache,
 
 // Aggregate decode throughput of `requests` concurrent requests through continuous batching
 // (new tokens of all requests per second of the whole run, prefill included).
-Status measureBatched(std::shared_ptr<const Engine> engine, const std::vector<int32_t>& prompt,
+Status measureBatched(std::shared_ptr<const Engine> engine, const SessionOptions& session,
+                      const std::vector<int32_t>& prompt,
                       int32_t new_tokens, int requests, int repeat, std::vector<double>* tps) {
   for (int r = 0; r <= repeat; ++r) {
     BatchConfig config;
     config.max_running = requests;
+    config.session = session;
     std::unique_ptr<BatchGenerator> batch;
     LLMC_RETURN_IF_ERROR(BatchGenerator::create(engine, config, &batch));
     GenerationOptions options;
@@ -100,6 +103,7 @@ int runBench(const std::vector<std::string>& args) {
   int64_t context = 256, new_tokens = 32, repeat = 5;
   bool skip_full = false;
   int64_t batch_requests = 0;
+  SessionOptions session_options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     auto integer = [&](int64_t* value) { return i + 1 < args.size() && parseInt64(args[++i], value); };
@@ -115,6 +119,8 @@ int runBench(const std::vector<std::string>& args) {
         return usageError("bench", "--batch needs 1 <= N <= 256");
     } else if (arg == "--kv-only") {
       skip_full = true;
+    } else if (std::string flag_error; parseSessionFlag(args, &i, &session_options, &flag_error)) {
+      if (!flag_error.empty()) return usageError("bench", flag_error);
     } else if (!arg.empty() && arg[0] == '-') {
       return usageError("bench", "unknown option '" + arg + "'");
     } else if (engine_path.empty()) {
@@ -144,14 +150,14 @@ int runBench(const std::vector<std::string>& args) {
   for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
 
   Measured kv, full;
-  status = measure(engine, true, prompt, static_cast<int32_t>(new_tokens),
+  status = measure(engine, session_options, true, prompt, static_cast<int32_t>(new_tokens),
                    static_cast<int>(repeat), &kv);
   if (status.ok() && !skip_full)
-    status = measure(engine, false, prompt, static_cast<int32_t>(new_tokens),
+    status = measure(engine, session_options, false, prompt, static_cast<int32_t>(new_tokens),
                      static_cast<int>(repeat), &full);
   std::vector<double> batched;
   if (status.ok() && batch_requests > 0)
-    status = measureBatched(engine, prompt, static_cast<int32_t>(new_tokens),
+    status = measureBatched(engine, session_options, prompt, static_cast<int32_t>(new_tokens),
                             static_cast<int>(batch_requests), static_cast<int>(repeat), &batched);
   if (!status.ok()) return reportError("bench", status);
 

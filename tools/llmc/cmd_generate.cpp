@@ -104,6 +104,8 @@ int runGenerate(const std::vector<std::string>& args) {
       length_penalty = static_cast<float>(value);
     } else if (arg == "--print-ids") {
       print_ids = true;
+    } else if (std::string flag_error; parseSessionFlag(args, &i, &config.session, &flag_error)) {
+      if (!flag_error.empty()) return usageError("generate", flag_error);
     } else if (arg == "--kv-cache-dtype") {
       const std::string* v = next();
       if (v && *v == "f32") config.kv_cache_dtype = DType::kFloat32;

@@ -48,9 +48,13 @@ int runRun(const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, std::string>> input_files;
   int repeat = 1;
   std::string output_format = "npy";
+  SessionOptions session_options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--input" || arg == "-i") {
+    std::string flag_error;
+    if (parseSessionFlag(args, &i, &session_options, &flag_error)) {
+      if (!flag_error.empty()) return usageError("run", flag_error);
+    } else if (arg == "--input" || arg == "-i") {
       if (i + 1 >= args.size()) return usageError("run", "--input needs NAME=FILE");
       const std::string& spec = args[++i];
       size_t eq = spec.find('=');
@@ -92,7 +96,7 @@ int runRun(const std::vector<std::string>& args) {
   }
 
   std::unique_ptr<Session> session;
-  status = Session::create(engine, &session);
+  status = Session::create(engine, session_options, &session);
   if (!status.ok()) return reportError("run", status);
   std::vector<NamedTensor> outputs;
   std::vector<double> times_ms;

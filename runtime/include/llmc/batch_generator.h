@@ -29,6 +29,7 @@ struct BatchConfig {
   // admitted only when its prompt plus max_new_tokens fits beside the running ones.
   int64_t kv_cache_tokens = 0;
   DType kv_cache_dtype = DType::kFloat32;  // float32, float16 or bfloat16
+  SessionOptions session;                  // the backend the steps run on
 };
 
 class BatchGenerator {

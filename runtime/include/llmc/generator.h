@@ -18,6 +18,7 @@
 
 #include "llmc/engine.h"
 #include "llmc/sampling.h"
+#include "llmc/session.h"
 #include "llmc/status.h"
 #include "llmc/tokenizer.h"
 
@@ -68,6 +69,8 @@ struct GeneratorConfig {
   // How the cache stores K/V: float32, or float16/bfloat16 for half the memory (attention
   // still computes in float32).
   DType kv_cache_dtype = DType::kFloat32;
+  // The backend the model's steps run on (Backend::kAuto: the engine's target).
+  SessionOptions session;
 };
 
 class Generator {

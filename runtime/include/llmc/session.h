@@ -19,9 +19,24 @@ struct NamedTensor {
   Tensor tensor;
 };
 
+// Where a session executes its engine's plan.
+enum class Backend : uint8_t {
+  kAuto,  // the engine's target: "cpu" on the CPU, "cuda-smXX" on the GPU
+  kCpu,   // the CPU reference kernels, whatever the target (a plan is the same for every target)
+  kCuda,  // the CUDA backend (docs/cuda.md); steps without a GPU kernel run on the CPU
+};
+
+struct SessionOptions {
+  Backend backend = Backend::kAuto;
+  // CUDA: float32 products through the tensor cores' tf32 mode (about 1e-3 relative error).
+  bool allow_tf32 = false;
+};
+
 class Session {
  public:
   static Status create(std::shared_ptr<const Engine> engine, std::unique_ptr<Session>* out);
+  static Status create(std::shared_ptr<const Engine> engine, const SessionOptions& options,
+                       std::unique_ptr<Session>* out);
   ~Session();
 
   // Binds `inputs` by name (each engine input exactly once; shapes within the declared
@@ -35,6 +50,15 @@ class Session {
 
   // Current arena size; grows when a run needs more than the plan's planning shapes.
   uint64_t arenaBytes() const;
+  // The backend this session runs on (never kAuto).
+  Backend backend() const;
+  // CUDA: how many steps of the last run ran on the GPU and how many on the CPU fallback
+  // (both 0 on the CPU backend).
+  struct StepCounts {
+    int64_t device = 0;
+    int64_t host = 0;
+  };
+  StepCounts lastRunSteps() const;
   const Engine& engine() const { return *engine_; }
 
   struct State;  // arena and slot capacities (session.cpp)

@@ -153,8 +153,10 @@ namespace {
 class EvalContext : public KernelContext {
  public:
   EvalContext(const KernelParams& params, const std::vector<const Tensor*>& inputs,
-              size_t num_outputs, const std::string& node, bool shape_only)
-      : params_(params), inputs_(inputs), outputs_(num_outputs), node_(node), shape_only_(shape_only) {}
+              size_t num_outputs, const std::string& node, bool shape_only,
+              LlmStepContext* llm_step)
+      : params_(params), inputs_(inputs), outputs_(num_outputs), node_(node),
+        shape_only_(shape_only), llm_step_(llm_step) {}
 
   size_t numInputs() const override { return inputs_.size(); }
   const Tensor* input(size_t i) const override { return i < inputs_.size() ? inputs_[i] : nullptr; }
@@ -173,6 +175,7 @@ class EvalContext : public KernelContext {
   const KernelParams& params() const override { return params_; }
   const std::string& nodeName() const override { return node_; }
   bool shapeOnly() const override { return shape_only_; }
+  LlmStepContext* llmStep() const override { return llm_step_; }
   std::vector<Tensor> takeOutputs() { return std::move(outputs_); }
 
  private:
@@ -181,13 +184,15 @@ class EvalContext : public KernelContext {
   std::vector<Tensor> outputs_;
   const std::string& node_;
   bool shape_only_;
+  LlmStepContext* llm_step_;
 };
 }  // namespace
 
 KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
                          const std::vector<const Tensor*>& inputs, size_t num_outputs,
-                         const std::string& node, bool shape_only) {
-  EvalContext ctx(params, inputs, num_outputs, node, shape_only);
+                         const std::string& node, bool shape_only,
+                         LlmStepContext* llm_step) {
+  EvalContext ctx(params, inputs, num_outputs, node, shape_only, llm_step);
   KernelRun run;
   run.status = kernel.fn(ctx);
   run.outputs = ctx.takeOutputs();

@@ -118,14 +118,16 @@ Status broadcastStrides(const KernelContext& ctx, const std::string& what, const
                         const Shape& target, std::vector<int64_t>* strides);
 // One kernel run outside a session: by the compiler (shape inference, constant folding) and
 // by `llmc refit` (weight recipes). Inputs may be null (absent); with shape_only the outputs
-// have dtypes and shapes but no data.
+// have dtypes and shapes but no data. `llm_step` is the language-model step the kernel belongs
+// to (the CUDA backend's shape queries and CPU fallbacks), or null.
 struct KernelRun {
   Status status;
   std::vector<Tensor> outputs;
 };
 KernelRun evaluateKernel(const KernelDef& kernel, const KernelParams& params,
                          const std::vector<const Tensor*>& inputs, size_t num_outputs,
-                         const std::string& node, bool shape_only);
+                         const std::string& node, bool shape_only,
+                         LlmStepContext* llm_step = nullptr);
 
 // Error helper: "node 'NAME': message".
 Status kernelError(const KernelContext& ctx, const std::string& message);

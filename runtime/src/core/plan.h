@@ -92,18 +92,39 @@ inline bool isKnownTarget(const std::string& target) {
   return target == "cpu" || target == "cuda-sm80" || target == "cuda-sm90";
 }
 
-// Why this runtime cannot execute an engine of `target` (empty when it can).
+// Why this runtime cannot execute an engine of `target` on the backend its target names
+// (empty when it can). A plan is the same for every target, so Backend::kCpu runs any engine.
 inline std::string targetRefusal(const std::string& target) {
   if (target == "cpu") return "";
 #ifdef LLMC_HAVE_CUDA
-  return "engine targets '" + target +
-         "': this runtime's CUDA backend has kernels but cannot execute whole engines yet "
-         "(docs/cuda.md); compile with --target cpu";
+  return "";
 #else
   return "engine targets '" + target +
          "': this runtime was built without CUDA (configure with -DLLMC_ENABLE_CUDA=ON where "
-         "nvcc is installed); compile with --target cpu to run on the CPU";
+         "nvcc is installed); run it on the CPU backend (llmc run --backend cpu) or compile "
+         "with --target cpu";
 #endif
 }
+
+// The byte offsets of the plan's memory slots in one arena (host or device). A slot grows
+// when a run produces a larger value than the planning shapes gave; the next layout() uses
+// the new capacities.
+struct ArenaLayout {
+  std::vector<uint64_t> capacity;  // bytes wanted per slot
+  std::vector<uint64_t> offset;    // per slot, in the current arena
+  std::vector<uint64_t> laid_out;  // bytes each slot has in the current arena
+  uint64_t total = 0;
+
+  explicit ArenaLayout(const std::vector<PlanSlot>& slots);
+  // Recomputes offsets from the capacities (64-byte aligned); returns the arena's size.
+  uint64_t layout();
+  // Whether `bytes` fit slot `slot` as laid out; otherwise records the growth for next time.
+  bool fits(int slot, uint64_t bytes);
+};
+
+// Checks a kernel's output `i` against what the plan declares for it (dtype, rank, static
+// dims) and that its size is representable; the error names the node and kernel.
+Status checkPlannedOutput(const Plan& plan, const PlanStep& step, size_t i, DType dtype,
+                          const Shape& shape, uint64_t* bytes);
 
 }  // namespace llmc

@@ -9,6 +9,9 @@
 #include <new>
 
 #include "core/plan.h"
+#ifdef LLMC_HAVE_CUDA
+#include "cuda/executor.h"
+#endif
 
 namespace llmc {
 
@@ -21,23 +24,66 @@ struct AlignedDeleter {
 };
 }  // namespace
 
+ArenaLayout::ArenaLayout(const std::vector<PlanSlot>& slots) {
+  for (const PlanSlot& slot : slots) capacity.push_back(slot.size_bytes);
+}
+
+uint64_t ArenaLayout::layout() {
+  total = 0;
+  offset.resize(capacity.size());
+  laid_out = capacity;
+  for (size_t i = 0; i < capacity.size(); ++i) {
+    offset[i] = total;
+    total += alignUp(capacity[i]);
+  }
+  return total;
+}
+
+bool ArenaLayout::fits(int slot, uint64_t bytes) {
+  const size_t s = static_cast<size_t>(slot);
+  if (bytes <= laid_out[s]) return true;
+  if (bytes > capacity[s]) capacity[s] = bytes;
+  return false;
+}
+
+Status checkPlannedOutput(const Plan& plan, const PlanStep& step, size_t i, DType dtype,
+                          const Shape& shape, uint64_t* bytes) {
+  if (i >= step.outputs.size())
+    return internalError("node '" + step.node + "': output index out of range");
+  const PlanValue& value = plan.values[static_cast<size_t>(step.outputs[i])];
+  // The compiler's inferred dtype and static dims must agree with what the kernel computes.
+  if (dtype != value.dtype || (value.ranked && shape.size() != value.dims.size()))
+    return internalError("node '" + step.node + "': kernel " + step.kernel_name + " produced " +
+                         dtypeName(dtype) + shapeToString(shape) + " for '" + value.name +
+                         "', the plan declares " + dtypeName(value.dtype) + " of rank " +
+                         std::to_string(value.dims.size()));
+  for (size_t d = 0; value.ranked && d < shape.size(); ++d) {
+    if (value.dims[d].size >= 0 && value.dims[d].size != shape[d])
+      return internalError("node '" + step.node + "': kernel " + step.kernel_name +
+                           " produced shape " + shapeToString(shape) + " for '" + value.name +
+                           "', the plan declares dim " + std::to_string(d) + " = " +
+                           std::to_string(value.dims[d].size));
+  }
+  int64_t count = 0;
+  if (!checkedNumElements(shape, &count))
+    return invalidArgument("node '" + step.node + "': output shape " + shapeToString(shape) +
+                           " is too large");
+  *bytes = static_cast<uint64_t>(count) * dtypeSize(dtype);
+  return okStatus();
+}
+
 struct Session::State {
-  std::vector<uint64_t> slot_capacity;  // bytes wanted: grows when a run needs more
-  std::vector<uint64_t> slot_offset;
-  std::vector<uint64_t> slot_laid_out;  // bytes each slot has in the current arena
+  explicit State(const Plan& plan) : slots(plan.slots) {}
+  ArenaLayout slots;
   std::unique_ptr<std::byte, AlignedDeleter> arena;
-  uint64_t arena_bytes = 0;
+  Backend backend = Backend::kCpu;
+#ifdef LLMC_HAVE_CUDA
+  std::unique_ptr<cuda::Executor> device;
+#endif
 
   Status layout() {
-    uint64_t total = 0;
-    slot_offset.resize(slot_capacity.size());
-    slot_laid_out = slot_capacity;
-    for (size_t i = 0; i < slot_capacity.size(); ++i) {
-      slot_offset[i] = total;
-      total += alignUp(slot_capacity[i]);
-    }
+    const uint64_t total = slots.layout();
     arena.reset();
-    arena_bytes = total;
     if (total == 0) return okStatus();
     void* p = std::aligned_alloc(kAlign, total);
     if (!p) return resourceExhausted("cannot allocate a " + std::to_string(total) + "-byte arena");
@@ -61,32 +107,15 @@ class StepContext : public KernelContext {
   }
   size_t numOutputs() const override { return step_.outputs.size(); }
   Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
-    if (i >= step_.outputs.size())
-      return internalError("node '" + step_.node + "': output index out of range");
-    size_t index = static_cast<size_t>(step_.outputs[i]);
+    uint64_t bytes = 0;
+    LLMC_RETURN_IF_ERROR(checkPlannedOutput(plan_, step_, i, dtype, shape, &bytes));
+    const size_t index = static_cast<size_t>(step_.outputs[i]);
     const PlanValue& value = plan_.values[index];
-    // The compiler's inferred dtype and static dims must agree with what the kernel computes.
-    if (dtype != value.dtype || (value.ranked && shape.size() != value.dims.size()))
-      return internalError("node '" + step_.node + "': kernel " + step_.kernel_name + " produced " +
-                           dtypeName(dtype) + shapeToString(shape) + " for '" + value.name +
-                           "', the plan declares " + dtypeName(value.dtype) + " of rank " +
-                           std::to_string(value.dims.size()));
-    for (size_t d = 0; value.ranked && d < shape.size(); ++d) {
-      if (value.dims[d].size >= 0 && value.dims[d].size != shape[d])
-        return internalError("node '" + step_.node + "': kernel " + step_.kernel_name +
-                             " produced shape " + shapeToString(shape) + " for '" + value.name +
-                             "', the plan declares dim " + std::to_string(d) + " = " +
-                             std::to_string(value.dims[d].size));
-    }
-    int64_t count = 0;
-    if (!checkedNumElements(shape, &count))
-      return invalidArgument("node '" + step_.node + "': output shape " + shapeToString(shape) +
-                             " is too large");
-    uint64_t bytes = static_cast<uint64_t>(count) * dtypeSize(dtype);
-    size_t slot = static_cast<size_t>(value.slot);
-    if (bytes <= state_.slot_laid_out[slot] && state_.arena) {
+    const bool fits = state_.slots.fits(value.slot, bytes);
+    if (fits && state_.arena) {
       values_[index] = Tensor::view(
-          dtype, shape, static_cast<void*>(state_.arena.get() + state_.slot_offset[slot]));
+          dtype, shape,
+          static_cast<void*>(state_.arena.get() + state_.slots.offset[static_cast<size_t>(value.slot)]));
     } else {
       // Larger than planned: a private buffer for this run; the arena grows before the next.
       try {
@@ -96,10 +125,7 @@ class StepContext : public KernelContext {
                                  std::to_string(bytes) + " bytes for '" + value.name + "' " +
                                  shapeToString(shape));
       }
-      if (bytes > state_.slot_capacity[slot]) {
-        state_.slot_capacity[slot] = bytes;
-        grew_ = true;
-      }
+      grew_ = grew_ || !fits;
     }
     *out = &values_[index];
     return okStatus();
@@ -122,24 +148,60 @@ class StepContext : public KernelContext {
 Session::~Session() = default;
 
 Status Session::create(std::shared_ptr<const Engine> engine, std::unique_ptr<Session>* out) {
+  return create(std::move(engine), SessionOptions(), out);
+}
+
+Status Session::create(std::shared_ptr<const Engine> engine, const SessionOptions& options,
+                       std::unique_ptr<Session>* out) {
   if (!engine) return invalidArgument("Session::create: null engine");
-  const std::string refusal = targetRefusal(engine->target());
-  if (!refusal.empty()) return failedPrecondition(engine->plan().path + ": " + refusal);
-  if (engine->plan().stripped_weights > 0)
-    return failedPrecondition(engine->plan().path + ": " + std::to_string(engine->plan().stripped_weights) +
+  const Plan& plan = engine->plan();
+  if (plan.stripped_weights > 0)
+    return failedPrecondition(plan.path + ": " + std::to_string(plan.stripped_weights) +
                               " weights were stripped (--strip-weights); fill them with "
                               "`llmc refit ENGINE --weights FILE.safetensors -o OUT.engine`");
+  Backend backend = options.backend;
+  if (backend == Backend::kAuto) {
+    const std::string refusal = targetRefusal(engine->target());
+    if (!refusal.empty()) return failedPrecondition(plan.path + ": " + refusal);
+    backend = engine->target() == "cpu" ? Backend::kCpu : Backend::kCuda;
+  }
   std::unique_ptr<Session> session(new Session());
+  session->state_ = std::make_unique<State>(plan);
+  session->state_->backend = backend;
+  if (backend == Backend::kCuda) {
+#ifdef LLMC_HAVE_CUDA
+    cuda::ExecutorOptions device_options;
+    device_options.allow_tf32 = options.allow_tf32;
+    LLMC_RETURN_IF_ERROR(cuda::Executor::create(engine, device_options, &session->state_->device)
+                             .withContext(plan.path));
+#else
+    return failedPrecondition(plan.path + ": the CUDA backend was asked for, but this runtime "
+                              "was built without CUDA (configure with -DLLMC_ENABLE_CUDA=ON "
+                              "where nvcc is installed)");
+#endif
+  } else {
+    LLMC_RETURN_IF_ERROR(session->state_->layout());
+  }
   session->engine_ = std::move(engine);
-  session->state_ = std::make_unique<State>();
-  const Plan& plan = session->engine_->plan();
-  for (const PlanSlot& slot : plan.slots) session->state_->slot_capacity.push_back(slot.size_bytes);
-  LLMC_RETURN_IF_ERROR(session->state_->layout());
   *out = std::move(session);
   return okStatus();
 }
 
-uint64_t Session::arenaBytes() const { return state_->arena_bytes; }
+uint64_t Session::arenaBytes() const {
+#ifdef LLMC_HAVE_CUDA
+  if (state_->device) return state_->device->arenaBytes();
+#endif
+  return state_->slots.total;
+}
+
+Backend Session::backend() const { return state_->backend; }
+
+Session::StepCounts Session::lastRunSteps() const {
+#ifdef LLMC_HAVE_CUDA
+  if (state_->device) return {state_->device->lastRun().device_steps, state_->device->lastRun().host_steps};
+#endif
+  return {};
+}
 
 Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
   return run(inputs, outputs, nullptr);
@@ -217,6 +279,10 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
   }
 
   // Execute.
+#ifdef LLMC_HAVE_CUDA
+  if (state_->device)
+    return state_->device->run(values, llm_step, outputs).withContext(what);
+#endif
   bool grew = false;
   for (const PlanStep& step : plan.steps) {
     StepContext ctx(plan, step, values, *state_, grew, llm_step);

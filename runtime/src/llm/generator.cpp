@@ -137,10 +137,10 @@ Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorCo
     state->vocab = llm->vocab_size;
     if (config.use_kv_cache)
       LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner,
-                                              config.kv_cache_dtype));
+                                              config.kv_cache_dtype, config.session));
   }
   // Full recomputation runs its own session; the KV-cache path runs the runner's.
-  if (!state->runner) LLMC_RETURN_IF_ERROR(Session::create(engine, &state->session));
+  if (!state->runner) LLMC_RETURN_IF_ERROR(Session::create(engine, config.session, &state->session));
   if (!engine->tokenizerJson().empty()) {
     std::unique_ptr<Tokenizer> tokenizer;
     LLMC_RETURN_IF_ERROR(

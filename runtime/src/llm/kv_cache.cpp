@@ -242,6 +242,7 @@ void KvCache::copyBlock(int32_t from, int32_t to) {
   std::copy(tokens.begin(), tokens.end(),
             block_tokens_.begin() + static_cast<ptrdiff_t>(to) * spec_.block_size);
   ++counters_.copy_on_writes;
+  if (record_copies_) block_copies_.emplace_back(from, to);
 }
 
 // ---- Prefix index

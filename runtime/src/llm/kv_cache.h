@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "llmc/status.h"
@@ -115,6 +116,12 @@ class KvCache {
   const void* keyData(int32_t block, int32_t layer) const;
   const void* valueData(int32_t block, int32_t layer) const;
   void* storage() { return storage_; }
+
+  // ---- A mirror of the storage elsewhere (the CUDA backend's device pools) repeats the
+  // copies on write the cache makes. Once recording is on, every copy (from, to) is kept until
+  // takeBlockCopies() hands them over, in order.
+  void recordBlockCopies() { record_copies_ = true; }
+  std::vector<std::pair<int32_t, int32_t>> takeBlockCopies() { return std::move(block_copies_); }
   int64_t storageBytes() const { return spec_.bytesPerBlock() * spec_.num_blocks; }
 
   // ---- Introspection for tests and debugging.
@@ -169,6 +176,9 @@ class KvCache {
   int32_t lookupBlock(uint64_t hash, int32_t parent, uint64_t parent_epoch,
                       std::span<const int32_t> tokens) const;
   std::span<const int32_t> blockTokens(int32_t block) const;
+
+  bool record_copies_ = false;
+  std::vector<std::pair<int32_t, int32_t>> block_copies_;
 
   void lruPushBack(int32_t block);
   void lruRemove(int32_t block);

@@ -30,7 +30,8 @@ Status copyLogitsRow(const Tensor& logits, int64_t row, std::vector<float>* out)
 }
 
 Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
-                         std::unique_ptr<LlmRunner>* out, DType kv_dtype) {
+                         std::unique_ptr<LlmRunner>* out, DType kv_dtype,
+                         const SessionOptions& session_options) {
   if (!engine || !engine->llmConfig())
     return invalidArgument("LlmRunner needs an engine compiled as a language model");
   const LlmConfig& config = *engine->llmConfig();
@@ -55,7 +56,7 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
     if (input.name == config.input_ids) runner->ids_dtype_ = input.dtype;
   for (size_t i = 0; i < engine->outputs().size(); ++i)
     if (engine->outputs()[i].name == config.logits) runner->logits_index_ = i;
-  LLMC_RETURN_IF_ERROR(Session::create(engine, &runner->session_));
+  LLMC_RETURN_IF_ERROR(Session::create(engine, session_options, &runner->session_));
   runner->engine_ = std::move(engine);
   runner->context_.cache = runner->cache_.get();
   *out = std::move(runner);

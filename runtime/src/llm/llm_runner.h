@@ -26,7 +26,8 @@ class LlmRunner {
   // to whole blocks; 0 picks 4 x max_context, at most 1 GiB of cache.
   // `kv_dtype`: float32, float16 or bfloat16 storage (attention computes in float).
   static Status create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
-                       std::unique_ptr<LlmRunner>* out, DType kv_dtype = DType::kFloat32);
+                       std::unique_ptr<LlmRunner>* out, DType kv_dtype = DType::kFloat32,
+                       const SessionOptions& session_options = {});
 
   const LlmConfig& config() const { return *engine_->llmConfig(); }
   KvCache& cache() { return *cache_; }

@@ -366,6 +366,26 @@ TEST(KvCacheTest, ForkAtBlockBoundaryNeedsNoCopy) {
   ASSERT_OK(cache->checkInvariants());
 }
 
+// A mirror of the storage (the CUDA backend's device pools) learns every copy on write, in
+// order, once it asked for them, and each only once.
+TEST(KvCacheTest, RecordsBlockCopiesForAMirror) {
+  auto cache = makeCache(8);
+  addSeq(*cache, 1, tokenRange(0, 6));
+  ASSERT_OK(cache->fork(1, 2));
+  ASSERT_OK(cache->appendTokens(2, std::vector<int32_t>{77}));  // not recording yet
+  EXPECT_TRUE(cache->takeBlockCopies().empty());
+  cache->recordBlockCopies();
+  ASSERT_OK(cache->fork(1, 3));
+  const int32_t shared = table(*cache, 1)[1];
+  ASSERT_OK(cache->appendTokens(3, std::vector<int32_t>{78}));
+  ASSERT_OK(cache->appendTokens(1, std::vector<int32_t>{79}));  // sole owner again: in place
+  const std::vector<std::pair<int32_t, int32_t>> copies = cache->takeBlockCopies();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0], std::make_pair(shared, table(*cache, 3)[1]));
+  EXPECT_EQ(cache->stats().copy_on_writes, 2);
+  EXPECT_TRUE(cache->takeBlockCopies().empty());
+}
+
 TEST(KvCacheTest, PopThenAppendOnSharedBlockCopies) {
   auto cache = makeCache(8);
   addSeq(*cache, 1, tokenRange(0, 8));

@@ -1,0 +1,885 @@
+// The CUDA executor (executor.h): weights per engine, an arena per session, and the step loop
+// that runs each step on its GPU kernel or on the CPU reference kernel.
+#include "cuda/executor.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <new>
+
+#include "cuda/cublas_status.h"
+#include "cuda/cuda_status.h"
+#include "cuda/device.h"
+#include "cuda/kernels.h"
+#include "llm/kv_cache.h"
+#include "llm/step_context.h"
+
+namespace llmc::cuda {
+namespace {
+
+constexpr uint64_t kAlign = 256;  // cuBLASLt and vector loads want 16; 256 matches cudaMalloc
+constexpr size_t kStagingBytes = size_t{32} << 20;
+
+uint64_t alignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// ---- Weights: uploaded once per engine ------------------------------------------------------
+
+// The engine's weights section on the device, at the same offsets as in the file.
+struct DeviceWeights {
+  void* base = nullptr;
+  uint64_t bytes = 0;
+  ~DeviceWeights() {
+    if (base) cudaFree(base);
+  }
+};
+
+// Copies every weight through two pinned staging buffers, alternated so that filling one (a
+// memcpy from the mapped file) overlaps the other's transfer.
+Status uploadWeights(const Plan& plan, DeviceWeights* weights) {
+  for (const PlanWeight& w : plan.weights) weights->bytes = std::max(weights->bytes, w.offset + w.size_bytes);
+  if (weights->bytes == 0) return okStatus();
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&weights->base, weights->bytes),
+                            "cudaMalloc(" + std::to_string(weights->bytes) + " bytes of weights)");
+  cudaStream_t stream = nullptr;
+  LLMC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  void* staging[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  Status status;
+  auto release = [&] {
+    if (stream) cudaStreamSynchronize(stream);
+    for (int i = 0; i < 2; ++i) {
+      if (staging[i]) cudaFreeHost(staging[i]);
+      if (done[i]) cudaEventDestroy(done[i]);
+    }
+    if (stream) cudaStreamDestroy(stream);
+  };
+  for (int i = 0; i < 2 && status.ok(); ++i) {
+    status = cudaStatus(cudaHostAlloc(&staging[i], kStagingBytes, cudaHostAllocDefault), "cudaHostAlloc(staging)");
+    if (status.ok()) status = cudaStatus(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
+  }
+  int buffer = 0;
+  for (const PlanWeight& w : plan.weights) {
+    if (!status.ok()) break;
+    const auto* src = static_cast<const std::byte*>(plan.values[static_cast<size_t>(w.value)].weight.data());
+    auto* dst = static_cast<std::byte*>(weights->base) + w.offset;
+    for (uint64_t copied = 0; copied < w.size_bytes && status.ok();) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kStagingBytes, w.size_bytes - copied));
+      status = cudaStatus(cudaEventSynchronize(done[buffer]), "cudaEventSynchronize(staging)");
+      if (!status.ok()) break;
+      std::memcpy(staging[buffer], src + copied, n);
+      status = cudaStatus(cudaMemcpyAsync(dst + copied, staging[buffer], n, cudaMemcpyHostToDevice, stream),
+                          "cudaMemcpyAsync(weights)");
+      if (status.ok()) status = cudaStatus(cudaEventRecord(done[buffer], stream), "cudaEventRecord");
+      copied += n;
+      buffer ^= 1;
+    }
+  }
+  if (status.ok()) status = cudaStatus(cudaStreamSynchronize(stream), "uploading weights");
+  release();
+  return status;
+}
+
+// One upload per engine: sessions of the same engine share it while any of them lives. An
+// engine outlives its sessions, so a live entry's plan address is never reused.
+Status sharedWeights(const Plan& plan, std::shared_ptr<DeviceWeights>* out) {
+  static std::mutex mutex;
+  static std::map<const Plan*, std::weak_ptr<DeviceWeights>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto live = cache[&plan].lock()) {
+    *out = std::move(live);
+    return okStatus();
+  }
+  auto weights = std::make_shared<DeviceWeights>();
+  LLMC_RETURN_IF_ERROR(uploadWeights(plan, weights.get()));
+  cache[&plan] = weights;
+  *out = std::move(weights);
+  return okStatus();
+}
+
+// A value during a run: a host copy, a device copy, or both (same dtype and shape).
+struct Value {
+  Tensor host;
+  Tensor device;
+  const Tensor& meta() const { return device.dtype() != DType::kUndefined ? device : host; }
+  bool present() const { return meta().dtype() != DType::kUndefined; }
+};
+
+}  // namespace
+
+struct Executor::Impl {
+  std::shared_ptr<const Engine> engine;
+  const Plan* plan = nullptr;
+  ExecutorOptions options;
+  DeviceInfo device;
+  std::shared_ptr<DeviceWeights> weights;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  MatMulAlgoCache algo_cache;
+  std::vector<uint64_t> weight_offset;  // per plan value: its offset in the weights section
+  ArenaLayout slots;
+  void* arena = nullptr;
+  RunCounts counts;
+
+  // The paged KV cache's device copy: float32 K and V pools in the host cache's block numbering
+  // (PagedKvParams' layout), allocated when a step over `kv_host` first runs. On this backend the
+  // device pools hold the K/V; the host cache keeps the block tables and prefix index, and
+  // reports its copies on write, which are repeated here.
+  const KvCache* kv_host = nullptr;
+  float* key_pool = nullptr;
+  float* value_pool = nullptr;
+  PagedKvParams kv_step;  // this run's step metadata on the device (pools, tables, slots)
+  bool kv_step_ready = false;
+
+  // Per run.
+  std::vector<Value> values;
+  std::vector<void*> scratch;  // stream-ordered allocations freed at the end of the run
+  bool grew = false;
+
+  explicit Impl(const Plan& p) : plan(&p), slots(p.slots) {}
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    if (arena) cudaFree(arena);
+    if (key_pool) cudaFree(key_pool);
+    if (value_pool) cudaFree(value_pool);
+    if (workspace) cudaFree(workspace);
+    if (lt) cublasLtDestroy(lt);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  Status layout() {
+    const uint64_t total = slots.layout();
+    if (arena) LLMC_CUDA_RETURN_IF_ERROR(cudaFree(arena), "cudaFree(arena)");
+    arena = nullptr;
+    if (total > 0)
+      LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&arena, total),
+                                "cudaMalloc(" + std::to_string(total) + "-byte arena)");
+    return okStatus();
+  }
+
+  Status allocScratch(uint64_t bytes, void** out) {
+    *out = nullptr;
+    if (bytes == 0) return okStatus();
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(out, alignUp(bytes), stream),
+                              "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
+    scratch.push_back(*out);
+    return okStatus();
+  }
+
+  // The device copy of value `index`, uploading the host copy when there is none.
+  Status onDevice(int index, const Tensor** out) {
+    Value& v = values[static_cast<size_t>(index)];
+    if (v.device.dtype() == DType::kUndefined) {
+      void* p = nullptr;
+      LLMC_RETURN_IF_ERROR(allocScratch(v.host.sizeBytes(), &p));
+      if (v.host.sizeBytes() > 0)
+        LLMC_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(p, v.host.data(), v.host.sizeBytes(), cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync(upload '" + plan->values[static_cast<size_t>(index)].name + "')");
+      v.device = Tensor::view(v.host.dtype(), v.host.shape(), p);
+    }
+    *out = &v.device;
+    return okStatus();
+  }
+
+  // The host copy of value `index`, downloading the device copy when there is none.
+  Status onHost(int index, const Tensor** out) {
+    Value& v = values[static_cast<size_t>(index)];
+    if (v.host.dtype() == DType::kUndefined) {
+      try {
+        v.host = Tensor::allocate(v.device.dtype(), v.device.shape());
+      } catch (const std::bad_alloc&) {
+        return resourceExhausted("cannot allocate host memory for '" +
+                                 plan->values[static_cast<size_t>(index)].name + "'");
+      }
+      if (v.host.sizeBytes() > 0) {
+        LLMC_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(v.host.data(), v.device.data(), v.host.sizeBytes(), cudaMemcpyDeviceToHost, stream),
+            "cudaMemcpyAsync(download '" + plan->values[static_cast<size_t>(index)].name + "')");
+        LLMC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      }
+    }
+    *out = &v.host;
+    return okStatus();
+  }
+
+  // A device buffer for output `i` of `step`: its arena slot, or scratch when the value is
+  // larger than the slot (the arena grows before the next run).
+  Status allocateDeviceOutput(const PlanStep& step, size_t i, DType dtype, const Shape& shape, Tensor** out) {
+    uint64_t bytes = 0;
+    LLMC_RETURN_IF_ERROR(checkPlannedOutput(*plan, step, i, dtype, shape, &bytes));
+    const size_t index = static_cast<size_t>(step.outputs[i]);
+    const int slot = plan->values[index].slot;
+    void* p = nullptr;
+    const bool fits = slots.fits(slot, bytes);
+    if (fits && arena) {
+      p = static_cast<std::byte*>(arena) + slots.offset[static_cast<size_t>(slot)];
+    } else {
+      grew = grew || !fits;
+      LLMC_RETURN_IF_ERROR(allocScratch(bytes, &p));
+    }
+    values[index] = Value{Tensor(), Tensor::view(dtype, shape, p)};
+    *out = &values[index].device;
+    return okStatus();
+  }
+
+  Status prepareKv(LlmStepContext& step);
+  Status runStep(const PlanStep& step, LlmStepContext* llm_step);
+  Status runOnHost(const PlanStep& step, LlmStepContext* llm_step);
+};
+
+// ---- The GPU kernels of the step loop -------------------------------------------------------
+
+namespace {
+
+// What a GPU step sees: its inputs' shapes, device copies on request, and its outputs, whose
+// shapes the CPU kernel computes in shape-only mode (one set of shape and parameter checks
+// for both backends).
+class DeviceStep {
+ public:
+  DeviceStep(Executor::Impl& exec, const PlanStep& step, LlmStepContext* llm_step)
+      : exec_(exec), step_(step), llm_step_(llm_step) {}
+
+  const PlanStep& step() const { return step_; }
+  const KernelParams& params() const { return step_.params; }
+  LlmStepContext* llmStep() const { return llm_step_; }
+  Executor::Impl& exec() { return exec_; }
+  cudaStream_t stream() const { return exec_.stream; }
+  size_t numInputs() const { return step_.inputs.size(); }
+  // Dtype and shape of input i; null when absent.
+  const Tensor* meta(size_t i) const {
+    if (i >= step_.inputs.size() || step_.inputs[i] < 0) return nullptr;
+    return &exec_.values[static_cast<size_t>(step_.inputs[i])].meta();
+  }
+  bool allFloat32() const {
+    for (size_t i = 0; i < numInputs(); ++i)
+      if (meta(i) && meta(i)->dtype() != DType::kFloat32) return false;
+    return true;
+  }
+  template <typename T = float>
+  Status device(size_t i, const T** out) {
+    *out = nullptr;
+    if (!meta(i)) return okStatus();
+    const Tensor* t = nullptr;
+    LLMC_RETURN_IF_ERROR(exec_.onDevice(step_.inputs[i], &t));
+    *out = t->data<T>();
+    return okStatus();
+  }
+  Status host(size_t i, const Tensor** out) { return exec_.onHost(step_.inputs[i], out); }
+
+  // Computes the outputs' dtypes and shapes with the CPU kernel (shape-only) and allocates
+  // them on the device.
+  Status allocateOutputs() {
+    std::vector<Tensor> shape_views(numInputs());
+    std::vector<const Tensor*> inputs(numInputs(), nullptr);
+    for (size_t i = 0; i < numInputs(); ++i) {
+      const Tensor* t = meta(i);
+      if (!t) continue;
+      const Value& v = exec_.values[static_cast<size_t>(step_.inputs[i])];
+      if (v.host.dtype() != DType::kUndefined) {
+        inputs[i] = &v.host;  // host data lets data-dependent shapes be computed
+      } else {
+        shape_views[i] = Tensor::view(t->dtype(), t->shape(), static_cast<const void*>(nullptr));
+        inputs[i] = &shape_views[i];
+      }
+    }
+    KernelRun run = evaluateKernel(*step_.kernel, step_.params, inputs, step_.outputs.size(),
+                                   step_.node, /*shape_only=*/true, llm_step_);
+    LLMC_RETURN_IF_ERROR(run.status);
+    outputs_.assign(run.outputs.size(), nullptr);
+    for (size_t i = 0; i < run.outputs.size(); ++i)
+      LLMC_RETURN_IF_ERROR(exec_.allocateDeviceOutput(step_, i, run.outputs[i].dtype(),
+                                                     run.outputs[i].shape(), &outputs_[i]));
+    return okStatus();
+  }
+  Tensor* output(size_t i) { return i < outputs_.size() ? outputs_[i] : nullptr; }
+
+  Status error(const std::string& message) const {
+    return invalidArgument("node '" + step_.node + "': " + message);
+  }
+
+ private:
+  Executor::Impl& exec_;
+  const PlanStep& step_;
+  LlmStepContext* llm_step_;
+  std::vector<Tensor*> outputs_;
+};
+
+// A GPU kernel of the step loop. Sets *handled = false (before launching anything) when the
+// operands do not fit it; the step then runs on the CPU.
+using DeviceKernelFn = Status (*)(DeviceStep& s, bool* handled);
+
+// llm.fused_matmul's activation as the CUDA kernels name it ("" is "none").
+std::string activationName(const KernelParams& params) {
+  const std::string name = params.getString("activation", "");
+  return name.empty() ? "none" : name;
+}
+
+MatMulParams matMulParams(DeviceStep& s) {
+  MatMulParams p;
+  p.handle = s.exec().lt;
+  p.workspace = s.exec().workspace;
+  p.workspace_bytes = matMulWorkspaceBytes();
+  p.algo_cache = &s.exec().algo_cache;
+  p.allow_tf32 = s.exec().options.allow_tf32;
+  return p;
+}
+
+// LlmFusedMatMul and MatMul with a 2-D float32 right operand: a [..., K] · b (+ bias), act.
+Status deviceMatMul(DeviceStep& s, bool* handled) {
+  const Tensor* a = s.meta(0);
+  const Tensor* b = s.meta(1);
+  const bool fused = s.step().kernel_name == "LlmFusedMatMul";
+  // An empty inner dimension (act(bias) or 0) is left to the CPU.
+  if (!s.allFloat32() || !a || !b || b->rank() != 2 || a->rank() < 1 || (!fused && a->rank() < 2) ||
+      a->dim(a->rank() - 1) == 0) {
+    *handled = false;
+    return okStatus();
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  MatMulParams p = matMulParams(s);
+  p.trans_b = fused && s.params().getInt("trans_b", 0) != 0;
+  p.k = a->dim(a->rank() - 1);
+  p.n = p.trans_b ? b->dim(0) : b->dim(1);
+  p.m = a->numElements() / p.k;
+  p.alpha = fused ? static_cast<float>(s.params().getFloat("alpha", 1.0)) : 1.0f;
+  const std::string activation = fused ? activationName(s.params()) : "none";
+  p.activation = activation.c_str();
+  LLMC_RETURN_IF_ERROR(s.device(0, &p.a));
+  LLMC_RETURN_IF_ERROR(s.device(1, &p.b));
+  if (fused) LLMC_RETURN_IF_ERROR(s.device(2, &p.bias));
+  p.y = s.output(0)->data<float>();
+  return launchMatMul(p, s.stream());
+}
+
+// LlmGatedMlp: h = x · [Wg | Wu] into scratch, then y = act(h[:, :F]) * h[:, F:].
+Status deviceGatedMlp(DeviceStep& s, bool* handled) {
+  const Tensor* x = s.meta(0);
+  const Tensor* w = s.meta(1);
+  if (!s.allFloat32() || !x || !w || w->rank() != 2 || x->rank() < 1 || w->dim(0) == 0) {
+    *handled = false;
+    return okStatus();
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  MatMulParams p = matMulParams(s);
+  p.k = w->dim(0);
+  p.n = w->dim(1);
+  p.m = x->numElements() / p.k;
+  LLMC_RETURN_IF_ERROR(s.device(0, &p.a));
+  LLMC_RETURN_IF_ERROR(s.device(1, &p.b));
+  void* h = nullptr;
+  LLMC_RETURN_IF_ERROR(s.exec().allocScratch(static_cast<uint64_t>(p.m * p.n) * sizeof(float), &h));
+  p.y = static_cast<float*>(h);
+  LLMC_RETURN_IF_ERROR(launchMatMul(p, s.stream()));
+  ActivationParams gate;
+  gate.y = s.output(0)->data<float>();
+  gate.gate_up = p.y;
+  gate.rows = p.m;
+  gate.width = p.n / 2;
+  const std::string activation = activationName(s.params());
+  gate.activation = activation.c_str();
+  return launchActivation(gate, s.stream());
+}
+
+Status deviceNorm(DeviceStep& s, bool* handled) {
+  if (!s.allFloat32()) {
+    *handled = false;
+    return okStatus();
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  NormParams p;
+  LLMC_RETURN_IF_ERROR(s.device(0, &p.x));
+  LLMC_RETURN_IF_ERROR(s.device(1, &p.residual));
+  LLMC_RETURN_IF_ERROR(s.device(2, &p.scale));
+  LLMC_RETURN_IF_ERROR(s.device(3, &p.bias));
+  p.y = s.output(0)->data<float>();
+  p.sum = s.output(1) ? s.output(1)->data<float>() : nullptr;
+  p.width = s.meta(0)->dim(s.meta(0)->rank() - 1);
+  p.rows = p.width == 0 ? 0 : s.meta(0)->numElements() / p.width;
+  p.epsilon = static_cast<float>(s.params().getFloat("epsilon", 1e-5));
+  p.rms = s.params().getString("kind", "") == "rms";
+  return launchNorm(p, s.stream());
+}
+
+// The strides with which `operand` is read at each index of `target` (0 where it broadcasts).
+void broadcastReadStrides(const Shape& operand, const Shape& target, int64_t* strides) {
+  const std::vector<int64_t> own = stridesOf(operand);
+  const size_t lead = target.size() - operand.size();
+  for (size_t d = 0; d < target.size(); ++d)
+    strides[d] = d < lead || operand[d - lead] == 1 ? 0 : own[d - lead];
+}
+
+// A program of float32 ops over the step's inputs broadcast to its output, through
+// launchElementwise; false in *handled when the operands exceed what it takes.
+Status runElementwiseProgram(DeviceStep& s, const std::vector<int64_t>& program,
+                             const std::vector<double>& constants, bool* handled) {
+  bool fits = s.allFloat32() && s.numInputs() <= static_cast<size_t>(kMaxElementwiseInputs) &&
+              program.size() <= static_cast<size_t>(3 * kMaxElementwiseProgram) &&
+              constants.size() <= static_cast<size_t>(kMaxElementwiseProgram);
+  for (size_t i = 0; i < s.numInputs() && fits; ++i)
+    fits = s.meta(i) && s.meta(i)->rank() <= kMaxElementwiseRank;
+  if (!fits) {
+    *handled = false;
+    return okStatus();
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());  // validates the program and broadcasting
+  Tensor* y = s.output(0);
+  if (y->numElements() == 0) return okStatus();
+  ElementwiseParams p;
+  p.num_inputs = static_cast<int>(s.numInputs());
+  p.rank = static_cast<int>(y->rank());
+  for (int d = 0; d < p.rank; ++d) p.shape[d] = y->dim(d);
+  for (int i = 0; i < p.num_inputs; ++i) {
+    LLMC_RETURN_IF_ERROR(s.device(static_cast<size_t>(i), &p.inputs[i]));
+    broadcastReadStrides(s.meta(static_cast<size_t>(i))->shape(), y->shape(), p.strides[i]);
+  }
+  for (size_t i = 0; i < program.size(); ++i) p.program[i] = program[i];
+  p.program_length = static_cast<int>(program.size() / 3);
+  for (size_t i = 0; i < constants.size(); ++i) p.constants[i] = static_cast<float>(constants[i]);
+  p.num_constants = static_cast<int>(constants.size());
+  p.y = y->data<float>();
+  return launchElementwise(p, s.stream());
+}
+
+Status deviceElementwise(DeviceStep& s, bool* handled) {
+  return runElementwiseProgram(s, s.params().getInts("program"), s.params().getFloats("constants"),
+                               handled);
+}
+
+// ONNX Add, Sub, Mul and Div of two float32 tensors (numpy broadcasting): a one-instruction
+// program (opcodes as in llm.elementwise).
+Status deviceBinary(DeviceStep& s, bool* handled) {
+  const std::string& op = s.step().kernel_name;
+  const int64_t opcode = op == "Add" ? 0 : op == "Sub" ? 1 : op == "Mul" ? 2 : 3;
+  if (s.numInputs() != 2) {
+    *handled = false;
+    return okStatus();
+  }
+  return runElementwiseProgram(s, {opcode, 0, 1}, {}, handled);
+}
+
+// LlmSdpa, head-major [batch, heads, tokens, head_dim] with v's head_dim equal to q's.
+Status deviceSdpa(DeviceStep& s, bool* handled) {
+  const Tensor* q = s.meta(0);
+  const Tensor* k = s.meta(1);
+  const Tensor* v = s.meta(2);
+  const Tensor* mask = s.meta(3);
+  if (!s.allFloat32() || s.params().getInt("num_heads", 0) > 0 || !q || !k || !v ||
+      q->rank() != 4 || k->rank() != 4 || v->rank() != 4 || v->dim(3) != q->dim(3) ||
+      k->dim(2) > maxPagedAttentionContext() || (mask && mask->rank() > 4)) {
+    *handled = false;
+    return okStatus();
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  SdpaParams p;
+  LLMC_RETURN_IF_ERROR(s.device(0, &p.q));
+  LLMC_RETURN_IF_ERROR(s.device(1, &p.k));
+  LLMC_RETURN_IF_ERROR(s.device(2, &p.v));
+  LLMC_RETURN_IF_ERROR(s.device(3, &p.mask));
+  p.batch = q->dim(0), p.heads = q->dim(1), p.queries = q->dim(2), p.head_dim = q->dim(3);
+  p.kv_heads = k->dim(1), p.keys = k->dim(2);
+  if (mask) broadcastReadStrides(mask->shape(), {p.batch, p.heads, p.queries, p.keys}, p.mask_strides);
+  p.scale = static_cast<float>(
+      s.params().getFloat("scale", 1.0 / std::sqrt(static_cast<double>(p.head_dim))));
+  p.out = s.output(0)->data<float>();
+  return launchSdpa(p, s.stream());
+}
+
+// LlmRope: y = x, then rotated in place (per-token tables, or int64 positions into caches).
+Status deviceRope(DeviceStep& s, bool* handled) {
+  const Tensor* x = s.meta(0);
+  const Tensor* positions = s.meta(1);
+  const Tensor* cos = s.meta(2);
+  const Tensor* sin = s.meta(3);
+  if (!x || !cos || !sin || x->dtype() != DType::kFloat32 || cos->dtype() != DType::kFloat32 ||
+      sin->dtype() != DType::kFloat32 ||
+      (positions && positions->dtype() != DType::kInt64)) {
+    *handled = false;
+    return okStatus();
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  const bool token_major = s.params().getInt("num_heads", 0) > 0;
+  RopeParams p;
+  p.x = s.output(0)->data<float>();
+  if (token_major) {
+    p.batch = x->dim(0), p.tokens = x->dim(1), p.row_width = x->dim(2);
+    p.rotated_heads = s.params().getInt("num_heads", 0);
+    p.head_dim = s.params().getInt("head_dim", 0);
+  } else {
+    p.batch = x->dim(0), p.rotated_heads = x->dim(1), p.tokens = x->dim(2), p.head_dim = x->dim(3);
+  }
+  p.interleaved = s.params().getInt("interleaved", 0) != 0;
+  if (positions) {
+    // Positions are checked against the cache on the host (they come from there).
+    const Tensor* host_positions = nullptr;
+    LLMC_RETURN_IF_ERROR(s.host(1, &host_positions));
+    p.max_positions = cos->dim(0);
+    for (int64_t t = 0; t < host_positions->numElements(); ++t) {
+      const int64_t position = host_positions->data<int64_t>()[t];
+      if (position < 0 || position >= p.max_positions)
+        return s.error("position " + std::to_string(position) + " is outside the rotary cache of " +
+                       std::to_string(p.max_positions) + " positions");
+    }
+    LLMC_RETURN_IF_ERROR(s.device<int64_t>(1, &p.positions));
+  } else {
+    if (p.interleaved) return s.error("per-token tables rotate halves only");
+    p.table_batch = cos->dim(0);
+  }
+  LLMC_RETURN_IF_ERROR(s.device(2, &p.cos));
+  LLMC_RETURN_IF_ERROR(s.device(3, &p.sin));
+  const float* x_data = nullptr;
+  LLMC_RETURN_IF_ERROR(s.device(0, &x_data));
+  if (x->sizeBytes() > 0)
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.x, x_data, x->sizeBytes(), cudaMemcpyDeviceToDevice, s.stream()),
+                              "LlmRope: cudaMemcpyAsync");
+  return launchRope(p, s.stream());
+}
+
+// LlmLastTokens: the rows of each sequence's last token (all rows without a step context).
+Status deviceLastTokens(DeviceStep& s, bool* handled) {
+  const Tensor* x = s.meta(0);
+  if (!x || x->rank() != 3) {
+    *handled = false;
+    return okStatus();
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  const std::byte* in = nullptr;
+  LLMC_RETURN_IF_ERROR(s.device<std::byte>(0, &in));
+  auto* out = static_cast<std::byte*>(s.output(0)->data());
+  const size_t row_bytes = static_cast<size_t>(x->dim(2)) * dtypeSize(x->dtype());
+  LlmStepContext* step = s.llmStep();
+  if (!step) {
+    if (x->sizeBytes() == 0) return okStatus();
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, in, x->sizeBytes(), cudaMemcpyDeviceToDevice, s.stream()),
+                              "LlmLastTokens: cudaMemcpyAsync");
+    return okStatus();
+  }
+  for (size_t r = 0; r < step->last_token.size(); ++r) {
+    const int32_t t = step->last_token[r];
+    if (t < 0 || t >= x->dim(1)) return s.error("last token index out of range");
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out + r * row_bytes, in + static_cast<size_t>(t) * row_bytes,
+                                              row_bytes, cudaMemcpyDeviceToDevice, s.stream()),
+                              "LlmLastTokens: cudaMemcpyAsync");
+  }
+  return okStatus();
+}
+
+// Gather along axis 0 of a float32 [vocab, width] table by int64 ids in [0, vocab): the
+// embedding lookup. Negative (wrapping) ids and other forms run on the CPU.
+Status deviceGather(DeviceStep& s, bool* handled) {
+  const Tensor* table = s.meta(0);
+  const Tensor* ids = s.meta(1);
+  *handled = false;
+  if (!table || !ids || table->dtype() != DType::kFloat32 || table->rank() != 2 ||
+      ids->dtype() != DType::kInt64 || s.params().getInt("axis", 0) != 0)
+    return okStatus();
+  const Tensor* host_ids = nullptr;
+  LLMC_RETURN_IF_ERROR(s.host(1, &host_ids));
+  for (int64_t i = 0; i < host_ids->numElements(); ++i) {
+    const int64_t id = host_ids->data<int64_t>()[i];
+    if (id < 0 || id >= table->dim(0)) return okStatus();  // the CPU kernel wraps or reports it
+  }
+  *handled = true;
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  EmbeddingParams p;
+  LLMC_RETURN_IF_ERROR(s.device(0, &p.table));
+  LLMC_RETURN_IF_ERROR(s.device<int64_t>(1, &p.ids));
+  p.y = s.output(0)->data<float>();
+  p.vocab = table->dim(0);
+  p.width = table->dim(1);
+  p.tokens = ids->numElements();
+  return launchEmbedding(p, s.stream());
+}
+
+// LlmAttention over the paged KV cache (a generator's step), token-major: append the step's
+// K/V to the device pools, then causal attention of each token over its sequence. Without a
+// step context (a plain run: every row a fresh sequence) it runs on the CPU. The head-major
+// form (--opt-level 0) is refused over a cache: the CPU kernel would write the host cache,
+// which this backend does not read.
+Status deviceAttention(DeviceStep& s, bool* handled) {
+  LlmStepContext* step = s.llmStep();
+  if (!step) {
+    *handled = false;
+    return okStatus();
+  }
+  const int64_t heads = s.params().getInt("num_heads", 0);
+  if (heads <= 0 || !s.allFloat32())
+    return unimplemented("node '" + s.step().node + "': the CUDA backend attends over the KV cache "
+                         "with the token-major float32 LlmAttention (compile at --opt-level 1, "
+                         "the default)");
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  const KvCacheSpec& spec = step->cache->spec();
+  const int64_t layer = s.params().getInt("layer", 0);
+  const int64_t kv_heads = s.params().getInt("num_kv_heads", 0);
+  const int64_t head_dim = s.params().getInt("head_dim", 0);
+  if (layer < 0 || layer >= spec.num_layers || kv_heads != spec.num_kv_heads || head_dim != spec.head_dim)
+    return s.error("the KV cache (" + std::to_string(spec.num_layers) + " layers, " +
+                   std::to_string(spec.num_kv_heads) + " KV heads of " + std::to_string(spec.head_dim) +
+                   ") does not fit layer " + std::to_string(layer) + " with " + std::to_string(kv_heads) +
+                   " KV heads of " + std::to_string(head_dim));
+  const Tensor* q = s.meta(0);
+  if (q->dim(0) != 1 || static_cast<size_t>(q->dim(1)) != step->token_position.size())
+    return s.error("a ragged step runs [1, " + std::to_string(step->token_position.size()) +
+                   "] tokens, attention got q " + shapeToString(q->shape()));
+  if (q->dim(1) == 0) return okStatus();
+  int64_t max_context = 0;
+  for (int64_t position : step->token_position) max_context = std::max(max_context, position + 1);
+  if (max_context > maxPagedAttentionContext())
+    return unimplemented("node '" + s.step().node + "': the CUDA attention kernel holds contexts up to " +
+                         std::to_string(maxPagedAttentionContext()) + " positions, this step reaches " +
+                         std::to_string(max_context));
+  LLMC_RETURN_IF_ERROR(s.exec().prepareKv(*step));
+  KvAppendParams append;
+  append.kv = s.exec().kv_step;
+  append.kv.layer = layer;
+  LLMC_RETURN_IF_ERROR(s.device(1, &append.k));
+  LLMC_RETURN_IF_ERROR(s.device(2, &append.v));
+  append.k_width = s.meta(1)->dim(2);
+  append.v_width = s.meta(2)->dim(2);
+  append.k_column = s.params().getInt("k_column", 0);
+  append.v_column = s.params().getInt("v_column", 0);
+  LLMC_RETURN_IF_ERROR(launchKvAppend(append, s.stream()));
+  PagedAttentionParams attention;
+  attention.kv = append.kv;
+  LLMC_RETURN_IF_ERROR(s.device(0, &attention.q));
+  attention.q_width = q->dim(2);
+  attention.q_column = s.params().getInt("q_column", 0);
+  attention.heads = heads;
+  attention.max_context = max_context;
+  attention.scale = static_cast<float>(s.params().getFloat("scale", 1.0));
+  attention.out = s.output(0)->data<float>();
+  return launchPagedAttention(attention, s.stream());
+}
+
+struct DeviceKernelEntry {
+  const char* name;
+  DeviceKernelFn fn;
+};
+
+constexpr DeviceKernelEntry kDeviceKernels[] = {
+    {"Add", deviceBinary},
+    {"Div", deviceBinary},
+    {"Gather", deviceGather},
+    {"LlmAttention", deviceAttention},
+    {"LlmElementwise", deviceElementwise},
+    {"LlmFusedMatMul", deviceMatMul},
+    {"LlmGatedMlp", deviceGatedMlp},
+    {"LlmLastTokens", deviceLastTokens},
+    {"LlmNorm", deviceNorm},
+    {"LlmRope", deviceRope},
+    {"LlmSdpa", deviceSdpa},
+    {"MatMul", deviceMatMul},
+    {"Mul", deviceBinary},
+    {"Sub", deviceBinary},
+};
+
+DeviceKernelFn findDeviceKernel(const std::string& name) {
+  for (const DeviceKernelEntry& entry : kDeviceKernels)
+    if (name == entry.name) return entry.fn;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<std::string>& deviceKernelNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const DeviceKernelEntry& entry : kDeviceKernels) out.push_back(entry.name);
+    return out;
+  }();
+  return names;
+}
+
+// ---- The step loop --------------------------------------------------------------------------
+
+Status Executor::Impl::prepareKv(LlmStepContext& step) {
+  if (kv_step_ready) return okStatus();
+  KvCache& cache = *step.cache;
+  const KvCacheSpec& spec = cache.spec();
+  const uint64_t block_floats = static_cast<uint64_t>(spec.num_layers) * spec.num_kv_heads *
+                                spec.block_size * spec.head_dim;
+  if (kv_host != &cache) {
+    // A new cache: fresh pools (its blocks hold nothing computed yet).
+    if (key_pool) cudaFree(key_pool);
+    if (value_pool) cudaFree(value_pool);
+    key_pool = value_pool = nullptr;
+    kv_host = nullptr;
+    const uint64_t bytes = block_floats * static_cast<uint64_t>(spec.num_blocks) * sizeof(float);
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&key_pool), bytes), "cudaMalloc(" + std::to_string(bytes) + "-byte K pool)");
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&value_pool), bytes), "cudaMalloc(" + std::to_string(bytes) + "-byte V pool)");
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(key_pool, 0, bytes, stream), "cudaMemsetAsync(K pool)");
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(value_pool, 0, bytes, stream), "cudaMemsetAsync(V pool)");
+    cache.recordBlockCopies();
+    cache.takeBlockCopies();
+    kv_host = &cache;
+  }
+  // The cache's copies on write since the last step, in order.
+  for (const auto& [from, to] : cache.takeBlockCopies()) {
+    const size_t bytes = block_floats * sizeof(float);
+    for (float* pool : {key_pool, value_pool})
+      LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pool + static_cast<size_t>(to) * block_floats,
+                                                pool + static_cast<size_t>(from) * block_floats, bytes,
+                                                cudaMemcpyDeviceToDevice, stream),
+                                "cudaMemcpyAsync(KV block copy)");
+  }
+  // The step's tokens and block tables, in one upload: [sequence | position | block | offset]
+  // per token, then the tables padded to the longest.
+  const int64_t tokens = static_cast<int64_t>(step.token_position.size());
+  const int64_t sequences = static_cast<int64_t>(step.block_tables.size());
+  int64_t max_blocks = 1;
+  for (const auto& table : step.block_tables) max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(table.size()));
+  std::vector<int32_t> meta(static_cast<size_t>(4 * tokens + sequences * max_blocks), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    meta[static_cast<size_t>(t)] = step.token_sequence[static_cast<size_t>(t)];
+    meta[static_cast<size_t>(tokens + t)] = static_cast<int32_t>(step.token_position[static_cast<size_t>(t)]);
+    meta[static_cast<size_t>(2 * tokens + t)] = step.token_slot[static_cast<size_t>(t)].block;
+    meta[static_cast<size_t>(3 * tokens + t)] = step.token_slot[static_cast<size_t>(t)].offset;
+  }
+  for (int64_t s = 0; s < sequences; ++s)
+    std::copy(step.block_tables[static_cast<size_t>(s)].begin(), step.block_tables[static_cast<size_t>(s)].end(),
+              meta.begin() + 4 * tokens + s * max_blocks);
+  void* device_meta = nullptr;
+  LLMC_RETURN_IF_ERROR(allocScratch(meta.size() * sizeof(int32_t), &device_meta));
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_meta, meta.data(), meta.size() * sizeof(int32_t),
+                                            cudaMemcpyHostToDevice, stream),
+                            "cudaMemcpyAsync(step metadata)");
+  // A pageable source has been staged when cudaMemcpyAsync returns, so `meta` may go.
+  const auto* base = static_cast<const int32_t*>(device_meta);
+  kv_step = PagedKvParams();
+  kv_step.key_cache = key_pool;
+  kv_step.value_cache = value_pool;
+  kv_step.num_layers = spec.num_layers;
+  kv_step.kv_heads = spec.num_kv_heads;
+  kv_step.head_dim = spec.head_dim;
+  kv_step.block_size = spec.block_size;
+  kv_step.token_sequence = base;
+  kv_step.token_position = base + tokens;
+  kv_step.token_block = base + 2 * tokens;
+  kv_step.token_offset = base + 3 * tokens;
+  kv_step.block_tables = base + 4 * tokens;
+  kv_step.tokens = tokens;
+  kv_step.sequences = sequences;
+  kv_step.max_blocks = max_blocks;
+  kv_step_ready = true;
+  return okStatus();
+}
+
+Status Executor::Impl::runOnHost(const PlanStep& step, LlmStepContext* llm_step) {
+  std::vector<const Tensor*> inputs(step.inputs.size(), nullptr);
+  for (size_t i = 0; i < step.inputs.size(); ++i)
+    if (step.inputs[i] >= 0) LLMC_RETURN_IF_ERROR(onHost(step.inputs[i], &inputs[i]));
+  KernelRun run = evaluateKernel(*step.kernel, step.params, inputs, step.outputs.size(), step.node,
+                                 /*shape_only=*/false, llm_step);
+  LLMC_RETURN_IF_ERROR(run.status);
+  for (size_t i = 0; i < run.outputs.size(); ++i) {
+    uint64_t bytes = 0;
+    LLMC_RETURN_IF_ERROR(checkPlannedOutput(*plan, step, i, run.outputs[i].dtype(), run.outputs[i].shape(), &bytes));
+    values[static_cast<size_t>(step.outputs[i])] = Value{std::move(run.outputs[i]), Tensor()};
+  }
+  ++counts.host_steps;
+  ++counts.host_kernels[step.kernel_name];
+  return okStatus();
+}
+
+Status Executor::Impl::runStep(const PlanStep& step, LlmStepContext* llm_step) {
+  if (DeviceKernelFn fn = findDeviceKernel(step.kernel_name)) {
+    DeviceStep device_step(*this, step, llm_step);
+    bool handled = true;
+    LLMC_RETURN_IF_ERROR(fn(device_step, &handled));
+    if (handled) {
+      ++counts.device_steps;
+      return okStatus();
+    }
+  }
+  return runOnHost(step, llm_step);
+}
+
+Status Executor::create(std::shared_ptr<const Engine> engine, const ExecutorOptions& options,
+                        std::unique_ptr<Executor>* out) {
+  DeviceInfo device;
+  LLMC_RETURN_IF_ERROR(probeDevice(&device));
+  if (engine->target() != "cpu") LLMC_RETURN_IF_ERROR(checkTarget(device, engine->target()));
+  const Plan& plan = engine->plan();
+  std::unique_ptr<Executor> executor(new Executor());
+  executor->impl_ = std::make_unique<Impl>(plan);
+  Impl& impl = *executor->impl_;
+  impl.engine = std::move(engine);
+  impl.options = options;
+  impl.device = device;
+  LLMC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.device), "cudaSetDevice");
+  LLMC_RETURN_IF_ERROR(sharedWeights(plan, &impl.weights));
+  impl.weight_offset.assign(plan.values.size(), 0);
+  for (const PlanWeight& w : plan.weights) impl.weight_offset[static_cast<size_t>(w.value)] = w.offset;
+  LLMC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&impl.lt), "cublasLtCreate");
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl.workspace, matMulWorkspaceBytes()), "cudaMalloc(cuBLASLt workspace)");
+  LLMC_RETURN_IF_ERROR(impl.layout());
+  *out = std::move(executor);
+  return okStatus();
+}
+
+Executor::~Executor() = default;
+
+uint64_t Executor::arenaBytes() const { return impl_->slots.total; }
+const RunCounts& Executor::lastRun() const { return impl_->counts; }
+
+Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
+                     std::vector<NamedTensor>* outputs) {
+  Impl& impl = *impl_;
+  const Plan& plan = *impl.plan;
+  impl.counts = RunCounts();
+  impl.grew = false;
+  impl.kv_step_ready = false;
+  impl.values.assign(plan.values.size(), Value());
+  for (size_t i = 0; i < plan.values.size(); ++i) {
+    const PlanValue& value = plan.values[i];
+    if (value.kind == PlanValueKind::kWeight) {
+      // Both copies: the host one is the mapped file, for steps that run on the CPU.
+      impl.values[i].host = value.weight;
+      impl.values[i].device = Tensor::view(value.weight.dtype(), value.weight.shape(),
+                                           static_cast<std::byte*>(impl.weights->base) + impl.weight_offset[i]);
+    } else if (bound[i].dtype() != DType::kUndefined) {
+      impl.values[i].host = bound[i];
+    }
+  }
+  Status status;
+  for (const PlanStep& step : plan.steps) {
+    try {  // no exception crosses the library boundary
+      status = impl.runStep(step, llm_step);
+    } catch (const std::bad_alloc&) {
+      status = resourceExhausted("node '" + step.node + "': out of memory");
+    } catch (const std::exception& e) {
+      status = internalError("node '" + step.node + "': " + e.what());
+    }
+    if (!status.ok()) {
+      status = status.withContext("step " + step.kernel_name + " (CUDA)");
+      break;
+    }
+    for (int index : step.last_use) impl.values[static_cast<size_t>(index)] = Value();
+  }
+  if (status.ok()) {
+    outputs->clear();
+    for (size_t i = 0; i < plan.outputs.size() && status.ok(); ++i) {
+      const Tensor* host = nullptr;
+      status = impl.onHost(plan.outputs[i], &host);
+      if (status.ok()) outputs->push_back({plan.output_infos[i].name, host->clone()});
+    }
+  }
+  // Kernel launches are asynchronous: a fault shows at the synchronization.
+  Status sync = cudaStatus(cudaStreamSynchronize(impl.stream), "cudaStreamSynchronize (end of run)");
+  if (status.ok()) status = sync;
+  for (void* p : impl.scratch) cudaFreeAsync(p, impl.stream);
+  impl.scratch.clear();
+  impl.values.clear();
+  if (status.ok() && impl.grew) {
+    cudaStreamSynchronize(impl.stream);
+    status = impl.layout();
+  }
+  return status;
+}
+
+}  // namespace llmc::cuda

@@ -1,0 +1,168 @@
+// Whole engines on the GPU (the CUDA executor) against references nobody here wrote: each test
+// model's exporter outputs (torch, recorded in its manifest) for the graph engine, and the
+// tokens transformers generated (generation.json) for the language-model engine, greedy over
+// the paged KV cache. The same runs on the CPU backend give the bound the GPU must stay near.
+//
+// The engines are compiled on the build machine by scripts/gpu-prepare.sh (the GPU machine
+// has no compiler) into gpu-prep/models/<name>/{graph,lm}.engine beside the model's manifest
+// and input sets; gpu-check.sh points LLMC_GPU_MODELS there. Skipped without a GPU or without
+// that directory.
+#include <dirent.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "llmc/engine.h"
+#include "llmc/generator.h"
+#include "llmc/session.h"
+#include "llmc/tensor_io.h"
+
+namespace llmc::testing {
+namespace {
+
+std::vector<std::string> modelDirs(const std::string& root) {
+  std::vector<std::string> out;
+  if (DIR* dir = opendir(root.c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name[0] != '.' && std::ifstream(root + "/" + name + "/manifest.json").good())
+        out.push_back(name);
+    }
+    closedir(dir);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool exists(const std::string& path) { return std::ifstream(path).good(); }
+
+// Elements outside atol + rtol * |want| (NaN on either side counts).
+int64_t mismatches(const Tensor& got, const Tensor& want, double rtol, double atol, double* max_abs) {
+  int64_t bad = 0;
+  *max_abs = 0;
+  for (int64_t i = 0; i < want.numElements(); ++i) {
+    const double x = got.data<float>()[i], y = want.data<float>()[i];
+    const double diff = std::fabs(x - y);
+    if (std::isnan(x) != std::isnan(y) || diff > atol + rtol * std::fabs(y)) ++bad;
+    if (!std::isnan(diff)) *max_abs = std::max(*max_abs, diff);
+  }
+  return bad;
+}
+
+class EngineGpuTest : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    const char* root = std::getenv("LLMC_GPU_MODELS");
+    if (!root || modelDirs(root).empty())
+      GTEST_SKIP() << "LLMC_GPU_MODELS names no directory of compiled test models "
+                      "(scripts/gpu-prepare.sh makes gpu-prep/models; gpu-check.sh sets it)";
+    root_ = root;
+  }
+  std::string root_;
+};
+
+Status runSession(std::shared_ptr<const Engine> engine, Backend backend,
+                  const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                  Session::StepCounts* counts) {
+  SessionOptions options;
+  options.backend = backend;
+  std::unique_ptr<Session> session;
+  LLMC_RETURN_IF_ERROR(Session::create(engine, options, &session));
+  LLMC_RETURN_IF_ERROR(session->run(inputs, outputs));
+  // A second run reuses the arena (and a grown one), the weights and cuBLASLt's choices.
+  LLMC_RETURN_IF_ERROR(session->run(inputs, outputs));
+  *counts = session->lastRunSteps();
+  return okStatus();
+}
+
+// Every input set of every model: the graph engine on the GPU within the exporter's outputs,
+// at a tolerance a little wider than the CPU's (a GPU sums in another order).
+TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
+  int checked = 0;
+  for (const std::string& name : modelDirs(root_)) {
+    const std::string dir = root_ + "/" + name;
+    if (!exists(dir + "/graph.engine")) continue;
+    std::shared_ptr<const Engine> engine;
+    ASSERT_TRUE(Engine::load(dir + "/graph.engine", &engine).ok()) << name;
+    const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
+    const double rtol = std::max(1e-3, manifest["tolerance"].value("rtol", 1e-4));
+    const double atol = std::max(1e-4, manifest["tolerance"].value("atol", 1e-5));
+    for (const auto& set : manifest["input_sets"]) {
+      const std::string label = name + "/" + set["name"].get<std::string>();
+      std::vector<NamedTensor> inputs;
+      for (const auto& [input, file] : set["inputs"].items()) {
+        Tensor t;
+        ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &t).ok()) << label;
+        inputs.push_back({input, std::move(t)});
+      }
+      std::vector<NamedTensor> gpu, cpu;
+      Session::StepCounts counts, cpu_counts;
+      Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts);
+      ASSERT_TRUE(status.ok()) << label << ": " << status.message();
+      ASSERT_TRUE(runSession(engine, Backend::kCpu, inputs, &cpu, &cpu_counts).ok()) << label;
+      EXPECT_GT(counts.device, 0) << label << ": no step ran on the GPU";
+      for (const auto& [output, file] : set["outputs"].items()) {
+        Tensor want;
+        ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &want).ok()) << label;
+        auto find = [&](const std::vector<NamedTensor>& all) -> const Tensor* {
+          for (const NamedTensor& t : all)
+            if (t.name == output) return &t.tensor;
+          return nullptr;
+        };
+        const Tensor* got = find(gpu);
+        ASSERT_TRUE(got && got->shape() == want.shape()) << label << ": output " << output;
+        if (want.dtype() != DType::kFloat32) continue;
+        double max_abs = 0, cpu_max_abs = 0;
+        EXPECT_EQ(mismatches(*got, want, rtol, atol, &max_abs), 0)
+            << label << ": " << output << " max |gpu - exporter| " << max_abs;
+        mismatches(*find(cpu), want, rtol, atol, &cpu_max_abs);
+        std::printf("%-34s %-14s gpu steps %3lld, cpu fallback %3lld, max |gpu - ref| %.2e (cpu %.2e)\n",
+                    label.c_str(), output.c_str(), static_cast<long long>(counts.device),
+                    static_cast<long long>(counts.host), max_abs, cpu_max_abs);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Greedy generation over the paged KV cache on the GPU gives transformers' tokens.
+TEST_F(EngineGpuTest, LanguageModelsGenerateTransformersTokens) {
+  int checked = 0;
+  for (const std::string& name : modelDirs(root_)) {
+    const std::string dir = root_ + "/" + name;
+    if (!exists(dir + "/lm.engine") || !exists(dir + "/generation.json")) continue;
+    std::shared_ptr<const Engine> engine;
+    ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
+    if (!engine->llmConfig()) continue;
+    GeneratorConfig config;
+    config.session.backend = Backend::kCuda;
+    std::unique_ptr<Generator> generator;
+    Status status = Generator::create(engine, config, &generator);
+    ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+    const nlohmann::json refs = nlohmann::json::parse(std::ifstream(dir + "/generation.json"));
+    for (const auto& ref : refs["greedy"]) {
+      const std::vector<int32_t> prompt = ref["prompt"].get<std::vector<int32_t>>();
+      const std::vector<int32_t> want = ref["new_tokens"].get<std::vector<int32_t>>();
+      GenerationOptions options;
+      options.max_new_tokens = ref["max_new_tokens"].get<int32_t>();
+      GenerationResult result;
+      status = generator->generate(prompt, options, nullptr, &result);
+      ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+      EXPECT_EQ(result.tokens, want) << name << " prompt of " << prompt.size() << " tokens";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace
+}  // namespace llmc::testing
