@@ -3,9 +3,10 @@
 # gpu-prep/ carried along (scripts/gpu-prepare.sh makes it here):
 #   run(carry=["gpu-prep"], command="bash scripts/gpu-check.sh", timeout_s=540)
 # Builds the runtime with CUDA for sm_90 and without the compiler, runs every GPU test under
-# compute-sanitizer memcheck once and normally once, then the GPU benchmarks, and prints one
-# table last. Full logs go under $OUT (the device call brings them back). Sized to finish in
-# well under 8 minutes from a clean build on one H200.
+# compute-sanitizer memcheck once and normally once, then the GPU benchmark
+# (bench/gpu/llama_bench.py, at most 5 minutes), and prints one table last: tests, memcheck,
+# benchmark. Full logs go under $OUT (the device call brings them back). Sized to finish within
+# 8 minutes from a clean build on one H200.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -46,11 +47,26 @@ fi
 echo "== GPU tests"
 "$TESTS" --gtest_output="json:$OUT/tests.json" > "$OUT/tests.log" 2>&1
 TESTS_RC=$?
+
+echo "== GPU benchmark (bench/gpu/llama_bench.py)"
+if [[ ! -f "$PREP/bench/llama1b.engine" ]]; then
+  echo "skipped: gpu-prep/bench/llama1b.engine is missing (gpu-prepare.sh without LLMC_GPU_BENCH=0)" > "$OUT/bench.log"
+  BENCH_RC=125
+elif ! python3 -c "import torch" 2> /dev/null; then
+  echo "skipped: PyTorch is not importable on this machine" > "$OUT/bench.log"
+  BENCH_RC=125
+else
+  timeout 300 python3 bench/gpu/llama_bench.py --engine "$PREP/bench/llama1b.engine" \
+    --config "$PREP/bench/config.json" --llmc build-gpu/tools/llmc/llmc --work build-gpu/bench \
+    --out "$OUT" > "$OUT/bench.log" 2>&1
+  BENCH_RC=$?
+fi
 END=$(date +%s)
 
-python3 - "$OUT" "$TESTS_RC" "$MEMCHECK_RC" "$((BUILT - START))" "$((END - START))" <<'PY'
+python3 - "$OUT" "$TESTS_RC" "$MEMCHECK_RC" "$((BUILT - START))" "$((END - START))" "$BENCH_RC" <<'PY'
 import json, os, re, sys
 out, tests_rc, memcheck_rc, build_s, total_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+bench_rc = int(sys.argv[6])
 rows = []
 try:
     report = json.load(open(os.path.join(out, "tests.json")))
@@ -67,6 +83,10 @@ print(f"\n{'GPU test':60} {'result':8} time")
 for test, result, time in rows:
     print(f"{test:60} {result:8} {time}")
 print(f"\ntests exit {tests_rc}; memcheck exit {memcheck_rc}: {summary[-1] if summary else 'no summary'}")
+bench = open(os.path.join(out, "bench.log")).read().strip().splitlines()
+table = [i for i, line in enumerate(bench) if line.startswith("GPU benchmark:")]
+print(f"\nbenchmark exit {bench_rc}:")
+print("\n".join(bench[table[-1]:] if table else bench[-15:]))
 print(f"gpu: {gpu[0] if gpu else 'unknown'}; build {build_s} s, total {total_s} s; logs in {out}")
 PY
 [[ $TESTS_RC -eq 0 && $MEMCHECK_RC -eq 0 ]]

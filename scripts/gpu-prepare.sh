@@ -4,7 +4,8 @@
 # (it takes the generated engine header from build/), then carry gpu-prep/ with the device call.
 # It holds: GoogleTest's sources, FlatBuffers' and nlohmann/json's headers with minimal CMake
 # package files, the engine schema's generated header and a stand-in `flatc` that installs
-# that header (refusing when runtime/schema/engine.fbs changed since).
+# that header (refusing when runtime/schema/engine.fbs changed since); the test models compiled
+# for sm_90 with their references (models/); the benchmark's stripped 1.2 B engine (bench/).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREP="$ROOT/gpu-prep"
@@ -103,5 +104,18 @@ for name in sorted(os.listdir(models)):
             shutil.copy(os.path.join(src, path), os.path.join(dst, path))
     print(f"gpu-prepare: {name}: {', '.join(k + '.engine' for k in kinds)}")
 PY
+# The GPU benchmark's 1.2 B-parameter model (bench/gpu/make_llama.py), compiled here without its
+# weights (64 KB; the GPU machine refits it from PyTorch's). Takes about 2 minutes, 4.8 GB of
+# disk for the ONNX file while it lasts and 19 GB of memory in the compiler. LLMC_GPU_BENCH=0
+# leaves it out.
+if [[ "${LLMC_GPU_BENCH:-1}" != 0 ]]; then
+  BENCH_TMP="$(mktemp -d)"
+  trap 'rm -rf "$BENCH_TMP"' EXIT
+  mkdir -p "$PREP/bench"
+  "$ROOT/.venv/bin/python" "$ROOT/bench/gpu/make_llama.py" --out "$BENCH_TMP" --size 1b
+  "$LLMC" compile "$BENCH_TMP/model.onnx" -o "$PREP/bench/llama1b.engine" --target cuda-sm90 --strip-weights
+  cp "$BENCH_TMP/config.json" "$PREP/bench/config.json"
+  rm -rf "$BENCH_TMP"
+fi
 du -sh "$PREP"
 echo "gpu-prepare: wrote $PREP; carry it: run(carry=[\"gpu-prep\"], command=\"bash scripts/gpu-check.sh\")"

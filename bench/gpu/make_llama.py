@@ -27,12 +27,16 @@ SIZES = {
     # About 1.2 B parameters: Llama-3.2-1B's widths (all heads with their own K/V) and a
     # 32,000-token vocabulary.
     "1b": dict(vocab=32000, hidden=2048, layers=16, heads=32, kv_heads=32, mlp=8192, positions=2048),
+    # About 110 M parameters: the CPU decode benchmark of the quantized formats (bench/quant.py).
+    "100m": dict(vocab=16000, hidden=768, layers=12, heads=12, kv_heads=12, mlp=2048, positions=1024),
     # For checking this script and the recognition on the CPU.
     "tiny": dict(vocab=256, hidden=64, layers=2, heads=4, kv_heads=4, mlp=128, positions=128),
 }
 
 
-def build(cfg, seed=2026):
+def build(cfg, data_file=None, seed=2026):
+    """The model; with `data_file` (an open binary file named model.onnx.data beside the model)
+    every weight goes there as it is drawn, so a 1 B model never sits in memory twice."""
     rng = np.random.default_rng(seed)
     hidden, heads, kv_heads = cfg["hidden"], cfg["heads"], cfg["kv_heads"]
     head = hidden // heads
@@ -40,8 +44,19 @@ def build(cfg, seed=2026):
 
     def weight(name, *shape, scale=0.02, ones=False):
         data = np.ones(shape, np.float32) if ones else (rng.standard_normal(shape, np.float32) * scale)
-        inits.append(numpy_helper.from_array(data, name))
         weights[name] = list(shape)
+        if data_file is None:
+            inits.append(numpy_helper.from_array(data, name))
+            return name
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
+        tensor.data_location = TensorProto.EXTERNAL
+        offset = data_file.tell()
+        data_file.write(data.tobytes())
+        for key, value in (("location", "model.onnx.data"), ("offset", str(offset)),
+                           ("length", str(data.nbytes))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        inits.append(tensor)
         return name
 
     def const(name, values):
@@ -105,13 +120,15 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="1b")
     args = parser.parse_args()
     cfg = SIZES[args.size]
-    model, weights = build(cfg)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "model.onnx")
+    if args.size != "1b":
+        model, weights = build(cfg)
+    else:
+        with open(os.path.join(args.out, "model.onnx.data"), "wb") as data_file:
+            model, weights = build(cfg, data_file)
+    onnx.save_model(model, path)
     params = sum(int(np.prod(s)) for s in weights.values())
-    external = params * 4 > (1 << 30)
-    onnx.save_model(model, path, save_as_external_data=external, all_tensors_to_one_file=True,
-                    location="model.onnx.data", size_threshold=1024)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump({"size": args.size, **cfg, "parameters": params, "weights": weights}, f, indent=1)
     print(f"make_llama: {args.size}: {params / 1e9:.3f} B parameters -> {path}")

@@ -313,6 +313,12 @@ class DeviceStep {
 // operands do not fit it; the step then runs on the CPU.
 using DeviceKernelFn = Status (*)(DeviceStep& s, bool* handled);
 
+// A GPU kernel's answer for operands it does not take: run the step on the CPU.
+Status notHandled(bool* handled) {
+  *handled = false;
+  return okStatus();
+}
+
 // llm.fused_matmul's activation as the CUDA kernels name it ("" is "none").
 std::string activationName(const KernelParams& params) {
   const std::string name = params.getString("activation", "");
@@ -337,8 +343,7 @@ Status deviceMatMul(DeviceStep& s, bool* handled) {
   // An empty inner dimension (act(bias) or 0) is left to the CPU.
   if (!s.allFloat32() || !a || !b || b->rank() != 2 || a->rank() < 1 || (!fused && a->rank() < 2) ||
       a->dim(a->rank() - 1) == 0) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   MatMulParams p = matMulParams(s);
@@ -361,8 +366,7 @@ Status deviceGatedMlp(DeviceStep& s, bool* handled) {
   const Tensor* x = s.meta(0);
   const Tensor* w = s.meta(1);
   if (!s.allFloat32() || !x || !w || w->rank() != 2 || x->rank() < 1 || w->dim(0) == 0) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   MatMulParams p = matMulParams(s);
@@ -387,8 +391,7 @@ Status deviceGatedMlp(DeviceStep& s, bool* handled) {
 
 Status deviceNorm(DeviceStep& s, bool* handled) {
   if (!s.allFloat32()) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   NormParams p;
@@ -423,8 +426,7 @@ Status runElementwiseProgram(DeviceStep& s, const std::vector<int64_t>& program,
   for (size_t i = 0; i < s.numInputs() && fits; ++i)
     fits = s.meta(i) && s.meta(i)->rank() <= kMaxElementwiseRank;
   if (!fits) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());  // validates the program and broadcasting
   Tensor* y = s.output(0);
@@ -456,8 +458,7 @@ Status deviceBinary(DeviceStep& s, bool* handled) {
   const std::string& op = s.step().kernel_name;
   const int64_t opcode = op == "Add" ? 0 : op == "Sub" ? 1 : op == "Mul" ? 2 : 3;
   if (s.numInputs() != 2) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   return runElementwiseProgram(s, {opcode, 0, 1}, {}, handled);
 }
@@ -471,8 +472,7 @@ Status deviceSdpa(DeviceStep& s, bool* handled) {
   if (!s.allFloat32() || s.params().getInt("num_heads", 0) > 0 || !q || !k || !v ||
       q->rank() != 4 || k->rank() != 4 || v->rank() != 4 || v->dim(3) != q->dim(3) ||
       k->dim(2) > maxPagedAttentionContext() || (mask && mask->rank() > 4)) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   SdpaParams p;
@@ -498,8 +498,7 @@ Status deviceRope(DeviceStep& s, bool* handled) {
   if (!x || !cos || !sin || x->dtype() != DType::kFloat32 || cos->dtype() != DType::kFloat32 ||
       sin->dtype() != DType::kFloat32 ||
       (positions && positions->dtype() != DType::kInt64)) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   const bool token_major = s.params().getInt("num_heads", 0) > 0;
@@ -543,8 +542,7 @@ Status deviceRope(DeviceStep& s, bool* handled) {
 Status deviceLastTokens(DeviceStep& s, bool* handled) {
   const Tensor* x = s.meta(0);
   if (!x || x->rank() != 3) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   const std::byte* in = nullptr;
@@ -603,8 +601,7 @@ Status deviceGather(DeviceStep& s, bool* handled) {
 Status deviceAttention(DeviceStep& s, bool* handled) {
   LlmStepContext* step = s.llmStep();
   if (!step) {
-    *handled = false;
-    return okStatus();
+    return notHandled(handled);
   }
   const int64_t heads = s.params().getInt("num_heads", 0);
   if (heads <= 0 || !s.allFloat32())
