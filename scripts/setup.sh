@@ -16,6 +16,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libonnx-testdata
+  bible-kjv
   python3 python3-venv
 )
 

@@ -203,6 +203,14 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
       if (!disabled.count(name)) fpm.addPass(create());
     fpm.addPass(createShapeInference());
   }
+  if (!options.quantize.empty()) {
+    QuantizeWeightsOptions quant;
+    quant.format = options.quantize;
+    quant.group = options.quant_group;
+    quant.headFormat = options.quant_head;
+    quant.keepFloat = options.keep_float;
+    fpm.addPass(createQuantizeWeights(quant));
+  }
   fpm.addPass(createLowerToExec());
   fpm.addPass(createPlanMemory());
 
@@ -282,6 +290,12 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   for (int32_t id : options.eos_token_ids) opts += ";eos=" + std::to_string(id);
   if (options.opt_level != 1) opts += ";opt-level=" + std::to_string(options.opt_level);
   for (const std::string& name : disabled) opts += ";disable-pass=" + name;
+  if (!options.quantize.empty()) {
+    opts += ";quantize=" + options.quantize;
+    if (options.quantize != "int8") opts += ";group=" + std::to_string(options.quant_group);
+    if (!options.quant_head.empty()) opts += ";head=" + options.quant_head;
+    for (const std::string& pattern : options.keep_float) opts += ";keep-float=" + pattern;
+  }
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
   serialize.build_options = opts;

@@ -40,6 +40,13 @@ struct CompileOptions {
   // refit engine is byte-identical to a normal compile of the same weights.
   bool strip_weights = false;
   std::vector<std::string> disabled_passes;
+  // Weight-only quantization (docs/quantization.md): "" (none), "int8", "int4" or "int4_zp";
+  // the 4-bit group along K; the LM head's format ("" = `quantize`); ONNX node name
+  // substrings whose products stay float32.
+  std::string quantize;
+  int64_t quant_group = 128;
+  std::string quant_head;
+  std::vector<std::string> keep_float;
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };
 

@@ -95,31 +95,42 @@ Value float32ConstantOp(OpBuilder& builder, Location loc, const Tensor& tensor, 
   return createOp(builder, loc, "nn.constant", {}, value.getType(), attrs);
 }
 
-Value kernelConstant(OpBuilder& builder, Location loc, StringRef kernel,
-                     ArrayRef<NamedAttribute> params, ValueRange inputs) {
+SmallVector<Value> kernelConstants(OpBuilder& builder, Location loc, StringRef kernel,
+                                   ArrayRef<NamedAttribute> params, ValueRange inputs,
+                                   unsigned num_outputs) {
   const KernelDef* def = KernelRegistry::cpuReference().find(kernel.str());
   KernelParams kernel_params;
   DictionaryAttr param_dict = builder.getDictionaryAttr(params);
-  if (!def || !paramsFromAttributes(param_dict.getValue(), &kernel_params).ok()) return Value();
+  if (!def || !paramsFromAttributes(param_dict.getValue(), &kernel_params).ok()) return {};
   std::vector<Tensor> storage;
   storage.reserve(inputs.size());
   std::vector<const Tensor*> pointers;
   for (Value input : inputs) {
     auto constant = dyn_cast_or_null<nn::ConstantOp>(input.getDefiningOp());
-    if (!constant) return Value();
+    if (!constant) return {};
     storage.push_back(tensorFromElements(constant.getValue()));
     pointers.push_back(&storage.back());
   }
-  KernelRun run = evaluateKernel(*def, kernel_params, pointers, 1, kernel.str(), false);
-  if (!run.status.ok() || run.outputs.empty()) return Value();
+  KernelRun run = evaluateKernel(*def, kernel_params, pointers, num_outputs, kernel.str(), false);
+  if (!run.status.ok() || run.outputs.size() != num_outputs) return {};
   OpBuilder::InsertionGuard guard(builder);
   hoistToBlockStart(builder);
-  DenseElementsAttr value = elementsFromTensor(run.outputs[0], builder.getContext());
-  Value result = createOp(builder, loc, "nn.constant", {}, value.getType(),
-                          {builder.getNamedAttr("value", value)});
-  if (DictionaryAttr recipe = kernelRecipe(builder.getContext(), kernel, param_dict, inputs, 0))
-    result.getDefiningOp()->setAttr("llmc.recipe", recipe);
-  return result;
+  SmallVector<Value> results;
+  for (unsigned i = 0; i < num_outputs; ++i) {
+    DenseElementsAttr value = elementsFromTensor(run.outputs[i], builder.getContext());
+    Value result = createOp(builder, loc, "nn.constant", {}, value.getType(),
+                            {builder.getNamedAttr("value", value)});
+    if (DictionaryAttr recipe = kernelRecipe(builder.getContext(), kernel, param_dict, inputs, i))
+      result.getDefiningOp()->setAttr("llmc.recipe", recipe);
+    results.push_back(result);
+  }
+  return results;
+}
+
+Value kernelConstant(OpBuilder& builder, Location loc, StringRef kernel,
+                     ArrayRef<NamedAttribute> params, ValueRange inputs) {
+  SmallVector<Value> results = kernelConstants(builder, loc, kernel, params, inputs, 1);
+  return results.empty() ? Value() : results[0];
 }
 
 Value float32Scalar(OpBuilder& builder, Location loc, float value) {

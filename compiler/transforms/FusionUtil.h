@@ -45,6 +45,12 @@ mlir::Value float32ConstantOp(mlir::OpBuilder& builder, mlir::Location loc, cons
 // fails on them.
 mlir::Value kernelConstant(mlir::OpBuilder& builder, mlir::Location loc, llvm::StringRef kernel,
                            llvm::ArrayRef<mlir::NamedAttribute> params, mlir::ValueRange inputs);
+// The same for a kernel with `num_outputs` results (e.g. LlmQuantizeWeight's data, scales and
+// zero points), each with its recipe; empty when the kernel fails.
+llvm::SmallVector<mlir::Value> kernelConstants(mlir::OpBuilder& builder, mlir::Location loc,
+                                               llvm::StringRef kernel,
+                                               llvm::ArrayRef<mlir::NamedAttribute> params,
+                                               mlir::ValueRange inputs, unsigned num_outputs);
 // A 0-d float32 literal.
 mlir::Value float32Scalar(mlir::OpBuilder& builder, mlir::Location loc, float value);
 

@@ -110,6 +110,27 @@ def FuseGatedMlp : Pass<"llmc-fuse-gated-mlp", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
 
+def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
+  let summary = "Weight-only quantization: products with constant weights -> llm.quant_matmul";
+  let description = [{
+    `llm.fused_matmul`, `llm.gated_mlp` and `nn.matmul` with a constant 2-D float32 weight
+    become `llm.quant_matmul` with the weight quantized at compile time (round to nearest) by
+    the runtime's `LlmQuantizeWeight` kernel, recorded as the weight's recipe. A product whose
+    K is not a multiple of 32 (or of the group) stays float32, logged with the reason; so do
+    products whose ONNX node names contain a `keep-float` pattern. The product the function
+    returns (the LM head) uses `head-format` when given.
+  }];
+  let options = [
+    Option<"format", "format", "std::string", "\"int8\"", "int8, int4 or int4_zp">,
+    Option<"group", "group", "int64_t", "128", "4-bit group size along K (a multiple of 32)">,
+    Option<"headFormat", "head-format", "std::string", "\"\"",
+           "format of the product whose result is returned (empty: `format`)">,
+    ListOption<"keepFloat", "keep-float", "std::string",
+               "ONNX node name substrings whose products stay float32">,
+  ];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
 def FuseRope : Pass<"llmc-fuse-rope", "mlir::func::FuncOp"> {
   let summary = "x * cos + rotate_half(x) * sin -> llm.rope";
   let description = [{

@@ -53,6 +53,7 @@ inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
 int runCompile(const std::vector<std::string>& args);
 int runVerify(const std::vector<std::string>& args);
 int runRefit(const std::vector<std::string>& args);
+int runEval(const std::vector<std::string>& args);
 int runRun(const std::vector<std::string>& args);
 int runInspect(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);

@@ -86,6 +86,21 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     const std::string* v = value();
     if (!v) return usageError(command, "--disable-pass needs a pass name");
     options.disabled_passes.push_back(*v);
+  } else if (arg == "--quantize" || arg == "--quant-head") {
+    const std::string* v = value();
+    if (!v || (*v != "int8" && *v != "int4" && *v != "int4_zp"))
+      return usageError(command, arg + " takes int8, int4 or int4_zp");
+    (arg == "--quantize" ? options.quantize : options.quant_head) = *v;
+  } else if (arg == "--quant-group") {
+    const std::string* v = value();
+    int64_t group = 0;
+    if (!v || !parseInt64(*v, &group) || group < 32 || group % 32 != 0 || group > 4096)
+      return usageError(command, "--quant-group takes a multiple of 32 (32, 64, 128, ...)");
+    options.quant_group = group;
+  } else if (arg == "--keep-float") {
+    const std::string* v = value();
+    if (!v || v->empty()) return usageError(command, "--keep-float needs a node-name pattern");
+    options.keep_float.push_back(*v);
   } else if (arg == "--strip-weights") {
     options.strip_weights = true;
   } else if (arg == "--report" && report) {
@@ -143,6 +158,10 @@ int runCompile(const std::vector<std::string>& args) {
     for (const std::string& failure : stats.llm_failures)
       std::fprintf(stderr, "  %s\n", failure.c_str());
   }
+  for (const FusionReport& record : stats.fusions)
+    if (!record.fired && record.pass == "quantize" && record.reason.find("--keep-float") == std::string::npos)
+      std::fprintf(stderr, "llmc compile: warning: %s not quantized to %s: %s\n", record.nodes.c_str(),
+                   record.pattern.c_str(), record.reason.c_str());
   if (report) printFusionReport(stats.fusions);
   if (stats.llm_recognized)
     std::printf("decoder language model: %lld attention layers over the paged KV cache\n",

@@ -42,6 +42,8 @@ const char kUsage[] =
     "          [--verbose] [--dump-ir-after PASS|import|all] [--as-graph]\n"
     "          [--max-context N] [--bos-id ID] [--eos-id ID ...]\n"
     "          [--opt-level 0|1] [--disable-pass NAME ...] [--report] [--strip-weights]\n"
+    "          [--quantize int8|int4|int4_zp [--quant-group N] [--quant-head FORMAT]\n"
+    "           [--keep-float PATTERN ...]]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"
     "          [--repeat N] [--backend auto|cpu|cuda] [--tf32]\n"
@@ -61,6 +63,9 @@ const char kUsage[] =
     "      inputs and print every output's error; exit 1 beyond tolerance\n"
     "  refit ENGINE --weights FILE.safetensors -o OUT.engine\n"
     "      fill an engine's weights (e.g. a --strip-weights engine) from the model's initializers\n"
+    "  eval ENGINE --reference FLOAT.engine --text FILE [--context N] [--max-windows N]\n"
+    "          [--tokenizer tokenizer.json] [--json] [--backend auto|cpu|cuda]\n"
+    "      accuracy against a reference engine: perplexity, KL divergence, top-1 agreement\n"
     "  inspect ENGINE [--json]\n"
     "      print an engine's format, target, inputs, outputs, steps and memory\n"
     "\n"
@@ -86,6 +91,7 @@ int main(int argc, char** argv) {
   if (command == "bench") return llmc::cli::runBench(args);
   if (command == "verify") return llmc::cli::runVerify(args);
   if (command == "refit") return llmc::cli::runRefit(args);
+  if (command == "eval") return llmc::cli::runEval(args);
   std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
   return llmc::cli::kExitBadInput;
 }

@@ -25,6 +25,8 @@ std::string kernelNameOf(Operation* op) {
   if (isa<LastTokensOp>(op)) return "LlmLastTokens";
   if (isa<RopeOp>(op)) return "LlmRope";
   if (isa<FusedMatMulOp>(op)) return "LlmFusedMatMul";
+  if (isa<QuantMatMulOp>(op)) return "LlmQuantMatMul";
+  if (isa<QuantGatherOp>(op)) return "LlmQuantGather";
   if (isa<NormOp>(op)) return "LlmNorm";
   if (isa<GatedMlpOp>(op)) return "LlmGatedMlp";
   if (isa<ElementwiseOp>(op)) return "LlmElementwise";
@@ -126,6 +128,36 @@ LogicalResult FusedMatMulOp::verify() {
     return emitOpError() << "unknown activation '" << *activation << "'";
   if (!isa<NoneType>(getBias().getType()) && cast<ShapedType>(getBias().getType()).getRank() != 1)
     return emitOpError() << "bias must be 1-D [N]";
+  return success();
+}
+
+LogicalResult QuantMatMulOp::verify() {
+  const StringRef format = getFormat();
+  if (format != "int8" && format != "int4" && format != "int4_zp")
+    return emitOpError() << "unknown format '" << format << "' (int8, int4, int4_zp)";
+  auto data = cast<RankedTensorType>(getData().getType());
+  auto scales = cast<RankedTensorType>(getScales().getType());
+  const bool eight = format == "int8";
+  if (data.getRank() != 2 || !data.getElementType().isInteger(8))
+    return emitOpError() << "data must be a 2-D 8-bit tensor";
+  if (scales.getRank() != 2 || scales.getDimSize(0) != data.getDimSize(0))
+    return emitOpError() << "scales must be [N, ceil(K / group)] with N = " << data.getDimSize(0);
+  if (getGroup() < 32 || getGroup() % 32 != 0) return emitOpError() << "group must be a multiple of 32";
+  if (!(eight ? scales.getElementType().isF32() : scales.getElementType().isF16()))
+    return emitOpError() << "scales must be " << (eight ? "f32" : "f16") << " for " << format;
+  if ((format == "int4_zp") == isa<NoneType>(getZeros().getType()))
+    return emitOpError() << "zeros must be given exactly for int4_zp";
+  if (!isa<NoneType>(getZeros().getType()) && cast<ShapedType>(getZeros().getType()).getShape() != scales.getShape())
+    return emitOpError() << "zeros must have the scales' shape";
+  auto a = cast<RankedTensorType>(getA().getType());
+  const int64_t k = a.getRank() ? a.getDimSize(a.getRank() - 1) : ShapedType::kDynamic;
+  if (!ShapedType::isDynamic(k) && data.getDimSize(1) != (eight ? k : k / 2))
+    return emitOpError() << "data " << data.getDimSize(1) << " columns do not hold K = " << k;
+  if (auto activation = getActivation(); activation && !isKnownActivation(*activation, true))
+    return emitOpError() << "unknown activation '" << *activation << "'";
+  const bool gated = getGated() && *getGated() != 0;
+  if (gated && (!isa<NoneType>(getBias().getType()) || data.getDimSize(0) % 2 != 0))
+    return emitOpError() << "a gated product has 2F output channels and no bias";
   return success();
 }
 

@@ -142,6 +142,47 @@ def LLM_FusedMatMulOp : LLM_Op<"fused_matmul", [Pure]> {
   let hasVerifier = 1;
 }
 
+def LLM_QuantMatMulOp : LLM_Op<"quant_matmul", [Pure]> {
+  let summary = "Matrix product with a quantized weight (runtime kernel `LlmQuantMatMul`)";
+  let description = [{
+    `y = activation(alpha * a·Wᵀ + bias)` with `W` the quantized `[N, K]` weight (row n is
+    output channel n): `data` (`i8` `[N, K]` for `int8`, `ui8` `[N, K/2]` packed 4-bit for
+    `int4` and `int4_zp`), `scales` `[N, ceil(K/group)]` (f32 for `int8`, whose group is K;
+    f16 for the 4-bit formats), `zeros` `ui8` of the scales' shape for `int4_zp` (else
+    `none`). With
+    `gated = 1`, `N = 2F` and `y = activation(h[:, :F]) * h[:, F:]` (a quantized
+    `llm.gated_mlp`; no bias). Written by `--llmc-quantize-weights`; docs/quantization.md.
+    ```mlir
+    %y = llm.quant_matmul(%x, %q, %s, %none, %none) {activation = "gelu_erf", format = "int8", group = 64 : i64}
+        : (tensor<?x64xf32>, tensor<256x64xi8>, tensor<256x1xf32>, none, none) -> tensor<?x256xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$a, AnyRankedTensor:$data, AnyRankedTensor:$scales,
+                   AnyType:$zeros, AnyType:$bias, StrAttr:$format, I64Attr:$group,
+                   OptionalAttr<StrAttr>:$activation, OptionalAttr<F32Attr>:$alpha,
+                   OptionalAttr<I64Attr>:$gated);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $a `,` $data `,` $scales `,` $zeros `,` $bias `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def LLM_QuantGatherOp : LLM_Op<"quant_gather", [Pure]> {
+  let summary = "Rows of a quantized embedding table (runtime kernel `LlmQuantGather`)";
+  let description = [{
+    The table `[V, K]` quantized as for `llm.quant_matmul` (row v is token v); the result is
+    `ids.shape + [K]`, float32, each row dequantized. Written by `--llmc-quantize-weights` for
+    a `Gather` of a constant float32 table along axis 0.
+    ```mlir
+    %e = llm.quant_gather(%ids, %q, %s, %none) {format = "int8", group = 64 : i64}
+        : (tensor<?x?xi64>, tensor<512x64xi8>, tensor<512x1xf32>, none) -> tensor<?x?x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$ids, AnyRankedTensor:$data, AnyRankedTensor:$scales,
+                   AnyType:$zeros, StrAttr:$format, I64Attr:$group);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $ids `,` $data `,` $scales `,` $zeros `)` attr-dict `:` functional-type(operands, results)";
+}
+
 def LLM_NormOp : LLM_Op<"norm", [Pure]> {
   let summary = "RMS or layer normalization over the last axis, optionally after a residual add (runtime kernel `LlmNorm`)";
   let description = [{

@@ -56,6 +56,7 @@ const KernelRegistry& KernelRegistry::cpuReference() {
     registerOrtContribKernels(r);
     registerLlmKernels(r);
     registerFusedKernels(r);
+    registerQuantKernels(r);
     return r;
   }();
   return registry;

@@ -142,5 +142,7 @@ void registerOrtContribKernels(KernelRegistry& registry);  // ONNX Runtime's con
 void registerLlmKernels(KernelRegistry& registry);  // LlmAttention, LlmPositions, LlmLastTokens
 // LlmFusedMatMul, LlmGatedMlp, LlmNorm, LlmElementwise (cpu/fused.cpp)
 void registerFusedKernels(KernelRegistry& registry);
+// LlmQuantizeWeight, LlmQuantMatMul (cpu/quant_matmul.cpp)
+void registerQuantKernels(KernelRegistry& registry);
 
 }  // namespace llmc

@@ -24,15 +24,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
-import shutil
-import subprocess
 import sys
 import time
 
 import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kjv import is_held_out, read_chapters  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER_PATH = os.path.join(HERE, "tokenizer.json")
@@ -50,32 +50,6 @@ WARMUP_STEPS = 100
 WEIGHT_DECAY = 0.1
 SEED = 1611
 THREADS = 2
-HOLD_OUT_EVERY = 100  # every 100th chapter is held out to report a validation loss
-
-
-def read_chapters() -> list[str]:
-    """The KJV as a list of chapters, each its verses (without numbers) one per line."""
-    if shutil.which("bible") is None:
-        sys.exit("train.py: the `bible` program is missing; install the text with: apt-get install bible-kjv-text")
-    # -l sets the line width: wide enough that no verse is wrapped.
-    text = subprocess.run(
-        ["bible", "-l100000", "gen1:1-rev22:21"], check=True, capture_output=True, text=True
-    ).stdout
-    chapters: list[list[str]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        verse = re.match(r"^\s+\d+ (.+)$", line)
-        if verse:
-            chapters[-1].append(verse.group(1).strip())
-        elif re.match(r"^\S.* \d+$", line):  # a chapter heading such as "Genesis 1"
-            chapters.append([])
-        else:
-            sys.exit(f"train.py: unexpected line from `bible`: {line!r}")
-    if len(chapters) != 1189 or sum(map(len, chapters)) != 31102:
-        verses = sum(map(len, chapters))
-        sys.exit(f"train.py: expected 1189 chapters and 31102 verses, got {len(chapters)} and {verses}")
-    return ["\n".join(verses) for verses in chapters]
 
 
 def train_tokenizer(chapters: list[str]) -> Tokenizer:
@@ -173,8 +147,8 @@ def main() -> int:
     chapters = read_chapters()
     tokenizer = train_tokenizer(chapters)
     tokenizer.save(TOKENIZER_PATH)
-    train_chapters = [c for i, c in enumerate(chapters) if i % HOLD_OUT_EVERY != HOLD_OUT_EVERY // 2]
-    valid_chapters = [c for i, c in enumerate(chapters) if i % HOLD_OUT_EVERY == HOLD_OUT_EVERY // 2]
+    train_chapters = [c for i, c in enumerate(chapters) if not is_held_out(i)]
+    valid_chapters = [c for i, c in enumerate(chapters) if is_held_out(i)]
     train_ids = token_stream(tokenizer, train_chapters)
     valid_ids = token_stream(tokenizer, valid_chapters)
     print(

@@ -89,3 +89,32 @@ func.func @gated_odd(%x: tensor<2x8xf32>, %w: tensor<8x7xf32>) -> tensor<2x3xf32
   %y = llm.gated_mlp(%x, %w) {activation = "silu"} : (tensor<2x8xf32>, tensor<8x7xf32>) -> tensor<2x3xf32>
   return %y : tensor<2x3xf32>
 }
+
+// -----
+
+// Tests that a quantized product's scales must match its format (float16 for int4).
+func.func @quant_scale_dtype(%x: tensor<2x64xf32>, %q: tensor<16x32xui8>, %s: tensor<16x1xf32>) -> tensor<2x16xf32> {
+  %none = nn.none
+  // expected-error @+1 {{scales must be f16 for int4}}
+  %y = llm.quant_matmul(%x, %q, %s, %none, %none) {format = "int4", group = 64 : i64} : (tensor<2x64xf32>, tensor<16x32xui8>, tensor<16x1xf32>, none, none) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+// Tests that int4_zp needs its zero points and that the data must hold K.
+func.func @quant_zero_points(%x: tensor<2x64xf32>, %q: tensor<16x32xui8>, %s: tensor<16x1xf16>) -> tensor<2x16xf32> {
+  %none = nn.none
+  // expected-error @+1 {{zeros must be given exactly for int4_zp}}
+  %y = llm.quant_matmul(%x, %q, %s, %none, %none) {format = "int4_zp", group = 64 : i64} : (tensor<2x64xf32>, tensor<16x32xui8>, tensor<16x1xf16>, none, none) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @quant_k(%x: tensor<2x96xf32>, %q: tensor<16x64xi8>, %s: tensor<16x1xf32>) -> tensor<2x16xf32> {
+  %none = nn.none
+  // expected-error @+1 {{data 64 columns do not hold K = 96}}
+  %y = llm.quant_matmul(%x, %q, %s, %none, %none) {format = "int8", group = 96 : i64} : (tensor<2x96xf32>, tensor<16x64xi8>, tensor<16x1xf32>, none, none) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}

@@ -31,3 +31,19 @@ func.func @fused(%x: tensor<2x5x16xf32>, %r: tensor<2x5x16xf32>, %w: tensor<16x3
   %o = llm.attention(%t, %t, %t) {layer = 0 : i64, scale = 1.0 : f32, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 8 : i64, q_column = 0 : i64, k_column = 16 : i64, v_column = 24 : i64} : (tensor<2x5x32xf32>, tensor<2x5x32xf32>, tensor<2x5x32xf32>) -> tensor<2x5x16xf32>
   return %a, %n#0, %m, %e, %t, %o : tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x5x32xf32>, tensor<2x5x16xf32>
 }
+
+// -----
+
+// Tests that the quantized ops round-trip: quant_matmul (int8 with bias, gated int4) and
+// quant_gather (int4 with zero points).
+// CHECK-LABEL: func @quantized
+func.func @quantized(%x: tensor<2x64xf32>, %ids: tensor<3xi64>, %q8: tensor<16x64xi8>, %s8: tensor<16x1xf32>, %b: tensor<16xf32>, %q4: tensor<16x32xui8>, %s4: tensor<16x1xf16>, %z: tensor<16x1xui8>) -> (tensor<2x16xf32>, tensor<2x8xf32>, tensor<3x64xf32>) {
+  %none = nn.none
+  // CHECK: llm.quant_matmul(%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}) {activation = "relu", format = "int8", group = 64 : i64}
+  %y = llm.quant_matmul(%x, %q8, %s8, %none, %b) {format = "int8", group = 64 : i64, activation = "relu"} : (tensor<2x64xf32>, tensor<16x64xi8>, tensor<16x1xf32>, none, tensor<16xf32>) -> tensor<2x16xf32>
+  // CHECK: llm.quant_matmul({{.*}}) {activation = "silu", format = "int4", gated = 1 : i64, group = 64 : i64}
+  %h = llm.quant_matmul(%x, %q4, %s4, %none, %none) {format = "int4", group = 64 : i64, activation = "silu", gated = 1 : i64} : (tensor<2x64xf32>, tensor<16x32xui8>, tensor<16x1xf16>, none, none) -> tensor<2x8xf32>
+  // CHECK: llm.quant_gather({{.*}}) {format = "int4_zp", group = 64 : i64}
+  %e = llm.quant_gather(%ids, %q4, %s4, %z) {format = "int4_zp", group = 64 : i64} : (tensor<3xi64>, tensor<16x32xui8>, tensor<16x1xf16>, tensor<16x1xui8>) -> tensor<3x64xf32>
+  return %y, %h, %e : tensor<2x16xf32>, tensor<2x8xf32>, tensor<3x64xf32>
+}

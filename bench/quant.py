@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""CPU decode speed of the weight-quantized engines against float32 (docs/quantization.md).
+
+Generates a Llama-style model of about 110 M parameters with random weights
+(bench/gpu/make_llama.py --size 100m; not committed), compiles it float32, `--quantize int8`
+and `--quantize int4` (group 128), and runs `llmc bench --kv-only` on each in alternated rounds
+(this VM's speed drifts; alternating spreads the drift over all modes). Prints decode tokens/s
+and time to first token as median [min, max] over the rounds, and each mode's speed-up over
+float32. Decode here reads every weight once per token: it is bound by memory, where the
+quantized formats read 4x (int8) and about 7x (int4) fewer bytes.
+
+    .venv/bin/python bench/quant.py --llmc build/tools/llmc/llmc [--rounds 5]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODES = [("float32", []), ("int8", ["--quantize", "int8"]), ("int4 g128", ["--quantize", "int4", "--quant-group", "128"])]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llmc", required=True)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--context", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="llmc-quant-bench-") as tmp:
+        subprocess.run([sys.executable, os.path.join(HERE, "gpu", "make_llama.py"), "--out", tmp, "--size", "100m"],
+                       check=True)
+        engines = {}
+        for name, flags in MODES:
+            engine = os.path.join(tmp, name.replace(" ", "_") + ".engine")
+            subprocess.run([args.llmc, "compile", os.path.join(tmp, "model.onnx"), "-o", engine, *flags],
+                           check=True, capture_output=True)
+            engines[name] = engine
+            print(f"{name:10} engine {os.path.getsize(engine) / 2**20:8.1f} MiB", flush=True)
+        decode = {name: [] for name, _ in MODES}
+        ttft = {name: [] for name, _ in MODES}
+        for _ in range(args.rounds):
+            for name, _ in MODES:
+                out = subprocess.run([args.llmc, "bench", engines[name], "--kv-only", "--context", str(args.context),
+                                      "--new-tokens", str(args.new_tokens), "--repeat", "3"],
+                                     check=True, capture_output=True, text=True).stdout
+                row = re.search(r"paged KV cache\s+([\d.]+) \[.*?\]\s+([\d.]+)", out)
+                ttft[name].append(float(row.group(1)))
+                decode[name].append(float(row.group(2)))
+        base = statistics.median(decode["float32"])
+        print(f"\n{'mode':10} {'decode tok/s median [min, max]':>34} {'speed-up':>9} {'TTFT ms (' + str(args.context) + ' tokens)':>24}")
+        for name, _ in MODES:
+            d, t = decode[name], ttft[name]
+            print(f"{name:10} {statistics.median(d):14.1f} [{min(d):7.1f}, {max(d):7.1f}] {statistics.median(d) / base:8.2f}x "
+                  f"{statistics.median(t):12.1f} [{min(t):.1f}, {max(t):.1f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+// The dot products of LlmQuantMatMul (cpu/quant_matmul.cpp), exposed for the tests that pin the
+// AVX2 path to the scalar one.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/quant.h"
+
+namespace llmc {
+
+// One row of activations quantized to integers: int8 (`q`) for 4-bit weights, int16 (`q16`) for
+// int8 weights (int8 x int8 cost the demo model 0.3 points of top-1 agreement); one float scale
+// per block of kQuantBlock (absmax / 127 or / 32767, round to nearest), and per weight group the
+// sum of scale * Σq over its blocks (what a zero point multiplies).
+struct QuantizedActivations {
+  std::vector<int8_t> q;
+  std::vector<int16_t> q16;
+  std::vector<float> scales;
+  std::vector<float> group_sums;
+};
+void quantizeActivations(const float* x, int64_t k, int64_t group, int bits, QuantizedActivations* out);
+// The activation bits a weight format's kernel uses: 16 for int8 weights, 8 for 4-bit.
+int activationBits(const QuantTraits& traits);
+// Σ over the blocks of output channel `row`: dot(a.q, wq) * a.scales[block] * weight scale, with
+// each block's dot product exact in integers.
+float quantDotScalar(const QuantWeight& w, int64_t row, const QuantizedActivations& a);
+// The same with AVX2/FMA (summed in another order); only where quantDotHasAvx2().
+float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations& a);
+bool quantDotHasAvx2();
+
+}  // namespace llmc

@@ -1,0 +1,233 @@
+// Weight quantization (core/quant.h, cpu/quant_matmul.cpp): the quantizer's error bounds per
+// format, LlmQuantMatMul against the float product of the dequantized weight (the oracle),
+// the AVX2 dot products against the scalar ones, and the errors for weights that do not fit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/quant.h"
+#include "cpu/quant_dot.h"
+#include "kernel_test_util.h"
+
+namespace llmc::testing {
+namespace {
+
+KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> entries) {
+  KernelParams p;
+  for (const auto& [name, value] : entries) p.set(name, value);
+  return p;
+}
+
+struct Quantized {
+  Tensor data, scales, zeros;
+  QuantWeight weight;
+};
+
+Quantized quantize(const Tensor& w, bool transposed, const char* format, int64_t group) {
+  Quantized q;
+  const QuantTraits& traits = *findQuantTraits(format);
+  const int64_t k = transposed ? w.dim(1) : w.dim(0);
+  EXPECT_TRUE(quantizeWeight(w, transposed, traits, group, &q.data, &q.scales, &q.zeros).ok());
+  EXPECT_TRUE(
+      makeQuantWeight(traits, k, group, q.data, q.scales, traits.zero_points ? &q.zeros : nullptr, &q.weight).ok());
+  return q;
+}
+
+// The oracle: x · Wᵀ with W dequantized, in double.
+Tensor dequantizedProduct(const Tensor& x, const QuantWeight& w) {
+  const int64_t rows = x.numElements() / w.k;
+  Tensor y = Tensor::allocate(DType::kFloat32, {rows, w.n});
+  std::vector<float> row(static_cast<size_t>(w.k));
+  for (int64_t n = 0; n < w.n; ++n) {
+    dequantizeRow(w, n, row.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t i = 0; i < w.k; ++i) sum += static_cast<double>(x.data<float>()[r * w.k + i]) * row[i];
+      y.data<float>()[r * w.n + n] = static_cast<float>(sum);
+    }
+  }
+  return y;
+}
+
+double relativeL2(const float* a, const float* b, int64_t count) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+class QuantFormatTest : public ::testing::TestWithParam<std::tuple<const char*, int64_t>> {};
+
+// Round to nearest: every dequantized value is within half a step of the original clamped to
+// the group's representable range (the quantizer may clip a group's largest values to refine
+// the step for the rest), and zero stays exactly zero (padding and pruned weights).
+TEST_P(QuantFormatTest, DequantizedWeightsAreWithinHalfAStep) {
+  const auto [format, group_param] = GetParam();
+  const int64_t k = 224, n = 19;  // 224 = 128 + 96: a shorter last group for g128 and g64
+  const int64_t group = std::string(format) == "int8" ? k : group_param;
+  Tensor w = randomFloat({k, n}, 11);
+  w.data<float>()[5 * n + 3] = 0.0f;
+  Quantized q = quantize(w, false, format, group);
+  const bool eight = std::string(format) == "int8";
+  std::vector<float> row(static_cast<size_t>(k));
+  int64_t clipped = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    dequantizeRow(q.weight, r, row.data());
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t g = i / group;
+      const float scale = q.weight.scale(r, g);
+      const float zero = q.weight.zeros ? q.weight.zeros[r * q.weight.groupsPerRow() + g] : 0.0f;
+      const float a = (eight ? -127.0f : q.weight.zeros ? -zero : -8.0f) * scale;
+      const float b = (eight ? 127.0f : q.weight.zeros ? 15.0f - zero : 7.0f) * scale;
+      const float original = w.data<float>()[i * n + r];
+      const float target = std::clamp(original, std::min(a, b), std::max(a, b));
+      clipped += target != original;
+      EXPECT_LE(std::fabs(row[i] - target), 0.5f * std::fabs(scale) * 1.001f + 1e-7f)
+          << format << " row " << r << " element " << i;
+    }
+  }
+  EXPECT_LT(clipped, n * k / 20) << "clipping is for the few largest values";
+  dequantizeRow(q.weight, 3, row.data());
+  EXPECT_EQ(row[5], 0.0f);
+}
+
+// The kernel against the oracle: only the activations' int8 rounding separates them.
+TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
+  const auto [format, group_param] = GetParam();
+  // 192 with groups of 128: the last group of each row is shorter (64).
+  for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 33}, {5, 384, 64}, {3, 64, 7}, {2, 192, 5}}) {
+    const int64_t group = std::string(format) == "int8" ? k : group_param;
+    Tensor w = randomFloat({n, k}, 21), x = randomFloat({rows, k}, 22);
+    Quantized q = quantize(w, true, format, group);
+    std::optional<Tensor> zeros;
+    if (q.weight.zeros) zeros = q.zeros;
+    Tensor got = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros},
+                           params({{"format", stringParam(format)}, {"group", intParam(group)}}));
+    Tensor want = dequantizedProduct(x, q.weight);
+    ASSERT_EQ(got.shape(), (Shape{rows, n}));
+    EXPECT_LT(relativeL2(got.data<float>(), want.data<float>(), got.numElements()), 1e-2)
+        << format << " [" << rows << ", " << k << "] x [" << k << ", " << n << "]";
+  }
+}
+
+// Bias, alpha and the activation epilogue, and the gated form, on the quantized product.
+TEST_P(QuantFormatTest, EpilogueAndGatedForm) {
+  const auto [format, group_param] = GetParam();
+  const int64_t rows = 4, k = 128, f = 24;
+  const int64_t group = std::string(format) == "int8" ? k : group_param;
+  Tensor w = randomFloat({k, 2 * f}, 31), x = randomFloat({rows, k}, 32), bias = randomFloat({2 * f}, 33);
+  Quantized q = quantize(w, false, format, group);
+  std::optional<Tensor> zeros;
+  if (q.weight.zeros) zeros = q.zeros;
+  Tensor h = dequantizedProduct(x, q.weight);
+  Tensor plain = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros, bias},
+                           params({{"format", stringParam(format)}, {"group", intParam(group)},
+                                   {"activation", stringParam("silu")}, {"alpha", floatParam(0.5)}}));
+  Tensor gated = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros},
+                           params({{"format", stringParam(format)}, {"group", intParam(group)},
+                                   {"activation", stringParam("gelu_erf")}, {"gated", intParam(1)}}));
+  ASSERT_EQ(gated.shape(), (Shape{rows, f}));
+  std::vector<float> want_plain, want_gated;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < 2 * f; ++c) {
+      const double v = 0.5 * h.data<float>()[r * 2 * f + c] + bias.data<float>()[c];
+      want_plain.push_back(static_cast<float>(v / (1 + std::exp(-v))));
+    }
+    for (int64_t c = 0; c < f; ++c) {
+      const double g = h.data<float>()[r * 2 * f + c], u = h.data<float>()[r * 2 * f + f + c];
+      want_gated.push_back(static_cast<float>(0.5 * g * (1 + std::erf(g / std::sqrt(2.0))) * u));
+    }
+  }
+  EXPECT_LT(relativeL2(plain.data<float>(), want_plain.data(), plain.numElements()), 2e-2);
+  EXPECT_LT(relativeL2(gated.data<float>(), want_gated.data(), gated.numElements()), 2e-2);
+}
+
+// The AVX2 dot products compute what the scalar ones do (up to float summation order).
+TEST_P(QuantFormatTest, Avx2DotEqualsScalarDot) {
+  if (!quantDotHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA";
+  const auto [format, group_param] = GetParam();
+  const int64_t k = 512, n = 9;
+  const int64_t group = std::string(format) == "int8" ? k : group_param;
+  Tensor w = randomFloat({n, k}, 41), x = randomFloat({1, k}, 42);
+  Quantized q = quantize(w, true, format, group);
+  QuantizedActivations a;
+  quantizeActivations(x.data<float>(), k, group, activationBits(*q.weight.traits), &a);
+  for (int64_t r = 0; r < n; ++r) {
+    const float scalar = quantDotScalar(q.weight, r, a);
+    // The 4-bit path takes the zero point off per group: a difference of larger sums.
+    EXPECT_NEAR(quantDotAvx2(q.weight, r, a), scalar, 1e-3 * (1 + std::fabs(scalar)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantFormatTest,
+                         ::testing::Values(std::make_tuple("int8", int64_t{0}), std::make_tuple("int4", int64_t{32}),
+                                           std::make_tuple("int4", int64_t{128}), std::make_tuple("int4_zp", int64_t{64})),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_g" + std::to_string(std::get<1>(info.param));
+                         });
+
+// LlmQuantGather returns the dequantized rows, negative ids counting from the end.
+TEST(QuantGatherTest, ReturnsDequantizedRows) {
+  Tensor table = randomFloat({10, 96}, 71);
+  Quantized q = quantize(table, true, "int4", 64);
+  Tensor ids = makeInt64({2, 2}, {3, 0, -1, 9});
+  Tensor got = runKernel("LlmQuantGather", {ids, q.data, q.scales},
+                         params({{"format", stringParam("int4")}, {"group", intParam(64)}}));
+  ASSERT_EQ(got.shape(), (Shape{2, 2, 96}));
+  std::vector<float> row(96);
+  const int64_t rows[] = {3, 0, 9, 9};
+  for (int i = 0; i < 4; ++i) {
+    dequantizeRow(q.weight, rows[i], row.data());
+    for (int64_t c = 0; c < 96; ++c) ASSERT_EQ(got.data<float>()[i * 96 + c], row[c]) << i;
+  }
+  TestKernelContext ctx;
+  ctx.inputs = {makeInt64({1}, {10}), q.data, q.scales};
+  ctx.kernel_params = params({{"format", stringParam("int4")}, {"group", intParam(64)}});
+  EXPECT_NE(ctx.run("LlmQuantGather").message().find("outside the table's 10 rows"), std::string::npos);
+}
+
+// LlmQuantizeWeight is the compiler's quantizer: its outputs are quantizeWeight's.
+TEST(QuantizeWeightKernelTest, MatchesQuantizeWeightAndRefusesBadGroups) {
+  Tensor w = randomFloat({64, 10}, 51);
+  Quantized q = quantize(w, false, "int4_zp", 32);
+  KernelParams p = params({{"format", stringParam("int4_zp")}, {"group", intParam(32)}});
+  EXPECT_EQ(values<uint8_t>(runKernel("LlmQuantizeWeight", {w}, p, 3, 0)), values<uint8_t>(q.data));
+  EXPECT_EQ(values<uint16_t>(runKernel("LlmQuantizeWeight", {w}, p, 3, 1)), values<uint16_t>(q.scales));
+  EXPECT_EQ(values<uint8_t>(runKernel("LlmQuantizeWeight", {w}, p, 3, 2)), values<uint8_t>(q.zeros));
+
+  TestKernelContext ctx;
+  ctx.inputs = {randomFloat({48, 10}, 52)};  // K = 48 is not a multiple of 32
+  ctx.kernel_params = params({{"format", stringParam("int4")}, {"group", intParam(32)}});
+  ctx.num_outputs = 2;
+  Status status = ctx.run("LlmQuantizeWeight");
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("multiple of 32"), std::string::npos) << status.message();
+  ctx.inputs = {randomFloat({64, 10}, 53)};
+  ctx.kernel_params = params({{"format", stringParam("int8")}, {"group", intParam(32)}});
+  EXPECT_NE(ctx.run("LlmQuantizeWeight").message().find("one scale per output channel"), std::string::npos);
+  // One output at a time, as `llmc refit` replays a recipe step.
+  EXPECT_EQ(values<uint8_t>(runKernel("LlmQuantizeWeight", {w}, p, 1, 0)), values<uint8_t>(q.data));
+}
+
+// Tensors that do not fit their format are refused with what does not fit.
+TEST(QuantMatMulTest, RefusesMismatchedTensors) {
+  Tensor w = randomFloat({10, 64}, 61), x = randomFloat({2, 64}, 62);
+  Quantized q = quantize(w, true, "int4", 32);
+  TestKernelContext ctx;
+  ctx.inputs = {randomFloat({2, 96}, 63), q.data, q.scales};  // K 96 vs the weight's 64
+  ctx.kernel_params = params({{"format", stringParam("int4")}, {"group", intParam(32)}});
+  Status status = ctx.run("LlmQuantMatMul");
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("does not hold K = 96"), std::string::npos) << status.message();
+  ctx.inputs = {x, q.data, q.scales};
+  ctx.kernel_params = params({{"format", stringParam("int4_zp")}, {"group", intParam(32)}});
+  EXPECT_NE(ctx.run("LlmQuantMatMul").message().find("needs zero points"), std::string::npos);
+  ctx.kernel_params = params({{"format", stringParam("int3")}});
+  EXPECT_NE(ctx.run("LlmQuantMatMul").message().find("unknown quantization format 'int3'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmc::testing
