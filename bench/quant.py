@@ -3,7 +3,7 @@
 
 Generates a Llama-style model of about 110 M parameters with random weights
 (bench/gpu/make_llama.py --size 100m; not committed), compiles it float32, `--quantize int8`
-and `--quantize int4` (group 128), and runs `llmc bench --kv-only` on each in alternated rounds
+`--quantize int4` (group 128) and `--quantize w8a8` (calibrated on random token ids), and runs `llmc bench --kv-only` on each in alternated rounds
 (this VM's speed drifts; alternating spreads the drift over all modes). Prints decode tokens/s
 and time to first token as median [min, max] over the rounds, and each mode's speed-up over
 float32. Decode here reads every weight once per token: it is bound by memory, where the
@@ -19,8 +19,12 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = [("float32", []), ("int8", ["--quantize", "int8"]), ("int4 g128", ["--quantize", "int4", "--quant-group", "128"])]
+CALIB_DIR = "@calib"  # replaced by a directory of random input_ids samples
+MODES = [("float32", []), ("int8", ["--quantize", "int8"]), ("int4 g128", ["--quantize", "int4", "--quant-group", "128"]),
+         ("w8a8", ["--quantize", "w8a8", "--calib-dir", CALIB_DIR])]
 
 
 def main():
@@ -33,8 +37,14 @@ def main():
     with tempfile.TemporaryDirectory(prefix="llmc-quant-bench-") as tmp:
         subprocess.run([sys.executable, os.path.join(HERE, "gpu", "make_llama.py"), "--out", tmp, "--size", "100m"],
                        check=True)
+        calib = os.path.join(tmp, "calib")
+        os.makedirs(calib)
+        rng = np.random.default_rng(7)
+        for i in range(4):  # random tokens: this model's weights are random too
+            np.save(os.path.join(calib, f"{i}.npy"), rng.integers(0, 16000, size=(1, 64), dtype=np.int64))
         engines = {}
         for name, flags in MODES:
+            flags = [calib if f == CALIB_DIR else f for f in flags]
             engine = os.path.join(tmp, name.replace(" ", "_") + ".engine")
             subprocess.run([args.llmc, "compile", os.path.join(tmp, "model.onnx"), "-o", engine, *flags],
                            check=True, capture_output=True)

@@ -9,9 +9,12 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "core/engine_file.h"
 #include "core/plan.h"
 #include "importer/OnnxImporter.h"
+#include "pipeline/Calibration.h"
 #include "llmc/tokenizer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -123,6 +126,66 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     if (options.progress) options.progress(stage);
   };
 
+  // Calibration: the float32 engine of the same model runs over the calibration inputs.
+  std::string calib_stats_path;
+  std::string calib_temp;
+  if (options.quantize == "w8a8" && options.calib_file.empty() && options.calib_dir.empty())
+    return invalidArgument("--quantize w8a8 needs calibration data for its smoothing (--calib FILE or --calib-dir DIR)");
+  if (options.awq || !options.calib_file.empty() || !options.calib_dir.empty()) {
+    if (options.quantize.empty())
+      return invalidArgument("--calib, --calib-dir and --awq go with --quantize");
+    if (options.calib_file.empty() && options.calib_dir.empty())
+      return invalidArgument("--awq needs calibration data (--calib FILE or --calib-dir DIR)");
+    std::string tokenizer_json;
+    if (!options.tokenizer_path.empty()) {
+      std::ifstream tokenizer_file(options.tokenizer_path, std::ios::binary);
+      if (!tokenizer_file) return invalidArgument(options.tokenizer_path + ": cannot open the tokenizer");
+      tokenizer_json.assign(std::istreambuf_iterator<char>(tokenizer_file), std::istreambuf_iterator<char>());
+    }
+    std::vector<std::vector<NamedTensor>> samples;
+    LLMC_RETURN_IF_ERROR(readCalibrationInputs(options.calib_file, options.calib_dir, tokenizer_json, &samples));
+    CompileOptions float_options = options;
+    float_options.quantize.clear();
+    float_options.calib_file.clear();
+    float_options.calib_dir.clear();
+    float_options.awq = false;
+    float_options.strip_weights = false;
+    float_options.tokenizer_path.clear();
+    float_options.progress = nullptr;
+    std::string float_key = "target=" + options.target + ";opt=" + std::to_string(options.opt_level) +
+                            (options.as_graph ? ";as-graph" : "");
+    for (const auto& [name, range] : options.dim_ranges)
+      float_key += ";" + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
+    for (const std::string& name : disabled) float_key += ";-" + name;
+    const std::string key = calibrationKey(bytes, samples, float_key);
+    if (options.output_path.empty()) {
+      char path[] = "/tmp/llmc-calib-XXXXXX";
+      const int fd = mkstemp(path);
+      if (fd < 0) return internalError("cannot create a temporary file for calibration statistics");
+      close(fd);
+      calib_temp = calib_stats_path = path;
+    } else {
+      calib_stats_path = options.output_path + ".calib.safetensors";
+    }
+    CalibrationStats cached;
+    if (readCalibrationStats(calib_stats_path, key, &cached).ok()) {
+      progress("calibration: reusing " + calib_stats_path);
+    } else {
+      progress("calibration: compiling the float32 engine");
+      std::vector<uint8_t> float_engine;
+      LLMC_RETURN_IF_ERROR(compileModelBytes(bytes, float_options, &float_engine, nullptr).withContext("calibration"));
+      CalibrationStats stats;
+      LLMC_RETURN_IF_ERROR(collectCalibrationStats(float_engine, samples, progress, &stats));
+      LLMC_RETURN_IF_ERROR(writeCalibrationStats(calib_stats_path, key, stats));
+    }
+  }
+  struct RemoveTemp {
+    std::string path;
+    ~RemoveTemp() {
+      if (!path.empty()) std::remove(path.c_str());
+    }
+  } remove_temp{calib_temp};
+
   MLIRContext context;
   context.disableMultithreading();  // deterministic output, and 2-core build machines
   context.loadDialect<nn::NNDialect, exec::ExecDialect, llm::LLMDialect, func::FuncDialect>();
@@ -209,6 +272,9 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     quant.group = options.quant_group;
     quant.headFormat = options.quant_head;
     quant.keepFloat = options.keep_float;
+    quant.calibStats = calib_stats_path;
+    quant.awq = options.awq;
+    quant.smoothAlpha = options.smooth_alpha;
     fpm.addPass(createQuantizeWeights(quant));
   }
   fpm.addPass(createLowerToExec());
@@ -295,6 +361,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     if (options.quantize != "int8") opts += ";group=" + std::to_string(options.quant_group);
     if (!options.quant_head.empty()) opts += ";head=" + options.quant_head;
     for (const std::string& pattern : options.keep_float) opts += ";keep-float=" + pattern;
+    if (options.awq) opts += ";awq";
+    if (options.quantize == "w8a8") opts += ";smooth-alpha=" + std::to_string(options.smooth_alpha);
   }
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);

@@ -47,6 +47,13 @@ struct CompileOptions {
   int64_t quant_group = 128;
   std::string quant_head;
   std::vector<std::string> keep_float;
+  // Calibration (needed by `awq`): prompts, one per line, tokenized with `tokenizer_path`, or
+  // a directory of input_ids .npy files. The statistics are cached next to the output
+  // (OUTPUT.calib.safetensors) and reused while the model, data and float options match.
+  std::string calib_file;
+  std::string calib_dir;
+  bool awq = false;  // activation-aware scales for 4-bit weights (docs/quantization.md)
+  double smooth_alpha = 0.5;  // w8a8: SmoothQuant's migration strength
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };
 

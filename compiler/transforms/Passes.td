@@ -118,7 +118,12 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
     the runtime's `LlmQuantizeWeight` kernel, recorded as the weight's recipe. A product whose
     K is not a multiple of 32 (or of the group) stays float32, logged with the reason; so do
     products whose ONNX node names contain a `keep-float` pattern. The product the function
-    returns (the LM head) uses `head-format` when given.
+    returns (the LM head) uses `head-format` when given. With `awq` and calibration
+    statistics, each product's weight rows are scaled by s = absmax(x)^alpha per input
+    channel, alpha in {0, 0.1, ..., 1} chosen for the least output error on the calibration
+    rows (alpha 0 is round to nearest), and the product takes x / s (`input_scales`). `w8a8`
+    (int8 weights, activations quantized per token) uses SmoothQuant's s_j = max|x_j|^a /
+    max|W_j|^(1-a) the same way, with a = `smooth-alpha`.
   }];
   let options = [
     Option<"format", "format", "std::string", "\"int8\"", "int8, int4 or int4_zp">,
@@ -127,6 +132,12 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
            "format of the product whose result is returned (empty: `format`)">,
     ListOption<"keepFloat", "keep-float", "std::string",
                "ONNX node name substrings whose products stay float32">,
+    Option<"calibStats", "calib-stats", "std::string", "\"\"",
+           "calibration statistics (safetensors written by the compiler's calibration)">,
+    Option<"awq", "awq", "bool", "false",
+           "activation-aware scales for 4-bit weights, searched on the calibration rows">,
+    Option<"smoothAlpha", "smooth-alpha", "double", "0.5",
+           "w8a8: SmoothQuant's migration strength (0: none, 1: all to the weights)">,
   ];
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }

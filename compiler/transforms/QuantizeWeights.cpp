@@ -4,9 +4,12 @@
 // at compile time by the runtime's LlmQuantizeWeight kernel (so `llmc refit` repeats it from new
 // weights); weights whose K does not fit the format stay float32 and are logged with the
 // reason, as are those --keep-float names.
+#include <cmath>
 #include <functional>
+#include <optional>
 
 #include "core/quant.h"
+#include "pipeline/Calibration.h"
 #include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
@@ -23,6 +26,105 @@ namespace {
 
 constexpr const char* kPass = "quantize";
 
+// Activation-aware scales (AWQ): s_j = absmax_j^alpha per input channel j, normalized to a
+// geometric mean of 1, for the alpha in {0, 0.1, ..., 1} whose quantized product, x / s times
+// the quantized (W with rows scaled by s), is nearest x W on the calibration rows; each
+// candidate's clip search weighs the weights by the mean square of the activations they
+// multiply. Returns the choice (alpha 0: no scaling, only the activation-aware clipping).
+struct AwqChoice {
+  Tensor scales;      // float32 [K]
+  Tensor importance;  // float32 [K]: mean square of x / s per channel, for the clip search
+  double alpha = 0;
+  double error = 0, rtn_error = 0;
+};
+// SmoothQuant's factors: s_j = max|x_j|^alpha / max|W_j|^(1 - alpha) per input channel j
+// (W_j: the weight's row j along K), which move the activations' outliers into the weight.
+Tensor smoothingScales(const Tensor& w, bool trans_b, const ActivationStats& stats, double alpha) {
+  const int64_t k = trans_b ? w.dim(1) : w.dim(0), n = trans_b ? w.dim(0) : w.dim(1);
+  Tensor s = Tensor::allocate(DType::kFloat32, {k});
+  for (int64_t j = 0; j < k; ++j) {
+    float w_max = 0;
+    for (int64_t c = 0; c < n; ++c)
+      w_max = std::max(w_max, std::fabs(trans_b ? w.data<float>()[c * k + j] : w.data<float>()[j * n + c]));
+    const double x_max = std::max(stats.absmax.data<float>()[j], 1e-5f);
+    const double value = std::pow(x_max, alpha) / std::pow(std::max(w_max, 1e-5f), 1 - alpha);
+    s.data<float>()[j] = static_cast<float>(std::clamp(value, 1e-5, 1e5));
+  }
+  return s;
+}
+
+std::optional<AwqChoice> searchAwq(const Tensor& w, bool trans_b, const ActivationStats& stats,
+                                   const QuantTraits& traits, int64_t group) {
+  const int64_t k = trans_b ? w.dim(1) : w.dim(0), n = trans_b ? w.dim(0) : w.dim(1);
+  const Tensor& x = stats.samples;
+  const int64_t rows = x.dim(0);
+  if (rows == 0 || x.dim(1) != k) return std::nullopt;
+  // W as [N, K] and the float reference y = x W.
+  std::vector<float> wt(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < k; ++j) wt[r * k + j] = trans_b ? w.data<float>()[r * k + j] : w.data<float>()[j * n + r];
+  auto product = [&](const std::vector<float>& a, const std::vector<float>& b, std::vector<double>* out) {
+    out->assign(static_cast<size_t>(rows * n), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        double sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += static_cast<double>(a[r * k + j]) * b[c * k + j];
+        (*out)[r * n + c] = sum;
+      }
+  };
+  std::vector<float> xs(x.data<float>(), x.data<float>() + rows * k);
+  std::vector<float> energy(static_cast<size_t>(k), 0.0f), importance(static_cast<size_t>(k));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j) energy[j] += xs[r * k + j] * xs[r * k + j] / static_cast<float>(rows);
+  std::vector<double> reference, y;
+  product(xs, wt, &reference);
+  std::optional<AwqChoice> best;
+  double best_error = INFINITY, rtn_error = 0;
+  std::vector<float> s(static_cast<size_t>(k)), scaled(static_cast<size_t>(n * k)), xd(static_cast<size_t>(rows * k));
+  for (int step = 0; step <= 10; ++step) {
+    const double alpha = step / 10.0;
+    double log_sum = 0, lo = INFINITY, hi = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      s[j] = static_cast<float>(std::pow(std::max(stats.absmax.data<float>()[j], 1e-5f), alpha));
+      lo = std::min<double>(lo, s[j]), hi = std::max<double>(hi, s[j]);
+      log_sum += std::log(s[j]);
+    }
+    (void)lo, (void)hi;
+    const float norm = static_cast<float>(std::exp(log_sum / static_cast<double>(k)));
+    for (int64_t j = 0; j < k; ++j) s[j] /= norm;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) scaled[r * k + j] = wt[r * k + j] * s[j];
+    for (int64_t j = 0; j < k; ++j) importance[j] = energy[j] / (s[j] * s[j]) + 1e-12f;
+    Tensor data, qscales, zeros;
+    Tensor view = Tensor::view(DType::kFloat32, {n, k}, scaled.data());
+    if (!quantizeWeight(view, /*transposed=*/true, traits, group, &data, &qscales, &zeros, importance.data()).ok())
+      return std::nullopt;
+    QuantWeight q;
+    if (!makeQuantWeight(traits, k, group, data, qscales, traits.zero_points ? &zeros : nullptr, &q).ok())
+      return std::nullopt;
+    std::vector<float> dequantized(static_cast<size_t>(n * k));
+    for (int64_t r = 0; r < n; ++r) dequantizeRow(q, r, dequantized.data() + r * k);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < k; ++j) xd[r * k + j] = xs[r * k + j] / s[j];
+    product(xd, dequantized, &y);
+    double error = 0;
+    for (size_t i = 0; i < y.size(); ++i) error += (y[i] - reference[i]) * (y[i] - reference[i]);
+    if (step == 0) rtn_error = error;
+    if (error < best_error) {
+      best_error = error;
+      AwqChoice choice;
+      choice.scales = Tensor::allocate(DType::kFloat32, {k});
+      std::copy(s.begin(), s.end(), choice.scales.data<float>());
+      choice.importance = Tensor::allocate(DType::kFloat32, {k});
+      std::copy(importance.begin(), importance.end(), choice.importance.data<float>());
+      choice.alpha = alpha;
+      best = std::move(choice);
+    }
+  }
+  if (best) best->error = best_error, best->rtn_error = rtn_error;
+  return best;
+}
+
 // Every ONNX node name in `loc` (a fused op carries all of its nodes').
 void collectNames(Location loc, std::string* out) {
   if (auto fused = dyn_cast<FusedLoc>(loc)) {
@@ -35,6 +137,7 @@ void collectNames(Location loc, std::string* out) {
 class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass> {
  public:
   using Base::Base;
+  CalibrationStats stats_;
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -43,6 +146,16 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     if (!traits || !head) {
       func.emitError() << "unknown quantization format '" << (traits ? headFormat : format)
                        << "' (formats: int8, int4, int4_zp)";
+      return signalPassFailure();
+    }
+    if (!calibStats.empty()) {
+      if (Status read = readCalibrationStats(calibStats, "", &stats_); !read.ok()) {
+        func.emitError() << read.message();
+        return signalPassFailure();
+      }
+    }
+    if (awq && stats_.empty()) {
+      func.emitError() << "awq needs calibration statistics (calib-stats)";
       return signalPassFailure();
     }
     // The LM head: the product whose result the function returns (the logits).
@@ -56,7 +169,9 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
       if (isOp(&op, "nn.gather")) gathers.push_back(&op);
     }
     for (Operation* op : products) quantize(func, op, returned.count(op) ? *head : *traits);
-    for (Operation* op : gathers) quantizeTable(func, op, *head);
+    // A table has no activations: w8a8 stores it as int8.
+    for (Operation* op : gathers)
+      quantizeTable(func, op, head->per_token_activations ? quantTraits(QuantFormat::kInt8) : *head);
     eraseDeadOps(func.getBody().front());
   }
 
@@ -73,7 +188,7 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
 
   // The group for K, or 0 (logged) when the weight does not fit the format.
   int64_t groupFor(const QuantTraits& traits, int64_t k, const std::function<void(const std::string&)>& skip) {
-    const int64_t group_size = traits.format == QuantFormat::kInt8 ? k : group;
+    const int64_t group_size = traits.bits == 8 ? k : group;
     if (Status fits = checkQuantGroup(traits, k, group_size); !fits.ok()) {
       skip(fits.message() + "; stays float32");
       return 0;
@@ -84,13 +199,15 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
   // The weight quantized by the runtime's LlmQuantizeWeight (with its recipe): data, scales and
   // zero points (nn.none for formats without); empty when the quantizer refuses it.
   SmallVector<Value> quantizedWeight(OpBuilder& b, Location loc, const QuantTraits& traits, int64_t group_size,
-                                     int64_t trans_b, Value weight) {
+                                     int64_t trans_b, Value weight, Value importance = Value()) {
+    SmallVector<Value> inputs{weight};
+    if (importance) inputs.push_back(importance);
     SmallVector<Value> parts = kernelConstants(
         b, loc, "LlmQuantizeWeight",
         {b.getNamedAttr("format", b.getStringAttr(traits.name)),
          b.getNamedAttr("group", b.getI64IntegerAttr(group_size)),
          b.getNamedAttr("trans_b", b.getI64IntegerAttr(trans_b))},
-        {weight}, traits.zero_points ? 3 : 2);
+        inputs, traits.zero_points ? 3 : 2);
     if (!parts.empty() && !traits.zero_points) parts.push_back(noneValue(b, loc));
     return parts;
   }
@@ -143,7 +260,37 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     if (group_size == 0) return;
     OpBuilder b(op);
     Location loc = op->getLoc();
-    SmallVector<Value> parts = quantizedWeight(b, loc, traits, group_size, trans_b, w);
+    // Per-input-channel scales s from the calibration: AWQ's for 4-bit weights, SmoothQuant's
+    // for w8a8. The weight's rows along K are multiplied by s, the product takes x / s.
+    std::optional<Tensor> row_scales, importance;
+    std::string detail;
+    auto stats = stats_.find(nodeNameOf(op));
+    if (stats != stats_.end() && awq && traits.bits == 4) {
+      if (std::optional<AwqChoice> choice = searchAwq(*float32Constant(w), trans_b != 0, stats->second, traits, group_size)) {
+        char text[96];
+        std::snprintf(text, sizeof(text), "awq alpha %.1f: calibration error %.3g of round to nearest's", choice->alpha,
+                      choice->error / std::max(choice->rtn_error, 1e-30));
+        detail = text;
+        if (choice->alpha > 0) row_scales = std::move(choice->scales);
+        importance = std::move(choice->importance);
+      }
+    } else if (stats != stats_.end() && traits.per_token_activations) {
+      row_scales = smoothingScales(*float32Constant(w), trans_b != 0, stats->second, smoothAlpha);
+      detail = "smoothed (alpha " + std::to_string(smoothAlpha).substr(0, 4) + ")";
+    } else if (traits.per_token_activations) {
+      detail = "not smoothed: the calibration did not see this product";
+    }
+    Value input_scales, weight = w;
+    if (row_scales) {
+      Tensor shaped = Tensor::view(DType::kFloat32, trans_b ? Shape{1, k} : Shape{k, 1}, row_scales->data());
+      weight = kernelConstant(b, loc, "Mul", {}, {w, float32ConstantOp(b, loc, shaped, "")});
+      if (!weight) return skip("cannot scale the weight's rows");
+      Tensor inverse = Tensor::allocate(DType::kFloat32, {k});
+      for (int64_t j = 0; j < k; ++j) inverse.data<float>()[j] = 1.0f / row_scales->data<float>()[j];
+      input_scales = float32ConstantOp(b, loc, inverse, "");
+    }
+    Value importance_value = importance ? float32ConstantOp(b, loc, *importance, "") : Value();
+    SmallVector<Value> parts = quantizedWeight(b, loc, traits, group_size, trans_b, weight, importance_value);
     if (parts.empty()) return skip("the quantizer refused the weight; stays float32");
     Value zeros = parts[2];
     Value bias = gated || plain ? noneValue(b, loc) : op->getOperand(2);
@@ -152,11 +299,14 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     for (const char* name : {"activation", "alpha"})
       if (Attribute a = op->getAttr(name)) attrs.push_back(b.getNamedAttr(name, a));
     if (gated) attrs.push_back(b.getNamedAttr("gated", b.getI64IntegerAttr(1)));
-    Value y = createOp(b, loc, "llm.quant_matmul", {x, parts[0], parts[1], zeros, bias},
-                       op->getResult(0).getType(), attrs);
+    SmallVector<Value> operands{x, parts[0], parts[1], zeros, bias};
+    if (input_scales) operands.push_back(input_scales);
+    Value y = createOp(b, loc, "llm.quant_matmul", operands, op->getResult(0).getType(), attrs);
     carryNames(op, y.getDefiningOp());
     op->getResult(0).replaceAllUsesWith(y);
-    logFusion(func, {true, kPass, std::string(traits.name) + (gated ? " gated-mlp" : " matmul"), nodes, ""});
+    std::string pattern = std::string(traits.name) + (gated ? " gated-mlp" : " matmul");
+    if (row_scales || importance) pattern += traits.bits == 4 ? " awq" : " smoothed";
+    logFusion(func, {true, kPass, pattern, nodes, detail});
     op->erase();
   }
 };

@@ -26,11 +26,24 @@ MODELS = os.path.join(HERE, "..", "models")
 sys.path.insert(0, os.path.join(MODELS, "demo"))
 from kjv import is_held_out, read_chapters  # noqa: E402
 
+TOKENIZER = os.path.join(MODELS, "demo", "tokenizer.json")
+CALIBRATION = "@calibration"  # replaced by the calibration file's path
 MODES = [  # name, flags, max size ratio, check
     ("float32", [], None, None),
     ("int8", ["--quantize", "int8"], 0.30, ("top1_agreement", ">=", 0.99)),
     ("int4 g128", ["--quantize", "int4", "--quant-group", "128"], 0.17, ("perplexity_increase", "<=", 0.05)),
+    # AWQ against round to nearest with the LM head and embedding in int8, as AWQ keeps them
+    # out of 4 bits (with them in int4 their error dominates and the two are within noise).
+    ("int4 g128 h8", ["--quantize", "int4", "--quant-group", "128", "--quant-head", "int8"], None, None),
+    ("int4 g128 h8 awq", ["--quantize", "int4", "--quant-group", "128", "--quant-head", "int8", "--awq",
+                          "--calib", CALIBRATION, "--tokenizer", TOKENIZER, "--verbose"], None,
+     ("perplexity_increase", "<=", 0.05)),
     ("int4_zp g64", ["--quantize", "int4_zp", "--quant-group", "64"], None, None),
+    # W8A8 with SmoothQuant's smoothing (alpha 0.5) against none (alpha 0).
+    ("w8a8 unsmoothed", ["--quantize", "w8a8", "--smooth-alpha", "0", "--calib", CALIBRATION,
+                         "--tokenizer", TOKENIZER], 0.30, None),
+    ("w8a8", ["--quantize", "w8a8", "--calib", CALIBRATION, "--tokenizer", TOKENIZER], 0.30,
+     ("top1_agreement", ">=", 0.97)),
 ]
 
 
@@ -73,17 +86,29 @@ def main():
             failures.append(label)
 
     with tempfile.TemporaryDirectory(prefix="llmc-quant-") as tmp:
+        chapters = read_chapters()
         text_path = os.path.join(tmp, "held_out.txt")
         with open(text_path, "w") as f:
-            f.write("\n".join(c for i, c in enumerate(read_chapters()) if is_held_out(i)))
+            f.write("\n".join(c for i, c in enumerate(chapters) if is_held_out(i)))
+        # Calibration prompts: 32 chapters training saw, one per line.
+        calibration = os.path.join(tmp, "calibration.txt")
+        with open(calibration, "w") as f:
+            f.write("\n".join(c.replace("\n", " ") for i, c in enumerate(chapters[:40]) if not is_held_out(i))[:200000])
         engines, rows = {}, []
         for name, flags, max_ratio, bound in MODES:
             engine = os.path.join(tmp, name.replace(" ", "_") + ".engine")
+            flags = [calibration if f == CALIBRATION else f for f in flags]
             proc = run([args.llmc, "compile", model, "-o", engine, *flags])
             check(proc.returncode == 0, f"{name}: compile {proc.stderr.strip()[-300:]}")
             if proc.returncode != 0:
                 continue
             check("warning" not in proc.stderr, f"{name}: no fallback warnings on the demo ({proc.stderr.strip()[-200:]})")
+            if "--awq" in flags:
+                # The statistics are cached next to the engine; a second compile reuses them.
+                check(os.path.exists(engine + ".calib.safetensors"), f"{name}: calibration statistics cached")
+                again = run([args.llmc, "compile", model, "-o", engine, *flags])
+                check(again.returncode == 0 and "calibration: reusing" in again.stderr,
+                      f"{name}: the second compile reuses the statistics")
             engines[name] = engine
             size = os.path.getsize(engine)
             ratio = size / os.path.getsize(engines["float32"])
@@ -103,30 +128,46 @@ def main():
                         check(value >= limit if op == ">=" else value <= limit, f"{name}: {key} {value:.4f} {op} {limit}")
             rows.append((name, size, ratio, metrics))
 
-        print(f"\n{'mode':14} {'engine bytes':>12} {'x float':>8} {'perplexity':>11} {'ppl +%':>7} {'mean KL':>9} {'top-1':>7}")
+        by_name = {name: m for name, _, _, m in rows}
+        if by_name.get("int4 g128 h8 awq") and by_name.get("int4 g128 h8"):
+            awq, rtn = by_name["int4 g128 h8 awq"], by_name["int4 g128 h8"]
+            check(awq["perplexity_increase"] < rtn["perplexity_increase"] and awq["mean_kl"] < rtn["mean_kl"]
+                  and awq["top1_agreement"] > rtn["top1_agreement"],
+                  f"AWQ beats round to nearest: perplexity +{100 * awq['perplexity_increase']:.2f}% vs "
+                  f"+{100 * rtn['perplexity_increase']:.2f}%, KL {awq['mean_kl']:.5f} vs {rtn['mean_kl']:.5f}, "
+                  f"top-1 {100 * awq['top1_agreement']:.2f}% vs {100 * rtn['top1_agreement']:.2f}%")
+        if by_name.get("w8a8") and by_name.get("w8a8 unsmoothed"):
+            smooth, plain = by_name["w8a8"], by_name["w8a8 unsmoothed"]
+            check(smooth["mean_kl"] < plain["mean_kl"] and smooth["top1_agreement"] > plain["top1_agreement"],
+                  f"SmoothQuant's smoothing helps w8a8: KL {smooth['mean_kl']:.5f} vs {plain['mean_kl']:.5f}, "
+                  f"top-1 {100 * smooth['top1_agreement']:.2f}% vs {100 * plain['top1_agreement']:.2f}%")
+        print(f"\n{'mode':18} {'engine bytes':>12} {'x float':>8} {'perplexity':>11} {'ppl +%':>7} {'mean KL':>9} {'top-1':>7}")
         for name, size, ratio, m in rows:
             if m:
-                print(f"{name:14} {size:12d} {ratio:8.3f} {m['perplexity']:11.3f} {100 * m['perplexity_increase']:7.2f} "
+                print(f"{name:18} {size:12d} {ratio:8.3f} {m['perplexity']:11.3f} {100 * m['perplexity_increase']:7.2f} "
                       f"{m['mean_kl']:9.5f} {100 * m['top1_agreement']:6.2f}%")
             else:
-                print(f"{name:14} {size:12d} {ratio:8.3f}")
+                print(f"{name:18} {size:12d} {ratio:8.3f}")
         if rows and rows[-1][3]:
             m = rows[-1][3]
             print(f"(reference perplexity {m['reference_perplexity']:.3f} on {m['predictions']} held-out predictions)")
 
-        # A stripped quantized engine refits byte-identically from the initializers.
-        if "int4 g128" in engines:
+        # A stripped quantized engine refits byte-identically from the initializers (the
+        # calibrated modes too: their scales are literals of the recipes).
+        weights = os.path.join(tmp, "weights.safetensors")
+        write_safetensors(model, weights)
+        for name, flags, _, _ in MODES:
+            if name not in ("int4 g128", "int4 g128 h8 awq", "w8a8") or name not in engines:
+                continue
+            flags = [calibration if f == CALIBRATION else f for f in flags]
             stripped = os.path.join(tmp, "stripped.engine")
             refit = os.path.join(tmp, "refit.engine")
-            weights = os.path.join(tmp, "weights.safetensors")
-            write_safetensors(model, weights)
-            proc = run([args.llmc, "compile", model, "-o", stripped, "--quantize", "int4", "--quant-group", "128",
-                        "--strip-weights"])
-            check(proc.returncode == 0, f"int4 stripped compile {proc.stderr.strip()}")
+            proc = run([args.llmc, "compile", model, "-o", stripped, *flags, "--strip-weights"])
+            check(proc.returncode == 0, f"{name}: stripped compile {proc.stderr.strip()[-300:]}")
             proc = run([args.llmc, "refit", stripped, "--weights", weights, "-o", refit])
-            check(proc.returncode == 0, f"int4 refit {proc.stderr.strip()}")
-            same = proc.returncode == 0 and open(refit, "rb").read() == open(engines["int4 g128"], "rb").read()
-            check(same, "int4 refit of the stripped engine is byte-identical to the quantized compile")
+            check(proc.returncode == 0, f"{name}: refit {proc.stderr.strip()}")
+            same = proc.returncode == 0 and open(refit, "rb").read() == open(engines[name], "rb").read()
+            check(same, f"{name}: refit of the stripped engine is byte-identical to the quantized compile")
 
         # A product whose K is not a multiple of 32 stays float32, named in a warning; the
         # others are quantized and the engine runs.

@@ -88,8 +88,8 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     options.disabled_passes.push_back(*v);
   } else if (arg == "--quantize" || arg == "--quant-head") {
     const std::string* v = value();
-    if (!v || (*v != "int8" && *v != "int4" && *v != "int4_zp"))
-      return usageError(command, arg + " takes int8, int4 or int4_zp");
+    if (!v || (*v != "int8" && *v != "int4" && *v != "int4_zp" && *v != "w8a8"))
+      return usageError(command, arg + " takes int8, int4, int4_zp or w8a8");
     (arg == "--quantize" ? options.quantize : options.quant_head) = *v;
   } else if (arg == "--quant-group") {
     const std::string* v = value();
@@ -97,6 +97,19 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     if (!v || !parseInt64(*v, &group) || group < 32 || group % 32 != 0 || group > 4096)
       return usageError(command, "--quant-group takes a multiple of 32 (32, 64, 128, ...)");
     options.quant_group = group;
+  } else if (arg == "--calib" || arg == "--calib-dir") {
+    const std::string* v = value();
+    if (!v || v->empty()) return usageError(command, arg + " needs a " + (arg == "--calib" ? "file" : "directory"));
+    (arg == "--calib" ? options.calib_file : options.calib_dir) = *v;
+  } else if (arg == "--awq") {
+    options.awq = true;
+  } else if (arg == "--smooth-alpha") {
+    const std::string* v = value();
+    char* end = nullptr;
+    const double alpha = v ? std::strtod(v->c_str(), &end) : -1;
+    if (!v || end == v->c_str() || *end != '\0' || alpha < 0 || alpha > 1)
+      return usageError(command, "--smooth-alpha takes a number in [0, 1]");
+    options.smooth_alpha = alpha;
   } else if (arg == "--keep-float") {
     const std::string* v = value();
     if (!v || v->empty()) return usageError(command, "--keep-float needs a node-name pattern");

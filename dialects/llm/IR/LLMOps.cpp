@@ -133,11 +133,11 @@ LogicalResult FusedMatMulOp::verify() {
 
 LogicalResult QuantMatMulOp::verify() {
   const StringRef format = getFormat();
-  if (format != "int8" && format != "int4" && format != "int4_zp")
-    return emitOpError() << "unknown format '" << format << "' (int8, int4, int4_zp)";
+  if (format != "int8" && format != "int4" && format != "int4_zp" && format != "w8a8")
+    return emitOpError() << "unknown format '" << format << "' (int8, int4, int4_zp, w8a8)";
   auto data = cast<RankedTensorType>(getData().getType());
   auto scales = cast<RankedTensorType>(getScales().getType());
-  const bool eight = format == "int8";
+  const bool eight = format == "int8" || format == "w8a8";
   if (data.getRank() != 2 || !data.getElementType().isInteger(8))
     return emitOpError() << "data must be a 2-D 8-bit tensor";
   if (scales.getRank() != 2 || scales.getDimSize(0) != data.getDimSize(0))
@@ -155,6 +155,11 @@ LogicalResult QuantMatMulOp::verify() {
     return emitOpError() << "data " << data.getDimSize(1) << " columns do not hold K = " << k;
   if (auto activation = getActivation(); activation && !isKnownActivation(*activation, true))
     return emitOpError() << "unknown activation '" << *activation << "'";
+  if (Value input_scales = getInputScales()) {
+    auto type = cast<RankedTensorType>(input_scales.getType());
+    if (type.getRank() != 1 || !type.getElementType().isF32() || (!ShapedType::isDynamic(k) && type.getDimSize(0) != k))
+      return emitOpError() << "input_scales must be f32 [K]";
+  }
   const bool gated = getGated() && *getGated() != 0;
   if (gated && (!isa<NoneType>(getBias().getType()) || data.getDimSize(0) % 2 != 0))
     return emitOpError() << "a gated product has 2F output channels and no bias";

@@ -2,6 +2,7 @@
 // Create one per thread; an Engine is shared by all of them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,10 +27,22 @@ enum class Backend : uint8_t {
   kCuda,  // the CUDA backend (docs/cuda.md); steps without a GPU kernel run on the CPU
 };
 
+// What a step observer (SessionOptions::observer) sees: one step's ONNX node, kernel and
+// tensors, valid only during the call.
+struct StepObservation {
+  const std::string& node;
+  const std::string& kernel;
+  std::vector<const Tensor*> inputs;  // null for an absent optional input
+  std::vector<const Tensor*> outputs;
+};
+
 struct SessionOptions {
   Backend backend = Backend::kAuto;
   // CUDA: float32 products through the tensor cores' tf32 mode (about 1e-3 relative error).
   bool allow_tf32 = false;
+  // Called after every step of every run, CPU backend only (the compiler's calibration
+  // collects activation statistics with it; also for debugging). Slows every step.
+  std::function<void(const StepObservation&)> observer;
 };
 
 class Session {

@@ -12,11 +12,12 @@ namespace llmc {
 namespace {
 
 constexpr QuantTraits kTraits[] = {
-    {QuantFormat::kInt8, "int8", 8, false, DType::kInt8, DType::kFloat32},
-    {QuantFormat::kInt4, "int4", 4, false, DType::kUInt8, DType::kFloat16},
-    {QuantFormat::kInt4Zp, "int4_zp", 4, true, DType::kUInt8, DType::kFloat16},
+    {QuantFormat::kInt8, "int8", 8, false, DType::kInt8, DType::kFloat32, false},
+    {QuantFormat::kInt4, "int4", 4, false, DType::kUInt8, DType::kFloat16, false},
+    {QuantFormat::kInt4Zp, "int4_zp", 4, true, DType::kUInt8, DType::kFloat16, false},
+    {QuantFormat::kW8A8, "w8a8", 8, false, DType::kInt8, DType::kFloat32, true},
 };
-static_assert(sizeof(kTraits) / sizeof(kTraits[0]) == 3, "one entry per QuantFormat, in order");
+static_assert(sizeof(kTraits) / sizeof(kTraits[0]) == 4, "one entry per QuantFormat, in order");
 
 // Where element `i` of a row lives in 4-bit packing: (byte, high nibble?).
 inline void nibbleAt(int64_t i, int64_t* byte, bool* high) {
@@ -54,9 +55,9 @@ Status checkQuantGroup(const QuantTraits& traits, int64_t k, int64_t group) {
   if (k <= 0 || k % kQuantBlock != 0)
     return invalidArgument(std::string(traits.name) + " needs K to be a multiple of " +
                            std::to_string(kQuantBlock) + ", got " + std::to_string(k));
-  if (traits.format == QuantFormat::kInt8) {
+  if (traits.bits == 8) {
     if (group != k)
-      return invalidArgument("int8 has one scale per output channel (group = K = " + std::to_string(k) +
+      return invalidArgument(std::string(traits.name) + " has one scale per output channel (group = K = " + std::to_string(k) +
                              "), got group " + std::to_string(group));
     return okStatus();
   }
@@ -93,7 +94,7 @@ Status makeQuantWeight(const QuantTraits& traits, int64_t k, int64_t group, cons
 }
 
 Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& traits, int64_t group,
-                      Tensor* data, Tensor* scales, Tensor* zeros) {
+                      Tensor* data, Tensor* scales, Tensor* zeros, const float* importance) {
   if (w.dtype() != DType::kFloat32 || w.rank() != 2)
     return invalidArgument("quantizing needs a 2-D float32 weight, got " + std::string(dtypeName(w.dtype())) +
                            shapeToString(w.shape()));
@@ -125,7 +126,7 @@ Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& trait
         // maps to -8, so all 16 levels are used (the scale is negative when that value is
         // positive); then the scale with the least squared error between 0.8x and 1x of that
         // is kept: clipping the few largest values buys a finer step for all the others.
-        const bool eight = traits.format == QuantFormat::kInt8;
+        const bool eight = traits.bits == 8;
         const float base = eight ? amax / 127.0f : extreme / -8.0f;
         const long low = eight ? -127 : -8, high = eight ? 127 : 7;
         float best_error = INFINITY;
@@ -137,7 +138,7 @@ Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& trait
           float error = 0;
           for (int64_t i = 0; i < length; ++i) {
             const float q = static_cast<float>(std::clamp<long>(std::lround(x[i] * inverse), low, high));
-            error += (x[i] - q * candidate) * (x[i] - q * candidate);
+            error += (x[i] - q * candidate) * (x[i] - q * candidate) * (importance ? importance[g * group + i] : 1.0f);
           }
           if (error < best_error) best_error = error, scale = candidate;
         }

@@ -24,6 +24,7 @@ enum class QuantFormat : uint8_t {
   kInt8 = 0,    // symmetric int8, one float32 scale per output channel (group = K)
   kInt4 = 1,    // symmetric 4-bit (-8..7), one float16 scale per group along K
   kInt4Zp = 2,  // asymmetric 4-bit (0..15) with a uint8 zero point per group, float16 scale
+  kW8A8 = 3,    // int8's weights, with activations quantized to int8 per token (SmoothQuant)
 };
 
 struct QuantTraits {
@@ -33,6 +34,7 @@ struct QuantTraits {
   bool zero_points;
   DType data_dtype;   // kInt8 or kUInt8 (two 4-bit values per byte)
   DType scale_dtype;  // kFloat32 or kFloat16
+  bool per_token_activations;  // w8a8: one int8 scale per activation row, int32 accumulation over K
 };
 
 // Activations are quantized to int8 in blocks of this many values; K and 4-bit groups are
@@ -69,8 +71,10 @@ Status checkQuantGroup(const QuantTraits& traits, int64_t k, int64_t group);
 // Round-to-nearest quantization of a float32 weight (symmetric formats pick, per group, the
 // scale between 0.8x and 1x of the absmax one with the least squared error): `w` is [K, N] (a product's right operand)
 // or, with `transposed`, [N, K]. Outputs are allocated.
+// `importance` (optional, [K]): weights of the symmetric formats' clip search per input channel,
+// e.g. the mean square of the activations each channel multiplies (activation-aware).
 Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& traits, int64_t group,
-                      Tensor* data, Tensor* scales, Tensor* zeros);
+                      Tensor* data, Tensor* scales, Tensor* zeros, const float* importance = nullptr);
 
 // Output channel `row` of `weight` as float32 [K]: the oracle of the quantized kernels.
 void dequantizeRow(const QuantWeight& weight, int64_t row, float* out);

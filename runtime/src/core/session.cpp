@@ -77,6 +77,7 @@ struct Session::State {
   ArenaLayout slots;
   std::unique_ptr<std::byte, AlignedDeleter> arena;
   Backend backend = Backend::kCpu;
+  std::function<void(const StepObservation&)> observer;
 #ifdef LLMC_HAVE_CUDA
   std::unique_ptr<cuda::Executor> device;
 #endif
@@ -168,6 +169,9 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
   std::unique_ptr<Session> session(new Session());
   session->state_ = std::make_unique<State>(plan);
   session->state_->backend = backend;
+  session->state_->observer = options.observer;
+  if (backend == Backend::kCuda && options.observer)
+    return invalidArgument(plan.path + ": step observers run on the CPU backend only");
   if (backend == Backend::kCuda) {
 #ifdef LLMC_HAVE_CUDA
     cuda::ExecutorOptions device_options;
@@ -299,6 +303,13 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
       if (values[static_cast<size_t>(step.outputs[i])].dtype() == DType::kUndefined)
         return internalError(what + ": node '" + step.node + "': kernel " + step.kernel_name +
                              " did not produce output " + std::to_string(i));
+    }
+    if (state_->observer) {
+      StepObservation observation{step.node, step.kernel_name, {}, {}};
+      for (int index : step.inputs)
+        observation.inputs.push_back(index < 0 ? nullptr : &values[static_cast<size_t>(index)]);
+      for (int index : step.outputs) observation.outputs.push_back(&values[static_cast<size_t>(index)]);
+      state_->observer(observation);
     }
     for (int index : step.last_use) values[static_cast<size_t>(index)] = Tensor();
   }

@@ -29,4 +29,11 @@ float quantDotScalar(const QuantWeight& w, int64_t row, const QuantizedActivatio
 float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations& a);
 bool quantDotHasAvx2();
 
+// w8a8: a row of activations as int8 with one scale (absmax / 127), and exact int32 dot
+// products over K (K <= kMaxPerTokenK keeps the sum inside int32).
+constexpr int64_t kMaxPerTokenK = 65536;
+float quantizeRowPerToken(const float* x, int64_t k, int8_t* q);
+int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k);
+int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k);
+
 }  // namespace llmc

@@ -160,6 +160,41 @@ float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations
 bool quantDotHasAvx2() { return false; }
 #endif
 
+float quantizeRowPerToken(const float* x, int64_t k, int8_t* q) {
+  float amax = 0;
+  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax / 127.0f;
+  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  for (int64_t i = 0; i < k; ++i) q[i] = static_cast<int8_t>(std::clamp<long>(std::lround(x[i] * inverse), -127, 127));
+  return scale;
+}
+
+int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k) {
+  int32_t sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += static_cast<int32_t>(a[i]) * w[i];
+  return sum;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// 32 products per step through vpmaddubsw/vpmaddwd, summed in int32 lanes (no float per block).
+__attribute__((target("avx2"))) int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc = _mm256_setzero_si256();
+  for (int64_t i = 0; i < k; i += kQuantBlock) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
+    const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(products, ones));
+  }
+  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
+  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
+  return _mm_cvtsi128_si32(sum);
+}
+#else
+int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) { return dotInt8Scalar(a, w, k); }
+#endif
+
 namespace {
 
 Status quantizeWeightKernel(KernelContext& ctx) {
@@ -184,8 +219,12 @@ Status quantizeWeightKernel(KernelContext& ctx) {
   for (size_t i = 0; i < ctx.numOutputs(); ++i)
     LLMC_RETURN_IF_ERROR(ctx.allocateOutput(i, dtypes[i], shapes[i], &outs[i]));
   if (ctx.shapeOnly()) return okStatus();
+  const Tensor* importance = ctx.input(1);
+  if (importance && (importance->dtype() != DType::kFloat32 || importance->numElements() != k))
+    return kernelError(ctx, "importance must be float32 [K = " + std::to_string(k) + "]");
   Tensor parts[3];
-  LLMC_RETURN_IF_ERROR(quantizeWeight(*w, transposed, *traits, group, &parts[0], &parts[1], &parts[2]));
+  LLMC_RETURN_IF_ERROR(quantizeWeight(*w, transposed, *traits, group, &parts[0], &parts[1], &parts[2],
+                                      importance ? importance->data<float>() : nullptr));
   for (size_t i = 0; i < ctx.numOutputs(); ++i) std::memcpy(outs[i]->data(), parts[i].data(), parts[i].sizeBytes());
   return okStatus();
 }
@@ -198,6 +237,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
   const Tensor* scales = ctx.input(2);
   const Tensor* zeros = ctx.input(3);
   const Tensor* bias = ctx.input(4);
+  const Tensor* input_scales = ctx.input(5);
   const QuantTraits* traits = findQuantTraits(ctx.params().getString("format", ""));
   if (!traits) return kernelError(ctx, "unknown quantization format '" + ctx.params().getString("format", "") + "'");
   if (!x || !data || !scales || x->rank() < 1 || x->dtype() != DType::kFloat32)
@@ -212,6 +252,9 @@ Status quantMatMulKernel(KernelContext& ctx) {
   if (activation == Activation::kUnknown || (gated && activation == Activation::kNone))
     return kernelError(ctx, "unknown activation");
   if (gated && (w.n % 2 != 0 || bias)) return kernelError(ctx, "a gated product has 2F outputs and no bias");
+  if (input_scales && (input_scales->dtype() != DType::kFloat32 || input_scales->numElements() != k))
+    return kernelError(ctx, "input_scales " + shapeToString(input_scales->shape()) + " does not have K = " +
+                                std::to_string(k) + " values");
   if (bias && (bias->dtype() != DType::kFloat32 || bias->numElements() != w.n))
     return kernelError(ctx, "bias " + shapeToString(bias->shape()) + " does not have " + std::to_string(w.n) + " values");
   const int64_t out_n = gated ? w.n / 2 : w.n;
@@ -221,19 +264,42 @@ Status quantMatMulKernel(KernelContext& ctx) {
   LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, out_shape, &out));
   if (ctx.shapeOnly()) return okStatus();
   const int64_t rows = x->numElements() / k;
-  std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quantizeActivations(x->data<float>() + r * k, k, w.group, activationBits(*traits), &activations[r]);
+  std::vector<float> scaled(input_scales ? static_cast<size_t>(k) : 0);
+  auto input_row = [&](int64_t r) {
+    const float* row = x->data<float>() + r * k;
+    if (!input_scales) return row;
+    // Activation-aware or smoothed: x * s per channel, the weight's rows hold 1 / s.
+    for (int64_t j = 0; j < k; ++j) scaled[static_cast<size_t>(j)] = row[j] * input_scales->data<float>()[j];
+    return static_cast<const float*>(scaled.data());
+  };
   std::vector<float> gate_up;
   float* h = out->data<float>();
   if (gated) {
     gate_up.resize(static_cast<size_t>(rows * w.n));
     h = gate_up.data();
   }
-  const auto dot = quantDotHasAvx2() ? quantDotAvx2 : quantDotScalar;
-  // Output channel outer, rows inner: one weight row serves every row while it is in cache.
-  for (int64_t n = 0; n < w.n; ++n)
-    for (int64_t r = 0; r < rows; ++r) h[r * w.n + n] = dot(w, n, activations[static_cast<size_t>(r)]);
+  if (traits->per_token_activations) {
+    // w8a8: one int8 scale per row, exact int32 sums over K, two float multiplies per output.
+    if (k > kMaxPerTokenK) return kernelError(ctx, "w8a8 takes K up to " + std::to_string(kMaxPerTokenK));
+    std::vector<int8_t> aq(static_cast<size_t>(rows * k));
+    std::vector<float> row_scales(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) row_scales[r] = quantizeRowPerToken(input_row(r), k, aq.data() + r * k);
+    const auto dot = quantDotHasAvx2() ? dotInt8Avx2 : dotInt8Scalar;
+    const int8_t* wq = static_cast<const int8_t*>(w.data);
+    for (int64_t n = 0; n < w.n; ++n) {
+      const float w_scale = w.scale(n, 0);
+      for (int64_t r = 0; r < rows; ++r)
+        h[r * w.n + n] = static_cast<float>(dot(aq.data() + r * k, wq + n * k, k)) * row_scales[r] * w_scale;
+    }
+  } else {
+    std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      quantizeActivations(input_row(r), k, w.group, activationBits(*traits), &activations[r]);
+    const auto dot = quantDotHasAvx2() ? quantDotAvx2 : quantDotScalar;
+    // Output channel outer, rows inner: one weight row serves every row while it is in cache.
+    for (int64_t n = 0; n < w.n; ++n)
+      for (int64_t r = 0; r < rows; ++r) h[r * w.n + n] = dot(w, n, activations[static_cast<size_t>(r)]);
+  }
   if (!gated) {
     applyEpilogue(h, rows, w.n, static_cast<float>(ctx.params().getFloat("alpha", 1.0)),
                   bias ? bias->data<float>() : nullptr, activation);
@@ -282,8 +348,8 @@ Status quantGatherKernel(KernelContext& ctx) {
 }  // namespace
 
 void registerQuantKernels(KernelRegistry& registry) {
-  registry.add({"LlmQuantizeWeight", 1, 1, 2, 3, quantizeWeightKernel});
-  registry.add({"LlmQuantMatMul", 3, 5, 1, 1, quantMatMulKernel});
+  registry.add({"LlmQuantizeWeight", 1, 2, 2, 3, quantizeWeightKernel});
+  registry.add({"LlmQuantMatMul", 3, 6, 1, 1, quantMatMulKernel});
   registry.add({"LlmQuantGather", 3, 4, 1, 1, quantGatherKernel});
 }
 

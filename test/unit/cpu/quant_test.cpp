@@ -169,6 +169,44 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantFormatTest,
                            return std::string(std::get<0>(info.param)) + "_g" + std::to_string(std::get<1>(info.param));
                          });
 
+// w8a8: int8 weights times activations quantized per token, exact in int32, and the
+// activation-aware / smoothing input scales (x * s per channel).
+TEST(W8A8Test, MatchesTheDequantizedProductAndTakesInputScales) {
+  const int64_t rows = 3, k = 160, n = 21;
+  Tensor w = randomFloat({n, k}, 81), x = randomFloat({rows, k}, 82), s = randomFloat({k}, 83);
+  for (int64_t j = 0; j < k; ++j) s.data<float>()[j] = 0.5f + std::fabs(s.data<float>()[j]);
+  Quantized q = quantize(w, true, "w8a8", k);
+  KernelParams p = params({{"format", stringParam("w8a8")}, {"group", intParam(k)}});
+  Tensor got = runKernel("LlmQuantMatMul", {x, q.data, q.scales}, p);
+  Tensor want = dequantizedProduct(x, q.weight);
+  EXPECT_LT(relativeL2(got.data<float>(), want.data<float>(), got.numElements()), 2e-2);
+  // With input scales the kernel computes (x * s) · Wᵀ.
+  Tensor xs = x.clone();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j) xs.data<float>()[r * k + j] *= s.data<float>()[j];
+  Tensor scaled = runKernel("LlmQuantMatMul", {x, q.data, q.scales, std::nullopt, std::nullopt, s}, p);
+  Tensor want_scaled = dequantizedProduct(xs, q.weight);
+  EXPECT_LT(relativeL2(scaled.data<float>(), want_scaled.data<float>(), scaled.numElements()), 2e-2);
+  // The 4-bit kernels take input scales the same way.
+  Quantized q4 = quantize(w, true, "int4", 32);
+  Tensor got4 = runKernel("LlmQuantMatMul", {x, q4.data, q4.scales, std::nullopt, std::nullopt, s},
+                          params({{"format", stringParam("int4")}, {"group", intParam(32)}}));
+  Tensor want4 = dequantizedProduct(xs, q4.weight);
+  EXPECT_LT(relativeL2(got4.data<float>(), want4.data<float>(), got4.numElements()), 1e-2);
+}
+
+TEST(W8A8Test, Avx2DotIsExact) {
+  if (!quantDotHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937 rng(91);
+  std::uniform_int_distribution<int> value(-127, 127);
+  for (int64_t k : {32, 96, 4096}) {
+    std::vector<int8_t> a(static_cast<size_t>(k)), w(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) a[i] = static_cast<int8_t>(value(rng)), w[i] = static_cast<int8_t>(value(rng));
+    a[0] = 127, w[0] = -127;  // the extremes
+    EXPECT_EQ(dotInt8Avx2(a.data(), w.data(), k), dotInt8Scalar(a.data(), w.data(), k)) << k;
+  }
+}
+
 // LlmQuantGather returns the dequantized rows, negative ids counting from the end.
 TEST(QuantGatherTest, ReturnsDequantizedRows) {
   Tensor table = randomFloat({10, 96}, 71);

@@ -11,6 +11,7 @@
 #include "core/engine_file.h"
 #include "llmc/engine.h"
 #include "llmc/engine_generated.h"
+#include "llmc/session.h"
 
 namespace llmc {
 namespace {
@@ -64,6 +65,37 @@ std::shared_ptr<const Engine> oneHotEngine() {
   Status status = Engine::loadFromMemory(file, "one_hot.engine", &loaded);
   EXPECT_TRUE(status.ok()) << status.toString();
   return loaded;
+}
+
+// A session's step observer (what calibration collects statistics with) sees every step's
+// node, kernel and tensors; the CUDA backend refuses one.
+TEST(SessionObserverTest, SeesEveryStepWithItsTensors) {
+  std::shared_ptr<const Engine> engine = oneHotEngine();
+  int calls = 0;
+  SessionOptions options;
+  options.backend = Backend::kCpu;
+  options.observer = [&](const StepObservation& step) {
+    ++calls;
+    EXPECT_EQ(step.node, "one_hot");
+    EXPECT_EQ(step.kernel, "OneHot");
+    ASSERT_EQ(step.inputs.size(), 3u);
+    ASSERT_EQ(step.outputs.size(), 1u);
+    EXPECT_EQ(step.inputs[0]->data<int64_t>()[1], 4);
+    EXPECT_EQ(step.outputs[0]->shape(), (Shape{1, 2, kVocab}));
+    EXPECT_EQ(step.outputs[0]->data<float>()[kVocab + 4], 1.0f);
+  };
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::create(engine, options, &session).ok());
+  Tensor ids = Tensor::allocate(DType::kInt64, {1, 2});
+  ids.data<int64_t>()[0] = 3;
+  ids.data<int64_t>()[1] = 4;
+  std::vector<NamedTensor> outputs;
+  ASSERT_TRUE(session->run({{"input_ids", ids}}, &outputs).ok());
+  EXPECT_EQ(calls, 1);
+  options.backend = Backend::kCuda;
+  Status status = Session::create(engine, options, &session);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("CPU backend only"), std::string::npos) << status.message();
 }
 
 TEST(GeneratorTest, GreedyRepeatsTheLastTokenAndStopsOnStopId) {

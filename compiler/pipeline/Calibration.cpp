@@ -1,0 +1,265 @@
+// Calibration statistics for quantization (Calibration.h).
+#include "pipeline/Calibration.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/engine_file.h"
+#include "core/kernel.h"
+#include "llmc/engine.h"
+#include "llmc/refit.h"
+#include "llmc/tensor_io.h"
+#include "llmc/tokenizer.h"
+
+namespace llmc {
+namespace {
+
+constexpr const char* kKeyTensor = "llmc.calibration_key";
+constexpr int64_t kMaxPromptTokens = 512;
+
+bool isProduct(const StepObservation& step) {
+  return (step.kernel == "LlmFusedMatMul" || step.kernel == "LlmGatedMlp" || step.kernel == "MatMul") &&
+         step.inputs.size() >= 2 && step.inputs[0] && step.inputs[1] && step.inputs[1]->rank() == 2 &&
+         step.inputs[0]->dtype() == DType::kFloat32 && step.inputs[0]->rank() >= 1;
+}
+
+std::string jsonString(const std::string& text) {
+  std::string out;
+  out.push_back('"');
+  for (char c : text) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+      out.append(buffer);
+      continue;
+    }
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+const char* safetensorsDtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "F32";
+    case DType::kInt64: return "I64";
+    default: return "U8";
+  }
+}
+
+}  // namespace
+
+Status readCalibrationInputs(const std::string& calib_file, const std::string& calib_dir,
+                             const std::string& tokenizer_json,
+                             std::vector<std::vector<NamedTensor>>* samples) {
+  auto add = [&](std::vector<int64_t> ids) {
+    Tensor t = Tensor::allocate(DType::kInt64, {1, static_cast<int64_t>(ids.size())});
+    std::memcpy(t.data(), ids.data(), ids.size() * sizeof(int64_t));
+    samples->push_back({{"input_ids", std::move(t)}});
+  };
+  if (!calib_file.empty()) {
+    if (tokenizer_json.empty())
+      return invalidArgument("--calib " + calib_file + ": the prompts need a tokenizer (--tokenizer tokenizer.json)");
+    std::unique_ptr<Tokenizer> tokenizer;
+    LLMC_RETURN_IF_ERROR(Tokenizer::fromJson(tokenizer_json, &tokenizer));
+    std::ifstream file(calib_file);
+    if (!file) return invalidArgument("--calib " + calib_file + ": cannot open the file");
+    std::string line;
+    int64_t number = 0;
+    while (std::getline(file, line)) {
+      ++number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      std::vector<int32_t> ids;
+      LLMC_RETURN_IF_ERROR(tokenizer->encode(line, false, &ids).withContext(calib_file + ":" + std::to_string(number)));
+      if (ids.empty()) continue;
+      if (static_cast<int64_t>(ids.size()) > kMaxPromptTokens) ids.resize(kMaxPromptTokens);
+      add(std::vector<int64_t>(ids.begin(), ids.end()));
+    }
+  }
+  if (!calib_dir.empty()) {
+    DIR* dir = opendir(calib_dir.c_str());
+    if (!dir) return invalidArgument("--calib-dir " + calib_dir + ": cannot open the directory");
+    std::vector<std::string> files;
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) files.push_back(name);
+    }
+    closedir(dir);
+    std::sort(files.begin(), files.end());
+    for (const std::string& name : files) {
+      const std::string path = calib_dir + "/" + name;
+      Tensor t;
+      LLMC_RETURN_IF_ERROR(readNpy(path, &t));
+      if ((t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32) || t.rank() < 1 || t.rank() > 2 ||
+          (t.rank() == 2 && t.dim(0) != 1) || t.numElements() == 0)
+        return invalidArgument(path + ": a calibration sample is int32/int64 input_ids [tokens] or [1, tokens], got " +
+                               std::string(dtypeName(t.dtype())) + shapeToString(t.shape()));
+      std::vector<int64_t> ids;
+      LLMC_RETURN_IF_ERROR(readInt64s(&t, &ids));
+      add(std::move(ids));
+    }
+  }
+  if (samples->empty())
+    return invalidArgument("no calibration samples in " + (calib_file.empty() ? calib_dir : calib_file));
+  return okStatus();
+}
+
+Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
+                               const std::vector<std::vector<NamedTensor>>& samples,
+                               const std::function<void(const std::string&)>& progress,
+                               CalibrationStats* stats) {
+  std::shared_ptr<const Engine> engine;
+  LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(float_engine, "the calibration engine", &engine));
+  std::mt19937_64 rng(20261201);
+  SessionOptions options;
+  options.backend = Backend::kCpu;
+  options.observer = [&](const StepObservation& step) {
+    if (!isProduct(step)) return;
+    const Tensor& x = *step.inputs[0];
+    const int64_t k = x.dim(x.rank() - 1);
+    if (k == 0) return;
+    ActivationStats& s = (*stats)[step.node];
+    if (s.absmax.dtype() == DType::kUndefined) {
+      s.absmax = Tensor::allocate(DType::kFloat32, {k});
+      s.mean_abs = Tensor::allocate(DType::kFloat32, {k});
+      s.samples = Tensor::allocate(DType::kFloat32, {kCalibrationRows, k});
+    }
+    if (s.absmax.dim(0) != k) return;  // the same node with another width: keep the first
+    const int64_t rows = x.numElements() / k;
+    float* absmax = s.absmax.data<float>();
+    float* mean_abs = s.mean_abs.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x.data<float>() + r * k;
+      const double seen = static_cast<double>(s.rows_seen);
+      for (int64_t j = 0; j < k; ++j) {
+        const float a = std::fabs(row[j]);
+        absmax[j] = std::max(absmax[j], a);
+        mean_abs[j] = static_cast<float>((mean_abs[j] * seen + a) / (seen + 1));
+      }
+      // Reservoir sampling: every row seen so far is kept with the same probability.
+      int64_t slot = s.rows_seen < kCalibrationRows
+                         ? s.rows_seen
+                         : static_cast<int64_t>(rng() % static_cast<uint64_t>(s.rows_seen + 1));
+      if (slot < kCalibrationRows) std::memcpy(s.samples.data<float>() + slot * k, row, k * sizeof(float));
+      ++s.rows_seen;
+    }
+  };
+  std::unique_ptr<Session> session;
+  LLMC_RETURN_IF_ERROR(Session::create(engine, options, &session));
+  std::vector<NamedTensor> outputs;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (progress && (i % 8 == 0 || i + 1 == samples.size()))
+      progress("calibrating: sample " + std::to_string(i + 1) + "/" + std::to_string(samples.size()));
+    std::vector<NamedTensor> inputs;
+    for (const TensorInfo& info : engine->inputs()) {
+      const Tensor& ids = samples[i][0].tensor;
+      Tensor t = Tensor::allocate(info.dtype, ids.shape());
+      for (int64_t j = 0; j < ids.numElements(); ++j) {
+        const int64_t v = info.name == "input_ids"        ? ids.data<int64_t>()[j]
+                          : info.name == "attention_mask" ? 1
+                          : info.name == "position_ids"   ? j
+                                                          : -1;
+        if (v < 0 && info.name != "input_ids")
+          return invalidArgument("calibration feeds input_ids, attention_mask and position_ids; the model also has '" +
+                                 info.name + "'");
+        if (info.dtype == DType::kInt32) t.data<int32_t>()[j] = static_cast<int32_t>(v);
+        else if (info.dtype == DType::kInt64) t.data<int64_t>()[j] = v;
+        else return invalidArgument("calibration input '" + info.name + "' must be int32 or int64");
+      }
+      inputs.push_back({info.name, std::move(t)});
+    }
+    LLMC_RETURN_IF_ERROR(session->run(inputs, &outputs).withContext("calibration sample " + std::to_string(i + 1)));
+  }
+  // Trim each sample to the rows it holds.
+  for (auto& [node, s] : *stats) {
+    const int64_t rows = std::min(s.rows_seen, kCalibrationRows), k = s.absmax.dim(0);
+    Tensor trimmed = Tensor::allocate(DType::kFloat32, {rows, k});
+    std::memcpy(trimmed.data(), s.samples.data(), static_cast<size_t>(rows * k) * sizeof(float));
+    s.samples = std::move(trimmed);
+  }
+  return okStatus();
+}
+
+std::string calibrationKey(const std::string& model_bytes, const std::vector<std::vector<NamedTensor>>& samples,
+                           const std::string& float_options) {
+  uint64_t key = checksum64(model_bytes.data(), model_bytes.size());
+  for (const auto& sample : samples)
+    for (const NamedTensor& t : sample) key = key * 1000003 ^ checksum64(t.tensor.data(), t.tensor.sizeBytes());
+  key = key * 1000003 ^ checksum64(float_options.data(), float_options.size());
+  char buffer[17];
+  std::snprintf(buffer, sizeof(buffer), "%016llx", static_cast<unsigned long long>(key));
+  return buffer;
+}
+
+Status writeCalibrationStats(const std::string& path, const std::string& key, const CalibrationStats& stats) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  Tensor key_tensor = Tensor::allocate(DType::kUInt8, {static_cast<int64_t>(key.size())});
+  std::memcpy(key_tensor.data(), key.data(), key.size());
+  tensors.emplace_back(kKeyTensor, key_tensor);
+  for (const auto& [node, s] : stats) {
+    Tensor seen = Tensor::allocate(DType::kInt64, {1});
+    seen.data<int64_t>()[0] = s.rows_seen;
+    tensors.emplace_back(node + "/absmax", s.absmax);
+    tensors.emplace_back(node + "/mean_abs", s.mean_abs);
+    tensors.emplace_back(node + "/samples", s.samples);
+    tensors.emplace_back(node + "/rows_seen", seen);
+  }
+  std::ostringstream json;
+  json << "{";
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i].second;
+    json << (i ? "," : "") << jsonString(tensors[i].first) << ":{\"dtype\":\"" << safetensorsDtype(t.dtype())
+         << "\",\"shape\":[";
+    for (int64_t d = 0; d < t.rank(); ++d) json << (d ? "," : "") << t.dim(d);
+    json << "],\"data_offsets\":[" << offset << "," << offset + t.sizeBytes() << "]}";
+    offset += t.sizeBytes();
+  }
+  json << "}";
+  std::string header = json.str();
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::vector<uint8_t> bytes(8 + header.size());
+  const uint64_t length = header.size();
+  std::memcpy(bytes.data(), &length, 8);
+  std::memcpy(bytes.data() + 8, header.data(), header.size());
+  for (const auto& [name, t] : tensors) {
+    const auto* data = static_cast<const uint8_t*>(t.data());
+    bytes.insert(bytes.end(), data, data + t.sizeBytes());
+  }
+  return writeEngineFile(path, bytes);
+}
+
+Status readCalibrationStats(const std::string& path, const std::string& key, CalibrationStats* stats) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return notFound(path + ": no calibration statistics");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::map<std::string, Tensor> tensors;
+  LLMC_RETURN_IF_ERROR(parseSafetensors(bytes, path, &tensors));
+  auto stored = tensors.find(kKeyTensor);
+  if (stored == tensors.end() ||
+      (!key.empty() && std::string(stored->second.data<char>(), static_cast<size_t>(stored->second.numElements())) != key))
+    return notFound(path + ": calibration statistics of another model, data or options");
+  for (const auto& [name, t] : tensors) {
+    const size_t slash = name.rfind('/');
+    if (slash == std::string::npos) continue;
+    const std::string node = name.substr(0, slash), field = name.substr(slash + 1);
+    ActivationStats& s = (*stats)[node];
+    if (field == "absmax") s.absmax = t.clone();
+    else if (field == "mean_abs") s.mean_abs = t.clone();
+    else if (field == "samples") s.samples = t.clone();
+    else if (field == "rows_seen" && t.dtype() == DType::kInt64 && t.numElements() == 1) s.rows_seen = t.data<int64_t>()[0];
+  }
+  for (const auto& [node, s] : *stats)
+    if (s.absmax.rank() != 1 || s.samples.rank() != 2 || s.samples.dim(1) != s.absmax.dim(0))
+      return invalidArgument(path + ": statistics of '" + node + "' are incomplete");
+  return okStatus();
+}
+
+}  // namespace llmc

@@ -1,0 +1,54 @@
+// Calibration for quantization: runs the float32 engine of a model on the CPU runtime over
+// calibration inputs and collects, for each matrix product with a constant weight, statistics
+// of its input activations (per-channel absmax and mean |x|, and a fixed-size sample of rows
+// for the activation-aware searches). Stored as safetensors next to the output engine, keyed
+// by the model, the inputs and the float compile options, so a second compile with other
+// quantization options reuses them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "llmc/session.h"
+#include "llmc/status.h"
+#include "llmc/tensor.h"
+
+namespace llmc {
+
+// Rows of each product's input kept for the searches (a deterministic reservoir sample).
+inline constexpr int64_t kCalibrationRows = 256;
+
+struct ActivationStats {
+  Tensor absmax;    // float32 [K]
+  Tensor mean_abs;  // float32 [K]
+  Tensor samples;   // float32 [rows, K], rows <= kCalibrationRows
+  int64_t rows_seen = 0;
+};
+// By the product step's ONNX node (the name the quantization pass sees for the same op).
+using CalibrationStats = std::map<std::string, ActivationStats>;
+
+// The calibration inputs: `calib_file` holds one prompt per line, tokenized with
+// `tokenizer_json` (each becomes input_ids [1, tokens]); `calib_dir` holds .npy files, each one
+// input_ids sample ([tokens] or [1, tokens]). Errors name the file.
+Status readCalibrationInputs(const std::string& calib_file, const std::string& calib_dir,
+                             const std::string& tokenizer_json,
+                             std::vector<std::vector<NamedTensor>>* samples);
+
+// Runs `float_engine` over `samples` and collects the statistics; `progress` is called per sample.
+Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
+                               const std::vector<std::vector<NamedTensor>>& samples,
+                               const std::function<void(const std::string&)>& progress,
+                               CalibrationStats* stats);
+
+// A key for the statistics: the model, the inputs and the float compile options.
+std::string calibrationKey(const std::string& model_bytes, const std::vector<std::vector<NamedTensor>>& samples,
+                           const std::string& float_options);
+
+Status writeCalibrationStats(const std::string& path, const std::string& key, const CalibrationStats& stats);
+// kNotFound when the file is missing or holds another key (an empty `key` takes any).
+Status readCalibrationStats(const std::string& path, const std::string& key, CalibrationStats* stats);
+
+}  // namespace llmc
