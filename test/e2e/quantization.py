@@ -7,7 +7,8 @@ the accuracy `llmc eval` reports on the chapters of the King James Bible that tr
 out (int8 top-1 agreement >= 99%, int4 g128 perplexity increase <= 5%); checks that a stripped
 quantized engine refits byte-identically from the model's initializers; and that in a model
 with a product whose K is not a multiple of 32, that product falls back to float32 with a
-warning naming its node while the others are quantized. Prints the
+warning naming its node while the others are quantized; calibration (AWQ against round to
+nearest, SmoothQuant's smoothing against none, the cached statistics); and --max-ppl-increase. Prints the
 table docs/quantization.md records.
 """
 import argparse
@@ -76,7 +77,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--llmc", required=True)
     parser.add_argument("--windows", type=int, default=0, help="eval windows of 128 tokens (0: all)")
+    parser.add_argument("--sanitized", action="store_true",
+                        help="an ASan/UBSan build: run the paths (int8, int4, w8a8, refit, fallback) on 4 "
+                             "windows without the accuracy thresholds, which the Release pass checks")
     args = parser.parse_args()
+    modes = MODES
+    if args.sanitized:
+        args.windows = 4
+        modes = [(name, flags, ratio, None) for name, flags, ratio, _ in MODES
+                 if name in ("float32", "int8", "int4 g128", "w8a8")]
     model = os.path.join(MODELS, "demo", "model.onnx")
     failures = []
 
@@ -95,7 +104,7 @@ def main():
         with open(calibration, "w") as f:
             f.write("\n".join(c.replace("\n", " ") for i, c in enumerate(chapters[:40]) if not is_held_out(i))[:200000])
         engines, rows = {}, []
-        for name, flags, max_ratio, bound in MODES:
+        for name, flags, max_ratio, bound in modes:
             engine = os.path.join(tmp, name.replace(" ", "_") + ".engine")
             flags = [calibration if f == CALIBRATION else f for f in flags]
             proc = run([args.llmc, "compile", model, "-o", engine, *flags])
@@ -152,11 +161,28 @@ def main():
             m = rows[-1][3]
             print(f"(reference perplexity {m['reference_perplexity']:.3f} on {m['predictions']} held-out predictions)")
 
+        # --max-ppl-increase: over the limit, an error naming the layers whose float32 version
+        # recovers the most, and nothing written; within it, the engine.
+        short_text = os.path.join(tmp, "short.txt")
+        with open(short_text, "w") as f:
+            f.write("\n".join([c for i, c in enumerate(chapters) if is_held_out(i)][:3]))
+        strict = os.path.join(tmp, "strict.engine")
+        base = [args.llmc, "compile", model, "-o", strict, "--quantize", "int4", "--quant-group", "128",
+                "--eval-text", short_text, "--tokenizer", TOKENIZER]
+        if not args.sanitized:  # the sensitivity search compiles once per layer: Release only
+            proc = run([*base, "--max-ppl-increase", "0.5"])
+            check(proc.returncode != 0 and "exceeds --max-ppl-increase 0.5" in proc.stderr
+                  and proc.stderr.count("--keep-float /model") >= 3 and not os.path.exists(strict),
+                  f"--max-ppl-increase 0.5 fails with the sensitive layers: {proc.stderr.strip()[-600:]}")
+        proc = run([*base, "--max-ppl-increase", "5"])
+        check(proc.returncode == 0 and "accuracy on" in proc.stderr and os.path.exists(strict),
+              f"--max-ppl-increase 5 writes the engine: {proc.stderr.strip()[-300:]}")
+
         # A stripped quantized engine refits byte-identically from the initializers (the
         # calibrated modes too: their scales are literals of the recipes).
         weights = os.path.join(tmp, "weights.safetensors")
         write_safetensors(model, weights)
-        for name, flags, _, _ in MODES:
+        for name, flags, _, _ in modes:
             if name not in ("int4 g128", "int4 g128 h8 awq", "w8a8") or name not in engines:
                 continue
             flags = [calibration if f == CALIBRATION else f for f in flags]

@@ -1,12 +1,16 @@
 // llmc compile: ONNX model -> engine file.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "cli.h"
 #include "compile_flags.h"
+#include "core/engine_file.h"
+#include "eval.h"
 #include "pipeline/Pipeline.h"
 
 namespace llmc::cli {
@@ -38,6 +42,61 @@ void printFusionReport(const std::vector<FusionReport>& fusions) {
     if (!f.fired)
       std::printf("  missed %s %s at %s: %s\n", f.pass.c_str(), f.pattern.c_str(),
                   f.nodes.empty() ? "(unnamed nodes)" : f.nodes.c_str(), f.reason.c_str());
+}
+
+// --max-ppl-increase: the quantized engine against its float32 compile on `text`; when the
+// perplexity grows by more than `max_percent`, an error with the products whose float32 version
+// recovers the most (each tried alone).
+Status checkAccuracy(const std::string& model, const CompileOptions& options, const std::vector<uint8_t>& quantized,
+                     const CompileStats& stats, const std::string& text, double max_percent) {
+  CompileOptions float_options = options;
+  float_options.quantize.clear();
+  float_options.calib_file.clear();
+  float_options.calib_dir.clear();
+  float_options.awq = false;
+  float_options.keep_float.clear();
+  float_options.progress = nullptr;
+  std::vector<uint8_t> float_bytes;
+  LLMC_RETURN_IF_ERROR(compileModelBytes(model, float_options, &float_bytes, nullptr).withContext("the float32 reference"));
+  std::shared_ptr<const Engine> engine, reference;
+  LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(quantized, options.output_path, &engine));
+  LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(float_bytes, "the float32 reference", &reference));
+  std::vector<int32_t> ids;
+  LLMC_RETURN_IF_ERROR(tokenizeText(text, options.tokenizer_path, {engine, reference}, &ids));
+  SessionOptions session;
+  session.backend = Backend::kCpu;
+  const int64_t context = defaultEvalContext({engine, reference});
+  EvalMetrics m;
+  LLMC_RETURN_IF_ERROR(evaluateEngine(engine, reference, session, ids, context, 0, &m));
+  std::fprintf(stderr,
+               "llmc compile: accuracy on %s (%lld predictions): perplexity %.4f against float32's %.4f (%+.2f%%), "
+               "mean KL %.5f, top-1 agreement %.2f%%\n",
+               text.c_str(), static_cast<long long>(m.predictions), m.perplexity, m.reference_perplexity,
+               100 * m.perplexityIncrease(), m.mean_kl, 100 * m.top1_agreement);
+  if (100 * m.perplexityIncrease() <= max_percent) return okStatus();
+  // Sensitivity: each quantized product kept in float32 alone.
+  std::vector<std::pair<double, std::string>> recovered;
+  for (const FusionReport& record : stats.fusions) {
+    if (!record.fired || record.pass != "quantize" || record.nodes.empty()) continue;
+    const std::string node = record.nodes.substr(0, record.nodes.find(", "));
+    CompileOptions one = options;
+    one.keep_float.push_back(node);
+    one.progress = nullptr;
+    std::vector<uint8_t> bytes;
+    std::shared_ptr<const Engine> trial;
+    EvalMetrics t;
+    if (!compileModelBytes(model, one, &bytes, nullptr).ok() || !Engine::loadFromMemory(bytes, node, &trial).ok() ||
+        !evaluateEngine(trial, reference, session, ids, context, 0, &t).ok())
+      continue;
+    recovered.emplace_back(100 * t.perplexityIncrease(), node);
+  }
+  std::sort(recovered.begin(), recovered.end());
+  std::string message = "perplexity +" + std::to_string(100 * m.perplexityIncrease()).substr(0, 5) +
+                        "% exceeds --max-ppl-increase " + std::to_string(max_percent).substr(0, 5) +
+                        "% (nothing written); the most sensitive layers, each kept in float32 alone:";
+  for (size_t i = 0; i < recovered.size() && i < 5; ++i)
+    message += "\n  --keep-float " + recovered[i].second + ": +" + std::to_string(recovered[i].first).substr(0, 5) + "%";
+  return failedPrecondition(message);
 }
 
 }  // namespace
@@ -133,11 +192,21 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
 int runCompile(const std::vector<std::string>& args) {
   CompileOptions options;
   bool report = false;
+  double max_ppl_increase = -1;
+  std::string eval_text;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "-o" || arg == "--output") {
-      if (i + 1 >= args.size()) return usageError("compile", "-o needs a file name");
-      options.output_path = args[++i];
+    if (arg == "-o" || arg == "--output" || arg == "--eval-text") {
+      if (i + 1 >= args.size()) return usageError("compile", arg + " needs a file name");
+      (arg == "--eval-text" ? eval_text : options.output_path) = args[++i];
+      continue;
+    }
+    if (arg == "--max-ppl-increase") {
+      char* end = nullptr;
+      const std::string value = i + 1 < args.size() ? args[++i] : "";
+      max_ppl_increase = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || max_ppl_increase < 0)
+        return usageError("compile", "--max-ppl-increase takes a percentage (e.g. 5 for 5%)");
       continue;
     }
     int parsed = parseCompileFlag("compile", args, i, options, &report);
@@ -154,6 +223,13 @@ int runCompile(const std::vector<std::string>& args) {
   }
   if (options.input_path.empty()) return usageError("compile", "no model given");
   if (options.output_path.empty()) return usageError("compile", "no output given (-o OUT.engine)");
+  if (max_ppl_increase >= 0) {
+    if (options.quantize.empty()) return usageError("compile", "--max-ppl-increase goes with --quantize");
+    if (options.strip_weights) return usageError("compile", "--max-ppl-increase needs the weights (not --strip-weights)");
+    if (eval_text.empty()) eval_text = options.calib_file;
+    if (eval_text.empty())
+      return usageError("compile", "--max-ppl-increase needs a text to evaluate on (--eval-text FILE or --calib FILE)");
+  }
   bool terminal = isatty(STDERR_FILENO);
   if (terminal || options.pass_timing)
     options.progress = [](const std::string& stage) {
@@ -162,7 +238,17 @@ int runCompile(const std::vector<std::string>& args) {
 
   auto start = std::chrono::steady_clock::now();
   CompileStats stats;
-  Status status = compileModel(options, &stats);
+  std::ifstream model_file(options.input_path, std::ios::binary);
+  if (!model_file) return reportError("compile", invalidArgument(options.input_path + ": cannot open the model file"));
+  const std::string model((std::istreambuf_iterator<char>(model_file)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> engine;
+  Status status = compileModelBytes(model, options, &engine, &stats);
+  if (status.ok() && max_ppl_increase >= 0)
+    status = checkAccuracy(model, options, engine, stats, eval_text, max_ppl_increase);
+  if (status.ok()) {
+    if (options.progress) options.progress("writing " + options.output_path);
+    status = writeEngineFile(options.output_path, engine);
+  }
   if (!status.ok()) return reportError("compile", status);
   if (!stats.llm_failures.empty()) {
     std::fprintf(stderr,

@@ -1,0 +1,39 @@
+// The accuracy comparison behind `llmc eval` and `llmc compile --max-ppl-increase`: an engine
+// against a reference engine on the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/engine.h"
+#include "llmc/session.h"
+#include "llmc/status.h"
+
+namespace llmc::cli {
+
+struct EvalMetrics {
+  int64_t windows = 0, context = 0, predictions = 0;
+  double perplexity = 0, reference_perplexity = 0;
+  double mean_kl = 0;  // KL(reference || engine) of the next-token distributions, nats
+  double top1_agreement = 0;
+  double max_logit_error = 0, mean_logit_error = 0;
+  double perplexityIncrease() const { return perplexity / reference_perplexity - 1; }
+};
+
+// Runs both engines over non-overlapping windows of `context` tokens of `ids` (at most
+// `max_windows` when > 0); every position but a window's last predicts the next token.
+Status evaluateEngine(std::shared_ptr<const Engine> engine, std::shared_ptr<const Engine> reference,
+                      const SessionOptions& options, const std::vector<int32_t>& ids, int64_t context,
+                      int64_t max_windows, EvalMetrics* metrics);
+
+// The text of `path` tokenized with `tokenizer_path`, or else the first of `engines` that
+// carries a tokenizer.
+Status tokenizeText(const std::string& path, const std::string& tokenizer_path,
+                    const std::vector<std::shared_ptr<const Engine>>& engines, std::vector<int32_t>* ids);
+
+// The default window: 256 tokens or the engines' context, whichever is smaller.
+int64_t defaultEvalContext(const std::vector<std::shared_ptr<const Engine>>& engines);
+
+}  // namespace llmc::cli
