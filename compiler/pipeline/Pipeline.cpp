@@ -96,11 +96,48 @@ void reinterpretCacheTotalLength(func::FuncOp main) {
 
 }  // namespace
 
+CompileOptions floatCompileOptions(const CompileOptions& options) {
+  CompileOptions out = options;
+  out.quantize.clear();
+  out.quant_head.clear();
+  out.keep_float.clear();
+  out.calib_file.clear();
+  out.calib_dir.clear();
+  out.awq = false;
+  out.strip_weights = false;
+  out.progress = nullptr;
+  return out;
+}
+
 const std::vector<std::string>& fusionPassNames() {
   static const std::vector<std::string> names = {
       "fuse-norms", "fuse-matmul", "fuse-gated-mlp", "fuse-rope",
       "fuse-attention", "fuse-qkv", "fuse-elementwise"};
   return names;
+}
+
+// The options as the engine records them (its build_options), and as the calibration cache
+// key tells float compiles apart.
+std::string buildOptionsString(const CompileOptions& options, const std::set<std::string>& disabled) {
+  std::string opts = "target=" + options.target;
+  if (!options.tokenizer_path.empty()) opts += ";tokenizer";
+  if (options.as_graph) opts += ";as-graph";
+  if (options.max_context > 0) opts += ";max-context=" + std::to_string(options.max_context);
+  if (options.bos_token_id >= 0) opts += ";bos=" + std::to_string(options.bos_token_id);
+  for (int32_t id : options.eos_token_ids) opts += ";eos=" + std::to_string(id);
+  if (options.opt_level != 1) opts += ";opt-level=" + std::to_string(options.opt_level);
+  for (const std::string& name : disabled) opts += ";disable-pass=" + name;
+  if (!options.quantize.empty()) {
+    opts += ";quantize=" + options.quantize;
+    if (options.quantize != "int8") opts += ";group=" + std::to_string(options.quant_group);
+    if (!options.quant_head.empty()) opts += ";head=" + options.quant_head;
+    for (const std::string& pattern : options.keep_float) opts += ";keep-float=" + pattern;
+    if (options.awq) opts += ";awq";
+    if (options.quantize == "w8a8") opts += ";smooth-alpha=" + std::to_string(options.smooth_alpha);
+  }
+  for (const auto& [name, range] : options.dim_ranges)
+    opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
+  return opts;
 }
 
 Status compileModelBytes(const std::string& bytes, const CompileOptions& options,
@@ -144,20 +181,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     }
     std::vector<std::vector<NamedTensor>> samples;
     LLMC_RETURN_IF_ERROR(readCalibrationInputs(options.calib_file, options.calib_dir, tokenizer_json, &samples));
-    CompileOptions float_options = options;
-    float_options.quantize.clear();
-    float_options.calib_file.clear();
-    float_options.calib_dir.clear();
-    float_options.awq = false;
-    float_options.strip_weights = false;
-    float_options.tokenizer_path.clear();
-    float_options.progress = nullptr;
-    std::string float_key = "target=" + options.target + ";opt=" + std::to_string(options.opt_level) +
-                            (options.as_graph ? ";as-graph" : "");
-    for (const auto& [name, range] : options.dim_ranges)
-      float_key += ";" + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
-    for (const std::string& name : disabled) float_key += ";-" + name;
-    const std::string key = calibrationKey(bytes, samples, float_key);
+    const CompileOptions float_options = floatCompileOptions(options);
+    const std::string key = calibrationKey(bytes, samples, buildOptionsString(float_options, disabled));
     if (options.output_path.empty()) {
       char path[] = "/tmp/llmc-calib-XXXXXX";
       const int fd = mkstemp(path);
@@ -348,25 +373,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     Status status = Tokenizer::fromJson(serialize.tokenizer_json, &tokenizer);
     if (!status.ok()) return status.withContext(options.tokenizer_path);
   }
-  std::string opts = "target=" + options.target;
-  if (!serialize.tokenizer_json.empty()) opts += ";tokenizer";
-  if (options.as_graph) opts += ";as-graph";
-  if (options.max_context > 0) opts += ";max-context=" + std::to_string(options.max_context);
-  if (options.bos_token_id >= 0) opts += ";bos=" + std::to_string(options.bos_token_id);
-  for (int32_t id : options.eos_token_ids) opts += ";eos=" + std::to_string(id);
-  if (options.opt_level != 1) opts += ";opt-level=" + std::to_string(options.opt_level);
-  for (const std::string& name : disabled) opts += ";disable-pass=" + name;
-  if (!options.quantize.empty()) {
-    opts += ";quantize=" + options.quantize;
-    if (options.quantize != "int8") opts += ";group=" + std::to_string(options.quant_group);
-    if (!options.quant_head.empty()) opts += ";head=" + options.quant_head;
-    for (const std::string& pattern : options.keep_float) opts += ";keep-float=" + pattern;
-    if (options.awq) opts += ";awq";
-    if (options.quantize == "w8a8") opts += ";smooth-alpha=" + std::to_string(options.smooth_alpha);
-  }
-  for (const auto& [name, range] : options.dim_ranges)
-    opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
-  serialize.build_options = opts;
+  serialize.build_options = buildOptionsString(options, disabled);
   std::vector<uint8_t>& engine = *engine_out;
   if (failed(serializeEngine(module, serialize, &engine))) {
     return internalError("serialization failed: " + joinLines(diagnostics));

@@ -66,6 +66,10 @@ struct FusionReport {
   std::string reason;   // near misses: why it did not fuse
 };
 
+// The same compile without quantization, calibration or stripping, and without progress: the
+// float32 engine that calibration runs and `--max-ppl-increase` measures against.
+CompileOptions floatCompileOptions(const CompileOptions& options);
+
 // The fusion passes in pipeline order (the names --disable-pass takes).
 const std::vector<std::string>& fusionPassNames();
 

@@ -107,11 +107,6 @@ TEST(DeviceTest, ProbeSaysWhyWhenThereIsNoGpu) {
   }
 }
 
-}  // namespace
-}  // namespace llmc::testing
-
-namespace llmc::testing {
-namespace {
 
 class MatMulTest : public CudaTest {
  protected:
@@ -289,11 +284,6 @@ TEST(KernelParamsTest, ChecksRefuseBadInputWithoutAGpu) {
   EXPECT_FALSE(argmax.check().ok());
 }
 
-}  // namespace
-}  // namespace llmc::testing
-
-namespace llmc::testing {
-namespace {
 
 using PagedAttentionTest = CudaTest;
 
@@ -399,11 +389,6 @@ TEST(PagedAttentionParamsTest, RefusesContextsBeyondTheKernel) {
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.message();
 }
 
-}  // namespace
-}  // namespace llmc::testing
-
-namespace llmc::testing {
-namespace {
 
 using ElementwiseTest = CudaTest;
 
@@ -482,11 +467,6 @@ TEST(ElementwiseParamsTest, RefusesOperandsOutOfRange) {
   EXPECT_FALSE(params.check().ok());
 }
 
-}  // namespace
-}  // namespace llmc::testing
-
-namespace llmc::testing {
-namespace {
 
 using SampleTest = CudaTest;
 

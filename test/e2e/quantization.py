@@ -27,6 +27,9 @@ MODELS = os.path.join(HERE, "..", "models")
 sys.path.insert(0, os.path.join(MODELS, "demo"))
 from kjv import is_held_out, read_chapters  # noqa: E402
 
+sys.path.insert(0, HERE)
+from refit_test import write_safetensors  # noqa: E402
+
 TOKENIZER = os.path.join(MODELS, "demo", "tokenizer.json")
 CALIBRATION = "@calibration"  # replaced by the calibration file's path
 MODES = [  # name, flags, max size ratio, check
@@ -52,25 +55,11 @@ def run(command, **kwargs):
     return subprocess.run(command, capture_output=True, text=True, **kwargs)
 
 
-def write_safetensors(model_path, path):
+def write_initializers(model_path, path):
     """The model's float32 initializers as safetensors (what `llmc refit` reads)."""
     model = onnx.load(model_path)
-    header, blobs, offset = {}, [], 0
-    for init in model.graph.initializer:
-        array = numpy_helper.to_array(init)
-        if array.dtype != np.float32:
-            continue
-        data = np.ascontiguousarray(array).tobytes()
-        header[init.name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little"))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
+    arrays = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    write_safetensors(path, {name: a for name, a in arrays.items() if a.dtype == np.float32})
 
 
 def main():
@@ -181,7 +170,7 @@ def main():
         # A stripped quantized engine refits byte-identically from the initializers (the
         # calibrated modes too: their scales are literals of the recipes).
         weights = os.path.join(tmp, "weights.safetensors")
-        write_safetensors(model, weights)
+        write_initializers(model, weights)
         for name, flags, _, _ in modes:
             if name not in ("int4 g128", "int4 g128 h8 awq", "w8a8") or name not in engines:
                 continue

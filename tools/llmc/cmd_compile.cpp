@@ -49,15 +49,9 @@ void printFusionReport(const std::vector<FusionReport>& fusions) {
 // recovers the most (each tried alone).
 Status checkAccuracy(const std::string& model, const CompileOptions& options, const std::vector<uint8_t>& quantized,
                      const CompileStats& stats, const std::string& text, double max_percent) {
-  CompileOptions float_options = options;
-  float_options.quantize.clear();
-  float_options.calib_file.clear();
-  float_options.calib_dir.clear();
-  float_options.awq = false;
-  float_options.keep_float.clear();
-  float_options.progress = nullptr;
   std::vector<uint8_t> float_bytes;
-  LLMC_RETURN_IF_ERROR(compileModelBytes(model, float_options, &float_bytes, nullptr).withContext("the float32 reference"));
+  LLMC_RETURN_IF_ERROR(compileModelBytes(model, floatCompileOptions(options), &float_bytes, nullptr)
+                           .withContext("the float32 reference"));
   std::shared_ptr<const Engine> engine, reference;
   LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(quantized, options.output_path, &engine));
   LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(float_bytes, "the float32 reference", &reference));

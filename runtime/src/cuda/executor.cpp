@@ -778,7 +778,6 @@ Status Executor::Impl::runOnHost(const PlanStep& step, LlmStepContext* llm_step)
     values[static_cast<size_t>(step.outputs[i])] = Value{std::move(run.outputs[i]), Tensor()};
   }
   ++counts.host_steps;
-  ++counts.host_kernels[step.kernel_name];
   return okStatus();
 }
 

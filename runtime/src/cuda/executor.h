@@ -26,7 +26,6 @@ struct ExecutorOptions {
 struct RunCounts {
   int64_t device_steps = 0;
   int64_t host_steps = 0;
-  std::map<std::string, int64_t> host_kernels;  // kernel name -> steps run on the CPU
 };
 
 // The kernel names the CUDA backend runs on the GPU (when their operands fit: float32 data,
