@@ -16,7 +16,8 @@
 
 namespace llmc {
 
-// The tensors of a safetensors file (views into `bytes`, which must outlive them). The file is
+// The tensors of a safetensors file (views into `bytes`, which must outlive them; copies where
+// the data is not aligned to its element size). The file is
 // untrusted: every offset, size, dtype and shape is checked; errors name the file and tensor.
 Status parseSafetensors(std::span<const uint8_t> bytes, const std::string& what,
                         std::map<std::string, Tensor>* tensors);

@@ -1,6 +1,8 @@
 // Safetensors parsing and engine refit (llmc/refit.h).
 #include "llmc/refit.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -107,7 +109,11 @@ Status parseSafetensors(std::span<const uint8_t> bytes, const std::string& what,
     if (end - begin != elements * dtypeSize(dtype))
       return dataLoss(where + " holds " + std::to_string(end - begin) + " bytes, its dtype and shape need " +
                       std::to_string(elements * dtypeSize(dtype)));
-    (*tensors)[name] = Tensor::view(dtype, shape, static_cast<const void*>(data + begin));
+    Tensor view = Tensor::view(dtype, shape, static_cast<const void*>(data + begin));
+    // The format does not promise aligned data (a header not padded to 8 bytes shifts it):
+    // kernels read elements in place, so a misaligned tensor gets an aligned copy.
+    const bool aligned = reinterpret_cast<uintptr_t>(data + begin) % std::max<size_t>(dtypeSize(dtype), 1) == 0;
+    (*tensors)[name] = aligned ? view : view.clone();
   }
   return okStatus();
 }
