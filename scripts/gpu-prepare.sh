@@ -76,7 +76,7 @@ CFG
 # and lm.engine with generation.json (transformers' greedy tokens). The demo model stays out
 # (it would add 18 MB to the carry).
 LLMC="$ROOT/build/tools/llmc/llmc"
-python3 - "$ROOT/test/models" "$PREP/models" "$LLMC" <<'PY'
+"$ROOT/.venv/bin/python" - "$ROOT/test/models" "$PREP/models" "$LLMC" <<'PY'
 import json, os, shutil, subprocess, sys
 models, out, llmc = sys.argv[1:]
 for name in sorted(os.listdir(models)):
@@ -97,6 +97,37 @@ for name in sorted(os.listdir(models)):
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"gpu-prepare: {' '.join(command)} failed:\n{proc.stderr}")
+    plain_inputs = all(set(i["inputs"]) <= {"input_ids", "attention_mask", "position_ids"}
+                       for i in manifest["input_sets"])
+    if "lm" in kinds and plain_inputs:  # calibration feeds no past K/V
+        # The graph engine quantized (test/cuda/engine_test.cpp compares it with the CPU backend);
+        # w8a8 calibrates on the single-sequence input sets' ids.
+        calib = os.path.join(out, name + ".calib")
+        os.makedirs(calib)
+        import numpy as np
+        for input_set in manifest["input_sets"]:
+            inputs = input_set["inputs"]
+            if "input_ids" not in inputs:
+                continue
+            ids = np.load(os.path.join(src, inputs["input_ids"]))
+            mask = np.load(os.path.join(src, inputs["attention_mask"])) if "attention_mask" in inputs else None
+            for row in range(ids.shape[0]):  # each sequence without its padding
+                kept = ids[row] if mask is None or mask.shape != ids.shape else ids[row][mask[row] != 0]
+                if kept.size:
+                    np.save(os.path.join(calib, f"{input_set['name']}_{row}.npy"), kept.reshape(1, -1))
+        for mode in ("int8", "int4", "int4_zp", "w8a8"):
+            command = [llmc, "compile", os.path.join(src, manifest["model"]), "-o",
+                       os.path.join(dst, f"graph-{mode}.engine"), "--target", "cuda-sm90",
+                       *kinds["graph"], "--quantize", mode, "--quant-group", "32"]
+            if mode == "w8a8":
+                command += ["--calib-dir", calib]
+            proc = subprocess.run(command, capture_output=True, text=True)
+            if proc.returncode != 0:
+                sys.exit(f"gpu-prepare: {' '.join(command)} failed:\n{proc.stderr}")
+        shutil.rmtree(calib)
+        for cached in os.listdir(dst):
+            if cached.endswith(".calib.safetensors"):
+                os.remove(os.path.join(dst, cached))  # the calibration cache: not needed there
     shutil.copy(os.path.join(src, "manifest.json"), dst)
     for input_set in manifest["input_sets"]:
         for path in list(input_set["inputs"].values()) + list(input_set["outputs"].values()):

@@ -134,6 +134,52 @@ TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
   EXPECT_GT(checked, 0);
 }
 
+// The language models' graph engines quantized (gpu-prepare.sh: int8, int4, int4_zp, w8a8 in
+// groups of 32) against the CPU backend on the same engine. w8a8 sums the same int8 products
+// on both; the weight-only formats differ by design (the CPU quantizes activations to int8
+// blocks, the GPU multiplies float32 activations), which stays within a few percent of the
+// logits' norm, while a wrong unpacking or scale gives errors of the order of the logits.
+TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
+  int checked = 0;
+  for (const std::string& name : modelDirs(root_)) {
+    const std::string dir = root_ + "/" + name;
+    const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
+    for (const char* mode : {"int8", "int4", "int4_zp", "w8a8"}) {
+      const std::string path = dir + "/graph-" + mode + ".engine";
+      if (!exists(path)) continue;
+      std::shared_ptr<const Engine> engine;
+      ASSERT_TRUE(Engine::load(path, &engine).ok()) << path;
+      const double bound = std::string(mode) == "w8a8" ? 1e-4 : 3e-2;
+      for (const auto& set : manifest["input_sets"]) {
+        const std::string label = name + "/" + mode + "/" + set["name"].get<std::string>();
+        std::vector<NamedTensor> inputs;
+        for (const auto& [input, file] : set["inputs"].items()) {
+          Tensor t;
+          ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &t).ok()) << label;
+          inputs.push_back({input, std::move(t)});
+        }
+        std::vector<NamedTensor> gpu, cpu;
+        Session::StepCounts counts, cpu_counts;
+        Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts);
+        ASSERT_TRUE(status.ok()) << label << ": " << status.message();
+        ASSERT_TRUE(runSession(engine, Backend::kCpu, inputs, &cpu, &cpu_counts).ok()) << label;
+        ASSERT_EQ(gpu.size(), cpu.size()) << label;
+        for (size_t i = 0; i < gpu.size(); ++i) {
+          if (cpu[i].tensor.dtype() != DType::kFloat32) continue;
+          ASSERT_EQ(gpu[i].tensor.shape(), cpu[i].tensor.shape()) << label;
+          const double error = relativeL2(gpu[i].tensor, cpu[i].tensor);
+          EXPECT_LT(error, bound) << label << ": " << gpu[i].name;
+          std::printf("%-34s %-10s gpu steps %3lld, cpu fallback %3lld, |gpu - cpu| / |cpu| %.2e\n", label.c_str(),
+                      gpu[i].name.c_str(), static_cast<long long>(counts.device),
+                      static_cast<long long>(counts.host), error);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 // Greedy generation over the paged KV cache on the GPU gives transformers' tokens.
 TEST_F(EngineGpuTest, LanguageModelsGenerateTransformersTokens) {
   int checked = 0;
@@ -160,6 +206,56 @@ TEST_F(EngineGpuTest, LanguageModelsGenerateTransformersTokens) {
       EXPECT_EQ(result.tokens, want) << name << " prompt of " << prompt.size() << " tokens";
       ++checked;
     }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Tokens chosen on the GPU (GeneratorConfig::sample_on_device, the default above): greedy gives
+// the host sampler's tokens and log-probabilities; temperature / top-k / top-p sampling is
+// reproducible for a seed and stays in the vocabulary.
+TEST_F(EngineGpuTest, DeviceSamplingAgreesWithTheHostSampler) {
+  int checked = 0;
+  for (const std::string& name : modelDirs(root_)) {
+    const std::string dir = root_ + "/" + name;
+    if (!exists(dir + "/lm.engine")) continue;
+    std::shared_ptr<const Engine> engine;
+    ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
+    if (!engine->llmConfig()) continue;
+    auto generate = [&](bool on_device, const SamplingParams& sampling, GenerationResult* result) {
+      GeneratorConfig config;
+      config.session.backend = Backend::kCuda;
+      config.sample_on_device = on_device;
+      std::unique_ptr<Generator> generator;
+      ASSERT_TRUE(Generator::create(engine, config, &generator).ok()) << name;
+      GenerationOptions options;
+      options.max_new_tokens = 12;
+      options.sampling = sampling;
+      const std::vector<int32_t> prompt = {1, 5, 9, 14, 3};
+      Status status = generator->generate(prompt, options, nullptr, result);
+      ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+    };
+    GenerationResult device, host;
+    generate(true, SamplingParams(), &device);
+    generate(false, SamplingParams(), &host);
+    EXPECT_EQ(device.tokens, host.tokens) << name;
+    ASSERT_EQ(device.logprobs.size(), host.logprobs.size()) << name;
+    for (size_t i = 0; i < host.logprobs.size(); ++i)
+      EXPECT_NEAR(device.logprobs[i], host.logprobs[i], 1e-3) << name << " token " << i;
+    SamplingParams sampling;
+    sampling.temperature = 0.8f;
+    sampling.top_k = 20;
+    sampling.top_p = 0.9f;
+    sampling.seed = 42;
+    GenerationResult first, second;
+    generate(true, sampling, &first);
+    generate(true, sampling, &second);
+    EXPECT_EQ(first.tokens, second.tokens) << name;
+    for (size_t i = 0; i < first.tokens.size(); ++i) {
+      EXPECT_GE(first.tokens[i], 0);
+      EXPECT_LT(first.tokens[i], engine->llmConfig()->vocab_size);
+      EXPECT_LE(first.logprobs[i], 0.0f);
+    }
+    ++checked;
   }
   EXPECT_GT(checked, 0);
 }

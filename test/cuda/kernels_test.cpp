@@ -2,6 +2,7 @@
 // included (kernels.h). Every test skips when no GPU is usable.
 #include <gtest/gtest.h>
 
+#include "cuda/flash_attention.h"
 #include "cuda/kernels.h"
 #include "cuda_test_util.h"
 
@@ -260,13 +261,13 @@ TEST(MatMulAlgoCacheTest, FindsWhatWasInsertedByShape) {  // needs no GPU
   cublasLtMatmulAlgo_t first{}, second{};
   first.data[0] = 11;
   second.data[0] = 22;
-  cache.insert({8, 4, 16, 0}, first);
-  cache.insert({1, 4, 16, 2}, second);
-  cache.insert({8, 4, 16, 0}, second);  // replaces
-  ASSERT_NE(cache.find({1, 4, 16, 2}), nullptr);
-  EXPECT_EQ(cache.find({1, 4, 16, 2})->data[0], 22u);
-  EXPECT_EQ(cache.find({8, 4, 16, 0})->data[0], 22u);
-  EXPECT_EQ(cache.find({8, 4, 16, 1}), nullptr);
+  cache.insert({8, 4, 16, 4, 0}, first);
+  cache.insert({1, 4, 16, 4, 2}, second);
+  cache.insert({8, 4, 16, 4, 0}, second);  // replaces
+  ASSERT_NE(cache.find({1, 4, 16, 4, 2}), nullptr);
+  EXPECT_EQ(cache.find({1, 4, 16, 4, 2})->data[0], 22u);
+  EXPECT_EQ(cache.find({8, 4, 16, 4, 0})->data[0], 22u);
+  EXPECT_EQ(cache.find({8, 4, 16, 4, 1}), nullptr);
   EXPECT_EQ(cache.size(), 2u);
 }
 
@@ -287,8 +288,9 @@ TEST(KernelParamsTest, ChecksRefuseBadInputWithoutAGpu) {
 
 using PagedAttentionTest = CudaTest;
 
-// Two sequences prefilled in one ragged step, their blocks scattered through the pool, GQA
-// (4 query heads over 2 KV heads): equal to the CPU LlmAttention over each whole sequence.
+// KV append, then attention: two sequences prefilled in one ragged step, their blocks scattered
+// through the pool, GQA (4 query heads over 2 KV heads): equal to the CPU LlmAttention over each
+// whole sequence (test/cuda/flash_attention_test.cpp covers the attention kernel's cases).
 TEST_F(PagedAttentionTest, RaggedStepMatchesCpuCausalAttention) {
   const int64_t heads = 4, kv_heads = 2, d = 8, block_size = 4, num_blocks = 8, layers = 2;
   const std::vector<int64_t> lengths = {9, 20};
@@ -369,26 +371,12 @@ TEST_F(PagedAttentionTest, RaggedStepMatchesCpuCausalAttention) {
   attention.heads = heads;
   attention.max_context = 20;
   attention.scale = 0.35f;
-  Status status = cuda::launchPagedAttention(attention, nullptr);
+  ASSERT_EQ(cuda::flashAttentionScratchBytes(attention), 0u);
+  Status status = cuda::launchFlashAttention(attention, nullptr, 0, nullptr);
   ASSERT_TRUE(status.ok()) << status.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_LT(relativeL2(dout.toHost({tokens, heads * d}), want), 1e-5);
 }
-
-TEST(PagedAttentionParamsTest, RefusesContextsBeyondTheKernel) {
-  cuda::PagedAttentionParams params;
-  float x = 0;
-  int32_t i = 0;
-  params.kv = {&x, &x, 1, 0, 1, 8, 16, &i, &i, &i, &i, &i, 1, 1, 100000};
-  params.q = &x;
-  params.out = &x;
-  params.q_width = 8;
-  params.heads = 1;
-  params.max_context = cuda::maxPagedAttentionContext() + 1;
-  Status status = params.check();
-  EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.message();
-}
-
 
 using ElementwiseTest = CudaTest;
 

@@ -71,6 +71,11 @@ struct GeneratorConfig {
   DType kv_cache_dtype = DType::kFloat32;
   // The backend the model's steps run on (Backend::kAuto: the engine's target).
   SessionOptions session;
+  // On the CUDA backend over the KV cache, generate() chooses tokens on the GPU (greedy,
+  // temperature, top-k, top-p) so that the logits never leave it; options it does not take
+  // there (penalties, logit bias, min-p, top logprobs) sample on the host. Same seed, same
+  // tokens on the GPU, but not the host sampler's tokens (docs/cuda.md).
+  bool sample_on_device = true;
 };
 
 class Generator {

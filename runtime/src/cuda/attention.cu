@@ -1,5 +1,5 @@
-// Attention on the GPU (kernels.h): KV-cache append, causal attention over the paged cache, and
-// cache-free attention with a mask (llm.sdpa); both attend through attendRow.
+// Attention on the GPU (kernels.h): KV-cache append and cache-free attention with a mask
+// (llm.sdpa, through attendRow). Causal attention over the paged cache is flash_attention.cu.
 #include "cuda/cuda_status.h"
 #include "cuda/attend_row.cuh"
 #include "cuda/kernels.h"
@@ -23,22 +23,6 @@ __global__ void kvAppendKernel(KvAppendParams p) {
   const size_t at = slotOffset(p.kv, p.kv.token_block[t], h, p.kv.token_offset[t]) + d;
   p.kv.key_cache[at] = p.k[t * p.k_width + p.k_column + h * p.kv.head_dim + d];
   p.kv.value_cache[at] = p.v[t * p.v_width + p.v_column + h * p.kv.head_dim + d];
-}
-
-__global__ void pagedAttentionKernel(PagedAttentionParams p) {
-  extern __shared__ float scores[];  // [max_context]
-  __shared__ float reduce[32];
-  const int64_t t = blockIdx.x, h = blockIdx.y;
-  const PagedKvParams& kv = p.kv;
-  const int64_t kvh = h / (p.heads / kv.kv_heads);
-  const int32_t* table = kv.block_tables + static_cast<int64_t>(kv.token_sequence[t]) * kv.max_blocks;
-  const int64_t count = kv.token_position[t] + 1;
-  const float* q = p.q + t * p.q_width + p.q_column + h * kv.head_dim;
-  auto slot = [&](int64_t j) { return slotOffset(kv, table[j / kv.block_size], kvh, j % kv.block_size); };
-  attendRow(
-      q, count, kv.head_dim, p.scale, [&](int64_t j) { return kv.key_cache + slot(j); },
-      [&](int64_t j) { return kv.value_cache + slot(j); }, [](int64_t) { return 0.0f; }, scores, reduce,
-      p.out + (t * p.heads + h) * kv.head_dim);
 }
 
 __global__ void sdpaKernel(SdpaParams p) {
@@ -96,29 +80,10 @@ Status PagedAttentionParams::check() const {
     return invalidArgument("paged attention (CUDA): heads must be a multiple of the KV heads");
   if (q_column < 0 || q_column + heads * kv.head_dim > q_width)
     return invalidArgument("paged attention (CUDA): the query heads do not fit the rows");
-  if (max_context < 1 || max_context > maxPagedAttentionContext())
-    return unimplemented("paged attention (CUDA): a context of " + std::to_string(max_context) +
-                         " positions; this kernel holds at most " +
-                         std::to_string(maxPagedAttentionContext()));
+  if (max_context < 1) return invalidArgument("paged attention (CUDA): max_context must be at least 1");
   if (max_context > kv.max_blocks * kv.block_size)
     return invalidArgument("paged attention (CUDA): the context exceeds the block tables");
   return okStatus();
-}
-
-Status launchPagedAttention(const PagedAttentionParams& params, cudaStream_t stream) {
-  LLMC_RETURN_IF_ERROR(params.check());
-  if (params.kv.tokens == 0) return okStatus();
-  if (params.kv.tokens > 0x7fffffff || params.heads > 65535)
-    return invalidArgument("paged attention (CUDA): too many tokens or heads for one grid");
-  const size_t shared = static_cast<size_t>(params.max_context) * sizeof(float);
-  if (shared > 48 * 1024)
-    LLMC_RETURN_IF_ERROR(cudaStatus(
-        cudaFuncSetAttribute(pagedAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(shared)),
-        "paged attention (CUDA): cudaFuncSetAttribute"));
-  dim3 grid(static_cast<unsigned>(params.kv.tokens), static_cast<unsigned>(params.heads));
-  pagedAttentionKernel<<<grid, kThreads, shared, stream>>>(params);
-  return cudaStatus(cudaGetLastError(), "paged attention (CUDA) launch");
 }
 
 Status SdpaParams::check() const {

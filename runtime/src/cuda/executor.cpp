@@ -14,6 +14,7 @@
 #include "cuda/cublas_status.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device.h"
+#include "cuda/flash_attention.h"
 #include "cuda/kernels.h"
 #include "llm/kv_cache.h"
 #include "llm/step_context.h"
@@ -228,6 +229,7 @@ struct Executor::Impl {
   }
 
   Status prepareKv(LlmStepContext& step);
+  Status sampleOnDevice(int index, LlmStepContext& step, bool* sampled);
   Status runStep(const PlanStep& step, LlmStepContext* llm_step);
   Status runOnHost(const PlanStep& step, LlmStepContext* llm_step);
 };
@@ -593,6 +595,74 @@ Status deviceGather(DeviceStep& s, bool* handled) {
   return launchEmbedding(p, s.stream());
 }
 
+// LlmQuantMatMul: any format of core/quant.h on float32 activations (the CPU kernel's
+// shape-only pass checks the weight's tensors against the format).
+Status deviceQuantMatMul(DeviceStep& s, bool* handled) {
+  const Tensor* x = s.meta(0);
+  const QuantTraits* traits = findQuantTraits(s.params().getString("format", ""));
+  if (!traits || !x || x->dtype() != DType::kFloat32 || x->rank() < 1 || x->dim(x->rank() - 1) == 0) {
+    return notHandled(handled);
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  QuantMatMulParams p;
+  p.traits = traits;
+  p.k = x->dim(x->rank() - 1);
+  p.rows = x->numElements() / p.k;
+  p.n = s.meta(1)->dim(0);
+  p.group = s.params().getInt("group", p.k);
+  p.alpha = static_cast<float>(s.params().getFloat("alpha", 1.0));
+  p.gated = s.params().getInt("gated", 0) != 0;
+  const std::string activation = activationName(s.params());
+  p.activation = activation.c_str();
+  LLMC_RETURN_IF_ERROR(s.device(0, &p.x));
+  LLMC_RETURN_IF_ERROR(s.device<void>(1, &p.data));
+  LLMC_RETURN_IF_ERROR(s.device<void>(2, &p.scales));
+  LLMC_RETURN_IF_ERROR(s.device<uint8_t>(3, &p.zeros));
+  LLMC_RETURN_IF_ERROR(s.device(4, &p.bias));
+  LLMC_RETURN_IF_ERROR(s.device(5, &p.input_scales));
+  p.y = s.output(0)->data<float>();
+  const MatMulParams mm = matMulParams(s);
+  p.handle = mm.handle;
+  p.workspace = mm.workspace;
+  p.workspace_bytes = mm.workspace_bytes;
+  p.algo_cache = mm.algo_cache;
+  p.allow_tf32 = mm.allow_tf32;
+  p.scratch_bytes = quantMatMulScratchBytes(p);
+  LLMC_RETURN_IF_ERROR(s.exec().allocScratch(p.scratch_bytes, &p.scratch));
+  return launchQuantMatMul(p, s.stream());
+}
+
+// LlmQuantGather by int64 ids in [0, vocab) (others run on the CPU, which wraps or reports them).
+Status deviceQuantGather(DeviceStep& s, bool* handled) {
+  const Tensor* ids = s.meta(0);
+  const Tensor* data = s.meta(1);
+  const QuantTraits* traits = findQuantTraits(s.params().getString("format", ""));
+  if (!traits || !ids || !data || ids->dtype() != DType::kInt64 || data->rank() != 2) {
+    return notHandled(handled);
+  }
+  const Tensor* host_ids = nullptr;
+  LLMC_RETURN_IF_ERROR(s.host(0, &host_ids));
+  for (int64_t i = 0; i < host_ids->numElements(); ++i) {
+    const int64_t id = host_ids->data<int64_t>()[i];
+    if (id < 0 || id >= data->dim(0)) {
+      return notHandled(handled);
+    }
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  QuantGatherParams p;
+  p.traits = traits;
+  p.vocab = data->dim(0);
+  p.width = traits->bits == 8 ? data->dim(1) : data->dim(1) * 2;
+  p.group = s.params().getInt("group", p.width);
+  p.tokens = ids->numElements();
+  LLMC_RETURN_IF_ERROR(s.device<int64_t>(0, &p.ids));
+  LLMC_RETURN_IF_ERROR(s.device<void>(1, &p.data));
+  LLMC_RETURN_IF_ERROR(s.device<void>(2, &p.scales));
+  LLMC_RETURN_IF_ERROR(s.device<uint8_t>(3, &p.zeros));
+  p.y = s.output(0)->data<float>();
+  return launchQuantGather(p, s.stream());
+}
+
 // LlmAttention over the paged KV cache (a generator's step), token-major: append the step's
 // K/V to the device pools, then causal attention of each token over its sequence. Without a
 // step context (a plain run: every row a fresh sequence) it runs on the CPU. The head-major
@@ -625,10 +695,6 @@ Status deviceAttention(DeviceStep& s, bool* handled) {
   if (q->dim(1) == 0) return okStatus();
   int64_t max_context = 0;
   for (int64_t position : step->token_position) max_context = std::max(max_context, position + 1);
-  if (max_context > maxPagedAttentionContext())
-    return unimplemented("node '" + s.step().node + "': the CUDA attention kernel holds contexts up to " +
-                         std::to_string(maxPagedAttentionContext()) + " positions, this step reaches " +
-                         std::to_string(max_context));
   LLMC_RETURN_IF_ERROR(s.exec().prepareKv(*step));
   KvAppendParams append;
   append.kv = s.exec().kv_step;
@@ -649,7 +715,10 @@ Status deviceAttention(DeviceStep& s, bool* handled) {
   attention.max_context = max_context;
   attention.scale = static_cast<float>(s.params().getFloat("scale", 1.0));
   attention.out = s.output(0)->data<float>();
-  return launchPagedAttention(attention, s.stream());
+  void* scratch = nullptr;
+  const size_t scratch_bytes = flashAttentionScratchBytes(attention);
+  LLMC_RETURN_IF_ERROR(s.exec().allocScratch(scratch_bytes, &scratch));
+  return launchFlashAttention(attention, scratch, scratch_bytes, s.stream());
 }
 
 struct DeviceKernelEntry {
@@ -667,6 +736,8 @@ constexpr DeviceKernelEntry kDeviceKernels[] = {
     {"LlmGatedMlp", deviceGatedMlp},
     {"LlmLastTokens", deviceLastTokens},
     {"LlmNorm", deviceNorm},
+    {"LlmQuantGather", deviceQuantGather},
+    {"LlmQuantMatMul", deviceQuantMatMul},
     {"LlmRope", deviceRope},
     {"LlmSdpa", deviceSdpa},
     {"MatMul", deviceMatMul},
@@ -765,6 +836,85 @@ Status Executor::Impl::prepareKv(LlmStepContext& step) {
   return okStatus();
 }
 
+// The step's tokens chosen from the logits (value `index`) where they are: each work item's
+// row (its last token's, or row w of per-item logits), argmax or top-k/top-p with the caller's
+// draws, and the chosen tokens' log-probabilities; only ids and log-probabilities come back.
+// Logits that are not a float32 [1, rows, vocab] device tensor are left to the host sampler.
+Status Executor::Impl::sampleOnDevice(int index, LlmStepContext& step, bool* sampled) {
+  *sampled = false;
+  DeviceSampling& request = *step.sampling;
+  const Tensor& logits = values[static_cast<size_t>(index)].device;
+  if (logits.dtype() != DType::kFloat32 || logits.rank() != 3 || logits.dim(0) != 1) return okStatus();
+  const int64_t rows = logits.dim(1), vocab = logits.dim(2);
+  const int64_t items = static_cast<int64_t>(step.last_token.size());
+  const int64_t tokens = static_cast<int64_t>(step.token_position.size());
+  const bool per_item = rows == items && rows != tokens;
+  if ((!per_item && rows != tokens) || vocab < 1 || items == 0) return okStatus();
+  if (request.temperature > 0 && static_cast<int64_t>(request.uniform.size()) != items)
+    return invalidArgument("device sampling: " + std::to_string(request.uniform.size()) + " draws for " +
+                           std::to_string(items) + " sequences");
+  const uint64_t row_bytes = static_cast<uint64_t>(vocab) * sizeof(float);
+  void* buffer = nullptr;
+  LLMC_RETURN_IF_ERROR(allocScratch(alignUp(static_cast<uint64_t>(items) * row_bytes) +
+                                        3 * alignUp(static_cast<uint64_t>(items) * 4), &buffer));
+  auto* base = static_cast<std::byte*>(buffer);
+  const float* chosen_rows = logits.data<float>();
+  if (!per_item) {
+    float* gathered = reinterpret_cast<float*>(base);
+    for (int64_t w = 0; w < items; ++w) {
+      const int64_t row = step.last_token[static_cast<size_t>(w)];
+      if (row < 0 || row >= rows) return internalError("device sampling: last token index out of range");
+      LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(gathered + w * vocab, logits.data<float>() + row * vocab, row_bytes,
+                                                cudaMemcpyDeviceToDevice, stream),
+                                "device sampling: cudaMemcpyAsync(logits row)");
+    }
+    chosen_rows = gathered;
+  }
+  base += alignUp(static_cast<uint64_t>(items) * row_bytes);
+  auto* ids = reinterpret_cast<int32_t*>(base);
+  auto* logprobs = reinterpret_cast<float*>(base + alignUp(static_cast<uint64_t>(items) * 4));
+  auto* uniform = reinterpret_cast<float*>(base + 2 * alignUp(static_cast<uint64_t>(items) * 4));
+  if (request.temperature > 0) {
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(uniform, request.uniform.data(), static_cast<size_t>(items) * sizeof(float),
+                                              cudaMemcpyHostToDevice, stream),
+                              "device sampling: cudaMemcpyAsync(draws)");
+    SampleParams sample;
+    sample.logits = chosen_rows;
+    sample.uniform = uniform;
+    sample.ids = ids;
+    sample.rows = items, sample.vocab = vocab;
+    sample.temperature = request.temperature;
+    sample.top_k = request.top_k;
+    sample.top_p = request.top_p;
+    LLMC_RETURN_IF_ERROR(launchSample(sample, stream));
+  } else {
+    ArgmaxParams argmax;
+    argmax.logits = chosen_rows;
+    argmax.ids = ids;
+    argmax.rows = items, argmax.vocab = vocab;
+    LLMC_RETURN_IF_ERROR(launchArgmax(argmax, stream));
+  }
+  TokenLogprobParams logprob;
+  logprob.logits = chosen_rows;
+  logprob.ids = ids;
+  logprob.logprobs = logprobs;
+  logprob.rows = items, logprob.vocab = vocab;
+  logprob.temperature = request.temperature;
+  LLMC_RETURN_IF_ERROR(launchTokenLogprob(logprob, stream));
+  request.ids.resize(static_cast<size_t>(items));
+  request.logprobs.resize(static_cast<size_t>(items));
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(request.ids.data(), ids, static_cast<size_t>(items) * sizeof(int32_t),
+                                            cudaMemcpyDeviceToHost, stream),
+                            "device sampling: cudaMemcpyAsync(ids)");
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(request.logprobs.data(), logprobs, static_cast<size_t>(items) * sizeof(float),
+                                            cudaMemcpyDeviceToHost, stream),
+                            "device sampling: cudaMemcpyAsync(logprobs)");
+  LLMC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "device sampling: cudaStreamSynchronize");
+  request.done = true;
+  *sampled = true;
+  return okStatus();
+}
+
 Status Executor::Impl::runOnHost(const PlanStep& step, LlmStepContext* llm_step) {
   std::vector<const Tensor*> inputs(step.inputs.size(), nullptr);
   for (size_t i = 0; i < step.inputs.size(); ++i)
@@ -860,6 +1010,15 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
   if (status.ok()) {
     outputs->clear();
     for (size_t i = 0; i < plan.outputs.size() && status.ok(); ++i) {
+      if (llm_step && llm_step->sampling && i == llm_step->sampling->logits_output) {
+        bool sampled = false;
+        status = impl.sampleOnDevice(plan.outputs[i], *llm_step, &sampled);
+        if (!status.ok()) break;
+        if (sampled) {  // the logits stay on the device
+          outputs->push_back({plan.output_infos[i].name, Tensor()});
+          continue;
+        }
+      }
       const Tensor* host = nullptr;
       status = impl.onHost(plan.outputs[i], &host);
       if (status.ok()) outputs->push_back({plan.output_infos[i].name, host->clone()});

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/quant.h"
 #include "llmc/status.h"
 
 namespace llmc::cuda {
@@ -52,10 +53,10 @@ Status launchRope(const RopeParams& params, cudaStream_t stream);
 class MatMulAlgoCache {
  public:
   struct Key {
-    int64_t m, n, k;
+    int64_t m, n, k, ldy;
     int flags;  // trans_b | bias << 1 | tf32 << 2 | epilogue << 3
     bool operator<(const Key& o) const {
-      return m != o.m ? m < o.m : n != o.n ? n < o.n : k != o.k ? k < o.k : flags < o.flags;
+      return m != o.m ? m < o.m : n != o.n ? n < o.n : k != o.k ? k < o.k : ldy != o.ldy ? ldy < o.ldy : flags < o.flags;
     }
   };
   const cublasLtMatmulAlgo_t* find(const Key& key) const;
@@ -74,8 +75,9 @@ struct MatMulParams {
   const float* a = nullptr;     // [m, k]
   const float* b = nullptr;     // [k, n], or [n, k] when trans_b
   const float* bias = nullptr;  // [n] or null
-  float* y = nullptr;           // [m, n]
+  float* y = nullptr;           // [m, n], rows ldy floats apart
   int64_t m = 0, n = 0, k = 0;
+  int64_t ldy = 0;              // 0: n (a larger one writes columns of a wider matrix)
   bool trans_b = false;
   float alpha = 1.0f;
   const char* activation = "none";
@@ -151,9 +153,8 @@ Status launchKvAppend(const KvAppendParams& params, cudaStream_t stream);
 
 // Causal attention over the paged cache for a ragged step (prefill, decode or both): each
 // token's heads attend to positions 0..its own of its sequence (GQA: query head h reads KV
-// head h / (heads / kv_heads)). Run after launchKvAppend for the same step. One block per
-// (token, head); the scores of a row sit in shared memory, so the context is limited to
-// maxPagedAttentionContext() positions (a tiled kernel lifts that later).
+// head h / (heads / kv_heads)). Run after launchKvAppend for the same step. The kernel is
+// launchFlashAttention (flash_attention.h), tiled, with no limit on the context but the tables.
 struct PagedAttentionParams {
   PagedKvParams kv;
   const float* q = nullptr;  // [tokens, q_width], heads from q_column
@@ -163,8 +164,8 @@ struct PagedAttentionParams {
   float scale = 1.0f;
   Status check() const;
 };
+// The keys a kernel that keeps a row of scores in shared memory holds (llm.sdpa).
 constexpr int64_t maxPagedAttentionContext() { return 12 * 1024; }
-Status launchPagedAttention(const PagedAttentionParams& params, cudaStream_t stream);
 
 // Top-k / top-p (nucleus) sampling on the device, one block per row: logits / temperature;
 // keep the tokens whose logit is at least the k-th largest (ties at the boundary kept; k <= 0
@@ -183,6 +184,18 @@ struct SampleParams {
   Status check() const;
 };
 Status launchSample(const SampleParams& params, cudaStream_t stream);
+
+// The log-probability of each row's chosen token: logits[r, ids[r]] / T - logsumexp(logits[r] / T)
+// (T = temperature, 1 when it is 0: greedy), the host sampler's convention (llm/sampler.h).
+struct TokenLogprobParams {
+  const float* logits = nullptr;  // [rows, vocab]
+  const int32_t* ids = nullptr;   // [rows]
+  float* logprobs = nullptr;      // [rows]
+  int64_t rows = 0, vocab = 0;
+  float temperature = 0;
+  Status check() const;
+};
+Status launchTokenLogprob(const TokenLogprobParams& params, cudaStream_t stream);
 
 // llm.elementwise: a program of float32 ops over inputs broadcast to the output (opcodes as
 // in LLMOps.td). Each input is described by its strides over the output's dims (0 where it
@@ -222,5 +235,54 @@ struct SdpaParams {
   Status check() const;
 };
 Status launchSdpa(const SdpaParams& params, cudaStream_t stream);
+
+// llm.quant_matmul on the GPU, with core/quant.h's weight layouts (row n of the [N, K] weight
+// holds output n; 4-bit values packed per block of 32). Weight-only formats multiply float32
+// activations by the dequantized weights: up to kQuantMatVecRows rows (decode) one warp per
+// output channel reads the packed weight once for all rows; more rows (prefill) dequantize
+// slices of the weight into scratch and multiply through cuBLASLt. w8a8 quantizes each row to
+// int8 (after the smoothing factors) and sums int8 products in int32 (dp4a), as the CPU kernel
+// does, so both give the same sums. y = act(alpha * h + bias), or gated (N = 2F):
+// y = act(h[:, :F]) * h[:, F:].
+constexpr int64_t kQuantMatVecRows = 8;
+struct QuantMatMulParams {
+  const QuantTraits* traits = nullptr;
+  const float* x = nullptr;            // [rows, k]
+  const void* data = nullptr;          // int8 [n, k] or uint8 [n, k / 2]
+  const void* scales = nullptr;        // [n, groups] float32 or float16 (traits->scale_dtype)
+  const uint8_t* zeros = nullptr;      // [n, groups] for formats with zero points
+  const float* bias = nullptr;         // [n] or null (not with gated)
+  const float* input_scales = nullptr; // [k] or null: x * input_scales per channel first
+  float* y = nullptr;                  // [rows, gated ? n / 2 : n]
+  int64_t rows = 0, n = 0, k = 0, group = 0;
+  float alpha = 1.0f;
+  const char* activation = "none";
+  bool gated = false;
+  // The prefill path's cuBLASLt product (as MatMulParams).
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  MatMulAlgoCache* algo_cache = nullptr;
+  bool allow_tf32 = false;
+  void* scratch = nullptr;  // quantMatMulScratchBytes() of device memory
+  size_t scratch_bytes = 0;
+  Status check() const;
+};
+size_t quantMatMulScratchBytes(const QuantMatMulParams& params);
+Status launchQuantMatMul(const QuantMatMulParams& params, cudaStream_t stream);
+
+// llm.quant_gather: y[t] = dequantized row ids[t] of a quantized [vocab, width] table. Ids
+// must be in [0, vocab) (the caller checks them on the host).
+struct QuantGatherParams {
+  const QuantTraits* traits = nullptr;
+  const void* data = nullptr;
+  const void* scales = nullptr;
+  const uint8_t* zeros = nullptr;
+  const int64_t* ids = nullptr;  // [tokens]
+  float* y = nullptr;            // [tokens, width]
+  int64_t vocab = 0, width = 0, group = 0, tokens = 0;
+  Status check() const;
+};
+Status launchQuantGather(const QuantGatherParams& params, cudaStream_t stream);
 
 }  // namespace llmc::cuda

@@ -50,6 +50,10 @@ Status MatMulParams::check() const {
   if (!activation || !knownActivation(activation))
     return invalidArgument(std::string("LlmFusedMatMul (CUDA): unknown activation '") +
                            (activation ? activation : "(null)") + "'");
+  if (ldy != 0 && ldy < n) return invalidArgument("LlmFusedMatMul (CUDA): ldy below n");
+  if (ldy != 0 && ldy != n && activation && std::strcmp(activation, "none") != 0 &&
+      std::strcmp(activation, "relu") != 0 && std::strcmp(activation, "gelu_tanh") != 0)
+    return invalidArgument("LlmFusedMatMul (CUDA): a second-pass activation needs ldy = n");
   if (workspace_bytes > 0 && !workspace) return invalidArgument("LlmFusedMatMul (CUDA): workspace size without a workspace");
   return okStatus();
 }
@@ -97,10 +101,11 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_b, CUDA_R_32F, p.k, p.m, p.k),
                               "cublasLtMatrixLayoutCreate(a)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_b(raw_b);
-  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_c, CUDA_R_32F, p.n, p.m, p.n),
+  const int64_t ldy = p.ldy != 0 ? p.ldy : p.n;
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_c, CUDA_R_32F, p.n, p.m, ldy),
                               "cublasLtMatrixLayoutCreate(y)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_c(raw_c);
-  const MatMulAlgoCache::Key key{p.m, p.n, p.k,
+  const MatMulAlgoCache::Key key{p.m, p.n, p.k, ldy,
                                  (p.trans_b ? 1 : 0) | (p.bias ? 2 : 0) | (p.allow_tf32 ? 4 : 0) |
                                      static_cast<int>(epilogue) << 3};
   const cublasLtMatmulAlgo_t* cached = p.algo_cache ? p.algo_cache->find(key) : nullptr;

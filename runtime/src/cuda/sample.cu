@@ -88,7 +88,36 @@ __global__ void sampleKernel(SampleParams p) {
   if (threadIdx.x == 0) p.ids[blockIdx.x] = chosen >= 0 ? chosen : last_kept;  // rounding at the end
 }
 
+__global__ void tokenLogprobKernel(TokenLogprobParams p) {
+  __shared__ float reduce[32];
+  const float* row = p.logits + static_cast<int64_t>(blockIdx.x) * p.vocab;
+  const float inv_t = p.temperature > 0 ? 1.0f / p.temperature : 1.0f;
+  float local_max = -FLT_MAX;
+  for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) local_max = fmaxf(local_max, row[j] * inv_t);
+  const float max_logit = blockMax(local_max, reduce);
+  float local_sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) local_sum += expf(row[j] * inv_t - max_logit);
+  const float sum = blockSum<float>(local_sum, reduce);
+  if (threadIdx.x == 0) {
+    const int32_t id = p.ids[blockIdx.x];
+    p.logprobs[blockIdx.x] = id >= 0 && id < p.vocab ? row[id] * inv_t - max_logit - logf(sum) : -INFINITY;
+  }
+}
+
 }  // namespace
+
+Status TokenLogprobParams::check() const {
+  if (!logits || !ids || !logprobs) return invalidArgument("token logprob (CUDA): logits, ids and logprobs are required");
+  if (rows < 0 || vocab < 1 || rows > 0x7fffffff) return invalidArgument("token logprob (CUDA): bad sizes");
+  return okStatus();
+}
+
+Status launchTokenLogprob(const TokenLogprobParams& params, cudaStream_t stream) {
+  LLMC_RETURN_IF_ERROR(params.check());
+  if (params.rows == 0) return okStatus();
+  tokenLogprobKernel<<<static_cast<unsigned>(params.rows), kThreads, 0, stream>>>(params);
+  return cudaStatus(cudaGetLastError(), "token logprob (CUDA) launch");
+}
 
 Status SampleParams::check() const {
   if (!logits || !uniform || !ids) return invalidArgument("sample (CUDA): logits, uniform and ids are required");

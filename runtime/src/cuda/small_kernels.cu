@@ -2,6 +2,7 @@
 #include <cfloat>
 #include <cstring>
 
+#include "cuda/activation.cuh"
 #include "cuda/cuda_status.h"
 #include "cuda/kernels.h"
 
@@ -9,31 +10,6 @@ namespace llmc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-enum class Act : int { kNone, kRelu, kGeluErf, kGeluTanh, kSilu, kSigmoid, kTanh, kUnknown };
-
-Act actFromName(const char* name) {
-  if (!name) return Act::kUnknown;
-  const std::pair<const char*, Act> names[] = {{"none", Act::kNone},         {"relu", Act::kRelu},
-                                               {"gelu_erf", Act::kGeluErf},  {"gelu_tanh", Act::kGeluTanh},
-                                               {"silu", Act::kSilu},         {"sigmoid", Act::kSigmoid},
-                                               {"tanh", Act::kTanh}};
-  for (const auto& [known, act] : names)
-    if (std::strcmp(name, known) == 0) return act;
-  return Act::kUnknown;
-}
-
-__device__ float activate(Act act, float v) {
-  switch (act) {
-    case Act::kRelu: return v > 0.0f ? v : 0.0f;
-    case Act::kGeluErf: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    case Act::kGeluTanh: return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-    case Act::kSilu: return v / (1.0f + expf(-v));
-    case Act::kSigmoid: return 1.0f / (1.0f + expf(-v));
-    case Act::kTanh: return tanhf(v);
-    default: return v;
-  }
-}
 
 __global__ void activationKernel(ActivationParams p, Act act) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

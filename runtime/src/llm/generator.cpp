@@ -28,11 +28,19 @@ struct Generator::State {
   std::shared_ptr<const Tokenizer> tokenizer;
   std::unique_ptr<LlmRunner> runner;  // set: steps run over the KV cache
   int64_t next_sequence_id = 1;
+  bool sample_on_device = true;
 };
 
 namespace {
 
 bool isIntegerDType(DType d) { return d == DType::kInt64 || d == DType::kInt32; }
+
+// What the device sampler does (temperature, top-k, top-p): no penalties, bias, min-p or top
+// logprobs, which need the host sampler's state or the whole distribution.
+bool sampleableOnDevice(const SamplingParams& p) {
+  return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0 &&
+         p.logit_bias.empty() && p.min_p == 0 && p.num_logprobs == 0;
+}
 
 // A [rows, length] id tensor; `value(row, column)` gives each element.
 template <typename Fn>
@@ -141,6 +149,7 @@ Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorCo
   }
   // Full recomputation runs its own session; the KV-cache path runs the runner's.
   if (!state->runner) LLMC_RETURN_IF_ERROR(Session::create(engine, config.session, &state->session));
+  state->sample_on_device = config.sample_on_device;
   if (!engine->tokenizerJson().empty()) {
     std::unique_ptr<Tokenizer> tokenizer;
     LLMC_RETURN_IF_ERROR(
@@ -228,8 +237,20 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
   // On the KV-cache path this request holds one sequence in the cache until it returns.
   SequenceGuard guard(s.runner.get());
   int64_t sequence = -1;
+  // Tokens chosen on the GPU when the backend and the options allow it; a step the backend
+  // could not sample (its logits ended on the host) falls back to the host sampler.
+  std::unique_ptr<DeviceSampling> device;
+  std::unique_ptr<Xoshiro256> device_rng;
+  if (s.runner && s.sample_on_device && s.runner->onDevice() && sampleableOnDevice(options.sampling)) {
+    device = std::make_unique<DeviceSampling>();
+    device->temperature = options.sampling.temperature;
+    device->top_k = options.sampling.top_k;
+    device->top_p = options.sampling.top_p;
+    device_rng = std::make_unique<Xoshiro256>(options.sampling.seed);
+  }
   auto next_logits = [&](int32_t step) -> Status {
     if (!s.runner) return lastLogitsOf(rows, &logits);
+    if (device && device->temperature > 0) device->uniform.assign(1, static_cast<float>(device_rng->nextDouble()));
     if (step == 0) {
       sequence = s.next_sequence_id++;
       std::vector<int32_t> tokens(prompt.begin(), prompt.end());
@@ -237,10 +258,10 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
       LLMC_RETURN_IF_ERROR(s.runner->addSequence(sequence, tokens, &cached));
       guard.ids.push_back(sequence);
       return s.runner->step({{sequence, cached, static_cast<int64_t>(tokens.size()) - cached}},
-                            &logits);
+                            device.get(), &logits);
     }
     LLMC_RETURN_IF_ERROR(s.runner->appendToken(sequence, static_cast<int32_t>(rows[0].back())));
-    return s.runner->step({{sequence, static_cast<int64_t>(rows[0].size()) - 1, 1}}, &logits);
+    return s.runner->step({{sequence, static_cast<int64_t>(rows[0].size()) - 1, 1}}, device.get(), &logits);
   };
   for (int32_t step = 0; step < options.max_new_tokens; ++step) {
     LLMC_RETURN_IF_ERROR(next_logits(step));
@@ -251,7 +272,14 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
           Sampler::create(options.sampling, static_cast<int32_t>(s.vocab), prompt, &sampler));
     }
     SampledToken token;
-    LLMC_RETURN_IF_ERROR(sampler->sample(logits[0], &token));
+    if (device && device->done) {
+      token.id = device->ids[0];
+      token.logprob = device->logprobs[0];
+      if (token.id < 0 || token.id >= s.vocab)
+        return internalError("the device sampler chose token " + std::to_string(token.id) + " outside the vocabulary");
+    } else {
+      LLMC_RETURN_IF_ERROR(sampler->sample(logits[0], &token));
+    }
     if (step == 0) first_token_time = std::chrono::steady_clock::now();
     rows[0].push_back(token.id);
     result->tokens.push_back(token.id);

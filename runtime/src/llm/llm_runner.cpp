@@ -76,7 +76,20 @@ void LlmRunner::removeSequence(int64_t id) {
 }
 
 Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<float>>* logits) {
+  return step(work, nullptr, logits);
+}
+
+Status LlmRunner::step(const std::vector<Work>& work, DeviceSampling* sampling,
+                       std::vector<std::vector<float>>* logits) {
   LlmStepContext& ctx = context_;
+  if (sampling) {
+    if (sampling->temperature > 0 && sampling->uniform.size() != work.size())
+      return invalidArgument("step: device sampling needs one uniform draw per work item");
+    sampling->logits_output = logits_index_;
+    sampling->done = false;
+    sampling->ids.clear();
+    sampling->logprobs.clear();
+  }
   ctx.token_sequence.clear();
   ctx.token_position.clear();
   ctx.token_slot.clear();
@@ -115,8 +128,19 @@ Status LlmRunner::step(const std::vector<Work>& work, std::vector<std::vector<fl
       input.data<int32_t>()[t] = static_cast<int32_t>(ids[static_cast<size_t>(t)]);
   }
   std::vector<NamedTensor> outputs;
-  LLMC_RETURN_IF_ERROR(
-      session_->run({{config().input_ids, std::move(input)}}, &outputs, &ctx));
+  ctx.sampling = sampling;
+  Status run = session_->run({{config().input_ids, std::move(input)}}, &outputs, &ctx);
+  ctx.sampling = nullptr;
+  LLMC_RETURN_IF_ERROR(run);
+  if (sampling && sampling->done) {
+    if (sampling->ids.size() != work.size() || sampling->logprobs.size() != work.size())
+      return internalError("step: the backend sampled " + std::to_string(sampling->ids.size()) + " tokens for " +
+                           std::to_string(work.size()) + " work items");
+    logits->assign(work.size(), {});
+    for (const Work& item : work)
+      LLMC_RETURN_IF_ERROR(cache_->commitTokens(item.id, item.first + item.count));
+    return okStatus();
+  }
   const Tensor& out = outputs[logits_index_].tensor;
   // Logits for every token, or (an engine whose LM head reads llm.last_tokens) only for each
   // work item's last token.

@@ -49,6 +49,12 @@ class LlmRunner {
   // last token. On error the affected sequences' uncommitted tokens stay uncommitted:
   // remove those sequences.
   Status step(const std::vector<Work>& work, std::vector<std::vector<float>>* logits);
+  // The same, asking the backend to choose each item's next token where the logits are
+  // (`sampling`, step_context.h). When it did, sampling->done is set, sampling->ids and
+  // ->logprobs hold the choices and `logits` holds empty rows; otherwise `logits` as above.
+  Status step(const std::vector<Work>& work, DeviceSampling* sampling, std::vector<std::vector<float>>* logits);
+  // Whether the session runs on the GPU (where step() can sample).
+  bool onDevice() const { return session_->backend() == Backend::kCuda; }
 
  private:
   LlmRunner() = default;

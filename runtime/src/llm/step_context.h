@@ -10,6 +10,22 @@
 
 namespace llmc {
 
+// Token choice on the device, so that the logits never leave it (the CUDA backend; the CPU
+// backend ignores the request and returns the logits). LlmRunner sets it for its caller; the
+// executor reads it at the end of a run.
+struct DeviceSampling {
+  size_t logits_output = 0;    // the logits' index among the engine's outputs
+  float temperature = 0;       // 0: greedy (argmax, lowest id among ties)
+  int64_t top_k = 0;           // 0: off
+  float top_p = 1;             // (0, 1]; 1: off
+  std::vector<float> uniform;  // per work item, in [0, 1): the draw (unused when greedy)
+  // Filled by a backend that sampled: per work item, the token and its log-probability (the
+  // log-softmax of logits / temperature, temperature 1 when greedy, as the host sampler's).
+  bool done = false;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+};
+
 struct LlmStepContext {
   KvCache* cache = nullptr;
   // Per token of the step, in input order.
@@ -21,6 +37,7 @@ struct LlmStepContext {
   // Per sequence of the step: the index (into the step's tokens) of its last token, whose
   // logits are computed (LlmLastTokens).
   std::vector<int32_t> last_token;
+  DeviceSampling* sampling = nullptr;  // optional: choose the tokens where the logits are
 };
 
 }  // namespace llmc
