@@ -12,8 +12,9 @@ scripts/gpu-prepare.sh compiled on the build machine, and both run side by side:
 - each as a fraction of its floor: the weight bytes read per decode step at 4.3 TB/s, and the
   prefill's FLOPs at 790 TFLOP/s (H200 HBM bandwidth and dense bf16 peak).
 
-The engine computes in float32 (optionally tf32 products); PyTorch runs bf16 and float32, so
-both comparisons are in the table. CUDA graphs: llmc does not capture them yet (docs/cuda.md),
+llmc runs the float32 engine with float32, tf32 and bf16 products (`--precision`: bf16 keeps the
+products' weights on the GPU as bfloat16); PyTorch runs bf16 and float32, so both comparisons
+are in the table. CUDA graphs: llmc does not capture them yet (docs/cuda.md),
 so that column says so. Prints one table and writes bench.json under --out.
 
     python bench/gpu/llama_bench.py --engine gpu-prep/bench/llama1b.engine \\
@@ -179,11 +180,13 @@ def main():
 
     rows = []
     if "refit_error" not in report:
-        for label, flags in (("llmc fp32", []), ("llmc tf32", ["--tf32"])):
+        for label, width, flags in (("llmc fp32", 4, ["--precision", "fp32"]),
+                                    ("llmc tf32", 4, ["--precision", "tf32"]),
+                                    ("llmc bf16", 2, ["--precision", "bf16"])):
             one = run_llmc(args.llmc, engine, *flags)
             sixteen = run_llmc(args.llmc, engine, "--batch", "16", *flags)
             report[label] = {"batch1": one, "batch16": sixteen}
-            rows.append((label, 4, one.get("prefill_ms"), one.get("decode_tps"), sixteen.get("batch_tps"),
+            rows.append((label, width, one.get("prefill_ms"), one.get("decode_tps"), sixteen.get("batch_tps"),
                          one.get("error") or sixteen.get("error")))
         os.remove(engine)
     for label, dtype, width in (("torch eager bf16", torch.bfloat16, 2), ("torch eager fp32", torch.float32, 4)):

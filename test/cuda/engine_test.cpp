@@ -71,9 +71,10 @@ class EngineGpuTest : public CudaTest {
 
 Status runSession(std::shared_ptr<const Engine> engine, Backend backend,
                   const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
-                  Session::StepCounts* counts) {
+                  Session::StepCounts* counts, DType gpu_weight_dtype = DType::kFloat32) {
   SessionOptions options;
   options.backend = backend;
+  options.gpu_weight_dtype = gpu_weight_dtype;
   std::unique_ptr<Session> session;
   LLMC_RETURN_IF_ERROR(Session::create(engine, options, &session));
   LLMC_RETURN_IF_ERROR(session->run(inputs, outputs));
@@ -128,6 +129,50 @@ TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
                     label.c_str(), output.c_str(), static_cast<long long>(counts.device),
                     static_cast<long long>(counts.host), max_abs, cpu_max_abs);
         ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// --precision bf16 / fp16: the products' weights and activations rounded to 8 (bf16) or 11
+// (fp16) significant bits; every graph engine stays within a few 1e-3 of the exporter's outputs
+// by relative L2 (a dropped or misread weight gives errors of order 1).
+TEST_F(EngineGpuTest, HalfPrecisionWeightsStayNearTheExporter) {
+  int checked = 0;
+  for (const std::string& name : modelDirs(root_)) {
+    const std::string dir = root_ + "/" + name;
+    if (!exists(dir + "/graph.engine")) continue;
+    std::shared_ptr<const Engine> engine;
+    ASSERT_TRUE(Engine::load(dir + "/graph.engine", &engine).ok()) << name;
+    const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      const double bound = dtype == DType::kBFloat16 ? 3e-2 : 5e-3;
+      for (const auto& set : manifest["input_sets"]) {
+        const std::string label = name + "/" + dtypeName(dtype) + "/" + set["name"].get<std::string>();
+        std::vector<NamedTensor> inputs;
+        for (const auto& [input, file] : set["inputs"].items()) {
+          Tensor t;
+          ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &t).ok()) << label;
+          inputs.push_back({input, std::move(t)});
+        }
+        std::vector<NamedTensor> gpu;
+        Session::StepCounts counts;
+        Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts, dtype);
+        ASSERT_TRUE(status.ok()) << label << ": " << status.message();
+        for (const auto& [output, file] : set["outputs"].items()) {
+          Tensor want;
+          ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &want).ok()) << label;
+          if (want.dtype() != DType::kFloat32) continue;
+          for (const NamedTensor& got : gpu) {
+            if (got.name != output) continue;
+            ASSERT_EQ(got.tensor.shape(), want.shape()) << label;
+            const double error = relativeL2(got.tensor, want);
+            EXPECT_LT(error, bound) << label << ": " << output;
+            std::printf("%-34s %-14s |gpu - ref| / |ref| %.2e\n", label.c_str(), output.c_str(), error);
+            ++checked;
+          }
+        }
       }
     }
   }

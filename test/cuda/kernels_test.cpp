@@ -4,6 +4,7 @@
 
 #include "cuda/flash_attention.h"
 #include "cuda/kernels.h"
+#include "core/half.h"
 #include "cuda_test_util.h"
 
 #include <algorithm>
@@ -166,6 +167,55 @@ TEST_F(MatMulTest, MatchesCpuLlmFusedMatMul) {
               << act << " m=" << c.m << " k=" << c.k << " n=" << c.n << " trans_b=" << trans_b
               << " bias=" << with_bias;
         }
+}
+
+// bfloat16 and float16 operands (the --precision bf16/fp16 path): the activations rounded on the
+// device (launchConvert), the weight rounded on the host; the CPU multiplies the same rounded
+// values in float32, so only the summation order differs.
+TEST_F(MatMulTest, HalfOperandsMatchCpuOnRoundedValues) {
+  uint32_t seed = 900;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16})
+    for (bool trans_b : {false, true}) {
+      const int64_t m = 6, k = 72, n = 40;
+      Tensor a = randomFloat({m, k}, seed++);
+      Tensor b = trans_b ? randomFloat({n, k}, seed++) : randomFloat({k, n}, seed++);
+      Tensor b_half = Tensor::allocate(dtype, b.shape());
+      auto round = [&](float v, int64_t i, Tensor* out) {
+        if (dtype == DType::kBFloat16) {
+          if (out) out->data<BFloat16>()[i] = toBFloat16(v);
+          return toFloat(toBFloat16(v));
+        }
+        if (out) out->data<Float16>()[i] = toFloat16(v);
+        return toFloat(toFloat16(v));
+      };
+      Tensor a_rounded = a.clone(), b_rounded = b.clone();
+      for (int64_t i = 0; i < a.numElements(); ++i) a_rounded.data<float>()[i] = round(a.data<float>()[i], i, nullptr);
+      for (int64_t i = 0; i < b.numElements(); ++i) b_rounded.data<float>()[i] = round(b.data<float>()[i], i, &b_half);
+      KernelParams p;
+      p.set("trans_b", intParam(trans_b));
+      Tensor want = runKernel("LlmFusedMatMul", {a_rounded, b_rounded}, p);
+      DeviceBuffer da(a), db(b_half), dy(m * n), da_half(m * k);  // m * k floats hold m * k halves
+      cuda::ConvertParams convert;
+      convert.x = da.get();
+      convert.y = da_half.get();
+      convert.count = m * k;
+      convert.dtype = dtype;
+      ASSERT_TRUE(cuda::launchConvert(convert, nullptr).ok());
+      cuda::MatMulParams params;
+      params.handle = handle_;
+      params.a = da_half.get();
+      params.b = db.as<void>();
+      params.input_dtype = dtype;
+      params.y = dy.get();
+      params.m = m, params.n = n, params.k = k;
+      params.trans_b = trans_b;
+      params.workspace = workspace_;
+      params.workspace_bytes = cuda::matMulWorkspaceBytes();
+      Status status = cuda::launchMatMul(params, nullptr);
+      ASSERT_TRUE(status.ok()) << status.message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LT(relativeL2(dy.toHost({m, n}), want), 1e-5) << dtypeName(dtype) << " trans_b=" << trans_b;
+    }
 }
 
 using GateTest = CudaTest;

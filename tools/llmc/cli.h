@@ -31,14 +31,23 @@ inline bool parseInt64(const std::string& text, int64_t* out) {
   }
 }
 
-// The backend options of run, generate and bench: `--backend auto|cpu|cuda` and `--tf32`.
-// Returns true when args[*i] is one of them (consuming its value); *error is set when the
-// value is bad.
+// The backend options of run, generate and bench: `--backend auto|cpu|cuda`, `--precision
+// fp32|tf32|bf16|fp16` (the GPU's products) and `--tf32` (= --precision tf32). Returns true
+// when args[*i] is one of them (consuming its value); *error is set when the value is bad.
 inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
                              SessionOptions* options, std::string* error) {
   const std::string& arg = args[*i];
   if (arg == "--tf32") {
     options->allow_tf32 = true;
+    return true;
+  }
+  if (arg == "--precision") {
+    const std::string value = *i + 1 < args.size() ? args[++*i] : "";
+    options->allow_tf32 = value == "tf32";
+    if (value == "fp32" || value == "tf32") options->gpu_weight_dtype = DType::kFloat32;
+    else if (value == "bf16") options->gpu_weight_dtype = DType::kBFloat16;
+    else if (value == "fp16") options->gpu_weight_dtype = DType::kFloat16;
+    else *error = "--precision takes fp32, tf32, bf16 or fp16, got '" + value + "'";
     return true;
   }
   if (arg != "--backend") return false;

@@ -40,6 +40,10 @@ struct SessionOptions {
   Backend backend = Backend::kAuto;
   // CUDA: float32 products through the tensor cores' tf32 mode (about 1e-3 relative error).
   bool allow_tf32 = false;
+  // CUDA: kBFloat16 or kFloat16 keeps the products' float32 weights on the GPU in that type
+  // (half the memory and of the bytes a decode step reads) and rounds their activations to it;
+  // products accumulate in float32. kFloat32: weights as the engine stores them.
+  DType gpu_weight_dtype = DType::kFloat32;
   // Called after every step of every run, CPU backend only (the compiler's calibration
   // collects activation statistics with it; also for debugging). Slows every step.
   std::function<void(const StepObservation&)> observer;

@@ -172,10 +172,18 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
   session->state_->observer = options.observer;
   if (backend == Backend::kCuda && options.observer)
     return invalidArgument(plan.path + ": step observers run on the CPU backend only");
+  if (options.gpu_weight_dtype != DType::kFloat32 && options.gpu_weight_dtype != DType::kBFloat16 &&
+      options.gpu_weight_dtype != DType::kFloat16)
+    return invalidArgument(plan.path + ": GPU weights are float32, bfloat16 or float16, not " +
+                           dtypeName(options.gpu_weight_dtype));
+  if (backend != Backend::kCuda && options.gpu_weight_dtype != DType::kFloat32)
+    return invalidArgument(plan.path + ": " + dtypeName(options.gpu_weight_dtype) +
+                           " weights are a CUDA backend option; this session runs on the CPU");
   if (backend == Backend::kCuda) {
 #ifdef LLMC_HAVE_CUDA
     cuda::ExecutorOptions device_options;
     device_options.allow_tf32 = options.allow_tf32;
+    device_options.weight_dtype = options.gpu_weight_dtype;
     LLMC_RETURN_IF_ERROR(cuda::Executor::create(engine, device_options, &session->state_->device)
                              .withContext(plan.path));
 #else

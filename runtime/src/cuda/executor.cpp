@@ -16,6 +16,7 @@
 #include "cuda/device.h"
 #include "cuda/flash_attention.h"
 #include "cuda/kernels.h"
+#include "core/half.h"
 #include "llm/kv_cache.h"
 #include "llm/step_context.h"
 
@@ -29,22 +30,95 @@ uint64_t alignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // ---- Weights: uploaded once per engine ------------------------------------------------------
 
-// The engine's weights section on the device, at the same offsets as in the file.
+// The engine's weights on the device: each weight as stored (float32, int8, ...), and with a
+// half weight type (ExecutorOptions::weight_dtype) the products' float32 right operands in that
+// type instead, or besides when another step also reads them.
 struct DeviceWeights {
-  void* base = nullptr;
-  uint64_t bytes = 0;
+  void* stored_base = nullptr;
+  void* half_base = nullptr;
+  std::vector<void*> stored;  // per plan value: its device copy as stored, or null
+  std::vector<void*> half;    // per plan value: its copy in the half type, or null
   ~DeviceWeights() {
-    if (base) cudaFree(base);
+    if (stored_base) cudaFree(stored_base);
+    if (half_base) cudaFree(half_base);
   }
 };
 
+bool isProductKernel(const std::string& name) {
+  return name == "MatMul" || name == "LlmFusedMatMul" || name == "LlmGatedMlp";
+}
+
+// Which weights get a half copy (the 2-D float32 right operands of products) and which of them
+// also need the stored copy (read by any other step or position, or an engine output).
+void planHalfWeights(const Plan& plan, std::vector<bool>* half, std::vector<bool>* stored) {
+  half->assign(plan.values.size(), false);
+  stored->assign(plan.values.size(), false);
+  std::vector<bool> other_use(plan.values.size(), false);
+  for (const PlanStep& step : plan.steps)
+    for (size_t i = 0; i < step.inputs.size(); ++i) {
+      const int v = step.inputs[i];
+      if (v < 0) continue;
+      const PlanValue& value = plan.values[static_cast<size_t>(v)];
+      if (i == 1 && isProductKernel(step.kernel_name) && value.kind == PlanValueKind::kWeight &&
+          value.weight.dtype() == DType::kFloat32 && value.weight.rank() == 2)
+        (*half)[static_cast<size_t>(v)] = true;
+      else
+        other_use[static_cast<size_t>(v)] = true;
+    }
+  for (int v : plan.outputs) other_use[static_cast<size_t>(v)] = true;
+  for (size_t v = 0; v < plan.values.size(); ++v)
+    (*stored)[v] = plan.values[v].kind == PlanValueKind::kWeight && (!(*half)[v] || other_use[v]);
+}
+
 // Copies every weight through two pinned staging buffers, alternated so that filling one (a
-// memcpy from the mapped file) overlaps the other's transfer.
-Status uploadWeights(const Plan& plan, DeviceWeights* weights) {
-  for (const PlanWeight& w : plan.weights) weights->bytes = std::max(weights->bytes, w.offset + w.size_bytes);
-  if (weights->bytes == 0) return okStatus();
-  LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&weights->base, weights->bytes),
-                            "cudaMalloc(" + std::to_string(weights->bytes) + " bytes of weights)");
+// memcpy from the mapped file, or the conversion to the half type) overlaps the other's
+// transfer.
+Status uploadWeights(const Plan& plan, DType half_dtype, DeviceWeights* weights) {
+  std::vector<bool> half, stored;
+  if (half_dtype == DType::kFloat32) {
+    half.assign(plan.values.size(), false);
+    stored.assign(plan.values.size(), false);
+    for (const PlanWeight& w : plan.weights) stored[static_cast<size_t>(w.value)] = true;
+  } else {
+    planHalfWeights(plan, &half, &stored);
+  }
+  struct Copy {
+    const std::byte* src;
+    uint64_t count;  // bytes, or floats when converting
+    bool convert;
+    uint64_t offset;  // in its region
+  };
+  std::vector<Copy> copies;
+  std::vector<size_t> copy_value;
+  uint64_t stored_bytes = 0, half_bytes = 0;
+  for (const PlanWeight& w : plan.weights) {
+    const size_t v = static_cast<size_t>(w.value);
+    const Tensor& t = plan.values[v].weight;
+    if (stored[v]) {
+      copies.push_back({static_cast<const std::byte*>(t.data()), w.size_bytes, false, stored_bytes});
+      copy_value.push_back(v);
+      stored_bytes += alignUp(w.size_bytes);
+    }
+    if (half[v]) {
+      copies.push_back({static_cast<const std::byte*>(t.data()), static_cast<uint64_t>(t.numElements()), true, half_bytes});
+      copy_value.push_back(v);
+      half_bytes += alignUp(static_cast<uint64_t>(t.numElements()) * 2);
+    }
+  }
+  weights->stored.assign(plan.values.size(), nullptr);
+  weights->half.assign(plan.values.size(), nullptr);
+  if (stored_bytes > 0)
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&weights->stored_base, stored_bytes),
+                              "cudaMalloc(" + std::to_string(stored_bytes) + " bytes of weights)");
+  if (half_bytes > 0)
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&weights->half_base, half_bytes),
+                              "cudaMalloc(" + std::to_string(half_bytes) + " bytes of half weights)");
+  for (size_t i = 0; i < copies.size(); ++i) {
+    void* base = copies[i].convert ? weights->half_base : weights->stored_base;
+    void* at = static_cast<std::byte*>(base) + copies[i].offset;
+    (copies[i].convert ? weights->half : weights->stored)[copy_value[i]] = at;
+  }
+  if (copies.empty()) return okStatus();
   cudaStream_t stream = nullptr;
   LLMC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   void* staging[2] = {nullptr, nullptr};
@@ -63,19 +137,34 @@ Status uploadWeights(const Plan& plan, DeviceWeights* weights) {
     if (status.ok()) status = cudaStatus(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
   }
   int buffer = 0;
-  for (const PlanWeight& w : plan.weights) {
-    if (!status.ok()) break;
-    const auto* src = static_cast<const std::byte*>(plan.values[static_cast<size_t>(w.value)].weight.data());
-    auto* dst = static_cast<std::byte*>(weights->base) + w.offset;
-    for (uint64_t copied = 0; copied < w.size_bytes && status.ok();) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kStagingBytes, w.size_bytes - copied));
+  for (size_t i = 0; i < copies.size() && status.ok(); ++i) {
+    const Copy& c = copies[i];
+    auto* dst = static_cast<std::byte*>((c.convert ? weights->half : weights->stored)[copy_value[i]]);
+    const uint64_t unit = c.convert ? kStagingBytes / 2 : kStagingBytes;  // elements or bytes per chunk
+    for (uint64_t done_units = 0; done_units < c.count && status.ok();) {
+      const uint64_t n = std::min<uint64_t>(unit, c.count - done_units);
       status = cudaStatus(cudaEventSynchronize(done[buffer]), "cudaEventSynchronize(staging)");
       if (!status.ok()) break;
-      std::memcpy(staging[buffer], src + copied, n);
-      status = cudaStatus(cudaMemcpyAsync(dst + copied, staging[buffer], n, cudaMemcpyHostToDevice, stream),
-                          "cudaMemcpyAsync(weights)");
+      size_t bytes = static_cast<size_t>(n);
+      if (c.convert) {
+        const float* src = reinterpret_cast<const float*>(c.src) + done_units;
+        if (half_dtype == DType::kBFloat16) {
+          auto* out = static_cast<BFloat16*>(staging[buffer]);
+          for (uint64_t e = 0; e < n; ++e) out[e] = toBFloat16(src[e]);
+        } else {
+          auto* out = static_cast<Float16*>(staging[buffer]);
+          for (uint64_t e = 0; e < n; ++e) out[e] = toFloat16(src[e]);
+        }
+        bytes = static_cast<size_t>(n) * 2;
+        status = cudaStatus(cudaMemcpyAsync(dst + done_units * 2, staging[buffer], bytes, cudaMemcpyHostToDevice, stream),
+                            "cudaMemcpyAsync(half weights)");
+      } else {
+        std::memcpy(staging[buffer], c.src + done_units, bytes);
+        status = cudaStatus(cudaMemcpyAsync(dst + done_units, staging[buffer], bytes, cudaMemcpyHostToDevice, stream),
+                            "cudaMemcpyAsync(weights)");
+      }
       if (status.ok()) status = cudaStatus(cudaEventRecord(done[buffer], stream), "cudaEventRecord");
-      copied += n;
+      done_units += n;
       buffer ^= 1;
     }
   }
@@ -84,19 +173,20 @@ Status uploadWeights(const Plan& plan, DeviceWeights* weights) {
   return status;
 }
 
-// One upload per engine: sessions of the same engine share it while any of them lives. An
-// engine outlives its sessions, so a live entry's plan address is never reused.
-Status sharedWeights(const Plan& plan, std::shared_ptr<DeviceWeights>* out) {
+// One upload per engine and weight type: sessions of the same engine share it while any of
+// them lives. An engine outlives its sessions, so a live entry's plan address is never reused.
+Status sharedWeights(const Plan& plan, DType half_dtype, std::shared_ptr<DeviceWeights>* out) {
   static std::mutex mutex;
-  static std::map<const Plan*, std::weak_ptr<DeviceWeights>> cache;
+  static std::map<std::pair<const Plan*, DType>, std::weak_ptr<DeviceWeights>> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto live = cache[&plan].lock()) {
+  auto& entry = cache[{&plan, half_dtype}];
+  if (auto live = entry.lock()) {
     *out = std::move(live);
     return okStatus();
   }
   auto weights = std::make_shared<DeviceWeights>();
-  LLMC_RETURN_IF_ERROR(uploadWeights(plan, weights.get()));
-  cache[&plan] = weights;
+  LLMC_RETURN_IF_ERROR(uploadWeights(plan, half_dtype, weights.get()));
+  entry = weights;
   *out = std::move(weights);
   return okStatus();
 }
@@ -105,6 +195,7 @@ Status sharedWeights(const Plan& plan, std::shared_ptr<DeviceWeights>* out) {
 struct Value {
   Tensor host;
   Tensor device;
+  const void* half = nullptr;  // a product weight's copy in the session's half type (device)
   const Tensor& meta() const { return device.dtype() != DType::kUndefined ? device : host; }
   bool present() const { return meta().dtype() != DType::kUndefined; }
 };
@@ -121,7 +212,6 @@ struct Executor::Impl {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   MatMulAlgoCache algo_cache;
-  std::vector<uint64_t> weight_offset;  // per plan value: its offset in the weights section
   ArenaLayout slots;
   void* arena = nullptr;
   RunCounts counts;
@@ -272,6 +362,10 @@ class DeviceStep {
     return okStatus();
   }
   Status host(size_t i, const Tensor** out) { return exec_.onHost(step_.inputs[i], out); }
+  // Input i's copy in the session's half weight type (a product's weight), or null.
+  const void* half(size_t i) const {
+    return meta(i) ? exec_.values[static_cast<size_t>(step_.inputs[i])].half : nullptr;
+  }
 
   // Computes the outputs' dtypes and shapes with the CPU kernel (shape-only) and allocates
   // them on the device.
@@ -337,6 +431,32 @@ MatMulParams matMulParams(DeviceStep& s) {
   return p;
 }
 
+// A product's operands (p.m, p.k set): the weight's half copy when the session keeps one, with
+// the activations rounded to its type in scratch; else both as float32.
+Status productOperands(DeviceStep& s, MatMulParams* p) {
+  const float* a = nullptr;
+  LLMC_RETURN_IF_ERROR(s.device(0, &a));
+  p->a = a;
+  if (const void* half = s.half(1)) {
+    ConvertParams convert;
+    convert.x = a;
+    convert.count = p->m * p->k;
+    convert.dtype = s.exec().options.weight_dtype;
+    void* rounded = nullptr;
+    LLMC_RETURN_IF_ERROR(s.exec().allocScratch(static_cast<uint64_t>(convert.count) * 2, &rounded));
+    convert.y = rounded;
+    LLMC_RETURN_IF_ERROR(launchConvert(convert, s.stream()));
+    p->a = rounded;
+    p->b = half;
+    p->input_dtype = convert.dtype;
+    return okStatus();
+  }
+  const float* b = nullptr;
+  LLMC_RETURN_IF_ERROR(s.device(1, &b));
+  p->b = b;
+  return okStatus();
+}
+
 // LlmFusedMatMul and MatMul with a 2-D float32 right operand: a [..., K] · b (+ bias), act.
 Status deviceMatMul(DeviceStep& s, bool* handled) {
   const Tensor* a = s.meta(0);
@@ -356,8 +476,7 @@ Status deviceMatMul(DeviceStep& s, bool* handled) {
   p.alpha = fused ? static_cast<float>(s.params().getFloat("alpha", 1.0)) : 1.0f;
   const std::string activation = fused ? activationName(s.params()) : "none";
   p.activation = activation.c_str();
-  LLMC_RETURN_IF_ERROR(s.device(0, &p.a));
-  LLMC_RETURN_IF_ERROR(s.device(1, &p.b));
+  LLMC_RETURN_IF_ERROR(productOperands(s, &p));
   if (fused) LLMC_RETURN_IF_ERROR(s.device(2, &p.bias));
   p.y = s.output(0)->data<float>();
   return launchMatMul(p, s.stream());
@@ -375,8 +494,7 @@ Status deviceGatedMlp(DeviceStep& s, bool* handled) {
   p.k = w->dim(0);
   p.n = w->dim(1);
   p.m = x->numElements() / p.k;
-  LLMC_RETURN_IF_ERROR(s.device(0, &p.a));
-  LLMC_RETURN_IF_ERROR(s.device(1, &p.b));
+  LLMC_RETURN_IF_ERROR(productOperands(s, &p));
   void* h = nullptr;
   LLMC_RETURN_IF_ERROR(s.exec().allocScratch(static_cast<uint64_t>(p.m * p.n) * sizeof(float), &h));
   p.y = static_cast<float*>(h);
@@ -957,9 +1075,7 @@ Status Executor::create(std::shared_ptr<const Engine> engine, const ExecutorOpti
   impl.options = options;
   impl.device = device;
   LLMC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.device), "cudaSetDevice");
-  LLMC_RETURN_IF_ERROR(sharedWeights(plan, &impl.weights));
-  impl.weight_offset.assign(plan.values.size(), 0);
-  for (const PlanWeight& w : plan.weights) impl.weight_offset[static_cast<size_t>(w.value)] = w.offset;
+  LLMC_RETURN_IF_ERROR(sharedWeights(plan, options.weight_dtype, &impl.weights));
   LLMC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&impl.lt), "cublasLtCreate");
   LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl.workspace, matMulWorkspaceBytes()), "cudaMalloc(cuBLASLt workspace)");
@@ -986,8 +1102,9 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
     if (value.kind == PlanValueKind::kWeight) {
       // Both copies: the host one is the mapped file, for steps that run on the CPU.
       impl.values[i].host = value.weight;
-      impl.values[i].device = Tensor::view(value.weight.dtype(), value.weight.shape(),
-                                           static_cast<std::byte*>(impl.weights->base) + impl.weight_offset[i]);
+      if (void* stored = impl.weights->stored[i])
+        impl.values[i].device = Tensor::view(value.weight.dtype(), value.weight.shape(), stored);
+      impl.values[i].half = impl.weights->half[i];
     } else if (bound[i].dtype() != DType::kUndefined) {
       impl.values[i].host = bound[i];
     }

@@ -20,6 +20,9 @@ namespace llmc::cuda {
 
 struct ExecutorOptions {
   bool allow_tf32 = false;
+  // kBFloat16 or kFloat16: the products' float32 weights live on the device in that type and
+  // their activations are rounded to it before each product (float32 accumulation).
+  DType weight_dtype = DType::kFloat32;
 };
 
 // What the last run did.

@@ -54,9 +54,14 @@ class MatMulAlgoCache {
  public:
   struct Key {
     int64_t m, n, k, ldy;
-    int flags;  // trans_b | bias << 1 | tf32 << 2 | epilogue << 3
+    int flags;      // trans_b | bias << 1 | tf32 << 2 | epilogue << 3
+    int dtype = 0;  // of the inputs (DType)
     bool operator<(const Key& o) const {
-      return m != o.m ? m < o.m : n != o.n ? n < o.n : k != o.k ? k < o.k : ldy != o.ldy ? ldy < o.ldy : flags < o.flags;
+      if (m != o.m) return m < o.m;
+      if (n != o.n) return n < o.n;
+      if (k != o.k) return k < o.k;
+      if (ldy != o.ldy) return ldy < o.ldy;
+      return flags != o.flags ? flags < o.flags : dtype < o.dtype;
     }
   };
   const cublasLtMatmulAlgo_t* find(const Key& key) const;
@@ -72,8 +77,9 @@ class MatMulAlgoCache {
 // (activationKernel). Activations are named as in llm.fused_matmul.
 struct MatMulParams {
   cublasLtHandle_t handle = nullptr;
-  const float* a = nullptr;     // [m, k]
-  const float* b = nullptr;     // [k, n], or [n, k] when trans_b
+  const void* a = nullptr;     // [m, k]
+  const void* b = nullptr;     // [k, n], or [n, k] when trans_b
+  DType input_dtype = DType::kFloat32;  // of a and b: float32, bfloat16 or float16 (y is float32)
   const float* bias = nullptr;  // [n] or null
   float* y = nullptr;           // [m, n], rows ldy floats apart
   int64_t m = 0, n = 0, k = 0;
@@ -89,6 +95,17 @@ struct MatMulParams {
 };
 constexpr size_t matMulWorkspaceBytes() { return size_t{32} << 20; }
 Status launchMatMul(const MatMulParams& params, cudaStream_t stream);
+
+// y = x rounded to bfloat16 or float16 (round to nearest even), `count` values: the
+// activations of a product whose weight is stored in that type.
+struct ConvertParams {
+  const float* x = nullptr;
+  void* y = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::kBFloat16;
+  Status check() const;
+};
+Status launchConvert(const ConvertParams& params, cudaStream_t stream);
 
 // y = activation(y) in place over `count` floats (activations as in llm.fused_matmul), or for the
 // gated MLP: y[r, f] = activation(h[r, f]) * h[r, F + f] with h [rows, 2F] and y [rows, F].

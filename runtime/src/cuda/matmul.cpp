@@ -54,6 +54,8 @@ Status MatMulParams::check() const {
   if (ldy != 0 && ldy != n && activation && std::strcmp(activation, "none") != 0 &&
       std::strcmp(activation, "relu") != 0 && std::strcmp(activation, "gelu_tanh") != 0)
     return invalidArgument("LlmFusedMatMul (CUDA): a second-pass activation needs ldy = n");
+  if (input_dtype != DType::kFloat32 && input_dtype != DType::kBFloat16 && input_dtype != DType::kFloat16)
+    return invalidArgument("LlmFusedMatMul (CUDA): inputs must be float32, bfloat16 or float16");
   if (workspace_bytes > 0 && !workspace) return invalidArgument("LlmFusedMatMul (CUDA): workspace size without a workspace");
   return okStatus();
 }
@@ -73,9 +75,14 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   } else if (act == "gelu_tanh") {
     epilogue = CUBLASLT_EPILOGUE_GELU;
   }
+  const bool half = p.input_dtype != DType::kFloat32;
+  const cudaDataType_t in_type = p.input_dtype == DType::kBFloat16 ? CUDA_R_16BF
+                                 : p.input_dtype == DType::kFloat16 ? CUDA_R_16F
+                                                                    : CUDA_R_32F;
   cublasLtMatmulDesc_t raw_desc = nullptr;
   LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescCreate(&raw_desc, p.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      cublasLtMatmulDescCreate(&raw_desc, p.allow_tf32 && !half ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                               CUDA_R_32F),
       "cublasLtMatmulDescCreate");
   std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(raw_desc);
   // Column-major: A' = b viewed as [n, k] (transposed when b is [k, n] row-major), B' = a as [k, m].
@@ -95,10 +102,10 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   cublasLtMatrixLayout_t raw_a = nullptr, raw_b = nullptr, raw_c = nullptr;
   // b row-major [k, n] is column-major [n, k] with ld n; row-major [n, k] is column-major [k, n], ld k.
   LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&raw_a, CUDA_R_32F, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n),
+      cublasLtMatrixLayoutCreate(&raw_a, in_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n),
       "cublasLtMatrixLayoutCreate(b)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_a(raw_a);
-  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_b, CUDA_R_32F, p.k, p.m, p.k),
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_b, in_type, p.k, p.m, p.k),
                               "cublasLtMatrixLayoutCreate(a)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_b(raw_b);
   const int64_t ldy = p.ldy != 0 ? p.ldy : p.n;
@@ -107,7 +114,8 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_c(raw_c);
   const MatMulAlgoCache::Key key{p.m, p.n, p.k, ldy,
                                  (p.trans_b ? 1 : 0) | (p.bias ? 2 : 0) | (p.allow_tf32 ? 4 : 0) |
-                                     static_cast<int>(epilogue) << 3};
+                                     static_cast<int>(epilogue) << 3,
+                                 static_cast<int>(p.input_dtype)};
   const cublasLtMatmulAlgo_t* cached = p.algo_cache ? p.algo_cache->find(key) : nullptr;
   cublasLtMatmulHeuristicResult_t heuristic;
   if (cached) {

@@ -1,4 +1,7 @@
 // Activation epilogues, the gated-MLP gate, embedding rows and greedy argmax (kernels.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cfloat>
 #include <cstring>
 
@@ -21,6 +24,13 @@ __global__ void activationKernel(ActivationParams p, Act act) {
   } else {
     p.y[i] = activate(act, p.y[i]);
   }
+}
+
+__global__ void convertKernel(const float* x, void* y, int64_t count, bool bf16) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  if (bf16) static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(x[i]);
+  else static_cast<__half*>(y)[i] = __float2half_rn(x[i]);
 }
 
 __global__ void embeddingKernel(EmbeddingParams p) {
@@ -87,6 +97,22 @@ Status launchActivation(const ActivationParams& params, cudaStream_t stream) {
   LLMC_RETURN_IF_ERROR(gridFor(count, "activation (CUDA)", &blocks));
   activationKernel<<<blocks, kThreads, 0, stream>>>(params, actFromName(params.activation));
   return cudaStatus(cudaGetLastError(), "activation (CUDA) launch");
+}
+
+Status ConvertParams::check() const {
+  if (count < 0 || (count > 0 && (!x || !y))) return invalidArgument("convert (CUDA): x and y are required");
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16)
+    return invalidArgument("convert (CUDA): the target type is bfloat16 or float16");
+  if ((count + kThreads - 1) / kThreads > 0x7fffffff) return invalidArgument("convert (CUDA): too large for one grid");
+  return okStatus();
+}
+
+Status launchConvert(const ConvertParams& params, cudaStream_t stream) {
+  LLMC_RETURN_IF_ERROR(params.check());
+  if (params.count == 0) return okStatus();
+  convertKernel<<<static_cast<unsigned>((params.count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      params.x, params.y, params.count, params.dtype == DType::kBFloat16);
+  return cudaStatus(cudaGetLastError(), "convert (CUDA) launch");
 }
 
 Status EmbeddingParams::check() const {

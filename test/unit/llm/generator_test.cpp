@@ -98,6 +98,19 @@ TEST(SessionObserverTest, SeesEveryStepWithItsTensors) {
   EXPECT_NE(status.message().find("CPU backend only"), std::string::npos) << status.message();
 }
 
+TEST(SessionOptionsTest, HalfGpuWeightsAreRefusedOnTheCpu) {
+  SessionOptions options;
+  options.backend = Backend::kCpu;
+  options.gpu_weight_dtype = DType::kBFloat16;
+  std::unique_ptr<Session> session;
+  Status status = Session::create(oneHotEngine(), options, &session);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("CUDA backend option"), std::string::npos) << status.message();
+  options.gpu_weight_dtype = DType::kInt8;
+  EXPECT_NE(Session::create(oneHotEngine(), options, &session).message().find("float32, bfloat16 or float16"),
+            std::string::npos);
+}
+
 TEST(GeneratorTest, GreedyRepeatsTheLastTokenAndStopsOnStopId) {
   std::unique_ptr<Generator> generator;
   ASSERT_TRUE(Generator::create(oneHotEngine(), &generator).ok());
