@@ -32,13 +32,18 @@ inline bool parseInt64(const std::string& text, int64_t* out) {
 }
 
 // The backend options of run, generate and bench: `--backend auto|cpu|cuda`, `--precision
-// fp32|tf32|bf16|fp16` (the GPU's products) and `--tf32` (= --precision tf32). Returns true
+// fp32|tf32|bf16|fp16` (the GPU's products), `--tf32` (= --precision tf32) and
+// `--no-cuda-graphs`. Returns true
 // when args[*i] is one of them (consuming its value); *error is set when the value is bad.
 inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
                              SessionOptions* options, std::string* error) {
   const std::string& arg = args[*i];
   if (arg == "--tf32") {
     options->allow_tf32 = true;
+    return true;
+  }
+  if (arg == "--no-cuda-graphs") {
+    options->cuda_graphs = false;
     return true;
   }
   if (arg == "--precision") {

@@ -44,6 +44,11 @@ struct SessionOptions {
   // (half the memory and of the bytes a decode step reads) and rounds their activations to it;
   // products accumulate in float32. kFloat32: weights as the engine stores them.
   DType gpu_weight_dtype = DType::kFloat32;
+  // CUDA: decode steps over the KV cache (one new token per sequence) are captured once per
+  // batch bucket (1, 2, 4, ... up to cuda_graph_max_batch sequences, padded to the bucket) and
+  // replayed, which removes the per-kernel launch cost. Off: every step launches its kernels.
+  bool cuda_graphs = true;
+  int64_t cuda_graph_max_batch = 64;
   // Called after every step of every run, CPU backend only (the compiler's calibration
   // collects activation statistics with it; also for debugging). Slows every step.
   std::function<void(const StepObservation&)> observer;
@@ -74,6 +79,7 @@ class Session {
   struct StepCounts {
     int64_t device = 0;
     int64_t host = 0;
+    bool cuda_graph = false;  // the run replayed a captured CUDA graph
   };
   StepCounts lastRunSteps() const;
   const Engine& engine() const { return *engine_; }

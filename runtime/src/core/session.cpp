@@ -184,6 +184,8 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
     cuda::ExecutorOptions device_options;
     device_options.allow_tf32 = options.allow_tf32;
     device_options.weight_dtype = options.gpu_weight_dtype;
+    device_options.cuda_graphs = options.cuda_graphs;
+    device_options.cuda_graph_max_batch = options.cuda_graph_max_batch;
     LLMC_RETURN_IF_ERROR(cuda::Executor::create(engine, device_options, &session->state_->device)
                              .withContext(plan.path));
 #else
@@ -210,7 +212,10 @@ Backend Session::backend() const { return state_->backend; }
 
 Session::StepCounts Session::lastRunSteps() const {
 #ifdef LLMC_HAVE_CUDA
-  if (state_->device) return {state_->device->lastRun().device_steps, state_->device->lastRun().host_steps};
+  if (state_->device) {
+    const cuda::RunCounts& counts = state_->device->lastRun();
+    return {counts.device_steps, counts.host_steps, counts.graph_replays > 0};
+  }
 #endif
   return {};
 }

@@ -231,9 +231,46 @@ struct Executor::Impl {
   std::vector<void*> scratch;  // stream-ordered allocations freed at the end of the run
   bool grew = false;
 
+  // CUDA graphs of decode steps, one per batch bucket (docs/cuda.md). A bucket's first decode
+  // step runs eagerly as a probe (padded to the bucket) that measures its scratch and uploads
+  // and checks that nothing needs the host mid-step; then the step loop is captured with
+  // scratch from a pool and uploads from pinned memory at fixed addresses. A replay re-runs only
+  // the host steps (LlmPositions, shape arithmetic), refills the pinned uploads and launches.
+  enum class Mode { kEager, kProbe, kCapture };
+  struct Upload {
+    int value = -1;  // the plan value uploaded; -1: the KV-cache step metadata
+    uint64_t pinned_offset = 0, bytes = 0;
+  };
+  struct Graph {
+    bool capturable = true;
+    cudaGraphExec_t exec = nullptr;
+    void* pool = nullptr;  // the steps' scratch
+    uint64_t pool_bytes = 0;
+    void* pinned = nullptr;  // the uploads' host side
+    uint64_t pinned_bytes = 0;
+    std::vector<Upload> uploads;
+    std::vector<size_t> host_steps;        // steps run on the CPU, again before each replay
+    std::vector<Tensor> outputs;           // the plan outputs' device tensors (padded rows)
+    int64_t device_steps = 0;
+    ~Graph() {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (pool) cudaFree(pool);
+      if (pinned) cudaFreeHost(pinned);
+    }
+  };
+  Mode mode = Mode::kEager;
+  std::map<int64_t, std::unique_ptr<Graph>> graphs;  // by bucket
+  Graph* capturing = nullptr;
+  uint64_t pool_used = 0, pinned_used = 0;  // capture
+  uint64_t probe_scratch = 0, probe_pinned = 0;  // probe
+  bool probe_downloaded = false;
+  int64_t pad_tokens = -1;      // graph mode: step tokens from here on are padding
+  int64_t graph_max_blocks = 0;  // graph mode: block-table width (and the attention's context)
+
   explicit Impl(const Plan& p) : plan(&p), slots(p.slots) {}
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    graphs.clear();
     if (arena) cudaFree(arena);
     if (key_pool) cudaFree(key_pool);
     if (value_pool) cudaFree(value_pool);
@@ -243,6 +280,7 @@ struct Executor::Impl {
   }
 
   Status layout() {
+    graphs.clear();  // they address the old arena
     const uint64_t total = slots.layout();
     if (arena) LLMC_CUDA_RETURN_IF_ERROR(cudaFree(arena), "cudaFree(arena)");
     arena = nullptr;
@@ -255,6 +293,14 @@ struct Executor::Impl {
   Status allocScratch(uint64_t bytes, void** out) {
     *out = nullptr;
     if (bytes == 0) return okStatus();
+    if (mode == Mode::kCapture) {  // from the bucket's pool: a captured graph allocates nothing
+      if (pool_used + alignUp(bytes) > capturing->pool_bytes)
+        return internalError("CUDA graph capture: the step needs more scratch than its probe did");
+      *out = static_cast<std::byte*>(capturing->pool) + pool_used;
+      pool_used += alignUp(bytes);
+      return okStatus();
+    }
+    if (mode == Mode::kProbe) probe_scratch += alignUp(bytes);
     LLMC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(out, alignUp(bytes), stream),
                               "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
     scratch.push_back(*out);
@@ -267,13 +313,32 @@ struct Executor::Impl {
     if (v.device.dtype() == DType::kUndefined) {
       void* p = nullptr;
       LLMC_RETURN_IF_ERROR(allocScratch(v.host.sizeBytes(), &p));
-      if (v.host.sizeBytes() > 0)
-        LLMC_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(p, v.host.data(), v.host.sizeBytes(), cudaMemcpyHostToDevice, stream),
-            "cudaMemcpyAsync(upload '" + plan->values[static_cast<size_t>(index)].name + "')");
+      LLMC_RETURN_IF_ERROR(upload(index, v.host.data(), v.host.sizeBytes(), p));
       v.device = Tensor::view(v.host.dtype(), v.host.shape(), p);
     }
     *out = &v.device;
+    return okStatus();
+  }
+
+  // Copies `bytes` of host data to `device`: directly, or in a capture through the bucket's
+  // pinned buffer (recorded, so that a replay refills it from value `value`; -1: the KV step
+  // metadata).
+  Status upload(int value, const void* host, uint64_t bytes, void* device) {
+    if (bytes == 0) return okStatus();
+    const std::string what = value >= 0 ? "'" + plan->values[static_cast<size_t>(value)].name + "'" : "step metadata";
+    if (mode == Mode::kCapture) {
+      if (pinned_used + alignUp(bytes) > capturing->pinned_bytes)
+        return internalError("CUDA graph capture: the step uploads more than its probe did");
+      void* staged = static_cast<std::byte*>(capturing->pinned) + pinned_used;
+      std::memcpy(staged, host, bytes);
+      capturing->uploads.push_back({value, pinned_used, bytes});
+      pinned_used += alignUp(bytes);
+      host = staged;
+    } else if (mode == Mode::kProbe) {
+      probe_pinned += alignUp(bytes);
+    }
+    LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream),
+                              "cudaMemcpyAsync(upload " + what + ")");
     return okStatus();
   }
 
@@ -281,6 +346,8 @@ struct Executor::Impl {
   Status onHost(int index, const Tensor** out) {
     Value& v = values[static_cast<size_t>(index)];
     if (v.host.dtype() == DType::kUndefined) {
+      if (mode == Mode::kCapture) return internalError("CUDA graph capture: a step reads a device value on the host");
+      if (mode == Mode::kProbe) probe_downloaded = true;
       try {
         v.host = Tensor::allocate(v.device.dtype(), v.device.shape());
       } catch (const std::bad_alloc&) {
@@ -319,7 +386,13 @@ struct Executor::Impl {
   }
 
   Status prepareKv(LlmStepContext& step);
+  Status ensureKvPools(KvCache& cache);
+  Status copyKvBlocks(KvCache& cache);
+  std::vector<int32_t> kvMetadata(const LlmStepContext& step, int64_t* max_blocks) const;
   Status sampleOnDevice(int index, LlmStepContext& step, bool* sampled);
+  void bindValues(const std::vector<Tensor>& bound);
+  Status runSteps(LlmStepContext* llm_step);
+  Status runGraph(std::vector<Tensor>& bound, LlmStepContext& llm_step, bool* ran);
   Status runStep(const PlanStep& step, LlmStepContext* llm_step);
   Status runOnHost(const PlanStep& step, LlmStepContext* llm_step);
 };
@@ -813,6 +886,9 @@ Status deviceAttention(DeviceStep& s, bool* handled) {
   if (q->dim(1) == 0) return okStatus();
   int64_t max_context = 0;
   for (int64_t position : step->token_position) max_context = std::max(max_context, position + 1);
+  // A graph's bucket attends with the table width as its context: the kernel's launch shape
+  // stays the same from step to step; each token still reads only its own positions.
+  if (s.exec().pad_tokens >= 0) max_context = s.exec().graph_max_blocks * spec.block_size;
   LLMC_RETURN_IF_ERROR(s.exec().prepareKv(*step));
   KvAppendParams append;
   append.kv = s.exec().kv_step;
@@ -882,28 +958,36 @@ const std::vector<std::string>& deviceKernelNames() {
 
 // ---- The step loop --------------------------------------------------------------------------
 
-Status Executor::Impl::prepareKv(LlmStepContext& step) {
-  if (kv_step_ready) return okStatus();
-  KvCache& cache = *step.cache;
+// The device pools of `cache`: allocated (zeroed) when a step over a new cache first runs, with
+// one block more than the cache has: padding tokens of a graph's bucket write their K/V there.
+Status Executor::Impl::ensureKvPools(KvCache& cache) {
+  if (kv_host == &cache) return okStatus();
+  graphs.clear();  // they address the old pools
   const KvCacheSpec& spec = cache.spec();
   const uint64_t block_floats = static_cast<uint64_t>(spec.num_layers) * spec.num_kv_heads *
                                 spec.block_size * spec.head_dim;
-  if (kv_host != &cache) {
-    // A new cache: fresh pools (its blocks hold nothing computed yet).
-    if (key_pool) cudaFree(key_pool);
-    if (value_pool) cudaFree(value_pool);
-    key_pool = value_pool = nullptr;
-    kv_host = nullptr;
-    const uint64_t bytes = block_floats * static_cast<uint64_t>(spec.num_blocks) * sizeof(float);
-    LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&key_pool), bytes), "cudaMalloc(" + std::to_string(bytes) + "-byte K pool)");
-    LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&value_pool), bytes), "cudaMalloc(" + std::to_string(bytes) + "-byte V pool)");
-    LLMC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(key_pool, 0, bytes, stream), "cudaMemsetAsync(K pool)");
-    LLMC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(value_pool, 0, bytes, stream), "cudaMemsetAsync(V pool)");
-    cache.recordBlockCopies();
-    cache.takeBlockCopies();
-    kv_host = &cache;
-  }
-  // The cache's copies on write since the last step, in order.
+  if (key_pool) cudaFree(key_pool);
+  if (value_pool) cudaFree(value_pool);
+  key_pool = value_pool = nullptr;
+  kv_host = nullptr;
+  const uint64_t bytes = block_floats * static_cast<uint64_t>(spec.num_blocks + 1) * sizeof(float);
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&key_pool), bytes), "cudaMalloc(" + std::to_string(bytes) + "-byte K pool)");
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&value_pool), bytes), "cudaMalloc(" + std::to_string(bytes) + "-byte V pool)");
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(key_pool, 0, bytes, stream), "cudaMemsetAsync(K pool)");
+  LLMC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(value_pool, 0, bytes, stream), "cudaMemsetAsync(V pool)");
+  // Its blocks hold nothing computed yet: earlier copies on write do not matter.
+  cache.recordBlockCopies();
+  cache.takeBlockCopies();
+  kv_host = &cache;
+  return okStatus();
+}
+
+// The cache's copies on write since the last step, in order (outside any graph: they differ
+// from step to step).
+Status Executor::Impl::copyKvBlocks(KvCache& cache) {
+  const KvCacheSpec& spec = cache.spec();
+  const uint64_t block_floats = static_cast<uint64_t>(spec.num_layers) * spec.num_kv_heads *
+                                spec.block_size * spec.head_dim;
   for (const auto& [from, to] : cache.takeBlockCopies()) {
     const size_t bytes = block_floats * sizeof(float);
     for (float* pool : {key_pool, value_pool})
@@ -912,28 +996,50 @@ Status Executor::Impl::prepareKv(LlmStepContext& step) {
                                                 cudaMemcpyDeviceToDevice, stream),
                                 "cudaMemcpyAsync(KV block copy)");
   }
-  // The step's tokens and block tables, in one upload: [sequence | position | block | offset]
-  // per token, then the tables padded to the longest.
+  return okStatus();
+}
+
+// The step's tokens and block tables as uploaded: [sequence | position | block | offset] per
+// token, then the tables, each padded to *max_blocks entries (in graph mode the bucket's fixed
+// width). Padding tokens (graph mode) write to the spare block and read only it.
+std::vector<int32_t> Executor::Impl::kvMetadata(const LlmStepContext& step, int64_t* max_blocks) const {
   const int64_t tokens = static_cast<int64_t>(step.token_position.size());
   const int64_t sequences = static_cast<int64_t>(step.block_tables.size());
-  int64_t max_blocks = 1;
-  for (const auto& table : step.block_tables) max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(table.size()));
-  std::vector<int32_t> meta(static_cast<size_t>(4 * tokens + sequences * max_blocks), 0);
+  const int32_t spare = static_cast<int32_t>(step.cache->spec().num_blocks);
+  *max_blocks = 1;
+  for (const auto& table : step.block_tables) *max_blocks = std::max<int64_t>(*max_blocks, static_cast<int64_t>(table.size()));
+  if (pad_tokens >= 0) *max_blocks = graph_max_blocks;
+  std::vector<int32_t> meta(static_cast<size_t>(4 * tokens + sequences * *max_blocks), 0);
   for (int64_t t = 0; t < tokens; ++t) {
+    const bool pad = pad_tokens >= 0 && t >= pad_tokens;
     meta[static_cast<size_t>(t)] = step.token_sequence[static_cast<size_t>(t)];
-    meta[static_cast<size_t>(tokens + t)] = static_cast<int32_t>(step.token_position[static_cast<size_t>(t)]);
-    meta[static_cast<size_t>(2 * tokens + t)] = step.token_slot[static_cast<size_t>(t)].block;
-    meta[static_cast<size_t>(3 * tokens + t)] = step.token_slot[static_cast<size_t>(t)].offset;
+    meta[static_cast<size_t>(tokens + t)] = pad ? 0 : static_cast<int32_t>(step.token_position[static_cast<size_t>(t)]);
+    meta[static_cast<size_t>(2 * tokens + t)] = pad ? spare : step.token_slot[static_cast<size_t>(t)].block;
+    meta[static_cast<size_t>(3 * tokens + t)] = pad ? 0 : step.token_slot[static_cast<size_t>(t)].offset;
   }
-  for (int64_t s = 0; s < sequences; ++s)
-    std::copy(step.block_tables[static_cast<size_t>(s)].begin(), step.block_tables[static_cast<size_t>(s)].end(),
-              meta.begin() + 4 * tokens + s * max_blocks);
+  for (int64_t s = 0; s < sequences; ++s) {
+    const auto& table = step.block_tables[static_cast<size_t>(s)];
+    const bool pad = pad_tokens >= 0 && s >= pad_tokens;  // a decode bucket: sequence s is token s
+    auto row = meta.begin() + 4 * tokens + s * *max_blocks;
+    if (pad) std::fill(row, row + *max_blocks, spare);
+    else std::copy(table.begin(), table.end(), row);
+  }
+  return meta;
+}
+
+Status Executor::Impl::prepareKv(LlmStepContext& step) {
+  if (kv_step_ready) return okStatus();
+  KvCache& cache = *step.cache;
+  const KvCacheSpec& spec = cache.spec();
+  LLMC_RETURN_IF_ERROR(ensureKvPools(cache));
+  LLMC_RETURN_IF_ERROR(copyKvBlocks(cache));
+  int64_t max_blocks = 1;
+  const std::vector<int32_t> meta = kvMetadata(step, &max_blocks);
   void* device_meta = nullptr;
   LLMC_RETURN_IF_ERROR(allocScratch(meta.size() * sizeof(int32_t), &device_meta));
-  LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_meta, meta.data(), meta.size() * sizeof(int32_t),
-                                            cudaMemcpyHostToDevice, stream),
-                            "cudaMemcpyAsync(step metadata)");
   // A pageable source has been staged when cudaMemcpyAsync returns, so `meta` may go.
+  LLMC_RETURN_IF_ERROR(upload(-1, meta.data(), meta.size() * sizeof(int32_t), device_meta));
+  const int64_t tokens = static_cast<int64_t>(step.token_position.size());
   const auto* base = static_cast<const int32_t*>(device_meta);
   kv_step = PagedKvParams();
   kv_step.key_cache = key_pool;
@@ -948,7 +1054,7 @@ Status Executor::Impl::prepareKv(LlmStepContext& step) {
   kv_step.token_offset = base + 3 * tokens;
   kv_step.block_tables = base + 4 * tokens;
   kv_step.tokens = tokens;
-  kv_step.sequences = sequences;
+  kv_step.sequences = static_cast<int64_t>(step.block_tables.size());
   kv_step.max_blocks = max_blocks;
   kv_step_ready = true;
   return okStatus();
@@ -1046,6 +1152,7 @@ Status Executor::Impl::runOnHost(const PlanStep& step, LlmStepContext* llm_step)
     values[static_cast<size_t>(step.outputs[i])] = Value{std::move(run.outputs[i]), Tensor()};
   }
   ++counts.host_steps;
+  if (mode == Mode::kCapture) capturing->host_steps.push_back(static_cast<size_t>(&step - plan->steps.data()));
   return okStatus();
 }
 
@@ -1089,6 +1196,252 @@ Executor::~Executor() = default;
 uint64_t Executor::arenaBytes() const { return impl_->slots.total; }
 const RunCounts& Executor::lastRun() const { return impl_->counts; }
 
+void Executor::Impl::bindValues(const std::vector<Tensor>& bound) {
+  values.assign(plan->values.size(), Value());
+  for (size_t i = 0; i < plan->values.size(); ++i) {
+    const PlanValue& value = plan->values[i];
+    if (value.kind == PlanValueKind::kWeight) {
+      // Both copies: the host one is the mapped file, for steps that run on the CPU.
+      values[i].host = value.weight;
+      if (void* stored = weights->stored[i])
+        values[i].device = Tensor::view(value.weight.dtype(), value.weight.shape(), stored);
+      values[i].half = weights->half[i];
+    } else if (bound[i].dtype() != DType::kUndefined) {
+      values[i].host = bound[i];
+    }
+  }
+}
+
+Status Executor::Impl::runSteps(LlmStepContext* llm_step) {
+  for (const PlanStep& step : plan->steps) {
+    Status status;
+    try {  // no exception crosses the library boundary
+      status = runStep(step, llm_step);
+    } catch (const std::bad_alloc&) {
+      status = resourceExhausted("node '" + step.node + "': out of memory");
+    } catch (const std::exception& e) {
+      status = internalError("node '" + step.node + "': " + e.what());
+    }
+    if (!status.ok()) return status.withContext("step " + step.kernel_name + " (CUDA)");
+    for (int index : step.last_use) values[static_cast<size_t>(index)] = Value();
+  }
+  return okStatus();
+}
+
+namespace {
+
+int64_t bucketFor(int64_t batch) {
+  int64_t bucket = 1;
+  while (bucket < batch) bucket *= 2;
+  return bucket;
+}
+
+// A decode step's input padded from `tokens` to `bucket` tokens along dim 1 ([1, tokens] ids),
+// zeros after; other inputs as they are.
+Tensor padTokens(const Tensor& t, int64_t tokens, int64_t bucket) {
+  if (t.dtype() == DType::kUndefined || t.rank() != 2 || t.dim(0) != 1 || t.dim(1) != tokens) return t;
+  Tensor padded = Tensor::allocate(t.dtype(), {1, bucket});
+  std::memset(padded.data(), 0, padded.sizeBytes());
+  std::memcpy(padded.data(), t.data(), t.sizeBytes());
+  return padded;
+}
+
+}  // namespace
+
+// A decode step (every sequence one new token) through its bucket's graph; *ran false when the
+// step is not one or the bucket cannot be captured (the caller then runs it eagerly).
+Status Executor::Impl::runGraph(std::vector<Tensor>& bound, LlmStepContext& step, bool* ran) {
+  *ran = false;
+  const int64_t tokens = static_cast<int64_t>(step.token_position.size());
+  const int64_t items = static_cast<int64_t>(step.block_tables.size());
+  if (!options.cuda_graphs || !step.cache || tokens < 1 || tokens != items ||
+      static_cast<int64_t>(step.last_token.size()) != items)
+    return okStatus();
+  const KvCacheSpec& spec = step.cache->spec();
+  const int64_t max_context = engine->llmConfig() && engine->llmConfig()->max_context > 0
+                                  ? engine->llmConfig()->max_context
+                                  : spec.num_blocks * spec.block_size;
+  const int64_t table_width = std::min<int64_t>(spec.num_blocks, (max_context + spec.block_size - 1) / spec.block_size);
+  for (int64_t t = 0; t < tokens; ++t)
+    if (step.token_sequence[static_cast<size_t>(t)] != t || step.last_token[static_cast<size_t>(t)] != t ||
+        static_cast<int64_t>(step.block_tables[static_cast<size_t>(t)].size()) > table_width)
+      return okStatus();
+  // Token ids outside the vocabulary run eagerly, where the embedding's CPU kernel reports them
+  // (a replay checks nothing on the device).
+  const int64_t vocab = engine->llmConfig() ? engine->llmConfig()->vocab_size : -1;
+  for (const Tensor& t : bound) {
+    if (t.rank() != 2 || t.dim(0) != 1 || t.dim(1) != tokens) continue;
+    for (int64_t i = 0; i < tokens; ++i) {
+      const int64_t id = t.dtype() == DType::kInt64 ? t.data<int64_t>()[i]
+                         : t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
+                                                      : 0;
+      if (id < 0 || (vocab > 0 && id >= vocab)) return okStatus();
+    }
+  }
+  const int64_t bucket = bucketFor(tokens);
+  if (bucket > options.cuda_graph_max_batch) return okStatus();
+  // Pools first: new ones drop every graph (they address the old pools).
+  LLMC_RETURN_IF_ERROR(ensureKvPools(*step.cache));
+  LLMC_RETURN_IF_ERROR(copyKvBlocks(*step.cache));
+  std::unique_ptr<Graph>& slot = graphs[bucket];
+  if (!slot) slot = std::make_unique<Graph>();
+  Graph& graph = *slot;
+  if (!graph.capturable) return okStatus();
+
+  // The step padded to the bucket: padding token t is sequence t at position 0, its K/V in the
+  // spare block (kvMetadata), its logits row computed and dropped.
+  LlmStepContext padded;
+  padded.cache = step.cache;
+  padded.token_sequence = step.token_sequence;
+  padded.token_position = step.token_position;
+  padded.token_slot = step.token_slot;
+  padded.block_tables = step.block_tables;
+  padded.last_token = step.last_token;
+  for (int64_t t = tokens; t < bucket; ++t) {
+    padded.token_sequence.push_back(static_cast<int32_t>(t));
+    padded.token_position.push_back(0);
+    padded.token_slot.push_back(padded.token_slot.front());  // the device writes the spare block
+    padded.block_tables.push_back({});
+    padded.last_token.push_back(static_cast<int32_t>(t));
+  }
+  std::vector<Tensor> padded_bound(bound.size());
+  for (size_t i = 0; i < bound.size(); ++i) padded_bound[i] = padTokens(bound[i], tokens, bucket);
+  pad_tokens = tokens;
+  graph_max_blocks = table_width;
+
+  auto finish_mode = [&] {
+    mode = Mode::kEager;
+    capturing = nullptr;
+    values.clear();
+  };
+  if (!graph.exec) {
+    // Probe: the padded step eagerly, measuring what a capture needs.
+    mode = Mode::kProbe;
+    probe_scratch = probe_pinned = 0;
+    probe_downloaded = false;
+    grew = false;
+    kv_step_ready = false;
+    counts = RunCounts();
+    bindValues(padded_bound);
+    Status status = runSteps(&padded);
+    Status sync = cudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize (graph probe)");
+    for (void* p : scratch) cudaFreeAsync(p, stream);
+    scratch.clear();
+    finish_mode();
+    pad_tokens = -1;
+    LLMC_RETURN_IF_ERROR(sync);
+    if (!status.ok() || probe_downloaded || counts.device_steps == 0) {
+      graph.capturable = false;  // the eager run reports any error
+      return okStatus();
+    }
+    if (grew) return layout();  // capture next time, in the grown arena
+    graph.pool_bytes = probe_scratch;
+    graph.pinned_bytes = probe_pinned;
+    if (graph.pool_bytes) LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&graph.pool, graph.pool_bytes), "cudaMalloc(graph scratch)");
+    if (graph.pinned_bytes)
+      LLMC_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&graph.pinned, graph.pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc(graph uploads)");
+    // Capture: the same loop, its scratch from the pool and its uploads through pinned memory.
+    pad_tokens = tokens;
+    mode = Mode::kCapture;
+    capturing = &graph;
+    pool_used = pinned_used = 0;
+    kv_step_ready = false;
+    counts = RunCounts();
+    bindValues(padded_bound);
+    cudaGraph_t captured = nullptr;
+    status = cudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    if (status.ok()) {
+      status = runSteps(&padded);
+      Status end = cudaStatus(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
+      if (status.ok()) status = end;
+    }
+    if (status.ok())
+      status = cudaStatus(cudaGraphInstantiate(&graph.exec, captured, 0), "cudaGraphInstantiate");
+    if (captured) cudaGraphDestroy(captured);
+    if (status.ok()) {
+      for (int output : plan->outputs) graph.outputs.push_back(values[static_cast<size_t>(output)].device);
+      graph.device_steps = counts.device_steps;
+    }
+    if (!status.ok() || grew) {
+      cudaGetLastError();  // a failed capture leaves no sticky error; clear the last one
+      graph.capturable = false;
+      finish_mode();
+      pad_tokens = -1;
+      return okStatus();
+    }
+    mode = Mode::kEager;
+    capturing = nullptr;
+    // The capture wrote this step's uploads into the pinned buffer: launch as is.
+  } else {
+    // Replay: the host steps again (their results feed the uploads), then the uploads refilled.
+    counts = RunCounts();
+    bindValues(padded_bound);
+    for (size_t index : graph.host_steps) {
+      const PlanStep& host_step = plan->steps[index];
+      std::vector<const Tensor*> inputs(host_step.inputs.size(), nullptr);
+      for (size_t i = 0; i < host_step.inputs.size(); ++i) {
+        const int v = host_step.inputs[i];
+        if (v < 0) continue;
+        if (values[static_cast<size_t>(v)].host.dtype() == DType::kUndefined) {
+          values.clear();
+          pad_tokens = -1;
+          return internalError("CUDA graph replay: host step '" + host_step.node + "' lost an input");
+        }
+        inputs[i] = &values[static_cast<size_t>(v)].host;
+      }
+      KernelRun run = evaluateKernel(*host_step.kernel, host_step.params, inputs, host_step.outputs.size(),
+                                     host_step.node, /*shape_only=*/false, &padded);
+      if (!run.status.ok()) {
+        values.clear();
+        pad_tokens = -1;
+        return run.status.withContext("step " + host_step.kernel_name + " (CUDA graph replay)");
+      }
+      for (size_t i = 0; i < run.outputs.size(); ++i)
+        values[static_cast<size_t>(host_step.outputs[i])] = Value{std::move(run.outputs[i]), Tensor()};
+    }
+    for (const Upload& u : graph.uploads) {
+      auto* staged = static_cast<std::byte*>(graph.pinned) + u.pinned_offset;
+      if (u.value < 0) {
+        int64_t max_blocks = 0;
+        const std::vector<int32_t> meta = kvMetadata(padded, &max_blocks);
+        if (meta.size() * sizeof(int32_t) != u.bytes) {
+          values.clear();
+          pad_tokens = -1;
+          return internalError("CUDA graph replay: the step metadata changed size");
+        }
+        std::memcpy(staged, meta.data(), u.bytes);
+      } else {
+        const Tensor& host = values[static_cast<size_t>(u.value)].host;
+        if (host.sizeBytes() != u.bytes) {
+          values.clear();
+          pad_tokens = -1;
+          return internalError("CUDA graph replay: '" + plan->values[static_cast<size_t>(u.value)].name +
+                               "' changed size");
+        }
+        std::memcpy(staged, host.data(), u.bytes);
+      }
+    }
+    counts.device_steps = graph.device_steps;
+    counts.host_steps = static_cast<int64_t>(graph.host_steps.size());
+  }
+  pad_tokens = -1;
+  LLMC_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");
+  counts.graph_replays = 1;
+  // The outputs as the step's own rows: the first `tokens` of each padded [1, bucket, ...].
+  for (size_t i = 0; i < plan->outputs.size(); ++i) {
+    Tensor t = graph.outputs[i];
+    if (t.dtype() == DType::kUndefined) continue;
+    if (t.rank() >= 2 && t.dim(0) == 1 && t.dim(1) == bucket) {
+      Shape shape = t.shape();
+      shape[1] = tokens;
+      t = Tensor::view(t.dtype(), shape, t.data());
+    }
+    values[static_cast<size_t>(plan->outputs[i])] = Value{Tensor(), t};
+  }
+  *ran = true;
+  return okStatus();
+}
+
 Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
                      std::vector<NamedTensor>* outputs) {
   Impl& impl = *impl_;
@@ -1096,33 +1449,15 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
   impl.counts = RunCounts();
   impl.grew = false;
   impl.kv_step_ready = false;
-  impl.values.assign(plan.values.size(), Value());
-  for (size_t i = 0; i < plan.values.size(); ++i) {
-    const PlanValue& value = plan.values[i];
-    if (value.kind == PlanValueKind::kWeight) {
-      // Both copies: the host one is the mapped file, for steps that run on the CPU.
-      impl.values[i].host = value.weight;
-      if (void* stored = impl.weights->stored[i])
-        impl.values[i].device = Tensor::view(value.weight.dtype(), value.weight.shape(), stored);
-      impl.values[i].half = impl.weights->half[i];
-    } else if (bound[i].dtype() != DType::kUndefined) {
-      impl.values[i].host = bound[i];
-    }
-  }
+  bool graphed = false;
   Status status;
-  for (const PlanStep& step : plan.steps) {
-    try {  // no exception crosses the library boundary
-      status = impl.runStep(step, llm_step);
-    } catch (const std::bad_alloc&) {
-      status = resourceExhausted("node '" + step.node + "': out of memory");
-    } catch (const std::exception& e) {
-      status = internalError("node '" + step.node + "': " + e.what());
-    }
-    if (!status.ok()) {
-      status = status.withContext("step " + step.kernel_name + " (CUDA)");
-      break;
-    }
-    for (int index : step.last_use) impl.values[static_cast<size_t>(index)] = Value();
+  if (llm_step) status = impl.runGraph(bound, *llm_step, &graphed);
+  if (status.ok() && !graphed) {
+    impl.counts = RunCounts();
+    impl.grew = false;
+    impl.kv_step_ready = false;
+    impl.bindValues(bound);
+    status = impl.runSteps(llm_step);
   }
   if (status.ok()) {
     outputs->clear();

@@ -23,12 +23,17 @@ struct ExecutorOptions {
   // kBFloat16 or kFloat16: the products' float32 weights live on the device in that type and
   // their activations are rounded to it before each product (float32 accumulation).
   DType weight_dtype = DType::kFloat32;
+  // Decode steps (one new token per sequence) captured once per batch bucket (1, 2, 4, ...,
+  // up to cuda_graph_max_batch sequences), padded to it, and replayed.
+  bool cuda_graphs = true;
+  int64_t cuda_graph_max_batch = 64;
 };
 
 // What the last run did.
 struct RunCounts {
   int64_t device_steps = 0;
   int64_t host_steps = 0;
+  int64_t graph_replays = 0;  // 1 when the run was a captured graph's replay
 };
 
 // The kernel names the CUDA backend runs on the GPU (when their operands fit: float32 data,

@@ -296,11 +296,12 @@ Status launchFlashAttention(const PagedAttentionParams& params, void* scratch, s
     return invalidArgument("flash attention (CUDA): too many tokens for the combine grid");
 
   const size_t shared = flashSharedBytes(params.kv.head_dim);
+  // Raised once, to what the largest head needs: the first launch runs eagerly, and a later
+  // one may be inside a CUDA graph capture.
+  static const cudaError_t raised = cudaFuncSetAttribute(
+      flashAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(flashSharedBytes(kMaxHeadDim)));
   if (shared > 48 * 1024)
-    LLMC_RETURN_IF_ERROR(cudaStatus(
-        cudaFuncSetAttribute(flashAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(shared)),
-        "flash attention (CUDA): cudaFuncSetAttribute"));
+    LLMC_RETURN_IF_ERROR(cudaStatus(raised, "flash attention (CUDA): cudaFuncSetAttribute"));
   float* partial = plan.splits > 1 ? static_cast<float*>(scratch) : nullptr;
   const dim3 grid(static_cast<unsigned>((params.kv.tokens + kTileQueries - 1) / kTileQueries),
                   static_cast<unsigned>(params.heads), static_cast<unsigned>(plan.splits));

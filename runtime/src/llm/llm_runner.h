@@ -55,6 +55,7 @@ class LlmRunner {
   Status step(const std::vector<Work>& work, DeviceSampling* sampling, std::vector<std::vector<float>>* logits);
   // Whether the session runs on the GPU (where step() can sample).
   bool onDevice() const { return session_->backend() == Backend::kCuda; }
+  const Session& session() const { return *session_; }
 
  private:
   LlmRunner() = default;
