@@ -115,7 +115,7 @@ for name in sorted(os.listdir(models)):
                 kept = ids[row] if mask is None or mask.shape != ids.shape else ids[row][mask[row] != 0]
                 if kept.size:
                     np.save(os.path.join(calib, f"{input_set['name']}_{row}.npy"), kept.reshape(1, -1))
-        for mode in ("int8", "int4", "int4_zp", "w8a8"):
+        for mode in ("int8", "int4", "int4_zp", "w8a8", "fp8"):
             command = [llmc, "compile", os.path.join(src, manifest["model"]), "-o",
                        os.path.join(dst, f"graph-{mode}.engine"), "--target", "cuda-sm90",
                        *kinds["graph"], "--quantize", mode, "--quant-group", "32"]

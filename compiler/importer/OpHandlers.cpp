@@ -116,6 +116,7 @@ const HandlerEntry kHandlers[] = {
     {"com.microsoft", "SkipSimplifiedLayerNormalization", 1, importMicrosoft},
     {"com.microsoft", "GroupQueryAttention", 1, importMicrosoft},
     {"com.microsoft", "RotaryEmbedding", 1, importMicrosoft},
+    {"com.microsoft", "MatMulNBits", 1, importMicrosoft},
 };
 
 }  // namespace

@@ -40,7 +40,8 @@ struct CompileOptions {
   // refit engine is byte-identical to a normal compile of the same weights.
   bool strip_weights = false;
   std::vector<std::string> disabled_passes;
-  // Weight-only quantization (docs/quantization.md): "" (none), "int8", "int4" or "int4_zp";
+  // Quantization (docs/quantization.md): "" (none), "int8", "int4", "int4_zp" (weight-only),
+  // "w8a8" or "fp8" (weights and activations);
   // the 4-bit group along K; the LM head's format ("" = `quantize`); ONNX node name
   // substrings whose products stay float32.
   std::string quantize;

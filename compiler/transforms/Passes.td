@@ -123,10 +123,12 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
     channel, alpha in {0, 0.1, ..., 1} chosen for the least output error on the calibration
     rows (alpha 0 is round to nearest), and the product takes x / s (`input_scales`). `w8a8`
     (int8 weights, activations quantized per token) uses SmoothQuant's s_j = max|x_j|^a /
-    max|W_j|^(1-a) the same way, with a = `smooth-alpha`.
+    max|W_j|^(1-a) the same way, with a = `smooth-alpha`. `fp8` stores E4M3 weights with a
+    float32 scale per output channel; its products quantize their activations to E4M3 with one
+    scale per call.
   }];
   let options = [
-    Option<"format", "format", "std::string", "\"int8\"", "int8, int4 or int4_zp">,
+    Option<"format", "format", "std::string", "\"int8\"", "int8, int4, int4_zp, w8a8 or fp8">,
     Option<"group", "group", "int64_t", "128", "4-bit group size along K (a multiple of 32)">,
     Option<"headFormat", "head-format", "std::string", "\"\"",
            "format of the product whose result is returned (empty: `format`)">,

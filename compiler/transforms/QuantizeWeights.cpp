@@ -145,7 +145,7 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     const QuantTraits* head = headFormat.empty() ? traits : findQuantTraits(headFormat);
     if (!traits || !head) {
       func.emitError() << "unknown quantization format '" << (traits ? headFormat : format)
-                       << "' (formats: int8, int4, int4_zp)";
+                       << "' (formats: int8, int4, int4_zp, w8a8, fp8)";
       return signalPassFailure();
     }
     if (!calibStats.empty()) {

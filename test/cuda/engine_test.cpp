@@ -179,9 +179,9 @@ TEST_F(EngineGpuTest, HalfPrecisionWeightsStayNearTheExporter) {
   EXPECT_GT(checked, 0);
 }
 
-// The language models' graph engines quantized (gpu-prepare.sh: int8, int4, int4_zp, w8a8 in
-// groups of 32) against the CPU backend on the same engine. w8a8 sums the same int8 products
-// on both; the weight-only formats differ by design (the CPU quantizes activations to int8
+// The language models' graph engines quantized (gpu-prepare.sh: int8, int4, int4_zp, w8a8,
+// fp8; 4-bit in groups of 32) against the CPU backend on the same engine. w8a8 and fp8 sum the
+// same products on both; the weight-only formats differ by design (the CPU quantizes activations to int8
 // blocks, the GPU multiplies float32 activations), which stays within a few percent of the
 // logits' norm, while a wrong unpacking or scale gives errors of the order of the logits.
 TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
@@ -189,12 +189,14 @@ TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
   for (const std::string& name : modelDirs(root_)) {
     const std::string dir = root_ + "/" + name;
     const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
-    for (const char* mode : {"int8", "int4", "int4_zp", "w8a8"}) {
+    for (const char* mode : {"int8", "int4", "int4_zp", "w8a8", "fp8"}) {
       const std::string path = dir + "/graph-" + mode + ".engine";
       if (!exists(path)) continue;
       std::shared_ptr<const Engine> engine;
       ASSERT_TRUE(Engine::load(path, &engine).ok()) << path;
-      const double bound = std::string(mode) == "w8a8" ? 1e-4 : 3e-2;
+      // w8a8 and fp8 compute what the CPU computes, but a last-bit difference upstream can move
+      // an activation across a rounding boundary of its 8-bit code: a loose bound for those too.
+      const double bound = std::string(mode) == "w8a8" || std::string(mode) == "fp8" ? 5e-3 : 3e-2;
       for (const auto& set : manifest["input_sets"]) {
         const std::string label = name + "/" + mode + "/" + set["name"].get<std::string>();
         std::vector<NamedTensor> inputs;

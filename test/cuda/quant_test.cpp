@@ -176,10 +176,38 @@ TEST_F(QuantMatMulGpuTest, W8A8MatchesTheCpuKernel) {
     }
 }
 
+// fp8: E4M3 activations under one scale times E4M3 weights, as the CPU kernel (exact products,
+// float sums), through the warp-per-channel kernel and, for more rows, the FP8 tensor cores.
+TEST_F(QuantMatMulGpuTest, Fp8MatchesTheCpuKernel) {
+  LtRunner run;
+  const QuantTraits& traits = *findQuantTraits("fp8");
+  cuda::DeviceInfo device;
+  ASSERT_TRUE(cuda::probeDevice(&device).ok());
+  const bool has_fp8 = device.sm_major > 8 || (device.sm_major == 8 && device.sm_minor >= 9);
+  uint32_t seed = 70;
+  for (int64_t rows : {1, 5, 8, 9, 40})
+    for (bool tensor_cores : {false, true}) {
+      if (tensor_cores && !has_fp8) continue;
+      const int64_t k = 128, n = 48;
+      const Quantized q = quantize(randomFloat({n, k}, seed++), traits, k);
+      const Tensor x = randomFloat({rows, k}, seed++), bias = randomFloat({n}, seed++);
+      KernelParams kp;
+      kp.set("format", stringParam("fp8"));
+      kp.set("group", intParam(k));
+      const Tensor want = runKernel("LlmQuantMatMul", {x, q.data, q.scales, std::nullopt, bias}, kp);
+      cuda::QuantMatMulParams p;
+      p.traits = &traits;
+      p.rows = rows, p.n = n, p.k = k, p.group = k;
+      p.fp8_tensor_cores = tensor_cores;
+      EXPECT_LT(relativeL2(run.product(p, x, q, nullptr, &bias), want), 1e-5)
+          << "rows " << rows << (tensor_cores ? " tensor cores" : "");
+    }
+}
+
 using QuantGatherGpuTest = CudaTest;
 
 TEST_F(QuantGatherGpuTest, MatchesTheCpuKernel) {
-  for (const char* format : {"int8", "int4", "int4_zp"}) {
+  for (const char* format : {"int8", "int4", "int4_zp", "fp8"}) {
     const QuantTraits& traits = *findQuantTraits(format);
     const int64_t vocab = 23, width = 96, group = traits.bits == 8 ? width : 64;
     const Quantized q = quantize(randomFloat({vocab, width}, 9), traits, group);

@@ -48,6 +48,7 @@ MODES = [  # name, flags, max size ratio, check
                          "--tokenizer", TOKENIZER], 0.30, None),
     ("w8a8", ["--quantize", "w8a8", "--calib", CALIBRATION, "--tokenizer", TOKENIZER], 0.30,
      ("top1_agreement", ">=", 0.97)),
+    ("fp8", ["--quantize", "fp8"], 0.30, ("top1_agreement", ">=", 0.93)),
 ]
 
 
@@ -67,14 +68,14 @@ def main():
     parser.add_argument("--llmc", required=True)
     parser.add_argument("--windows", type=int, default=0, help="eval windows of 128 tokens (0: all)")
     parser.add_argument("--sanitized", action="store_true",
-                        help="an ASan/UBSan build: run the paths (int8, int4, w8a8, refit, fallback) on 4 "
+                        help="an ASan/UBSan build: run the paths (int8, int4, w8a8, fp8, refit, fallback) on 4 "
                              "windows without the accuracy thresholds, which the Release pass checks")
     args = parser.parse_args()
     modes = MODES
     if args.sanitized:
         args.windows = 4
         modes = [(name, flags, ratio, None) for name, flags, ratio, _ in MODES
-                 if name in ("float32", "int8", "int4 g128", "w8a8")]
+                 if name in ("float32", "int8", "int4 g128", "w8a8", "fp8")]
     model = os.path.join(MODELS, "demo", "model.onnx")
     failures = []
 

@@ -24,6 +24,7 @@ IN_SCOPE_OPS = frozenset(
     Squeeze Unsqueeze Concat Split Slice Gather GatherElements GatherND ScatterND
     ScatterElements Expand Tile Pad Shape Size Constant ConstantOfShape Range Identity Dropout
     Trilu OneHot LayerNormalization RMSNormalization Einsum Attention
+    QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger
     """.split()
 )
 

@@ -141,8 +141,8 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     options.disabled_passes.push_back(*v);
   } else if (arg == "--quantize" || arg == "--quant-head") {
     const std::string* v = value();
-    if (!v || (*v != "int8" && *v != "int4" && *v != "int4_zp" && *v != "w8a8"))
-      return usageError(command, arg + " takes int8, int4, int4_zp or w8a8");
+    if (!v || (*v != "int8" && *v != "int4" && *v != "int4_zp" && *v != "w8a8" && *v != "fp8"))
+      return usageError(command, arg + " takes int8, int4, int4_zp, w8a8 or fp8");
     (arg == "--quantize" ? options.quantize : options.quant_head) = *v;
   } else if (arg == "--quant-group") {
     const std::string* v = value();

@@ -106,12 +106,14 @@ int runGenerate(const std::vector<std::string>& args) {
       print_ids = true;
     } else if (std::string flag_error; parseSessionFlag(args, &i, &config.session, &flag_error)) {
       if (!flag_error.empty()) return usageError("generate", flag_error);
-    } else if (arg == "--kv-cache-dtype") {
+    } else if (arg == "--kv-cache-dtype" || arg == "--kv-cache") {
       const std::string* v = next();
       if (v && *v == "f32") config.kv_cache_dtype = DType::kFloat32;
       else if (v && *v == "f16") config.kv_cache_dtype = DType::kFloat16;
       else if (v && *v == "bf16") config.kv_cache_dtype = DType::kBFloat16;
-      else return usageError("generate", "--kv-cache-dtype takes f32, f16 or bf16");
+      else if (v && *v == "int8") config.kv_cache_dtype = DType::kInt8;
+      else if (v && *v == "fp8") config.kv_cache_dtype = DType::kUInt8;  // E4M3 codes (kv_cache.h)
+      else return usageError("generate", arg + " takes f32, f16, bf16, int8 or fp8");
     } else if (arg == "--no-kv-cache") {
       config.use_kv_cache = false;
     } else if (arg == "--kv-cache-tokens") {

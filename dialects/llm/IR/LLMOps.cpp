@@ -133,11 +133,11 @@ LogicalResult FusedMatMulOp::verify() {
 
 LogicalResult QuantMatMulOp::verify() {
   const StringRef format = getFormat();
-  if (format != "int8" && format != "int4" && format != "int4_zp" && format != "w8a8")
-    return emitOpError() << "unknown format '" << format << "' (int8, int4, int4_zp, w8a8)";
+  if (format != "int8" && format != "int4" && format != "int4_zp" && format != "w8a8" && format != "fp8")
+    return emitOpError() << "unknown format '" << format << "' (int8, int4, int4_zp, w8a8, fp8)";
   auto data = cast<RankedTensorType>(getData().getType());
   auto scales = cast<RankedTensorType>(getScales().getType());
-  const bool eight = format == "int8" || format == "w8a8";
+  const bool eight = format == "int8" || format == "w8a8" || format == "fp8";
   if (data.getRank() != 2 || !data.getElementType().isInteger(8))
     return emitOpError() << "data must be a 2-D 8-bit tensor";
   if (scales.getRank() != 2 || scales.getDimSize(0) != data.getDimSize(0))

@@ -334,4 +334,16 @@ def NN_BitwiseXorOp : NN_OnnxOp<"bitwise_xor", "BitwiseXor", 18, 2, 2, 1, 1,
 def NN_BitwiseNotOp : NN_OnnxOp<"bitwise_not", "BitwiseNot", 18, 1, 1, 1, 1,
     (ins)>;
 
+def NN_QuantizeLinearOp : NN_OnnxOp<"quantize_linear", "QuantizeLinear", 23, 2, 3, 1, 1,
+    (ins OptionalAttr<I64Attr>:$axis, OptionalAttr<I64Attr>:$block_size, OptionalAttr<I64Attr>:$output_dtype, OptionalAttr<I64Attr>:$precision, OptionalAttr<I64Attr>:$saturate)>;
+
+def NN_DequantizeLinearOp : NN_OnnxOp<"dequantize_linear", "DequantizeLinear", 23, 2, 3, 1, 1,
+    (ins OptionalAttr<I64Attr>:$axis, OptionalAttr<I64Attr>:$block_size, OptionalAttr<I64Attr>:$output_dtype)>;
+
+def NN_DynamicQuantizeLinearOp : NN_OnnxOp<"dynamic_quantize_linear", "DynamicQuantizeLinear", 11, 1, 1, 3, 3,
+    (ins)>;
+
+def NN_MatMulIntegerOp : NN_OnnxOp<"mat_mul_integer", "MatMulInteger", 10, 2, 4, 1, 1,
+    (ins)>;
+
 #endif // LLMC_NN_ONNX_OPS

@@ -22,4 +22,9 @@ def NN_GroupQueryAttentionOp : NN_OnnxOp<"ms_group_query_attention",
 def NN_MsRotaryEmbeddingOp : NN_OnnxOp<"ms_rotary_embedding",
     "com.microsoft.RotaryEmbedding", 1, 4, 4, 1, 1, (ins)>;
 
+// (com.microsoft) A product with a block-wise 2-8-bit quantized weight (A, B, scales,
+// zero_points, g_idx, bias), as ONNX Runtime's MatMul4BitsQuantizer writes it.
+def NN_MatMulNBitsOp : NN_OnnxOp<"ms_matmul_nbits",
+    "com.microsoft.MatMulNBits", 1, 3, 6, 1, 1, (ins)>;
+
 #endif // LLMC_NN_ORT_OPS

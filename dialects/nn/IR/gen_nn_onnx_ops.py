@@ -25,6 +25,7 @@ Expand Tile Pad Shape Size ConstantOfShape Range Identity Dropout Trilu OneHot
 LayerNormalization RMSNormalization Einsum Attention
 Mod PRelu Selu Celu ThresholdedRelu Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh
 BitwiseAnd BitwiseOr BitwiseXor BitwiseNot
+QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger
 """.split()
 
 A = defs.OpSchema.AttrType

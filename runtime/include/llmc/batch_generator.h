@@ -28,7 +28,9 @@ struct BatchConfig {
   // KV cache capacity in tokens (0: 4 x the engine's context, at most 1 GiB). A request is
   // admitted only when its prompt plus max_new_tokens fits beside the running ones.
   int64_t kv_cache_tokens = 0;
-  DType kv_cache_dtype = DType::kFloat32;  // float32, float16 or bfloat16
+  // float32, float16, bfloat16, int8 or uint8 (FP8 E4M3 codes), the 8-bit ones with a float32
+  // scale per token and KV head
+  DType kv_cache_dtype = DType::kFloat32;
   SessionOptions session;                  // the backend the steps run on
 };
 

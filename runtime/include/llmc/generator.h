@@ -66,8 +66,9 @@ struct GeneratorConfig {
   // KV cache capacity in tokens, all sequences together (0: 4 x the engine's context,
   // at most 1 GiB). A request that needs more fails with kResourceExhausted.
   int64_t kv_cache_tokens = 0;
-  // How the cache stores K/V: float32, or float16/bfloat16 for half the memory (attention
-  // still computes in float32).
+  // How the cache stores K/V: float32, float16/bfloat16 for half the memory, int8 or uint8
+  // (FP8 E4M3 codes) for a quarter plus a float32 scale per token and KV head (attention still
+  // computes in float32).
   DType kv_cache_dtype = DType::kFloat32;
   // The backend the model's steps run on (Backend::kAuto: the engine's target).
   SessionOptions session;

@@ -57,6 +57,7 @@ const KernelRegistry& KernelRegistry::cpuReference() {
     registerLlmKernels(r);
     registerFusedKernels(r);
     registerQuantKernels(r);
+    registerOnnxQuantKernels(r);
     return r;
   }();
   return registry;

@@ -144,5 +144,6 @@ void registerLlmKernels(KernelRegistry& registry);  // LlmAttention, LlmPosition
 void registerFusedKernels(KernelRegistry& registry);
 // LlmQuantizeWeight, LlmQuantMatMul (cpu/quant_matmul.cpp)
 void registerQuantKernels(KernelRegistry& registry);
+void registerOnnxQuantKernels(KernelRegistry& registry);  // cpu/quant_onnx.cpp
 
 }  // namespace llmc

@@ -6,18 +6,20 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/fp8.h"
 #include "core/half.h"
 
 namespace llmc {
 namespace {
 
 constexpr QuantTraits kTraits[] = {
-    {QuantFormat::kInt8, "int8", 8, false, DType::kInt8, DType::kFloat32, false},
-    {QuantFormat::kInt4, "int4", 4, false, DType::kUInt8, DType::kFloat16, false},
-    {QuantFormat::kInt4Zp, "int4_zp", 4, true, DType::kUInt8, DType::kFloat16, false},
-    {QuantFormat::kW8A8, "w8a8", 8, false, DType::kInt8, DType::kFloat32, true},
+    {QuantFormat::kInt8, "int8", 8, false, DType::kInt8, DType::kFloat32, false, false},
+    {QuantFormat::kInt4, "int4", 4, false, DType::kUInt8, DType::kFloat16, false, false},
+    {QuantFormat::kInt4Zp, "int4_zp", 4, true, DType::kUInt8, DType::kFloat16, false, false},
+    {QuantFormat::kW8A8, "w8a8", 8, false, DType::kInt8, DType::kFloat32, true, false},
+    {QuantFormat::kFp8, "fp8", 8, false, DType::kUInt8, DType::kFloat32, false, true},
 };
-static_assert(sizeof(kTraits) / sizeof(kTraits[0]) == 4, "one entry per QuantFormat, in order");
+static_assert(sizeof(kTraits) / sizeof(kTraits[0]) == 5, "one entry per QuantFormat, in order");
 
 // Where element `i` of a row lives in 4-bit packing: (byte, high nibble?).
 inline void nibbleAt(int64_t i, int64_t* byte, bool* high) {
@@ -121,6 +123,14 @@ Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& trait
       const int64_t at = r * groups + g;
       float scale = 0;
       int zero = 0;
+      if (traits.e4m3) {
+        // The absmax maps to E4M3's largest value; the format's own spacing does the rest.
+        scale = amax / kE4M3Max;
+        scales->data<float>()[at] = scale;
+        const float inverse = scale != 0 ? 1.0f / scale : 0.0f;
+        for (int64_t i = 0; i < length; ++i) data->data<uint8_t>()[r * k + g * group + i] = floatToE4M3(x[i] * inverse);
+        continue;
+      }
       if (!traits.zero_points) {
         // int8: absmax maps to 127. int4, as llama.cpp's Q4_0: the value of largest magnitude
         // maps to -8, so all 16 levels are used (the scale is negative when that value is
@@ -176,6 +186,10 @@ void dequantizeRow(const QuantWeight& weight, int64_t row, float* out) {
   for (int64_t i = 0; i < k; ++i) {
     const int64_t g = i / weight.group;
     const float scale = weight.scale(row, g);
+    if (weight.traits->e4m3) {
+      out[i] = e4m3ToFloat(static_cast<const uint8_t*>(weight.data)[row * k + i]) * scale;
+      continue;
+    }
     if (weight.traits->bits == 8) {
       out[i] = static_cast<float>(static_cast<const int8_t*>(weight.data)[row * k + i]) * scale;
       continue;

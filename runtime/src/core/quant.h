@@ -25,6 +25,8 @@ enum class QuantFormat : uint8_t {
   kInt4 = 1,    // symmetric 4-bit (-8..7), one float16 scale per group along K
   kInt4Zp = 2,  // asymmetric 4-bit (0..15) with a uint8 zero point per group, float16 scale
   kW8A8 = 3,    // int8's weights, with activations quantized to int8 per token (SmoothQuant)
+  kFp8 = 4,     // E4M3 weights (core/fp8.h), float32 scale per output channel; activations E4M3
+                // with one scale per product call (per tensor)
 };
 
 struct QuantTraits {
@@ -35,6 +37,7 @@ struct QuantTraits {
   DType data_dtype;   // kInt8 or kUInt8 (two 4-bit values per byte)
   DType scale_dtype;  // kFloat32 or kFloat16
   bool per_token_activations;  // w8a8: one int8 scale per activation row, int32 accumulation over K
+  bool e4m3;                   // fp8: data are E4M3 codes, activations E4M3 with a per-tensor scale
 };
 
 // Activations are quantized to int8 in blocks of this many values; K and 4-bit groups are
@@ -64,7 +67,7 @@ struct QuantWeight {
 Status makeQuantWeight(const QuantTraits& traits, int64_t k, int64_t group, const Tensor& data,
                        const Tensor& scales, const Tensor* zeros, QuantWeight* out);
 
-// The group sizes a format allows for K (a multiple of kQuantBlock): int8 uses K itself; 4-bit
+// The group sizes a format allows for K (a multiple of kQuantBlock): 8-bit formats use K itself; 4-bit
 // formats any multiple of kQuantBlock (the last group of a row may be shorter).
 Status checkQuantGroup(const QuantTraits& traits, int64_t k, int64_t group);
 

@@ -12,8 +12,11 @@ namespace llmc::cuda {
 
 // okStatus() for cudaSuccess; otherwise "<what>: <error name> (<error text>)", kUnavailable
 // when there is no usable driver or device, kInternal for anything else.
+// A failed call's error is also taken off the runtime's last-error slot (cudaGetLastError), so
+// that a later launch check does not report it again as its own.
 inline Status cudaStatus(cudaError_t error, const std::string& what) {
   if (error == cudaSuccess) return okStatus();
+  cudaGetLastError();
   std::string message = what + ": " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
   if (error == cudaErrorInsufficientDriver || error == cudaErrorNoDevice ||
       error == cudaErrorNotSupported || error == cudaErrorSystemDriverMismatch)

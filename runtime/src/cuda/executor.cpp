@@ -264,6 +264,7 @@ struct Executor::Impl {
   uint64_t pool_used = 0, pinned_used = 0;  // capture
   uint64_t probe_scratch = 0, probe_pinned = 0;  // probe
   bool probe_downloaded = false;
+  bool regrown = false;         // runGraph: probing again after growing the arena
   int64_t pad_tokens = -1;      // graph mode: step tokens from here on are padding
   int64_t graph_max_blocks = 0;  // graph mode: block-table width (and the attention's context)
 
@@ -818,6 +819,8 @@ Status deviceQuantMatMul(DeviceStep& s, bool* handled) {
   p.workspace_bytes = mm.workspace_bytes;
   p.algo_cache = mm.algo_cache;
   p.allow_tf32 = mm.allow_tf32;
+  const DeviceInfo& device = s.exec().device;
+  p.fp8_tensor_cores = device.sm_major > 8 || (device.sm_major == 8 && device.sm_minor >= 9);
   p.scratch_bytes = quantMatMulScratchBytes(p);
   LLMC_RETURN_IF_ERROR(s.exec().allocScratch(p.scratch_bytes, &p.scratch));
   return launchQuantMatMul(p, s.stream());
@@ -1334,12 +1337,26 @@ Status Executor::Impl::runGraph(std::vector<Tensor>& bound, LlmStepContext& step
       graph.capturable = false;  // the eager run reports any error
       return okStatus();
     }
-    if (grew) return layout();  // capture next time, in the grown arena
+    if (grew) {
+      // The padded step outgrew the arena: probe again in the grown one (once; its K/V writes
+      // repeat the same values).
+      LLMC_RETURN_IF_ERROR(layout());
+      if (regrown) return okStatus();
+      regrown = true;
+      Status again = runGraph(bound, step, ran);
+      regrown = false;
+      return again;
+    }
     graph.pool_bytes = probe_scratch;
     graph.pinned_bytes = probe_pinned;
-    if (graph.pool_bytes) LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&graph.pool, graph.pool_bytes), "cudaMalloc(graph scratch)");
-    if (graph.pinned_bytes)
-      LLMC_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&graph.pinned, graph.pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc(graph uploads)");
+    Status allocated;
+    if (graph.pool_bytes) allocated = cudaStatus(cudaMalloc(&graph.pool, graph.pool_bytes), "cudaMalloc(graph scratch)");
+    if (allocated.ok() && graph.pinned_bytes)
+      allocated = cudaStatus(cudaHostAlloc(&graph.pinned, graph.pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc(graph uploads)");
+    if (!allocated.ok()) {  // no room for the graph: this bucket runs eagerly
+      graph.capturable = false;
+      return okStatus();
+    }
     // Capture: the same loop, its scratch from the pool and its uploads through pinned memory.
     pad_tokens = tokens;
     mode = Mode::kCapture;
@@ -1365,6 +1382,10 @@ Status Executor::Impl::runGraph(std::vector<Tensor>& bound, LlmStepContext& step
     if (!status.ok() || grew) {
       cudaGetLastError();  // a failed capture leaves no sticky error; clear the last one
       graph.capturable = false;
+      if (graph.exec) cudaGraphExecDestroy(graph.exec);
+      if (graph.pool) cudaFree(graph.pool);
+      if (graph.pinned) cudaFreeHost(graph.pinned);
+      graph.exec = nullptr, graph.pool = nullptr, graph.pinned = nullptr;
       finish_mode();
       pad_tokens = -1;
       return okStatus();

@@ -55,7 +55,7 @@ class MatMulAlgoCache {
   struct Key {
     int64_t m, n, k, ldy;
     int flags;      // trans_b | bias << 1 | tf32 << 2 | epilogue << 3
-    int dtype = 0;  // of the inputs (DType)
+    int dtype = 0;  // of the inputs (DType; 255: E4M3) | the operands' least alignment << 8
     bool operator<(const Key& o) const {
       if (m != o.m) return m < o.m;
       if (n != o.n) return n < o.n;
@@ -80,6 +80,11 @@ struct MatMulParams {
   const void* a = nullptr;     // [m, k]
   const void* b = nullptr;     // [k, n], or [n, k] when trans_b
   DType input_dtype = DType::kFloat32;  // of a and b: float32, bfloat16 or float16 (y is float32)
+  // FP8 instead (sm_89 and later): a and b are E4M3 codes, b transposed ([n, k], as the tensor
+  // cores take it), y = a_scale * (a · bᵀ) with a_scale a device scalar (b's scales are left to
+  // the caller). No bias or activation here.
+  bool e4m3 = false;
+  const float* a_scale = nullptr;
   const float* bias = nullptr;  // [n] or null
   float* y = nullptr;           // [m, n], rows ldy floats apart
   int64_t m = 0, n = 0, k = 0;
@@ -281,6 +286,7 @@ struct QuantMatMulParams {
   size_t workspace_bytes = 0;
   MatMulAlgoCache* algo_cache = nullptr;
   bool allow_tf32 = false;
+  bool fp8_tensor_cores = false;  // fp8 with more than kQuantMatVecRows rows: cuBLASLt's FP8 products
   void* scratch = nullptr;  // quantMatMulScratchBytes() of device memory
   size_t scratch_bytes = 0;
   Status check() const;

@@ -1,6 +1,7 @@
 // llm.fused_matmul through cuBLASLt (kernels.h). Row-major y = a·b is computed as the
 // column-major yᵀ = bᵀ·aᵀ, so no operand is copied or transposed.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -54,8 +55,13 @@ Status MatMulParams::check() const {
   if (ldy != 0 && ldy != n && activation && std::strcmp(activation, "none") != 0 &&
       std::strcmp(activation, "relu") != 0 && std::strcmp(activation, "gelu_tanh") != 0)
     return invalidArgument("LlmFusedMatMul (CUDA): a second-pass activation needs ldy = n");
-  if (input_dtype != DType::kFloat32 && input_dtype != DType::kBFloat16 && input_dtype != DType::kFloat16)
+  if (e4m3) {
+    if (!trans_b || bias || !a_scale || std::strcmp(activation, "none") != 0 || alpha != 1.0f)
+      return invalidArgument("LlmFusedMatMul (CUDA): FP8 products take a transposed b, an a_scale, and no bias, "
+                             "alpha or activation");
+  } else if (input_dtype != DType::kFloat32 && input_dtype != DType::kBFloat16 && input_dtype != DType::kFloat16) {
     return invalidArgument("LlmFusedMatMul (CUDA): inputs must be float32, bfloat16 or float16");
+  }
   if (workspace_bytes > 0 && !workspace) return invalidArgument("LlmFusedMatMul (CUDA): workspace size without a workspace");
   return okStatus();
 }
@@ -75,10 +81,11 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   } else if (act == "gelu_tanh") {
     epilogue = CUBLASLT_EPILOGUE_GELU;
   }
-  const bool half = p.input_dtype != DType::kFloat32;
-  const cudaDataType_t in_type = p.input_dtype == DType::kBFloat16 ? CUDA_R_16BF
-                                 : p.input_dtype == DType::kFloat16 ? CUDA_R_16F
-                                                                    : CUDA_R_32F;
+  const bool half = p.e4m3 || p.input_dtype != DType::kFloat32;
+  const cudaDataType_t in_type = p.e4m3                              ? CUDA_R_8F_E4M3
+                                 : p.input_dtype == DType::kBFloat16 ? CUDA_R_16BF
+                                 : p.input_dtype == DType::kFloat16  ? CUDA_R_16F
+                                                                     : CUDA_R_32F;
   cublasLtMatmulDesc_t raw_desc = nullptr;
   LLMC_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescCreate(&raw_desc, p.allow_tf32 && !half ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
@@ -95,6 +102,10 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   LLMC_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
       "EPILOGUE");
+  if (p.e4m3)  // our a is cuBLAS's B (the column-major view swaps the operands)
+    LLMC_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.a_scale, sizeof(p.a_scale)),
+        "B_SCALE_POINTER");
   if (p.bias)
     LLMC_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)),
@@ -112,10 +123,19 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_c, CUDA_R_32F, p.n, p.m, ldy),
                               "cublasLtMatrixLayoutCreate(y)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_c(raw_c);
+  // The operands' actual alignment, told to the heuristic (it assumes 256 bytes otherwise; arena
+  // values and column slices may have less) and part of the cache key.
+  auto alignment = [](const void* ptr) {
+    uint32_t a = 256;
+    while (a > 1 && reinterpret_cast<uintptr_t>(ptr) % a != 0) a /= 2;
+    return a;
+  };
+  const uint32_t align_a = alignment(p.b), align_b = alignment(p.a), align_c = alignment(p.y);
   const MatMulAlgoCache::Key key{p.m, p.n, p.k, ldy,
                                  (p.trans_b ? 1 : 0) | (p.bias ? 2 : 0) | (p.allow_tf32 ? 4 : 0) |
                                      static_cast<int>(epilogue) << 3,
-                                 static_cast<int>(p.input_dtype)};
+                                 (p.e4m3 ? 255 : static_cast<int>(p.input_dtype)) |
+                                     static_cast<int>(std::min({align_a, align_b, align_c})) << 8};
   const cublasLtMatmulAlgo_t* cached = p.algo_cache ? p.algo_cache->find(key) : nullptr;
   cublasLtMatmulHeuristicResult_t heuristic;
   if (cached) {
@@ -128,6 +148,14 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
         cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &p.workspace_bytes, sizeof(p.workspace_bytes)),
         "MAX_WORKSPACE_BYTES");
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}};
+    for (const auto& [attribute, bytes] : alignments)
+      LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &bytes, sizeof(bytes)),
+                                  "MIN_ALIGNMENT");
     int found = 0;
     LLMC_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulAlgoGetHeuristic(p.handle, desc.get(), layout_a.get(), layout_b.get(), layout_c.get(),

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/kernel.h"
 #include "cpu/attend.h"
@@ -96,18 +97,23 @@ Status llmAttention(KernelContext& ctx) {
                                 "] tokens, attention got q " + shapeToString(q->shape()));
   if (layer >= spec.num_layers || kv_heads != spec.num_kv_heads || head_dim != spec.head_dim ||
       (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat16 &&
-       spec.dtype != DType::kBFloat16))
+       spec.dtype != DType::kBFloat16 && !isQuantizedKvDType(spec.dtype)))
     return kernelError(ctx, "the KV cache (" + std::to_string(spec.num_layers) + " layers, " +
                                 std::to_string(spec.num_kv_heads) + " KV heads of " +
-                                std::to_string(spec.head_dim) + ", " + dtypeName(spec.dtype) +
+                                std::to_string(spec.head_dim) + ", " + kvDTypeName(spec.dtype) +
                                 ") does not fit layer " + std::to_string(layer) + " with " +
                                 std::to_string(kv_heads) + " KV heads of " +
                                 std::to_string(head_dim));
   const int64_t block_size = spec.block_size;
-  // 1. Store every new token's K and V (converted to the cache's dtype).
+  // 1. Store every new token's K and V (converted to the cache's dtype; the 8-bit formats with
+  // one scale per row, absmax / 127 or / 448, after the layer's codes).
   const DType cache_dtype = spec.dtype;
-  const size_t element = dtypeSize(cache_dtype);
-  auto store_row = [&](void* dst, const float* src) {
+  const bool quantized = isQuantizedKvDType(cache_dtype);
+  const size_t element = quantized ? 1 : dtypeSize(cache_dtype);
+  const int64_t scale_offset = spec.kvScaleOffset();
+  // Row `row` (= kv_head * block_size + slot) of a layer's K or V at `base`.
+  auto store_row = [&](uint8_t* base, int64_t row, const float* src) {
+    void* dst = base + static_cast<size_t>(row * head_dim) * element;
     switch (cache_dtype) {
       case DType::kFloat16:
         for (int64_t d = 0; d < head_dim; ++d) static_cast<Float16*>(dst)[d] = toFloat16(src[d]);
@@ -115,20 +121,51 @@ Status llmAttention(KernelContext& ctx) {
       case DType::kBFloat16:
         for (int64_t d = 0; d < head_dim; ++d) static_cast<BFloat16*>(dst)[d] = toBFloat16(src[d]);
         break;
+      case DType::kInt8:
+      case DType::kUInt8: {
+        float amax = 0;
+        for (int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(src[d]));
+        const float row_scale = amax / (cache_dtype == DType::kInt8 ? 127.0f : kE4M3Max);
+        const float inverse = row_scale > 0 ? 1.0f / row_scale : 0.0f;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          if (cache_dtype == DType::kInt8)
+            static_cast<int8_t*>(dst)[d] = static_cast<int8_t>(std::clamp<long>(std::lround(src[d] * inverse), -127, 127));
+          else
+            static_cast<uint8_t*>(dst)[d] = floatToE4M3(src[d] * inverse);
+        }
+        std::memcpy(base + scale_offset + row * 4, &row_scale, 4);
+        break;
+      }
       default:
         std::memcpy(dst, src, head_dim * sizeof(float));
     }
   };
-  auto load_rows = [&](float* dst, const void* src, int64_t count) {
+  // `count` rows from row `row` on.
+  auto load_rows = [&](float* dst, const uint8_t* base, int64_t row, int64_t count) {
+    const void* src = base + static_cast<size_t>(row * head_dim) * element;
+    const int64_t n = count * head_dim;
     switch (cache_dtype) {
       case DType::kFloat16:
-        for (int64_t i = 0; i < count; ++i) dst[i] = toFloat(static_cast<const Float16*>(src)[i]);
+        for (int64_t i = 0; i < n; ++i) dst[i] = toFloat(static_cast<const Float16*>(src)[i]);
         break;
       case DType::kBFloat16:
-        for (int64_t i = 0; i < count; ++i) dst[i] = toFloat(static_cast<const BFloat16*>(src)[i]);
+        for (int64_t i = 0; i < n; ++i) dst[i] = toFloat(static_cast<const BFloat16*>(src)[i]);
+        break;
+      case DType::kInt8:
+      case DType::kUInt8:
+        for (int64_t r = 0; r < count; ++r) {
+          float row_scale = 0;
+          std::memcpy(&row_scale, base + scale_offset + (row + r) * 4, 4);
+          for (int64_t d = 0; d < head_dim; ++d) {
+            const int64_t i = r * head_dim + d;
+            dst[i] = (cache_dtype == DType::kInt8 ? static_cast<float>(static_cast<const int8_t*>(src)[i])
+                                                  : e4m3ToFloat(static_cast<const uint8_t*>(src)[i])) *
+                     row_scale;
+          }
+        }
         break;
       default:
-        std::memcpy(dst, src, count * sizeof(float));
+        std::memcpy(dst, src, n * sizeof(float));
     }
   };
   for (int64_t t = 0; t < tokens; ++t) {
@@ -136,9 +173,8 @@ Status llmAttention(KernelContext& ctx) {
     auto* kc = static_cast<uint8_t*>(cache.keyData(slot.block, static_cast<int32_t>(layer)));
     auto* vc = static_cast<uint8_t*>(cache.valueData(slot.block, static_cast<int32_t>(layer)));
     for (int64_t h = 0; h < kv_heads; ++h) {
-      size_t offset = static_cast<size_t>((h * block_size + slot.offset) * head_dim) * element;
-      store_row(kc + offset, kd + k_at(0, h, t));
-      store_row(vc + offset, vd + v_at(0, h, t));
+      store_row(kc, h * block_size + slot.offset, kd + k_at(0, h, t));
+      store_row(vc, h * block_size + slot.offset, vd + v_at(0, h, t));
     }
   }
   // 2. Per sequence: gather its cached K/V into contiguous [kv_head][position][head_dim]
@@ -172,9 +208,8 @@ Status llmAttention(KernelContext& ctx) {
       const auto* vc =
           static_cast<const uint8_t*>(cache.valueData(block, static_cast<int32_t>(layer)));
       for (int64_t h = 0; h < kv_heads; ++h) {
-        size_t offset = static_cast<size_t>(h * block_size * head_dim) * element;
-        load_rows(&keys[(h * length + start) * head_dim], kc + offset, n * head_dim);
-        load_rows(&values[(h * length + start) * head_dim], vc + offset, n * head_dim);
+        load_rows(&keys[(h * length + start) * head_dim], kc, h * block_size, n);
+        load_rows(&values[(h * length + start) * head_dim], vc, h * block_size, n);
       }
     }
     for (int64_t t : tokens_of[w]) {

@@ -44,9 +44,9 @@ Status checkShape(const KvCacheSpec& spec) {
   LLMC_RETURN_IF_ERROR(checkDim("head_dim", spec.head_dim, kMaxDim));
   LLMC_RETURN_IF_ERROR(checkDim("block_size", spec.block_size, 4096));
   if (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat16 &&
-      spec.dtype != DType::kBFloat16) {
+      spec.dtype != DType::kBFloat16 && !isQuantizedKvDType(spec.dtype)) {
     return invalidArgument("KvCacheSpec: dtype " + std::string(dtypeName(spec.dtype)) +
-                           " is not supported, expected float32, float16 or bfloat16");
+                           " is not supported, expected float32, float16, bfloat16, int8 or fp8");
   }
   return okStatus();
 }
@@ -55,7 +55,17 @@ Status checkShape(const KvCacheSpec& spec) {
 
 // ---- KvCacheSpec
 
+const char* kvDTypeName(DType dtype) {
+  if (dtype == DType::kUInt8) return "fp8";
+  return dtypeName(dtype);
+}
+
+int64_t KvCacheSpec::kvScaleOffset() const {
+  return (int64_t{num_kv_heads} * block_size * head_dim + 3) / 4 * 4;
+}
+
 int64_t KvCacheSpec::bytesPerLayerKv() const {
+  if (isQuantizedKvDType(dtype)) return kvScaleOffset() + int64_t{num_kv_heads} * block_size * 4;
   return int64_t{num_kv_heads} * block_size * head_dim * static_cast<int64_t>(dtypeSize(dtype));
 }
 

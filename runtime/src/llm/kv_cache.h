@@ -19,12 +19,14 @@
 namespace llmc {
 
 // The shape of the cache. Storage per block is laid out [layer][k|v][kv_head][slot][head_dim]
-// (slot < block_size), so one block holds block_size tokens of every layer.
+// (slot < block_size), so one block holds block_size tokens of every layer. The 8-bit formats
+// (dtype int8, or uint8 holding FP8 E4M3 codes: llmc has no float8 dtype) follow each layer's
+// K (or V) codes with one float32 scale per (kv_head, slot) row: kvScaleOffset() bytes in.
 struct KvCacheSpec {
   int32_t num_layers = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  DType dtype = DType::kFloat16;  // float32, float16 or bfloat16
+  DType dtype = DType::kFloat16;  // float32, float16, bfloat16, int8, or uint8 (FP8 E4M3 codes)
   int32_t block_size = 16;        // tokens per block
   int64_t num_blocks = 0;
 
@@ -33,9 +35,17 @@ struct KvCacheSpec {
   // Bytes of one block (all layers, K and V). Meaningful only for a spec whose shape fields
   // are valid.
   int64_t bytesPerBlock() const;
-  // Bytes of K (or of V) of one layer of one block: num_kv_heads * block_size * head_dim.
+  // Bytes of K (or of V) of one layer of one block: num_kv_heads * block_size * head_dim
+  // elements, and for the 8-bit formats their row scales.
   int64_t bytesPerLayerKv() const;
+  // The 8-bit formats: where the row scales start in a layer's K (or V), 4-byte aligned.
+  int64_t kvScaleOffset() const;
 };
+
+// int8, or FP8 E4M3 codes in uint8: stored 8-bit with a scale per row.
+inline bool isQuantizedKvDType(DType dtype) { return dtype == DType::kInt8 || dtype == DType::kUInt8; }
+// "int8", "fp8" or the dtype's name: how messages and the CLI name a cache's storage.
+const char* kvDTypeName(DType dtype);
 
 // Where a token's K/V lives.
 struct KvSlot {

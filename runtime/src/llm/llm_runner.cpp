@@ -40,9 +40,10 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
   spec.num_layers = config.num_layers;
   spec.num_kv_heads = config.num_kv_heads;
   spec.head_dim = config.head_dim;
-  if (kv_dtype != DType::kFloat32 && kv_dtype != DType::kFloat16 && kv_dtype != DType::kBFloat16)
+  if (kv_dtype != DType::kFloat32 && kv_dtype != DType::kFloat16 && kv_dtype != DType::kBFloat16 &&
+      !isQuantizedKvDType(kv_dtype))
     return invalidArgument(std::string("KV cache dtype ") + dtypeName(kv_dtype) +
-                           " is not supported (float32, float16, bfloat16)");
+                           " is not supported (float32, float16, bfloat16, int8, or uint8 for fp8)");
   spec.dtype = kv_dtype;
   spec.block_size = 16;
   if (kv_cache_tokens <= 0) {

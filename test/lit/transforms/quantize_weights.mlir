@@ -2,6 +2,7 @@
 // RUN: llmc-opt --split-input-file --llmc-quantize-weights="format=int4 group=32" %s | FileCheck %s --check-prefix=INT4
 // RUN: llmc-opt --split-input-file --llmc-quantize-weights="format=int4_zp group=32" %s | FileCheck %s --check-prefix=ZP
 // RUN: llmc-opt --split-input-file --llmc-quantize-weights="keep-float=lm_head" %s | FileCheck %s --check-prefix=KEEP
+// RUN: llmc-opt --split-input-file --llmc-quantize-weights="format=fp8" %s | FileCheck %s --check-prefix=FP8
 
 // Tests that a product with a constant [K, N] weight becomes llm.quant_matmul over the [N, K]
 // quantized weight (int8: a float scale per output channel; int4: packed pairs and a float16
@@ -18,6 +19,10 @@
 // ZP-LABEL: func @product
 // ZP-DAG: %[[Z:.+]] = nn.constant {{.*}} : tensor<3x2xui8>
 // ZP: llm.quant_matmul(%{{.+}}, %{{.+}}, %{{.+}}, %[[Z]], %{{.+}}) {{.*}}format = "int4_zp"
+// FP8-LABEL: func @product
+// FP8-DAG: nn.constant {{.*}} : tensor<3x64xui8>
+// FP8-DAG: nn.constant {{.*}} : tensor<3x1xf32>
+// FP8: llm.quant_matmul{{.*}}format = "fp8", group = 64 : i64
 func.func @product(%x: tensor<2x64xf32>) -> tensor<2x3xf32> {
   %w = nn.constant dense<0.5> : tensor<64x3xf32>
   %b = nn.constant dense<1.0> : tensor<3xf32>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/fp8.h"
 #include "core/quant.h"
 #include "cpu/quant_dot.h"
 #include "kernel_test_util.h"
@@ -225,6 +226,102 @@ TEST(QuantGatherTest, ReturnsDequantizedRows) {
   ctx.inputs = {makeInt64({1}, {10}), q.data, q.scales};
   ctx.kernel_params = params({{"format", stringParam("int4")}, {"group", intParam(64)}});
   EXPECT_NE(ctx.run("LlmQuantGather").message().find("outside the table's 10 rows"), std::string::npos);
+}
+
+// E4M3 as NVIDIA's SATFINITE conversion: every code decodes and encodes back to itself,
+// rounding is to nearest even, values beyond 448 saturate, NaN stays NaN.
+TEST(Fp8Test, E4M3RoundTripsEveryCodeAndRoundsToNearestEven) {
+  for (int code = 0; code < 256; ++code) {
+    const float v = e4m3ToFloat(static_cast<uint8_t>(code));
+    if ((code & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(v)) << code;
+      EXPECT_EQ(floatToE4M3(v) & 0x7f, 0x7f);
+      continue;
+    }
+    EXPECT_EQ(floatToE4M3(v), code) << "code " << code << " value " << v;
+  }
+  EXPECT_EQ(e4m3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(e4m3ToFloat(0x38), 1.0f);
+  EXPECT_EQ(e4m3ToFloat(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(floatToE4M3(1000.0f), 0x7e);
+  EXPECT_EQ(floatToE4M3(-460.0f), 0xfe);
+  EXPECT_EQ(floatToE4M3(1.0625f), 0x38);   // halfway between 1 and 1.125: even mantissa (1)
+  EXPECT_EQ(floatToE4M3(1.1875f), 0x3a);   // halfway between 1.125 and 1.25: even (1.25)
+  EXPECT_EQ(floatToE4M3(std::ldexp(1.5f, -9)), 0x02);  // subnormal tie to even
+  EXPECT_EQ(floatToE4M3(0.0151f), 0x08);   // rounds up into the smallest normal, 2^-6
+}
+
+// fp8 products: the kernel equals the product of the dequantized weight with the activations
+// rounded to E4M3 under one scale (the GPU's FP8 tensor cores compute the same), and stays
+// within E4M3's precision of the float product.
+TEST(Fp8Test, MatMulMatchesTheE4M3RoundedProduct) {
+  const int64_t k = 96, n = 21, rows = 5;
+  Tensor w = randomFloat({n, k}, 31), x = randomFloat({rows, k}, 32), bias = randomFloat({n}, 33);
+  Quantized q = quantize(w, true, "fp8", k);
+  float amax = 0;
+  for (int64_t i = 0; i < rows * k; ++i) amax = std::max(amax, std::fabs(x.data<float>()[i]));
+  const float a_scale = amax / 448.0f;
+  Tensor xr = Tensor::allocate(DType::kFloat32, {rows, k});
+  for (int64_t i = 0; i < rows * k; ++i)
+    xr.data<float>()[i] = e4m3ToFloat(floatToE4M3(x.data<float>()[i] / a_scale)) * a_scale;
+  Tensor want = dequantizedProduct(xr, q.weight);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n; ++c) want.data<float>()[r * n + c] = 0.5f * want.data<float>()[r * n + c] + bias.data<float>()[c];
+  KernelParams p = params({{"format", stringParam("fp8")}, {"group", intParam(k)}, {"alpha", floatParam(0.5)}});
+  Tensor got = runKernel("LlmQuantMatMul", {x, q.data, q.scales, std::nullopt, bias}, p);
+  EXPECT_LT(relativeL2(got.data<float>(), want.data<float>(), rows * n), 1e-5);
+  // Against the float product: E4M3 keeps 3 mantissa bits (relative step 1/16 at most).
+  Tensor exact = Tensor::allocate(DType::kFloat32, {rows, n});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double sum = 0;
+      for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(x.data<float>()[r * k + i]) * w.data<float>()[c * k + i];
+      exact.data<float>()[r * n + c] = static_cast<float>(0.5 * sum + bias.data<float>()[c]);
+    }
+  const double error = relativeL2(got.data<float>(), exact.data<float>(), rows * n);
+  EXPECT_LT(error, 0.06);
+  EXPECT_GT(error, 1e-4);  // it did quantize
+  // Gather (an fp8 embedding table): the dequantized rows.
+  Tensor ids = makeInt64({2}, {20, -21});
+  Tensor rows_out = runKernel("LlmQuantGather", {ids, q.data, q.scales}, params({{"format", stringParam("fp8")}, {"group", intParam(k)}}));
+  std::vector<float> row(static_cast<size_t>(k));
+  dequantizeRow(q.weight, 20, row.data());
+  for (int64_t i = 0; i < k; ++i) EXPECT_EQ(rows_out.data<float>()[i], row[static_cast<size_t>(i)]);
+  dequantizeRow(q.weight, 0, row.data());
+  for (int64_t i = 0; i < k; ++i) EXPECT_EQ(rows_out.data<float>()[k + i], row[static_cast<size_t>(i)]);
+}
+
+// ONNX's quantization operators (cpu/quant_onnx.cpp; ONNX's node tests and ONNX Runtime's
+// outputs cover the rest): rounding half to even, the all-zero input of DynamicQuantizeLinear,
+// and MatMulNBits' refusals.
+TEST(OnnxQuantTest, QuantizeLinearRoundsHalfToEvenAndSaturates) {
+  Tensor x = makeTensor(DType::kFloat32, {6}, std::vector<float>{0.5f, 1.5f, 2.5f, -0.5f, -300.0f, 1000.0f});
+  Tensor scale = makeTensor(DType::kFloat32, {}, std::vector<float>{1.0f});
+  Tensor zero = makeTensor(DType::kInt8, {}, std::vector<int8_t>{0});
+  EXPECT_EQ(values<int8_t>(runKernel("QuantizeLinear", {x, scale, zero})), (std::vector<int8_t>{0, 2, 2, 0, -128, 127}));
+  Tensor q = runKernel("QuantizeLinear", {x, scale});  // no zero point: uint8
+  EXPECT_EQ(q.dtype(), DType::kUInt8);
+  EXPECT_EQ(values<uint8_t>(q), (std::vector<uint8_t>{0, 2, 2, 0, 0, 255}));
+}
+
+TEST(OnnxQuantTest, DynamicQuantizeLinearOfZerosIsZero) {
+  Tensor x = makeTensor(DType::kFloat32, {3}, std::vector<float>{0, 0, 0});
+  EXPECT_EQ(values<uint8_t>(runKernel("DynamicQuantizeLinear", {x}, {}, 3, 0)), (std::vector<uint8_t>{0, 0, 0}));
+  EXPECT_EQ(values<float>(runKernel("DynamicQuantizeLinear", {x}, {}, 3, 1)), (std::vector<float>{0}));
+  Tensor y = makeTensor(DType::kFloat32, {3}, std::vector<float>{-1.0f, 0.0f, 2.0f});
+  // scale 3 / 255, zero point round(255 / 3) = 85: -1 -> 0, 0 -> 85, 2 -> 255
+  EXPECT_EQ(values<uint8_t>(runKernel("DynamicQuantizeLinear", {y}, {}, 3, 0)), (std::vector<uint8_t>{0, 85, 255}));
+}
+
+TEST(OnnxQuantTest, MatMulNBitsRefusesWhatItCannotRead) {
+  TestKernelContext ctx;
+  ctx.inputs = {randomFloat({2, 64}, 1), Tensor::allocate(DType::kUInt8, {4, 2, 16}), randomFloat({8}, 2)};
+  ctx.kernel_params = params({{"K", intParam(64)}, {"N", intParam(4)}, {"bits", intParam(4)}, {"block_size", intParam(24)}});
+  EXPECT_NE(ctx.run("com.microsoft.MatMulNBits").message().find("power of 2"), std::string::npos);
+  ctx.kernel_params = params({{"K", intParam(64)}, {"N", intParam(4)}, {"bits", intParam(3)}, {"block_size", intParam(32)}});
+  EXPECT_NE(ctx.run("com.microsoft.MatMulNBits").message().find("bits must be"), std::string::npos);
+  ctx.kernel_params = params({{"K", intParam(64)}, {"N", intParam(5)}, {"bits", intParam(4)}, {"block_size", intParam(32)}});
+  EXPECT_NE(ctx.run("com.microsoft.MatMulNBits").message().find("B must be uint8"), std::string::npos);
 }
 
 // LlmQuantizeWeight is the compiler's quantizer: its outputs are quantizeWeight's.

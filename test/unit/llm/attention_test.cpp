@@ -190,6 +190,20 @@ TEST(LlmAttention, HalfPrecisionCacheStaysClose) {
   checkRaggedSteps(DType::kBFloat16, 4e-2);
 }
 
+// 8-bit storage with a scale per token and KV head: int8 (7 bits of each row's absmax) and FP8
+// E4M3 (3 mantissa bits); the same bounds as the checks above apply, so a wrong scale or a
+// row read from the wrong place fails them.
+TEST(LlmAttention, EightBitCacheStaysClose) {
+  checkRaggedSteps(DType::kInt8, 2e-2);
+  checkRaggedSteps(DType::kUInt8, 8e-2);  // fp8
+  KvCacheSpec spec;
+  spec.num_layers = 2, spec.num_kv_heads = 3, spec.head_dim = 10, spec.block_size = 16, spec.num_blocks = 4;
+  spec.dtype = DType::kInt8;
+  EXPECT_EQ(spec.kvScaleOffset(), 3 * 16 * 10);
+  EXPECT_EQ(spec.bytesPerLayerKv(), 3 * 16 * 10 + 3 * 16 * 4);
+  EXPECT_STREQ(kvDTypeName(DType::kUInt8), "fp8");
+}
+
 TEST(LlmAttention, RejectsMismatchedShapesAndABatchedStep) {
   std::mt19937 rng(1);
   Tensor q = makeFloat({2, kHeads, 3, kDim}, randomValues(2 * kHeads * 3 * kDim, rng));
