@@ -245,10 +245,12 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     const bool gated = isOp(op, "llm.gated_mlp");
     const bool plain = isOp(op, "nn.matmul");
     Value x = op->getOperand(0), w = op->getOperand(1);
-    auto x_type = dyn_cast<RankedTensorType>(x.getType());
+    // x may be unranked (shape inference did not reach it): the kernel takes any [..., K] and
+    // checks K when it runs; a 1-D x gives [N] as ONNX MatMul does.
+    auto x_type = dyn_cast<TensorType>(x.getType());
     auto w_type = dyn_cast<RankedTensorType>(w.getType());
     if (!x_type || !w_type || w_type.getRank() != 2 || !x_type.getElementType().isF32() ||
-        (plain && x_type.getRank() < 2) || !float32Constant(w))
+        (x_type.hasRank() && x_type.getRank() < 1) || !float32Constant(w))
       return;  // not a product with a float32 weight: nothing to quantize
     const std::string nodes = nodeNames({op});
     auto skip = [&](const std::string& why) { logFusion(func, {false, kPass, traits.name, nodes, why}); };

@@ -1,6 +1,7 @@
 // llmc eval: the accuracy of an engine (e.g. quantized) against a reference engine (its float
 // compile) on the same text: perplexity of both, mean KL divergence of the next-token
-// distributions, top-1 agreement, and the logits' max/mean absolute error.
+// distributions, top-1 agreement, and the logits' max/mean absolute error; for encoders
+// (--sentences FILE), the cosine similarity of the outputs.
 #include <cstdio>
 
 #include "cli.h"
@@ -9,7 +10,7 @@
 namespace llmc::cli {
 
 int runEval(const std::vector<std::string>& args) {
-  std::string engine_path, reference_path, text_path, tokenizer_path;
+  std::string engine_path, reference_path, text_path, tokenizer_path, sentences_path, output_name;
   int64_t context = 0, max_windows = 0;
   bool json = false;
   SessionOptions session_options;
@@ -19,9 +20,14 @@ int runEval(const std::vector<std::string>& args) {
     std::string flag_error;
     if (parseSessionFlag(args, &i, &session_options, &flag_error)) {
       if (!flag_error.empty()) return usageError("eval", flag_error);
-    } else if (arg == "--reference" || arg == "--text" || arg == "--tokenizer") {
-      if (i + 1 >= args.size()) return usageError("eval", arg + " needs a file");
-      (arg == "--reference" ? reference_path : arg == "--text" ? text_path : tokenizer_path) = args[++i];
+    } else if (arg == "--reference" || arg == "--text" || arg == "--tokenizer" || arg == "--sentences" ||
+               arg == "--output") {
+      if (i + 1 >= args.size()) return usageError("eval", arg + " needs a value");
+      (arg == "--reference" ? reference_path
+       : arg == "--text"    ? text_path
+       : arg == "--sentences" ? sentences_path
+       : arg == "--output"  ? output_name
+                            : tokenizer_path) = args[++i];
     } else if (arg == "--context") {
       if (!integer(&context) || context < 2) return usageError("eval", "--context needs N >= 2");
     } else if (arg == "--max-windows") {
@@ -38,7 +44,35 @@ int runEval(const std::vector<std::string>& args) {
   }
   if (engine_path.empty()) return usageError("eval", "no engine given");
   if (reference_path.empty()) return usageError("eval", "no reference engine given (--reference FLOAT.engine)");
-  if (text_path.empty()) return usageError("eval", "no text given (--text FILE)");
+  if (text_path.empty() == sentences_path.empty())
+    return usageError("eval", "give --text FILE (a language model) or --sentences FILE (an encoder)");
+
+  if (!sentences_path.empty()) {
+    std::shared_ptr<const Engine> engine, reference;
+    Status status = Engine::load(engine_path, &engine);
+    if (status.ok()) status = Engine::load(reference_path, &reference);
+    std::vector<std::vector<int32_t>> sentences;
+    if (status.ok()) status = tokenizeLines(sentences_path, tokenizer_path, {reference, engine}, &sentences);
+    EncoderMetrics m;
+    if (status.ok()) status = evaluateEncoder(engine, reference, session_options, sentences, output_name, &m);
+    if (!status.ok()) return reportError("eval", status);
+    if (json) {
+      std::printf("{\"sentences\": %lld, \"tokens\": %lld, \"output\": \"%s\", \"mean_cosine\": %.8f, "
+                  "\"min_cosine\": %.8f, \"mean_token_cosine\": %.8f, \"min_token_cosine\": %.8f, "
+                  "\"max_abs_error\": %.6f}\n",
+                  static_cast<long long>(m.sentences), static_cast<long long>(m.tokens), m.output.c_str(),
+                  m.mean_cosine, m.min_cosine, m.mean_token_cosine, m.min_token_cosine, m.max_abs_error);
+      return kExitOk;
+    }
+    std::printf("eval %s against %s (encoder output '%s')\n", engine_path.c_str(), reference_path.c_str(),
+                m.output.c_str());
+    std::printf("sentences %s: %lld sentences, %lld tokens\n", sentences_path.c_str(),
+                static_cast<long long>(m.sentences), static_cast<long long>(m.tokens));
+    std::printf("cosine, mean-pooled  mean %.6f, min %.6f\n", m.mean_cosine, m.min_cosine);
+    std::printf("cosine, per token    mean %.6f, min %.6f\n", m.mean_token_cosine, m.min_token_cosine);
+    std::printf("max |error|          %.6f\n", m.max_abs_error);
+    return kExitOk;
+  }
 
   std::shared_ptr<const Engine> engine, reference;
   Status status = Engine::load(engine_path, &engine);

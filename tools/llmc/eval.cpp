@@ -134,17 +134,137 @@ Status evaluateEngine(std::shared_ptr<const Engine> engine_in, std::shared_ptr<c
   return okStatus();
 }
 
+namespace {
+
+Status loadTokenizer(const std::string& tokenizer_path, const std::vector<std::shared_ptr<const Engine>>& engines,
+                     std::unique_ptr<Tokenizer>* tokenizer) {
+  if (!tokenizer_path.empty()) return Tokenizer::fromFile(tokenizer_path, tokenizer);
+  for (const auto& engine : engines)
+    if (!*tokenizer && !engine->tokenizerJson().empty())
+      LLMC_RETURN_IF_ERROR(Tokenizer::fromJson(engine->tokenizerJson(), tokenizer));
+  if (!*tokenizer) return invalidArgument("no engine carries a tokenizer: give --tokenizer tokenizer.json");
+  return okStatus();
+}
+
+// An encoder's session and which of input_ids / attention_mask / token_type_ids it takes.
+struct EncoderRun {
+  std::shared_ptr<const Engine> engine;
+  std::unique_ptr<Session> session;
+  std::vector<std::pair<std::string, DType>> inputs;
+  size_t output_index = 0;
+};
+
+Status openEncoder(std::shared_ptr<const Engine> engine, const SessionOptions& options, const std::string& output,
+                   EncoderRun* run) {
+  run->engine = std::move(engine);
+  const std::string& path = run->engine->path();
+  for (const TensorInfo& input : run->engine->inputs()) {
+    if (input.name != "input_ids" && input.name != "attention_mask" && input.name != "token_type_ids")
+      return invalidArgument(path + ": input '" + input.name +
+                             "' is not one llmc eval feeds an encoder (input_ids, attention_mask, token_type_ids)");
+    run->inputs.push_back({input.name, input.dtype});
+  }
+  bool found = false;
+  for (size_t i = 0; i < run->engine->outputs().size() && !found; ++i) {
+    const TensorInfo& info = run->engine->outputs()[i];
+    if (output.empty() ? info.dtype == DType::kFloat32 && info.dims.size() == 3 : info.name == output)
+      run->output_index = i, found = true;
+  }
+  if (!found)
+    return invalidArgument(path + (output.empty() ? ": no float32 output [batch, tokens, hidden]"
+                                                  : ": no output named '" + output + "'"));
+  return Session::create(run->engine, options, &run->session);
+}
+
+Status encode(EncoderRun& run, const std::vector<int32_t>& sentence, Tensor* out) {
+  std::vector<int64_t> ids(sentence.begin(), sentence.end()), ones(sentence.size(), 1), zeros(sentence.size(), 0);
+  std::vector<NamedTensor> inputs;
+  for (const auto& [name, dtype] : run.inputs)
+    inputs.push_back({name, integers(dtype, name == "input_ids" ? ids : name == "attention_mask" ? ones : zeros)});
+  std::vector<NamedTensor> outputs;
+  LLMC_RETURN_IF_ERROR(run.session->run(inputs, &outputs).withContext(run.engine->path()));
+  *out = outputs[run.output_index].tensor;
+  if (out->dtype() != DType::kFloat32 || out->rank() != 3 || out->dim(1) != static_cast<int64_t>(sentence.size()))
+    return invalidArgument(run.engine->path() + ": output " + shapeToString(out->shape()) +
+                           " is not float32 [1, tokens, hidden]");
+  return okStatus();
+}
+
+double cosine(const float* a, const float* b, int64_t n) {
+  double dot = 0, na = 0, nb = 0;
+  for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(a[i]) * b[i], na += a[i] * static_cast<double>(a[i]),
+                                   nb += b[i] * static_cast<double>(b[i]);
+  return na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : (na == nb ? 1.0 : 0.0);
+}
+
+}  // namespace
+
+Status evaluateEncoder(std::shared_ptr<const Engine> engine_in, std::shared_ptr<const Engine> reference_in,
+                       const SessionOptions& options, const std::vector<std::vector<int32_t>>& sentences,
+                       const std::string& output, EncoderMetrics* metrics) {
+  EncoderRun engine, reference;
+  LLMC_RETURN_IF_ERROR(openEncoder(std::move(engine_in), options, output, &engine));
+  LLMC_RETURN_IF_ERROR(openEncoder(std::move(reference_in), options, output, &reference));
+  if (sentences.empty()) return invalidArgument("no sentences to encode");
+  *metrics = EncoderMetrics();
+  metrics->output = engine.engine->outputs()[engine.output_index].name;
+  metrics->min_cosine = metrics->min_token_cosine = 1;
+  double sum = 0, token_sum = 0;
+  for (const std::vector<int32_t>& sentence : sentences) {
+    Tensor a, b;
+    LLMC_RETURN_IF_ERROR(encode(engine, sentence, &a));
+    LLMC_RETURN_IF_ERROR(encode(reference, sentence, &b));
+    if (a.shape() != b.shape())
+      return invalidArgument("the engines' outputs differ in shape: " + shapeToString(a.shape()) + " vs " +
+                             shapeToString(b.shape()));
+    const int64_t tokens = a.dim(1), hidden = a.dim(2);
+    std::vector<float> pooled_a(static_cast<size_t>(hidden), 0.0f), pooled_b(pooled_a.size(), 0.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* ra = a.data<float>() + t * hidden;
+      const float* rb = b.data<float>() + t * hidden;
+      const double c = cosine(ra, rb, hidden);
+      token_sum += c;
+      metrics->min_token_cosine = std::min(metrics->min_token_cosine, c);
+      for (int64_t h = 0; h < hidden; ++h) {
+        pooled_a[static_cast<size_t>(h)] += ra[h] / static_cast<float>(tokens);
+        pooled_b[static_cast<size_t>(h)] += rb[h] / static_cast<float>(tokens);
+        metrics->max_abs_error = std::max(metrics->max_abs_error, std::fabs(static_cast<double>(ra[h]) - rb[h]));
+      }
+    }
+    const double c = cosine(pooled_a.data(), pooled_b.data(), hidden);
+    sum += c;
+    metrics->min_cosine = std::min(metrics->min_cosine, c);
+    metrics->tokens += tokens;
+    ++metrics->sentences;
+  }
+  metrics->mean_cosine = sum / static_cast<double>(metrics->sentences);
+  metrics->mean_token_cosine = token_sum / static_cast<double>(metrics->tokens);
+  return okStatus();
+}
+
+Status tokenizeLines(const std::string& path, const std::string& tokenizer_path,
+                     const std::vector<std::shared_ptr<const Engine>>& engines,
+                     std::vector<std::vector<int32_t>>* sentences) {
+  std::unique_ptr<Tokenizer> tokenizer;
+  LLMC_RETURN_IF_ERROR(loadTokenizer(tokenizer_path, engines, &tokenizer));
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return invalidArgument(path + ": cannot open the sentences");
+  sentences->clear();
+  std::string line;
+  for (int64_t number = 1; std::getline(file, line); ++number) {
+    if (line.empty()) continue;
+    std::vector<int32_t> ids;
+    LLMC_RETURN_IF_ERROR(tokenizer->encode(line, true, &ids).withContext(path + ":" + std::to_string(number)));
+    if (!ids.empty()) sentences->push_back(std::move(ids));
+  }
+  if (sentences->empty()) return invalidArgument(path + ": no sentences");
+  return okStatus();
+}
+
 Status tokenizeText(const std::string& path, const std::string& tokenizer_path,
                     const std::vector<std::shared_ptr<const Engine>>& engines, std::vector<int32_t>* ids) {
   std::unique_ptr<Tokenizer> tokenizer;
-  if (!tokenizer_path.empty()) {
-    LLMC_RETURN_IF_ERROR(Tokenizer::fromFile(tokenizer_path, &tokenizer));
-  } else {
-    for (const auto& engine : engines)
-      if (!tokenizer && !engine->tokenizerJson().empty())
-        LLMC_RETURN_IF_ERROR(Tokenizer::fromJson(engine->tokenizerJson(), &tokenizer));
-    if (!tokenizer) return invalidArgument("no engine carries a tokenizer: give --tokenizer tokenizer.json");
-  }
+  LLMC_RETURN_IF_ERROR(loadTokenizer(tokenizer_path, engines, &tokenizer));
   std::ifstream file(path, std::ios::binary);
   if (!file) return invalidArgument(path + ": cannot open the text");
   std::stringstream buffer;

@@ -28,6 +28,29 @@ Status evaluateEngine(std::shared_ptr<const Engine> engine, std::shared_ptr<cons
                       const SessionOptions& options, const std::vector<int32_t>& ids, int64_t context,
                       int64_t max_windows, EvalMetrics* metrics);
 
+// An encoder (e.g. a sentence-embedding model) against its reference, sentence by sentence:
+// the cosine similarity of each sentence's mean-pooled output (over its tokens, as
+// sentence-transformers pools) and of each token's output row, and the largest absolute error.
+struct EncoderMetrics {
+  int64_t sentences = 0, tokens = 0;
+  std::string output;  // the output compared
+  double mean_cosine = 0, min_cosine = 0;              // pooled, per sentence
+  double mean_token_cosine = 0, min_token_cosine = 0;  // per token row
+  double max_abs_error = 0;
+};
+
+// Feeds input_ids, attention_mask (ones) and token_type_ids (zeros) where the engines have them;
+// compares `output` (empty: the first float32 output of rank 3, [1, tokens, hidden]).
+Status evaluateEncoder(std::shared_ptr<const Engine> engine, std::shared_ptr<const Engine> reference,
+                       const SessionOptions& options, const std::vector<std::vector<int32_t>>& sentences,
+                       const std::string& output, EncoderMetrics* metrics);
+
+// Each non-empty line of `path` tokenized with the special tokens (a sentence, as an encoder
+// sees it).
+Status tokenizeLines(const std::string& path, const std::string& tokenizer_path,
+                     const std::vector<std::shared_ptr<const Engine>>& engines,
+                     std::vector<std::vector<int32_t>>* sentences);
+
 // The text of `path` tokenized with `tokenizer_path`, or else the first of `engines` that
 // carries a tokenizer.
 Status tokenizeText(const std::string& path, const std::string& tokenizer_path,

@@ -65,6 +65,7 @@ const char kUsage[] =
     "  refit ENGINE --weights FILE.safetensors -o OUT.engine\n"
     "      fill an engine's weights (e.g. a --strip-weights engine) from the model's initializers\n"
     "  eval ENGINE --reference FLOAT.engine --text FILE [--context N] [--max-windows N]\n"
+    "  eval ENGINE --reference FLOAT.engine --sentences FILE [--output NAME]   (an encoder)\n"
     "          [--tokenizer tokenizer.json] [--json] [--backend auto|cpu|cuda]\n"
     "      accuracy against a reference engine: perplexity, KL divergence, top-1 agreement\n"
     "  inspect ENGINE [--json]\n"

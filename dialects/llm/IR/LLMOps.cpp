@@ -149,8 +149,8 @@ LogicalResult QuantMatMulOp::verify() {
     return emitOpError() << "zeros must be given exactly for int4_zp";
   if (!isa<NoneType>(getZeros().getType()) && cast<ShapedType>(getZeros().getType()).getShape() != scales.getShape())
     return emitOpError() << "zeros must have the scales' shape";
-  auto a = cast<RankedTensorType>(getA().getType());
-  const int64_t k = a.getRank() ? a.getDimSize(a.getRank() - 1) : ShapedType::kDynamic;
+  auto a = dyn_cast<RankedTensorType>(getA().getType());  // unranked: K is checked when it runs
+  const int64_t k = a && a.getRank() ? a.getDimSize(a.getRank() - 1) : ShapedType::kDynamic;
   if (!ShapedType::isDynamic(k) && data.getDimSize(1) != (eight ? k : k / 2))
     return emitOpError() << "data " << data.getDimSize(1) << " columns do not hold K = " << k;
   if (auto activation = getActivation(); activation && !isKnownActivation(*activation, true))

@@ -158,12 +158,12 @@ def LLM_QuantMatMulOp : LLM_Op<"quant_matmul", [Pure]> {
         : (tensor<?x64xf32>, tensor<256x64xi8>, tensor<256x1xf32>, none, none) -> tensor<?x256xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$a, AnyRankedTensor:$data, AnyRankedTensor:$scales,
+  let arguments = (ins AnyTensor:$a, AnyRankedTensor:$data, AnyRankedTensor:$scales,
                    AnyType:$zeros, AnyType:$bias, Optional<AnyRankedTensor>:$input_scales,
                    StrAttr:$format, I64Attr:$group,
                    OptionalAttr<StrAttr>:$activation, OptionalAttr<F32Attr>:$alpha,
                    OptionalAttr<I64Attr>:$gated);
-  let results = (outs AnyRankedTensor:$output);
+  let results = (outs AnyTensor:$output);
   let assemblyFormat = "`(` $a `,` $data `,` $scales `,` $zeros `,` $bias (`,` $input_scales^)? `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }

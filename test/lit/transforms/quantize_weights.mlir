@@ -72,3 +72,19 @@ func.func @stays_float(%x: tensor<2x48xf32>, %a: tensor<2x32xf32>, %c: tensor<32
   %l = llm.fused_matmul(%a, %h, %none) : (tensor<2x32xf32>, tensor<32x32xf32>, none) -> tensor<2x32xf32> loc("lm_head")
   return %y, %z, %l : tensor<2x3xf32>, tensor<2x32xf32>, tensor<2x32xf32>
 }
+
+// -----
+
+// Tests that a product whose activations shape inference left unranked is still quantized (the
+// kernel checks K when it runs; torch's BERT exports leave some of these).
+// CHECK-LABEL: func @unranked
+// KEEP-LABEL: func @unranked
+// INT4-LABEL: func @unranked
+// ZP-LABEL: func @unranked
+// FP8-LABEL: func @unranked
+// CHECK: llm.quant_matmul{{.*}}format = "int8"{{.*}}(tensor<*xf32>, tensor<16x32xi8>, tensor<16x1xf32>, none, none) -> tensor<*xf32>
+func.func @unranked(%x: tensor<*xf32>) -> tensor<*xf32> {
+  %w = nn.constant dense<0.5> : tensor<32x16xf32>
+  %y = nn.matmul(%x, %w) : (tensor<*xf32>, tensor<32x16xf32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
