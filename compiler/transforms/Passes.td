@@ -144,6 +144,23 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
 
+def LowerMatMulNBits : Pass<"llmc-lower-matmul-nbits", "mlir::func::FuncOp"> {
+  let summary = "ONNX Runtime's MatMulNBits with a constant 4-bit weight -> llm.quant_matmul";
+  let description = [{
+    A com.microsoft.MatMulNBits (bits 4, K and block_size multiples of 32, float32 scales,
+    no or packed uint8 zero points, no g_idx) whose weight is constant becomes llm.quant_matmul
+    in `int4` (no zero points: MatMulNBits' default zero point 8 is int4's) or `int4_zp`, its
+    weight repacked by the runtime's `LlmRepackNBits` kernel (recorded as the recipe). The int4
+    kernels quantize activations to int8 blocks: done for accuracy_level 4 (which allows it) or
+    with `int8-activations`; other products keep the float reference kernel.
+  }];
+  let options = [
+    Option<"int8Activations", "int8-activations", "bool", "false",
+           "lower every eligible MatMulNBits, whatever its accuracy_level">,
+  ];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
 def FuseRope : Pass<"llmc-fuse-rope", "mlir::func::FuncOp"> {
   let summary = "x * cos + rotate_half(x) * sin -> llm.rope";
   let description = [{

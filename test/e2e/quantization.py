@@ -174,6 +174,48 @@ def main():
                 check(min(firsts) >= least, f"KV cache {dtype}: greedy tokens equal float32's for the first "
                                             f"{firsts} of 48 (at least {least} each)")
 
+        # An encoder (test/models/bert_tiny, random weights, vocabulary 512) in int8 against its
+        # float32 engine with llmc eval --sentences, through a word-level tokenizer written
+        # here; the float32 engine against itself compares equal.
+        bert = os.path.join(MODELS, "bert_tiny", "model.onnx")
+        words = ["the", "a", "cat", "dog", "sat", "ran", "on", "in", "mat", "park", "big", "small", "red", "blue"]
+        vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: 10 + 7 * i for i, w in enumerate(words)}}
+        tokenizer = {
+            "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": {"type": "Whitespace"},
+            "post_processor": {"type": "TemplateProcessing",
+                               "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                                          {"Sequence": {"id": "A", "type_id": 0}},
+                                          {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                               "pair": [], "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                                                              "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+            "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}
+        bert_tokenizer = os.path.join(tmp, "bert_words.json")
+        with open(bert_tokenizer, "w") as f:
+            json.dump(tokenizer, f)
+        sentences = os.path.join(tmp, "sentences.txt")
+        with open(sentences, "w") as f:
+            f.write("the cat sat on the mat\na big dog ran in the park\nthe small red cat\n\na blue dog sat\n")
+        bert_engines = {}
+        for name, flags in (("float32", []), ("int8", ["--quantize", "int8"])):
+            bert_engines[name] = os.path.join(tmp, f"bert_{name}.engine")
+            proc = run([args.llmc, "compile", bert, "-o", bert_engines[name], "--tokenizer", bert_tokenizer, *flags])
+            check(proc.returncode == 0, f"encoder {name}: compile" + ("" if proc.returncode == 0 else proc.stderr[-300:]))
+        results = {}
+        for name in ("float32", "int8"):
+            proc = run([args.llmc, "eval", bert_engines[name], "--reference", bert_engines["float32"],
+                        "--sentences", sentences, "--json"])
+            check(proc.returncode == 0, f"encoder {name}: eval --sentences {proc.stderr.strip()[-300:]}")
+            if proc.returncode == 0:
+                results[name] = json.loads(proc.stdout)
+        if len(results) == 2:
+            same, int8 = results["float32"], results["int8"]
+            check(same["sentences"] == 4 and same["max_abs_error"] == 0 and same["min_cosine"] > 0.9999999,
+                  f"encoder: the float32 engine equals itself ({same})")
+            check(0.999 < int8["mean_cosine"] < 1 and int8["min_token_cosine"] > 0.99,
+                  f"encoder int8: pooled cosine {int8['mean_cosine']:.6f} (min {int8['min_cosine']:.6f}), "
+                  f"per token min {int8['min_token_cosine']:.6f}")
+
         # --max-ppl-increase: over the limit, an error naming the layers whose float32 version
         # recovers the most, and nothing written; within it, the engine.
         short_text = os.path.join(tmp, "short.txt")

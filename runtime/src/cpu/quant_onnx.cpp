@@ -338,9 +338,61 @@ Status matMulNBits(KernelContext& ctx) {
   return okStatus();
 }
 
+// MatMulNBits' 4-bit weight in llm.quant_matmul's layout (core/quant.h), for the compiler's
+// lowering of MatMulNBits onto the int4 kernels (and `llmc refit`, which replays it): B [N,
+// blocks, block_size / 2] (element j of a block in byte j / 2, low nibble first) becomes data
+// [N, K / 2] (per 32 along K: byte j holds element j low and j + 16 high), the float32 scales
+// [N * blocks] become float16 [N, blocks] (group = block_size), and packed 4-bit zero points
+// become uint8 [N, blocks]. Params K, N, block_size (a multiple of 32), zero_points (0/1).
+Status repackNBits(KernelContext& ctx) {
+  const Tensor* b = ctx.input(0);
+  const Tensor* scales = ctx.input(1);
+  const Tensor* zeros = ctx.input(2);
+  const int64_t k = ctx.params().getInt("K", 0), n = ctx.params().getInt("N", 0);
+  const int64_t block = ctx.params().getInt("block_size", 0);
+  if (k < 32 || k % 32 != 0 || n < 1 || block < 32 || block % 32 != 0)
+    return kernelError(ctx, "LlmRepackNBits needs K a multiple of 32 and block_size a multiple of 32");
+  const int64_t blocks = (k + block - 1) / block;
+  if (!b || !scales || b->dtype() != DType::kUInt8 || b->numElements() != n * blocks * (block / 2) ||
+      scales->dtype() != DType::kFloat32 || scales->numElements() != n * blocks)
+    return kernelError(ctx, "LlmRepackNBits: B must be uint8 [N, blocks, block_size / 2] and scales float32 [N * blocks]");
+  const int64_t zero_row = (blocks + 1) / 2;
+  if (zeros && (zeros->dtype() != DType::kUInt8 || zeros->numElements() != n * zero_row))
+    return kernelError(ctx, "LlmRepackNBits: zero_points must be packed uint8 [N * " + std::to_string(zero_row) + "]");
+  if (ctx.numOutputs() < 1 || ctx.numOutputs() > (zeros ? 3u : 2u))
+    return kernelError(ctx, "LlmRepackNBits has data, scales and (with zero points) zeros");
+  Tensor* outs[3] = {nullptr, nullptr, nullptr};
+  const DType dtypes[3] = {DType::kUInt8, DType::kFloat16, DType::kUInt8};
+  const Shape shapes[3] = {{n, k / 2}, {n, blocks}, {n, blocks}};
+  for (size_t i = 0; i < ctx.numOutputs(); ++i) LLMC_RETURN_IF_ERROR(ctx.allocateOutput(i, dtypes[i], shapes[i], &outs[i]));
+  if (ctx.shapeOnly()) return okStatus();
+  const uint8_t* src = b->data<uint8_t>();
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t blk = i / block, j = i % block;
+      const uint8_t cell = src[(row * blocks + blk) * (block / 2) + j / 2];
+      const uint8_t q = j % 2 == 0 ? cell & 0x0f : cell >> 4;
+      if (outs[0]) {
+        const int64_t b32 = i / 32, e = i % 32;
+        uint8_t& dst = outs[0]->data<uint8_t>()[row * (k / 2) + b32 * 16 + e % 16];
+        dst = e < 16 ? static_cast<uint8_t>((dst & 0xf0) | q) : static_cast<uint8_t>((dst & 0x0f) | (q << 4));
+      }
+    }
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (outs[1]) outs[1]->data<Float16>()[row * blocks + blk] = toFloat16(scales->data<float>()[row * blocks + blk]);
+      if (outs[2]) {
+        const uint8_t cell = zeros->data<uint8_t>()[row * zero_row + blk / 2];
+        outs[2]->data<uint8_t>()[row * blocks + blk] = blk % 2 == 0 ? cell & 0x0f : cell >> 4;
+      }
+    }
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 void registerOnnxQuantKernels(KernelRegistry& registry) {
+  registry.add({"LlmRepackNBits", 2, 3, 1, 3, &repackNBits});
   registry.add({"QuantizeLinear", 2, 3, 1, 1, &quantizeLinear});
   registry.add({"DequantizeLinear", 2, 3, 1, 1, &dequantizeLinear});
   registry.add({"DynamicQuantizeLinear", 1, 1, 3, 3, &dynamicQuantizeLinear});

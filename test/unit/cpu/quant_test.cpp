@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/fp8.h"
+#include "core/half.h"
 #include "core/quant.h"
 #include "cpu/quant_dot.h"
 #include "kernel_test_util.h"
@@ -322,6 +323,43 @@ TEST(OnnxQuantTest, MatMulNBitsRefusesWhatItCannotRead) {
   EXPECT_NE(ctx.run("com.microsoft.MatMulNBits").message().find("bits must be"), std::string::npos);
   ctx.kernel_params = params({{"K", intParam(64)}, {"N", intParam(5)}, {"bits", intParam(4)}, {"block_size", intParam(32)}});
   EXPECT_NE(ctx.run("com.microsoft.MatMulNBits").message().find("B must be uint8"), std::string::npos);
+}
+
+// LlmRepackNBits (the compiler's lowering of MatMulNBits): the repacked int4 / int4_zp weight
+// dequantizes to MatMulNBits' own values, (q - zero) * scale, with the scale rounded to float16.
+TEST(OnnxQuantTest, RepackNBitsDequantizesToMatMulNBitsValues) {
+  const int64_t n = 3, k = 96, block = 64, blocks = 2;  // a shorter last block (32 of 64)
+  std::mt19937 rng(5);
+  Tensor b = Tensor::allocate(DType::kUInt8, {n, blocks, block / 2});
+  for (int64_t i = 0; i < b.numElements(); ++i) b.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  Tensor scales = randomFloat({n * blocks}, 6);
+  Tensor zeros = Tensor::allocate(DType::kUInt8, {n * 1});  // ceil(2 blocks * 4 bits / 8) = 1 byte per row
+  for (int64_t i = 0; i < zeros.numElements(); ++i) zeros.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  for (bool with_zeros : {false, true}) {
+    KernelParams p = params({{"K", intParam(k)}, {"N", intParam(n)}, {"block_size", intParam(block)}});
+    std::optional<Tensor> z;
+    if (with_zeros) z = zeros;
+    const size_t outputs = with_zeros ? 3 : 2;
+    Tensor data = runKernel("LlmRepackNBits", {b, scales, z}, p, outputs, 0);
+    Tensor s = runKernel("LlmRepackNBits", {b, scales, z}, p, outputs, 1);
+    Tensor zz = with_zeros ? runKernel("LlmRepackNBits", {b, scales, z}, p, outputs, 2) : Tensor();
+    const QuantTraits& traits = *findQuantTraits(with_zeros ? "int4_zp" : "int4");
+    QuantWeight w;
+    ASSERT_TRUE(makeQuantWeight(traits, k, block, data, s, with_zeros ? &zz : nullptr, &w).ok());
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t r = 0; r < n; ++r) {
+      dequantizeRow(w, r, row.data());
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t blk = i / block, j = i % block;
+        const uint8_t cell = b.data<uint8_t>()[(r * blocks + blk) * (block / 2) + j / 2];
+        const int q = j % 2 == 0 ? cell & 0x0f : cell >> 4;
+        const uint8_t zcell = zeros.data<uint8_t>()[r];
+        const int zero = with_zeros ? (blk % 2 == 0 ? zcell & 0x0f : zcell >> 4) : 8;
+        const float scale = toFloat(toFloat16(scales.data<float>()[r * blocks + blk]));
+        EXPECT_EQ(row[static_cast<size_t>(i)], static_cast<float>(q - zero) * scale) << "row " << r << " element " << i;
+      }
+    }
+  }
 }
 
 // LlmQuantizeWeight is the compiler's quantizer: its outputs are quantizeWeight's.
