@@ -198,6 +198,25 @@ std::string calibrationKey(const std::string& model_bytes, const std::vector<std
   return buffer;
 }
 
+Tensor channelPercentile(const ActivationStats& stats, double q) {
+  const int64_t rows = stats.samples.rank() == 2 ? stats.samples.dim(0) : 0;
+  const int64_t k = stats.absmax.numElements();
+  Tensor out = Tensor::allocate(DType::kFloat32, {k});
+  std::vector<float> column(static_cast<size_t>(rows));
+  for (int64_t j = 0; j < k; ++j) {
+    if (rows == 0) {
+      out.data<float>()[j] = stats.absmax.data<float>()[j];
+      continue;
+    }
+    for (int64_t r = 0; r < rows; ++r) column[static_cast<size_t>(r)] = std::fabs(stats.samples.data<float>()[r * k + j]);
+    // Nearest rank: the ceil(q * rows)-th smallest.
+    const int64_t rank = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(q * static_cast<double>(rows))), 1, rows);
+    std::nth_element(column.begin(), column.begin() + (rank - 1), column.end());
+    out.data<float>()[j] = column[static_cast<size_t>(rank - 1)];
+  }
+  return out;
+}
+
 Status writeCalibrationStats(const std::string& path, const std::string& key, const CalibrationStats& stats) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   Tensor key_tensor = Tensor::allocate(DType::kUInt8, {static_cast<int64_t>(key.size())});

@@ -27,6 +27,10 @@ struct ActivationStats {
   Tensor samples;   // float32 [rows, K], rows <= kCalibrationRows
   int64_t rows_seen = 0;
 };
+// Per-channel percentile q (in (0, 1]) of |x| over the stats' row sample (q = 1: the sample's
+// max; the true absmax over every row seen is `absmax`), float32 [K].
+Tensor channelPercentile(const ActivationStats& stats, double q);
+
 // By the product step's ONNX node (the name the quantization pass sees for the same op).
 using CalibrationStats = std::map<std::string, ActivationStats>;
 

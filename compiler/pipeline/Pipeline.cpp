@@ -134,6 +134,8 @@ std::string buildOptionsString(const CompileOptions& options, const std::set<std
     for (const std::string& pattern : options.keep_float) opts += ";keep-float=" + pattern;
     if (options.awq) opts += ";awq";
     if (options.quantize == "w8a8") opts += ";smooth-alpha=" + std::to_string(options.smooth_alpha);
+    if (options.quantize == "w8a8" && options.smooth_percentile < 1)
+      opts += ";smooth-percentile=" + std::to_string(options.smooth_percentile);
   }
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
@@ -305,6 +307,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     quant.calibStats = calib_stats_path;
     quant.awq = options.awq;
     quant.smoothAlpha = options.smooth_alpha;
+    quant.smoothPercentile = options.smooth_percentile;
     fpm.addPass(createQuantizeWeights(quant));
   }
   fpm.addPass(createLowerToExec());

@@ -55,6 +55,7 @@ struct CompileOptions {
   std::string calib_dir;
   bool awq = false;  // activation-aware scales for 4-bit weights (docs/quantization.md)
   double smooth_alpha = 0.5;  // w8a8: SmoothQuant's migration strength
+  double smooth_percentile = 1.0;  // w8a8: percentile of |x| per channel taken as its max (1: absmax)
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };
 

@@ -54,6 +54,7 @@ class LowerMatMulNBitsPass : public impl::LowerMatMulNBitsBase<LowerMatMulNBitsP
       return i < count && !isa<NoneType>(op->getOperand(i).getType()) ? op->getOperand(i) : Value();
     };
     Value a = operand(0), b = operand(1), scales = operand(2), zeros = operand(3), g_idx = operand(4), bias = operand(5);
+    if (!a || !b || !scales) return miss("A, B and scales are required");
     if (bits != 4) return miss("bits " + std::to_string(bits) + ": the int4 kernels take 4");
     if (k % 32 != 0 || block % 32 != 0) return miss("K and block_size must be multiples of 32");
     if (accuracy < 4 && !int8Activations) return miss("accuracy_level below 4 asks for float activations");

@@ -39,14 +39,18 @@ struct AwqChoice {
 };
 // SmoothQuant's factors: s_j = max|x_j|^alpha / max|W_j|^(1 - alpha) per input channel j
 // (W_j: the weight's row j along K), which move the activations' outliers into the weight.
-Tensor smoothingScales(const Tensor& w, bool trans_b, const ActivationStats& stats, double alpha) {
+// SmoothQuant's s_j = max|x_j|^alpha / max|W_j|^(1 - alpha); max|x_j| is the absmax over every
+// calibration row, or with percentile < 1 that percentile of |x_j| over the row sample (an
+// outlier-robust choice).
+Tensor smoothingScales(const Tensor& w, bool trans_b, const ActivationStats& stats, double alpha, double percentile) {
   const int64_t k = trans_b ? w.dim(1) : w.dim(0), n = trans_b ? w.dim(0) : w.dim(1);
+  const Tensor x_stat = percentile < 1 ? channelPercentile(stats, percentile) : stats.absmax;
   Tensor s = Tensor::allocate(DType::kFloat32, {k});
   for (int64_t j = 0; j < k; ++j) {
     float w_max = 0;
     for (int64_t c = 0; c < n; ++c)
       w_max = std::max(w_max, std::fabs(trans_b ? w.data<float>()[c * k + j] : w.data<float>()[j * n + c]));
-    const double x_max = std::max(stats.absmax.data<float>()[j], 1e-5f);
+    const double x_max = std::max(x_stat.data<float>()[j], 1e-5f);
     const double value = std::pow(x_max, alpha) / std::pow(std::max(w_max, 1e-5f), 1 - alpha);
     s.data<float>()[j] = static_cast<float>(std::clamp(value, 1e-5, 1e5));
   }
@@ -277,8 +281,9 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
         importance = std::move(choice->importance);
       }
     } else if (stats != stats_.end() && traits.per_token_activations) {
-      row_scales = smoothingScales(*float32Constant(w), trans_b != 0, stats->second, smoothAlpha);
-      detail = "smoothed (alpha " + std::to_string(smoothAlpha).substr(0, 4) + ")";
+      row_scales = smoothingScales(*float32Constant(w), trans_b != 0, stats->second, smoothAlpha, smoothPercentile);
+      detail = "smoothed (alpha " + std::to_string(smoothAlpha).substr(0, 4) +
+               (smoothPercentile < 1 ? ", percentile " + std::to_string(smoothPercentile).substr(0, 5) : std::string()) + ")";
     } else if (traits.per_token_activations) {
       detail = "not smoothed: the calibration did not see this product";
     }

@@ -55,6 +55,19 @@ int64_t mismatches(const Tensor& got, const Tensor& want, double rtol, double at
   return bad;
 }
 
+// An input set's tensors (manifest paths relative to `dir`); a file that does not read fails
+// the test.
+std::vector<NamedTensor> readInputSet(const std::string& dir, const nlohmann::json& set, const std::string& label) {
+  std::vector<NamedTensor> inputs;
+  for (const auto& [input, file] : set["inputs"].items()) {
+    Tensor t;
+    Status status = readTensorFile(dir + "/" + file.get<std::string>(), &t);
+    EXPECT_TRUE(status.ok()) << label << ": " << status.message();
+    inputs.push_back({input, std::move(t)});
+  }
+  return inputs;
+}
+
 class EngineGpuTest : public CudaTest {
  protected:
   void SetUp() override {
@@ -98,12 +111,7 @@ TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
     const double atol = std::max(1e-4, manifest["tolerance"].value("atol", 1e-5));
     for (const auto& set : manifest["input_sets"]) {
       const std::string label = name + "/" + set["name"].get<std::string>();
-      std::vector<NamedTensor> inputs;
-      for (const auto& [input, file] : set["inputs"].items()) {
-        Tensor t;
-        ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &t).ok()) << label;
-        inputs.push_back({input, std::move(t)});
-      }
+      const std::vector<NamedTensor> inputs = readInputSet(dir, set, label);
       std::vector<NamedTensor> gpu, cpu;
       Session::StepCounts counts, cpu_counts;
       Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts);
@@ -150,12 +158,7 @@ TEST_F(EngineGpuTest, HalfPrecisionWeightsStayNearTheExporter) {
       const double bound = dtype == DType::kBFloat16 ? 3e-2 : 5e-3;
       for (const auto& set : manifest["input_sets"]) {
         const std::string label = name + "/" + dtypeName(dtype) + "/" + set["name"].get<std::string>();
-        std::vector<NamedTensor> inputs;
-        for (const auto& [input, file] : set["inputs"].items()) {
-          Tensor t;
-          ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &t).ok()) << label;
-          inputs.push_back({input, std::move(t)});
-        }
+        const std::vector<NamedTensor> inputs = readInputSet(dir, set, label);
         std::vector<NamedTensor> gpu;
         Session::StepCounts counts;
         Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts, dtype);
@@ -199,12 +202,7 @@ TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
       const double bound = std::string(mode) == "w8a8" || std::string(mode) == "fp8" ? 5e-3 : 3e-2;
       for (const auto& set : manifest["input_sets"]) {
         const std::string label = name + "/" + mode + "/" + set["name"].get<std::string>();
-        std::vector<NamedTensor> inputs;
-        for (const auto& [input, file] : set["inputs"].items()) {
-          Tensor t;
-          ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &t).ok()) << label;
-          inputs.push_back({input, std::move(t)});
-        }
+        const std::vector<NamedTensor> inputs = readInputSet(dir, set, label);
         std::vector<NamedTensor> gpu, cpu;
         Session::StepCounts counts, cpu_counts;
         Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts);

@@ -218,6 +218,29 @@ TEST_F(MatMulTest, HalfOperandsMatchCpuOnRoundedValues) {
     }
 }
 
+using SoftmaxGpuTest = CudaTest;
+
+TEST_F(SoftmaxGpuTest, MatchesCpuSoftmaxAndLogSoftmax) {
+  uint32_t seed = 950;
+  for (Shape shape : {Shape{1, 1}, Shape{3, 7}, Shape{2, 5, 1000}, Shape{4, 32000}})
+    for (bool log : {false, true}) {
+      Tensor x = randomFloat(shape, seed++);
+      for (int64_t i = 0; i < x.numElements(); i += 3) x.data<float>()[i] *= 20.0f;  // large logits
+      Tensor want = runKernel(log ? "LogSoftmax" : "Softmax", {x});
+      const int64_t width = shape.back();
+      DeviceBuffer dx(x), dy(x.numElements());
+      cuda::SoftmaxParams p;
+      p.x = dx.get();
+      p.y = dy.get();
+      p.width = width;
+      p.rows = x.numElements() / width;
+      p.log = log;
+      ASSERT_TRUE(cuda::launchSoftmax(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LT(relativeL2(dy.toHost(shape), want), 1e-5) << (log ? "log " : "") << shapeToString(shape);
+    }
+}
+
 using GateTest = CudaTest;
 
 TEST_F(GateTest, GatedActivationMatchesCpuLlmGatedMlp) {

@@ -71,16 +71,18 @@ TEST(KvGeneration, GreedyEqualsFullRecomputation) {
   }
 }
 
-TEST(KvGeneration, Float16CacheKeepsTheGreedyTokens) {
+TEST(KvGeneration, Float16AndInt8CachesKeepTheGreedyTokens) {
   auto engine = loadEngine();
   auto f32 = makeGenerator(engine, true);
   auto f16 = makeGenerator(engine, true, 0, DType::kFloat16);
+  auto int8 = makeGenerator(engine, true, 0, DType::kInt8);
   for (size_t length : {5u, 30u}) {
     auto prompt = promptOf(length, static_cast<int32_t>(70 + length));
     EXPECT_EQ(greedy(*f16, prompt, 16), greedy(*f32, prompt, 16)) << "prompt of " << length;
+    EXPECT_EQ(greedy(*int8, prompt, 16), greedy(*f32, prompt, 16)) << "int8 cache, prompt of " << length;
   }
   GeneratorConfig bad;
-  bad.kv_cache_dtype = DType::kInt8;
+  bad.kv_cache_dtype = DType::kInt32;
   std::unique_ptr<Generator> generator;
   EXPECT_EQ(Generator::create(engine, bad, &generator).code(), StatusCode::kInvalidArgument);
 }

@@ -48,6 +48,10 @@ MODES = [  # name, flags, max size ratio, check
                          "--tokenizer", TOKENIZER], 0.30, None),
     ("w8a8", ["--quantize", "w8a8", "--calib", CALIBRATION, "--tokenizer", TOKENIZER], 0.30,
      ("top1_agreement", ">=", 0.97)),
+    # SmoothQuant with each channel's 99th percentile of |x| (over the calibration's row sample)
+    # in place of its absmax.
+    ("w8a8 p99", ["--quantize", "w8a8", "--smooth-percentile", "0.99", "--calib", CALIBRATION,
+                  "--tokenizer", TOKENIZER], 0.30, ("top1_agreement", ">=", 0.97)),
     ("fp8", ["--quantize", "fp8"], 0.30, ("top1_agreement", ">=", 0.93)),
 ]
 
@@ -135,6 +139,9 @@ def main():
                   f"AWQ beats round to nearest: perplexity +{100 * awq['perplexity_increase']:.2f}% vs "
                   f"+{100 * rtn['perplexity_increase']:.2f}%, KL {awq['mean_kl']:.5f} vs {rtn['mean_kl']:.5f}, "
                   f"top-1 {100 * awq['top1_agreement']:.2f}% vs {100 * rtn['top1_agreement']:.2f}%")
+        if "w8a8" in engines and "w8a8 p99" in engines:
+            with open(engines["w8a8"], "rb") as a, open(engines["w8a8 p99"], "rb") as b:
+                check(a.read() != b.read(), "--smooth-percentile 0.99 changes the smoothing scales")
         if by_name.get("w8a8") and by_name.get("w8a8 unsmoothed"):
             smooth, plain = by_name["w8a8"], by_name["w8a8 unsmoothed"]
             check(smooth["mean_kl"] < plain["mean_kl"] and smooth["top1_agreement"] > plain["top1_agreement"],

@@ -163,6 +163,13 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     if (!v || end == v->c_str() || *end != '\0' || alpha < 0 || alpha > 1)
       return usageError(command, "--smooth-alpha takes a number in [0, 1]");
     options.smooth_alpha = alpha;
+  } else if (arg == "--smooth-percentile") {
+    const std::string* v = value();
+    char* end = nullptr;
+    const double q = v ? std::strtod(v->c_str(), &end) : -1;
+    if (!v || end == v->c_str() || *end != '\0' || !(q > 0.5) || q > 1)
+      return usageError(command, "--smooth-percentile takes a number in (0.5, 1] (e.g. 0.99)");
+    options.smooth_percentile = q;
   } else if (arg == "--keep-float") {
     const std::string* v = value();
     if (!v || v->empty()) return usageError(command, "--keep-float needs a node-name pattern");

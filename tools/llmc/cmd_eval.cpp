@@ -47,6 +47,8 @@ int runEval(const std::vector<std::string>& args) {
   if (text_path.empty() == sentences_path.empty())
     return usageError("eval", "give --text FILE (a language model) or --sentences FILE (an encoder)");
 
+  if (!sentences_path.empty() && (context != 0 || max_windows != 0))
+    return usageError("eval", "--context and --max-windows are for --text (a language model)");
   if (!sentences_path.empty()) {
     std::shared_ptr<const Engine> engine, reference;
     Status status = Engine::load(engine_path, &engine);
@@ -57,10 +59,15 @@ int runEval(const std::vector<std::string>& args) {
     if (status.ok()) status = evaluateEncoder(engine, reference, session_options, sentences, output_name, &m);
     if (!status.ok()) return reportError("eval", status);
     if (json) {
+      std::string name;  // JSON-escaped
+      for (char c : m.output) {
+        if (c == '"' || c == '\\') name += '\\';
+        if (static_cast<unsigned char>(c) >= 0x20) name += c;
+      }
       std::printf("{\"sentences\": %lld, \"tokens\": %lld, \"output\": \"%s\", \"mean_cosine\": %.8f, "
                   "\"min_cosine\": %.8f, \"mean_token_cosine\": %.8f, \"min_token_cosine\": %.8f, "
                   "\"max_abs_error\": %.6f}\n",
-                  static_cast<long long>(m.sentences), static_cast<long long>(m.tokens), m.output.c_str(),
+                  static_cast<long long>(m.sentences), static_cast<long long>(m.tokens), name.c_str(),
                   m.mean_cosine, m.min_cosine, m.mean_token_cosine, m.min_token_cosine, m.max_abs_error);
       return kExitOk;
     }

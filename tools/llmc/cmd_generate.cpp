@@ -112,7 +112,7 @@ int runGenerate(const std::vector<std::string>& args) {
       else if (v && *v == "f16") config.kv_cache_dtype = DType::kFloat16;
       else if (v && *v == "bf16") config.kv_cache_dtype = DType::kBFloat16;
       else if (v && *v == "int8") config.kv_cache_dtype = DType::kInt8;
-      else if (v && *v == "fp8") config.kv_cache_dtype = DType::kUInt8;  // E4M3 codes (kv_cache.h)
+      else if (v && *v == "fp8") config.kv_cache_dtype = kKvCacheFp8;
       else return usageError("generate", arg + " takes f32, f16, bf16, int8 or fp8");
     } else if (arg == "--no-kv-cache") {
       config.use_kv_cache = false;

@@ -23,6 +23,9 @@ Status open(std::shared_ptr<const Engine> engine, const SessionOptions& options,
   run->engine = std::move(engine);
   const std::string& path = run->engine->path();
   for (const TensorInfo& input : run->engine->inputs()) {
+    if (input.dtype != DType::kInt32 && input.dtype != DType::kInt64)
+      return invalidArgument(path + ": input '" + input.name + "' is " + dtypeName(input.dtype) +
+                             "; llmc eval feeds int32 or int64 ids, masks and positions");
     if (input.name == "input_ids") run->ids_name = input.name, run->ids_dtype = input.dtype;
     else if (input.name == "attention_mask") run->mask_name = input.name, run->mask_dtype = input.dtype;
     else if (input.name == "position_ids") run->positions_name = input.name, run->positions_dtype = input.dtype;
@@ -162,6 +165,9 @@ Status openEncoder(std::shared_ptr<const Engine> engine, const SessionOptions& o
     if (input.name != "input_ids" && input.name != "attention_mask" && input.name != "token_type_ids")
       return invalidArgument(path + ": input '" + input.name +
                              "' is not one llmc eval feeds an encoder (input_ids, attention_mask, token_type_ids)");
+    if (input.dtype != DType::kInt32 && input.dtype != DType::kInt64)
+      return invalidArgument(path + ": input '" + input.name + "' is " + dtypeName(input.dtype) +
+                             "; llmc eval feeds int32 or int64 ids and masks");
     run->inputs.push_back({input.name, input.dtype});
   }
   bool found = false;
@@ -184,7 +190,8 @@ Status encode(EncoderRun& run, const std::vector<int32_t>& sentence, Tensor* out
   std::vector<NamedTensor> outputs;
   LLMC_RETURN_IF_ERROR(run.session->run(inputs, &outputs).withContext(run.engine->path()));
   *out = outputs[run.output_index].tensor;
-  if (out->dtype() != DType::kFloat32 || out->rank() != 3 || out->dim(1) != static_cast<int64_t>(sentence.size()))
+  if (out->dtype() != DType::kFloat32 || out->rank() != 3 || out->dim(0) != 1 ||
+      out->dim(1) != static_cast<int64_t>(sentence.size()))
     return invalidArgument(run.engine->path() + ": output " + shapeToString(out->shape()) +
                            " is not float32 [1, tokens, hidden]");
   return okStatus();
@@ -204,7 +211,9 @@ Status evaluateEncoder(std::shared_ptr<const Engine> engine_in, std::shared_ptr<
                        const std::string& output, EncoderMetrics* metrics) {
   EncoderRun engine, reference;
   LLMC_RETURN_IF_ERROR(openEncoder(std::move(engine_in), options, output, &engine));
-  LLMC_RETURN_IF_ERROR(openEncoder(std::move(reference_in), options, output, &reference));
+  // The reference's output of the same name as the engine's (not its own first candidate).
+  LLMC_RETURN_IF_ERROR(openEncoder(std::move(reference_in), options,
+                                   engine.engine->outputs()[engine.output_index].name, &reference));
   if (sentences.empty()) return invalidArgument("no sentences to encode");
   *metrics = EncoderMetrics();
   metrics->output = engine.engine->outputs()[engine.output_index].name;
@@ -252,6 +261,7 @@ Status tokenizeLines(const std::string& path, const std::string& tokenizer_path,
   sentences->clear();
   std::string line;
   for (int64_t number = 1; std::getline(file, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
     if (line.empty()) continue;
     std::vector<int32_t> ids;
     LLMC_RETURN_IF_ERROR(tokenizer->encode(line, true, &ids).withContext(path + ":" + std::to_string(number)));

@@ -44,7 +44,7 @@ const char kUsage[] =
     "          [--opt-level 0|1] [--disable-pass NAME ...] [--report] [--strip-weights]\n"
     "          [--quantize int8|int4|int4_zp|w8a8|fp8 [--quant-group N] [--quant-head FORMAT]\n"
     "           [--keep-float PATTERN ...] [--calib FILE | --calib-dir DIR] [--awq]\n"
-    "           [--smooth-alpha A] [--max-ppl-increase PERCENT [--eval-text FILE]]]\n"
+    "           [--smooth-alpha A] [--smooth-percentile Q] [--max-ppl-increase PERCENT [--eval-text FILE]]]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"
     "          [--repeat N] [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"

@@ -59,6 +59,9 @@ struct GenerationResult {
 // with the tokens so far in the result).
 using TokenCallback = std::function<bool(int32_t token)>;
 
+// The KV-cache dtype that stores FP8 E4M3 codes (llmc has no float8 dtype: its codes are uint8).
+inline constexpr DType kKvCacheFp8 = DType::kUInt8;
+
 struct GeneratorConfig {
   // false: full recomputation even on a language-model engine (what `llmc bench` compares
   // the KV cache against).
@@ -66,9 +69,9 @@ struct GeneratorConfig {
   // KV cache capacity in tokens, all sequences together (0: 4 x the engine's context,
   // at most 1 GiB). A request that needs more fails with kResourceExhausted.
   int64_t kv_cache_tokens = 0;
-  // How the cache stores K/V: float32, float16/bfloat16 for half the memory, int8 or uint8
-  // (FP8 E4M3 codes) for a quarter plus a float32 scale per token and KV head (attention still
-  // computes in float32).
+  // How the cache stores K/V: float32, float16/bfloat16 for half the memory, int8 or
+  // kKvCacheFp8 (FP8 E4M3 codes) for a quarter plus a float32 scale per token and KV head
+  // (attention still computes in float32).
   DType kv_cache_dtype = DType::kFloat32;
   // The backend the model's steps run on (Backend::kAuto: the engine's target).
   SessionOptions session;

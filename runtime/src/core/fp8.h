@@ -9,11 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define LLMC_HOST_DEVICE __host__ __device__
-#else
-#define LLMC_HOST_DEVICE
-#endif
+#include "core/scale.h"  // LLMC_HOST_DEVICE
 
 namespace llmc {
 

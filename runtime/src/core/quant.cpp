@@ -8,6 +8,7 @@
 
 #include "core/fp8.h"
 #include "core/half.h"
+#include "core/scale.h"
 
 namespace llmc {
 namespace {
@@ -127,7 +128,7 @@ Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& trait
         // The absmax maps to E4M3's largest value; the format's own spacing does the rest.
         scale = amax / kE4M3Max;
         scales->data<float>()[at] = scale;
-        const float inverse = scale != 0 ? 1.0f / scale : 0.0f;
+        const float inverse = inverseScale(scale);
         for (int64_t i = 0; i < length; ++i) data->data<uint8_t>()[r * k + g * group + i] = floatToE4M3(x[i] * inverse);
         continue;
       }
@@ -144,7 +145,7 @@ Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& trait
         // down: it keeps the absmax scale.)
         for (int step = 0; step <= (eight ? 0 : kClipSteps); ++step) {
           const float candidate = storedScale(traits, base * (1.0f - 0.01f * static_cast<float>(step)));
-          const float inverse = candidate != 0 ? 1.0f / candidate : 0.0f;
+          const float inverse = inverseScale(candidate);
           float error = 0;
           for (int64_t i = 0; i < length; ++i) {
             const float q = static_cast<float>(std::clamp<long>(std::lround(x[i] * inverse), low, high));
@@ -160,7 +161,7 @@ Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& trait
       }
       if (traits.scale_dtype == DType::kFloat16) scales->data<Float16>()[at] = toFloat16(scale);
       else scales->data<float>()[at] = scale;
-      const float inverse = scale != 0 ? 1.0f / scale : 0.0f;
+      const float inverse = inverseScale(scale);
       for (int64_t i = 0; i < length; ++i) {
         const int64_t e = g * group + i;
         const long q = std::lround(x[i] * inverse);

@@ -17,6 +17,7 @@
 #include "core/kernel.h"
 #include "core/fp8.h"
 #include "core/quant.h"
+#include "core/scale.h"
 #include "cpu/epilogue.h"
 #include "cpu/quant_dot.h"
 
@@ -34,7 +35,7 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits, Qua
     float amax = 0;
     for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
     const float scale = amax / levels;
-    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+    const float inverse = inverseScale(scale);
     int32_t sum = 0;
     for (int64_t i = 0; i < kQuantBlock; ++i) {
       const long q = std::clamp<long>(std::lround(xb[i] * inverse), -static_cast<long>(levels), static_cast<long>(levels));
@@ -165,7 +166,7 @@ float quantizeRowPerToken(const float* x, int64_t k, int8_t* q) {
   float amax = 0;
   for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float scale = amax / 127.0f;
-  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  const float inverse = inverseScale(scale);
   for (int64_t i = 0; i < k; ++i) q[i] = static_cast<int8_t>(std::clamp<long>(std::lround(x[i] * inverse), -127, 127));
   return scale;
 }
@@ -289,7 +290,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
       for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
     }
     const float a_scale = amax / kE4M3Max;
-    const float inverse = a_scale > 0 ? 1.0f / a_scale : 0.0f;
+    const float inverse = inverseScale(a_scale);
     std::vector<float> a(static_cast<size_t>(rows * k)), wrow(static_cast<size_t>(k));
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = input_row(r);

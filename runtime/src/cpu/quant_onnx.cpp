@@ -137,7 +137,7 @@ Status quantizeLinear(KernelContext& ctx) {
     const int64_t s = layout.at(i);
     // In float32, as ONNX's reference and ONNX Runtime divide.
     const float q = static_cast<float>(loadAsDouble(*x, i)) / static_cast<float>(loadAsDouble(*scale, s));
-    double v = std::nearbyint(static_cast<double>(q));
+    double v = std::isnan(q) ? 0.0 : std::nearbyint(static_cast<double>(q));  // NaN: the zero point
     if (zero) v += loadAsDouble(*zero, s);
     storeFromDouble(y, i, std::clamp(v, lo, hi));
   }
@@ -177,7 +177,9 @@ Status dequantizeLinear(KernelContext& ctx) {
   return okStatus();
 }
 
-// uint8 with a scale and zero point covering [min(x, 0), max(x, 0)].
+// uint8 with a scale and zero point covering [min(x, 0), max(x, 0)]; an all-zero x gets scale 1
+// and zero point 0, as ONNX Runtime gives it (the range is empty). NaNs are ignored for the
+// range and become the zero point.
 Status dynamicQuantizeLinear(KernelContext& ctx) {
   const Tensor* x = ctx.input(0);
   if (!x || x->dtype() != DType::kFloat32) return kernelError(ctx, "DynamicQuantizeLinear takes float32 x");
@@ -188,15 +190,18 @@ Status dynamicQuantizeLinear(KernelContext& ctx) {
   if (ctx.shapeOnly()) return okStatus();
   float lo = 0, hi = 0;
   for (int64_t i = 0; i < x->numElements(); ++i) {
-    lo = std::min(lo, x->data<float>()[i]);
-    hi = std::max(hi, x->data<float>()[i]);
+    const float v = x->data<float>()[i];
+    if (std::isnan(v)) continue;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
   }
-  const float s = (hi - lo) / 255.0f;
-  const float z = s > 0 ? std::clamp(std::nearbyint(-lo / s), 0.0f, 255.0f) : 0.0f;
+  const float s = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  const float z = std::isfinite(s) ? std::clamp(std::nearbyint(-lo / s), 0.0f, 255.0f) : 0.0f;
   scale->data<float>()[0] = s;
   zero->data<uint8_t>()[0] = static_cast<uint8_t>(z);
   for (int64_t i = 0; i < x->numElements(); ++i) {
-    const float q = s > 0 ? std::nearbyint(x->data<float>()[i] / s) + z : z;
+    const float r = std::nearbyint(x->data<float>()[i] / s);
+    const float q = std::isnan(r) ? z : r + z;
     y->data<uint8_t>()[i] = static_cast<uint8_t>(std::clamp(q, 0.0f, 255.0f));
   }
   return okStatus();
@@ -257,10 +262,10 @@ Status matMulInteger(KernelContext& ctx) {
       const int32_t az = a_zero ? value(*a_zero, a_zero->numElements() == 1 ? 0 : r) : 0;
       for (int64_t c = 0; c < n; ++c) {
         const int32_t bz = b_zero ? value(*b_zero, b_zero->numElements() == 1 ? 0 : c) : 0;
-        int32_t sum = 0;
+        int64_t sum = 0;  // int32 wraps past K = 33,025 at full range: sum in 64 bits, wrap as ONNX Runtime
         for (int64_t i = 0; i < k; ++i)
-          sum += (value(*a, a_off + r * k + i) - az) * (value(*b, b_off + i * n + c) - bz);
-        y->data<int32_t>()[(bi * m + r) * n + c] = sum;
+          sum += static_cast<int64_t>(value(*a, a_off + r * k + i) - az) * (value(*b, b_off + i * n + c) - bz);
+        y->data<int32_t>()[(bi * m + r) * n + c] = static_cast<int32_t>(static_cast<uint32_t>(sum));
       }
     }
   }
@@ -283,12 +288,16 @@ Status matMulNBits(KernelContext& ctx) {
   if (!a || !b || !scales) return kernelError(ctx, "MatMulNBits needs A, B and scales");
   if (a->dtype() != DType::kFloat32) return kernelError(ctx, "MatMulNBits: float32 A only");
   if (bits != 2 && bits != 4 && bits != 8) return kernelError(ctx, "MatMulNBits: bits must be 2, 4 or 8");
-  if (k < 1 || n < 1 || block < 16 || (block & (block - 1)) != 0)
-    return kernelError(ctx, "MatMulNBits: needs K, N >= 1 and block_size a power of 2 >= 16");
+  if (k < 1 || n < 1 || k > (int64_t{1} << 31) || n > (int64_t{1} << 31) || block < 16 || block > (1 << 16) ||
+      (block & (block - 1)) != 0)
+    return kernelError(ctx, "MatMulNBits: needs 1 <= K, N <= 2^31 and block_size a power of 2 in [16, 65536]");
   if (a->rank() < 1 || a->dim(a->rank() - 1) != k)
     return kernelError(ctx, "MatMulNBits: A " + shapeToString(a->shape()) + " does not end in K = " + std::to_string(k));
   const int64_t blocks = (k + block - 1) / block, blob = block * bits / 8;
-  if (b->dtype() != DType::kUInt8 || b->numElements() != n * blocks * blob)
+  int64_t b_elements = 0;
+  if (__builtin_mul_overflow(n, blocks * blob, &b_elements))
+    return kernelError(ctx, "MatMulNBits: N * K overflows");
+  if (b->dtype() != DType::kUInt8 || b->numElements() != b_elements)
     return kernelError(ctx, "MatMulNBits: B must be uint8 [N, " + std::to_string(blocks) + ", " + std::to_string(blob) +
                                 "], got " + dtypeName(b->dtype()) + shapeToString(b->shape()));
   if (scales->dtype() != DType::kFloat32 || scales->numElements() != n * blocks)
@@ -350,10 +359,14 @@ Status repackNBits(KernelContext& ctx) {
   const Tensor* zeros = ctx.input(2);
   const int64_t k = ctx.params().getInt("K", 0), n = ctx.params().getInt("N", 0);
   const int64_t block = ctx.params().getInt("block_size", 0);
-  if (k < 32 || k % 32 != 0 || n < 1 || block < 32 || block % 32 != 0)
-    return kernelError(ctx, "LlmRepackNBits needs K a multiple of 32 and block_size a multiple of 32");
+  if (k < 32 || k % 32 != 0 || n < 1 || k > (int64_t{1} << 31) || n > (int64_t{1} << 31) || block < 32 ||
+      block % 32 != 0 || block > (1 << 16))
+    return kernelError(ctx, "LlmRepackNBits needs K and block_size multiples of 32 (K, N <= 2^31, block_size <= 65536)");
   const int64_t blocks = (k + block - 1) / block;
-  if (!b || !scales || b->dtype() != DType::kUInt8 || b->numElements() != n * blocks * (block / 2) ||
+  int64_t b_elements = 0;
+  if (__builtin_mul_overflow(n, blocks * (block / 2), &b_elements))
+    return kernelError(ctx, "LlmRepackNBits: N * K overflows");
+  if (!b || !scales || b->dtype() != DType::kUInt8 || b->numElements() != b_elements ||
       scales->dtype() != DType::kFloat32 || scales->numElements() != n * blocks)
     return kernelError(ctx, "LlmRepackNBits: B must be uint8 [N, blocks, block_size / 2] and scales float32 [N * blocks]");
   const int64_t zero_row = (blocks + 1) / 2;

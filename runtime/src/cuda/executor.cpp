@@ -657,6 +657,27 @@ Status deviceBinary(DeviceStep& s, bool* handled) {
   return runElementwiseProgram(s, {opcode, 0, 1}, {}, handled);
 }
 
+// Softmax and LogSoftmax of float32 along the last axis.
+Status deviceSoftmax(DeviceStep& s, bool* handled) {
+  const Tensor* x = s.meta(0);
+  if (!x || x->dtype() != DType::kFloat32 || x->rank() < 1) {
+    return notHandled(handled);
+  }
+  const int64_t axis = s.params().getInt("axis", -1);
+  if (axis != -1 && axis != x->rank() - 1) {
+    return notHandled(handled);
+  }
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
+  SoftmaxParams p;
+  LLMC_RETURN_IF_ERROR(s.device(0, &p.x));
+  p.y = s.output(0)->data<float>();
+  p.width = x->dim(x->rank() - 1);
+  p.rows = p.width == 0 ? 0 : x->numElements() / p.width;
+  p.log = s.step().kernel_name == "LogSoftmax";
+  if (p.width == 0) return okStatus();
+  return launchSoftmax(p, s.stream());
+}
+
 // LlmSdpa, head-major [batch, heads, tokens, head_dim] with v's head_dim equal to q's.
 Status deviceSdpa(DeviceStep& s, bool* handled) {
   const Tensor* q = s.meta(0);
@@ -937,8 +958,10 @@ constexpr DeviceKernelEntry kDeviceKernels[] = {
     {"LlmQuantMatMul", deviceQuantMatMul},
     {"LlmRope", deviceRope},
     {"LlmSdpa", deviceSdpa},
+    {"LogSoftmax", deviceSoftmax},
     {"MatMul", deviceMatMul},
     {"Mul", deviceBinary},
+    {"Softmax", deviceSoftmax},
     {"Sub", deviceBinary},
 };
 
@@ -1395,6 +1418,11 @@ Status Executor::Impl::runGraph(std::vector<Tensor>& bound, LlmStepContext& step
     // The capture wrote this step's uploads into the pinned buffer: launch as is.
   } else {
     // Replay: the host steps again (their results feed the uploads), then the uploads refilled.
+    auto replay_error = [&](Status status) {
+      values.clear();
+      pad_tokens = -1;
+      return status;
+    };
     counts = RunCounts();
     bindValues(padded_bound);
     for (size_t index : graph.host_steps) {
@@ -1403,20 +1431,14 @@ Status Executor::Impl::runGraph(std::vector<Tensor>& bound, LlmStepContext& step
       for (size_t i = 0; i < host_step.inputs.size(); ++i) {
         const int v = host_step.inputs[i];
         if (v < 0) continue;
-        if (values[static_cast<size_t>(v)].host.dtype() == DType::kUndefined) {
-          values.clear();
-          pad_tokens = -1;
-          return internalError("CUDA graph replay: host step '" + host_step.node + "' lost an input");
-        }
+        if (values[static_cast<size_t>(v)].host.dtype() == DType::kUndefined)
+          return replay_error(internalError("CUDA graph replay: host step '" + host_step.node + "' lost an input"));
         inputs[i] = &values[static_cast<size_t>(v)].host;
       }
       KernelRun run = evaluateKernel(*host_step.kernel, host_step.params, inputs, host_step.outputs.size(),
                                      host_step.node, /*shape_only=*/false, &padded);
-      if (!run.status.ok()) {
-        values.clear();
-        pad_tokens = -1;
-        return run.status.withContext("step " + host_step.kernel_name + " (CUDA graph replay)");
-      }
+      if (!run.status.ok())
+        return replay_error(run.status.withContext("step " + host_step.kernel_name + " (CUDA graph replay)"));
       for (size_t i = 0; i < run.outputs.size(); ++i)
         values[static_cast<size_t>(host_step.outputs[i])] = Value{std::move(run.outputs[i]), Tensor()};
     }
@@ -1425,20 +1447,14 @@ Status Executor::Impl::runGraph(std::vector<Tensor>& bound, LlmStepContext& step
       if (u.value < 0) {
         int64_t max_blocks = 0;
         const std::vector<int32_t> meta = kvMetadata(padded, &max_blocks);
-        if (meta.size() * sizeof(int32_t) != u.bytes) {
-          values.clear();
-          pad_tokens = -1;
-          return internalError("CUDA graph replay: the step metadata changed size");
-        }
+        if (meta.size() * sizeof(int32_t) != u.bytes)
+          return replay_error(internalError("CUDA graph replay: the step metadata changed size"));
         std::memcpy(staged, meta.data(), u.bytes);
       } else {
         const Tensor& host = values[static_cast<size_t>(u.value)].host;
-        if (host.sizeBytes() != u.bytes) {
-          values.clear();
-          pad_tokens = -1;
-          return internalError("CUDA graph replay: '" + plan->values[static_cast<size_t>(u.value)].name +
-                               "' changed size");
-        }
+        if (host.sizeBytes() != u.bytes)
+          return replay_error(internalError("CUDA graph replay: '" + plan->values[static_cast<size_t>(u.value)].name +
+                                            "' changed size"));
         std::memcpy(staged, host.data(), u.bytes);
       }
     }

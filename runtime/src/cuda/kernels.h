@@ -112,6 +112,17 @@ struct ConvertParams {
 };
 Status launchConvert(const ConvertParams& params, cudaStream_t stream);
 
+// ONNX Softmax / LogSoftmax along the last axis of [rows, width] float32 (other axes run on
+// the CPU).
+struct SoftmaxParams {
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t rows = 0, width = 0;
+  bool log = false;
+  Status check() const;
+};
+Status launchSoftmax(const SoftmaxParams& params, cudaStream_t stream);
+
 // y = activation(y) in place over `count` floats (activations as in llm.fused_matmul), or for the
 // gated MLP: y[r, f] = activation(h[r, f]) * h[r, F + f] with h [rows, 2F] and y [rows, F].
 struct ActivationParams {

@@ -17,6 +17,7 @@
 
 #include "core/fp8.h"
 #include "core/quant.h"
+#include "core/scale.h"
 #include "cuda/activation.cuh"
 #include "cuda/block_reduce.cuh"
 #include "cuda/cuda_status.h"
@@ -122,7 +123,7 @@ __global__ void quantizeRowsKernel(const float* x, const float* input_scales, in
     amax = fmaxf(amax, fabsf(input_scales ? row[i] * input_scales[i] : row[i]));
   amax = blockMax(amax, reduce);
   const float scale = amax / 127.0f;
-  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  const float inverse = inverseScale(scale);
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
     const float v = input_scales ? row[i] * input_scales[i] : row[i];
     q[static_cast<int64_t>(blockIdx.x) * k + i] = static_cast<int8_t>(fminf(fmaxf(roundf(v * inverse), -127.0f), 127.0f));
@@ -181,7 +182,7 @@ __global__ void quantizeE4M3Kernel(const float* x, const float* input_scales, in
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) amax = fmaxf(amax, row_max[r]);
   amax = blockMax(amax, reduce);
   const float scale = amax / kE4M3Max;
-  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  const float inverse = inverseScale(scale);
   const float* row = x + static_cast<int64_t>(blockIdx.x) * k;
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
     const float v = input_scales ? row[i] * input_scales[i] : row[i];

@@ -7,6 +7,7 @@
 
 #include "core/fp8.h"
 #include "core/half.h"
+#include "core/scale.h"
 #include "core/kernel.h"
 #include "cpu/attend.h"
 #include "cpu/head_layout.h"
@@ -126,7 +127,7 @@ Status llmAttention(KernelContext& ctx) {
         float amax = 0;
         for (int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(src[d]));
         const float row_scale = amax / (cache_dtype == DType::kInt8 ? 127.0f : kE4M3Max);
-        const float inverse = row_scale > 0 ? 1.0f / row_scale : 0.0f;
+        const float inverse = inverseScale(row_scale);
         for (int64_t d = 0; d < head_dim; ++d) {
           if (cache_dtype == DType::kInt8)
             static_cast<int8_t*>(dst)[d] = static_cast<int8_t>(std::clamp<long>(std::lround(src[d] * inverse), -127, 127));

@@ -46,9 +46,14 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
                            " is not supported (float32, float16, bfloat16, int8, or uint8 for fp8)");
   spec.dtype = kv_dtype;
   spec.block_size = 16;
+  LLMC_RETURN_IF_ERROR(Session::create(engine, session_options, &runner->session_));
   if (kv_cache_tokens <= 0) {
+    // The CUDA backend's device pools hold float32 whatever the host cache stores: the budget
+    // is theirs there.
+    KvCacheSpec budget_spec = spec;
+    if (runner->session_->backend() == Backend::kCuda) budget_spec.dtype = DType::kFloat32;
     int64_t budget_blocks = 0;
-    LLMC_RETURN_IF_ERROR(KvCache::numBlocksForBudget(spec, int64_t{1} << 30, &budget_blocks));
+    LLMC_RETURN_IF_ERROR(KvCache::numBlocksForBudget(budget_spec, int64_t{1} << 30, &budget_blocks));
     kv_cache_tokens = std::min(4 * config.max_context, budget_blocks * spec.block_size);
   }
   spec.num_blocks = (kv_cache_tokens + spec.block_size - 1) / spec.block_size;
@@ -57,7 +62,6 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
     if (input.name == config.input_ids) runner->ids_dtype_ = input.dtype;
   for (size_t i = 0; i < engine->outputs().size(); ++i)
     if (engine->outputs()[i].name == config.logits) runner->logits_index_ = i;
-  LLMC_RETURN_IF_ERROR(Session::create(engine, session_options, &runner->session_));
   runner->engine_ = std::move(engine);
   runner->context_.cache = runner->cache_.get();
   *out = std::move(runner);
