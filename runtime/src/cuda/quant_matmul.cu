@@ -113,6 +113,11 @@ __global__ void quantMatVecKernel(const float* x, const void* data, const void* 
   }
 }
 
+// Element i of an activation row with the product's input scales (AWQ / SmoothQuant) applied.
+__device__ inline float scaledAt(const float* row, const float* input_scales, int64_t i) {
+  return input_scales ? row[i] * input_scales[i] : row[i];
+}
+
 // w8a8: q[r] = round(x[r] * s / scale_r), scale_r = max |x[r] * s| / 127 (one block per row).
 __global__ void quantizeRowsKernel(const float* x, const float* input_scales, int64_t k, int8_t* q,
                                    float* row_scales) {
@@ -120,12 +125,12 @@ __global__ void quantizeRowsKernel(const float* x, const float* input_scales, in
   const float* row = x + static_cast<int64_t>(blockIdx.x) * k;
   float amax = 0.0f;
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
-    amax = fmaxf(amax, fabsf(input_scales ? row[i] * input_scales[i] : row[i]));
+    amax = fmaxf(amax, fabsf(scaledAt(row, input_scales, i)));
   amax = blockMax(amax, reduce);
   const float scale = amax / 127.0f;
   const float inverse = inverseScale(scale);
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-    const float v = input_scales ? row[i] * input_scales[i] : row[i];
+    const float v = scaledAt(row, input_scales, i);
     q[static_cast<int64_t>(blockIdx.x) * k + i] = static_cast<int8_t>(fminf(fmaxf(roundf(v * inverse), -127.0f), 127.0f));
   }
   if (threadIdx.x == 0) row_scales[blockIdx.x] = scale;
@@ -170,7 +175,7 @@ __global__ void rowAbsMaxKernel(const float* x, const float* input_scales, int64
   const float* row = x + static_cast<int64_t>(blockIdx.x) * k;
   float amax = 0.0f;
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
-    amax = fmaxf(amax, fabsf(input_scales ? row[i] * input_scales[i] : row[i]));
+    amax = fmaxf(amax, fabsf(scaledAt(row, input_scales, i)));
   amax = blockMax(amax, reduce);
   if (threadIdx.x == 0) row_max[blockIdx.x] = amax;
 }
@@ -185,7 +190,7 @@ __global__ void quantizeE4M3Kernel(const float* x, const float* input_scales, in
   const float inverse = inverseScale(scale);
   const float* row = x + static_cast<int64_t>(blockIdx.x) * k;
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-    const float v = input_scales ? row[i] * input_scales[i] : row[i];
+    const float v = scaledAt(row, input_scales, i);
     q[static_cast<int64_t>(blockIdx.x) * k + i] = floatToE4M3(v * inverse);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *a_scale = scale;
