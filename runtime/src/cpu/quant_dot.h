@@ -18,8 +18,14 @@ struct QuantizedActivations {
   std::vector<int16_t> q16;
   std::vector<float> scales;
   std::vector<float> group_sums;
+  // For 4-bit weights and K a multiple of 64, q in the order of the pair kernel (quantDotRows):
+  // per pair of blocks, the first 16 values of each, then the last 16 of each; and each block's
+  // scale four times ([s_2p x4, s_2p+1 x4]).
+  std::vector<int8_t> q_pairs;
+  std::vector<float> pair_scales;
 };
-void quantizeActivations(const float* x, int64_t k, int64_t group, int bits, QuantizedActivations* out);
+void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
+                         QuantizedActivations* out);
 // The activation bits a weight format's kernel uses: 16 for int8 weights, 8 for 4-bit.
 int activationBits(const QuantTraits& traits);
 // Σ over the blocks of output channel `row`: dot(a.q, wq) * a.scales[block] * weight scale, with
@@ -28,6 +34,13 @@ float quantDotScalar(const QuantWeight& w, int64_t row, const QuantizedActivatio
 // The same with AVX2/FMA (summed in another order); only where quantDotHasAvx2().
 float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations& a);
 bool quantDotHasAvx2();
+// out[i] = dot for output channels n0 + i, i < n1 - n0. With AVX2, int8 weights and 4-bit
+// weights whose K is a multiple of 64 and whose groups are 32 or a multiple of 64 run four
+// channels per pass, sharing each activation load (quantDotRowsTiled says so; 4-bit ones over
+// pairs of blocks); everything else takes one quantDotAvx2 (or quantDotScalar) per channel.
+void quantDotRows(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
+                  float* out);
+bool quantDotRowsTiled(const QuantWeight& w, const QuantizedActivations& a);
 
 // w8a8: a row of activations as int8 with one scale (absmax / 127), and exact int32 dot
 // products over K (K <= kMaxPerTokenK keeps the sum inside int32).

@@ -1,18 +1,14 @@
 // CPU kernels of weight quantization (core/quant.h): LlmQuantizeWeight (the compiler's and
 // `llmc refit`'s round-to-nearest quantizer), LlmQuantMatMul, the product with a quantized
-// weight, and LlmQuantGather, rows of a quantized embedding table. As llama.cpp does, each row of activations is quantized on the fly to int8 in blocks
-// of 32 with a float scale per block, and the products are int8 dot products (AVX2:
-// vpmaddubsw/vpmaddwd) scaled per block; 4-bit weights are unpacked to int8 in registers.
-// Tested against dequantized float products (test/unit/cpu/quant_test.cpp).
+// weight, and LlmQuantGather, rows of a quantized embedding table. As llama.cpp does, each row
+// of activations is quantized on the fly to int8 in blocks of 32 with a float scale per block,
+// and the products are int8 dot products scaled per block (cpu/quant_dot.cpp). Tested against
+// dequantized float products (test/unit/cpu/quant_test.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "core/kernel.h"
 #include "core/fp8.h"
@@ -22,180 +18,6 @@
 #include "cpu/quant_dot.h"
 
 namespace llmc {
-
-void quantizeActivations(const float* x, int64_t k, int64_t group, int bits, QuantizedActivations* out) {
-  const int64_t blocks = k / kQuantBlock;
-  const float levels = bits == 16 ? 32767.0f : 127.0f;
-  if (bits == 16) out->q16.resize(static_cast<size_t>(k));
-  else out->q.resize(static_cast<size_t>(k));
-  out->scales.resize(static_cast<size_t>(blocks));
-  out->group_sums.assign(static_cast<size_t>((k + group - 1) / group), 0.0f);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + b * kQuantBlock;
-    float amax = 0;
-    for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float scale = amax / levels;
-    const float inverse = inverseScale(scale);
-    int32_t sum = 0;
-    for (int64_t i = 0; i < kQuantBlock; ++i) {
-      const long q = std::clamp<long>(std::lround(xb[i] * inverse), -static_cast<long>(levels), static_cast<long>(levels));
-      if (bits == 16) out->q16[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int16_t>(q);
-      else out->q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(q);
-      sum += static_cast<int32_t>(q);
-    }
-    out->scales[static_cast<size_t>(b)] = scale;
-    out->group_sums[static_cast<size_t>(b * kQuantBlock / group)] += scale * static_cast<float>(sum);
-  }
-}
-
-int activationBits(const QuantTraits& traits) { return traits.bits == 8 ? 16 : 8; }
-
-namespace {
-
-// Block i's 32 weights of `row` as int8 (zero point subtracted for 4-bit formats).
-inline void weightBlock(const QuantWeight& w, int64_t row, int64_t block, int8_t* out) {
-  if (w.traits->bits == 8) {
-    std::memcpy(out, static_cast<const int8_t*>(w.data) + row * w.k + block * kQuantBlock, kQuantBlock);
-    return;
-  }
-  const uint8_t* packed = static_cast<const uint8_t*>(w.data) + row * (w.k / 2) + block * (kQuantBlock / 2);
-  const int zero = w.zeros ? w.zeros[row * w.groupsPerRow() + block * kQuantBlock / w.group] : 8;
-  for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
-    out[j] = static_cast<int8_t>((packed[j] & 0x0f) - zero);
-    out[j + kQuantBlock / 2] = static_cast<int8_t>((packed[j] >> 4) - zero);
-  }
-}
-
-}  // namespace
-
-float quantDotScalar(const QuantWeight& w, int64_t row, const QuantizedActivations& a) {
-  float sum = 0;
-  int8_t wq[kQuantBlock];
-  for (int64_t b = 0; b < w.k / kQuantBlock; ++b) {
-    weightBlock(w, row, b, wq);
-    int32_t dot = 0;
-    for (int64_t i = 0; i < kQuantBlock; ++i) {
-      const size_t at = static_cast<size_t>(b * kQuantBlock + i);
-      dot += (a.q16.empty() ? static_cast<int32_t>(a.q[at]) : static_cast<int32_t>(a.q16[at])) * wq[i];
-    }
-    sum += static_cast<float>(dot) * a.scales[static_cast<size_t>(b)] * w.scale(row, b * kQuantBlock / w.group);
-  }
-  return sum;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// Per group g: scale_g * (sum over its blocks of ad_b * dot_b), with dot_b an int8 dot product.
-// 4-bit weights stay unsigned (0..15), so vpmaddubsw takes them as they are and the zero point
-// comes off once per group: sum_b ad_b * sum_i a_i (w_i - z) = sum_b ad_b dot_b - z * group_sum.
-__attribute__((target("avx2,fma,f16c"))) float quantDotAvx2(const QuantWeight& w, int64_t row,
-                                                            const QuantizedActivations& a) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
-  const int64_t blocks = w.k / kQuantBlock;
-  const int64_t blocks_per_group = w.group / kQuantBlock;
-  const bool four_bit = w.traits->bits == 4;
-  const int8_t* aq = a.q.data();
-  const int16_t* aq16 = a.q16.data();
-  const float* ad = a.scales.data();
-  const int64_t groups = w.groupsPerRow();
-  const uint16_t* half_scales =
-      w.traits->scale_dtype == DType::kFloat16 ? static_cast<const uint16_t*>(w.scales) + row * groups : nullptr;
-  const float* float_scales = half_scales ? nullptr : static_cast<const float*>(w.scales) + row * groups;
-  __m256 total = _mm256_setzero_ps();
-  float correction = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    __m256 acc = _mm256_setzero_ps();
-    const int64_t end = std::min(blocks, (g + 1) * blocks_per_group);
-    for (int64_t b = g * blocks_per_group; b < end; ++b) {
-      __m256i sums;
-      if (!four_bit) {
-        // int8 weights with 16-bit activations: vpmovsxbw widens 16 weights, vpmaddwd multiplies
-        // and adds pairs into int32 (at most 32 * 32767 * 127 per block: no overflow).
-        const int8_t* wb = static_cast<const int8_t*>(w.data) + row * w.k + b * kQuantBlock;
-        const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb)));
-        const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 16)));
-        const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq16 + b * kQuantBlock));
-        const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq16 + b * kQuantBlock + 16));
-        sums = _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_broadcast_ss(ad + b), acc);
-        continue;
-      }
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq + b * kQuantBlock));
-      __m256i products;
-      if (four_bit) {
-        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-            static_cast<const uint8_t*>(w.data) + row * (w.k / 2) + b * (kQuantBlock / 2)));
-        // Low nibbles are elements 0..15, high nibbles 16..31.
-        const __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low_nibbles);
-        products = _mm256_maddubs_epi16(wv, av);
-      } else {
-        const __m256i wv = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(static_cast<const int8_t*>(w.data) + row * w.k + b * kQuantBlock));
-        // vpmaddubsw multiplies unsigned by signed bytes: |w| times a with w's sign moved onto it.
-        products = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv));
-      }
-      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(products, ones));
-      acc = _mm256_fmadd_ps(dot, _mm256_broadcast_ss(ad + b), acc);
-    }
-    const float scale = half_scales ? _cvtsh_ss(half_scales[g]) : float_scales[g];
-    total = _mm256_fmadd_ps(acc, _mm256_set1_ps(scale), total);
-    if (four_bit) {
-      const int zero = w.zeros ? w.zeros[row * groups + g] : 8;
-      correction += scale * static_cast<float>(zero) * a.group_sums[static_cast<size_t>(g)];
-    }
-  }
-  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
-  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-  return _mm_cvtss_f32(sum) - correction;
-}
-
-bool quantDotHasAvx2() {
-  static const bool has =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return has;
-}
-#else
-float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations& a) {
-  return quantDotScalar(w, row, a);
-}
-bool quantDotHasAvx2() { return false; }
-#endif
-
-float quantizeRowPerToken(const float* x, int64_t k, int8_t* q) {
-  float amax = 0;
-  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float scale = amax / 127.0f;
-  const float inverse = inverseScale(scale);
-  for (int64_t i = 0; i < k; ++i) q[i] = static_cast<int8_t>(std::clamp<long>(std::lround(x[i] * inverse), -127, 127));
-  return scale;
-}
-
-int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k) {
-  int32_t sum = 0;
-  for (int64_t i = 0; i < k; ++i) sum += static_cast<int32_t>(a[i]) * w[i];
-  return sum;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// 32 products per step through vpmaddubsw/vpmaddwd, summed in int32 lanes (no float per block).
-__attribute__((target("avx2"))) int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc = _mm256_setzero_si256();
-  for (int64_t i = 0; i < k; i += kQuantBlock) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
-    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
-    const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(products, ones));
-  }
-  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
-  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
-  return _mm_cvtsi128_si32(sum);
-}
-#else
-int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) { return dotInt8Scalar(a, w, k); }
-#endif
 
 namespace {
 
@@ -323,10 +145,11 @@ Status quantMatMulKernel(KernelContext& ctx) {
     std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r)
       quantizeActivations(input_row(r), k, w.group, activationBits(*traits), &activations[r]);
-    const auto dot = quantDotHasAvx2() ? quantDotAvx2 : quantDotScalar;
-    // Output channel outer, rows inner: one weight row serves every row while it is in cache.
-    for (int64_t n = 0; n < w.n; ++n)
-      for (int64_t r = 0; r < rows; ++r) h[r * w.n + n] = dot(w, n, activations[static_cast<size_t>(r)]);
+    // Output channels in tiles, rows inner: a tile's weight rows serve every row from cache.
+    constexpr int64_t kChannelTile = 16;
+    for (int64_t n = 0; n < w.n; n += kChannelTile)
+      for (int64_t r = 0; r < rows; ++r)
+        quantDotRows(w, n, std::min(w.n, n + kChannelTile), activations[static_cast<size_t>(r)], h + r * w.n + n);
   }
   if (!gated) {
     applyEpilogue(h, rows, w.n, static_cast<float>(ctx.params().getFloat("alpha", 1.0)),

@@ -164,6 +164,38 @@ TEST_P(QuantFormatTest, Avx2DotEqualsScalarDot) {
   }
 }
 
+// The tiled kernels (four output channels per pass; 4-bit ones over pairs of blocks) compute
+// what the scalar dot products do, for channel counts that leave a remainder and for K and
+// groups the pair kernel does not take (those fall back to one dot product per channel).
+TEST(QuantDotRowsTest, EqualsScalarDotsForEveryShape) {
+  struct Case {
+    const char* format;
+    int64_t k, group;
+    bool tiled;  // where the CPU has AVX2
+  };
+  const Case cases[] = {{"int8", 512, 512, true},    {"int4", 512, 32, true},     {"int4", 512, 128, true},
+                        {"int4", 448, 128, true},    {"int4_zp", 512, 64, true},  {"int4_zp", 320, 256, true},
+                        {"int4", 576, 96, false},    {"int4", 544, 32, false},    {"int4_zp", 96, 32, false}};
+  const int64_t n = 11;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.format) + " K " + std::to_string(c.k) + " group " + std::to_string(c.group));
+    Tensor w = randomFloat({n, c.k}, 51), x = randomFloat({1, c.k}, 52);
+    Quantized q = quantize(w, true, c.format, c.group);
+    QuantizedActivations a;
+    quantizeActivations(x.data<float>(), c.k, c.group, activationBits(*q.weight.traits), &a);
+    EXPECT_EQ(quantDotRowsTiled(q.weight, a), c.tiled && quantDotHasAvx2());
+    // Channels 1..10 (two tiles of four and two single ones) into out[1..10]; the rest untouched.
+    std::vector<float> out(static_cast<size_t>(n + 1), -1.0f);
+    quantDotRows(q.weight, 1, n, a, out.data() + 1);
+    EXPECT_EQ(out[0], -1.0f);
+    EXPECT_EQ(out[static_cast<size_t>(n)], -1.0f);
+    for (int64_t r = 1; r < n; ++r) {
+      const float scalar = quantDotScalar(q.weight, r, a);
+      EXPECT_NEAR(out[static_cast<size_t>(r)], scalar, 1e-3 * (1 + std::fabs(scalar))) << "channel " << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, QuantFormatTest,
                          ::testing::Values(std::make_tuple("int8", int64_t{0}), std::make_tuple("int4", int64_t{32}),
                                            std::make_tuple("int4", int64_t{128}), std::make_tuple("int4_zp", int64_t{64})),
