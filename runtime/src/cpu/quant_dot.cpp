@@ -353,8 +353,53 @@ __attribute__((target("avx2"))) int32_t dotInt8Avx2(const int8_t* a, const int8_
   sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
   return _mm_cvtsi128_si32(sum);
 }
+
+namespace {
+
+// Channels w_0..w_{kRows-1} (rows of K int8 values, `k` apart) against one activation row, exact
+// in int32. vpmaddubsw takes |a| (once per block for all the channels) times w with a's sign
+// moved onto it; a pair of products is at most 2 * 127 * 127, inside int16.
+template <int kRows>
+__attribute__((target("avx2"))) void int8DotTile(const int8_t* a, const int8_t* w, int64_t k,
+                                                 int32_t* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[kRows];
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_si256();
+  for (int64_t i = 0; i < k; i += kQuantBlock) {
+    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
+    const __m256i magnitudes = _mm256_abs_epi8(av);
+    for (int r = 0; r < kRows; ++r) {
+      const int8_t* wb = w + r * k + i;
+      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb));
+      const __m256i products = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(wv, av));
+      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(products, ones));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    __m128i sum =
+        _mm_add_epi32(_mm256_castsi256_si128(acc[r]), _mm256_extracti128_si256(acc[r], 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
+    out[r] = _mm_cvtsi128_si32(sum);
+  }
+}
+
+}  // namespace
+
+void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out) {
+  int64_t n = 0;
+  if (quantDotHasAvx2()) {
+    for (; n + 4 <= count; n += 4) int8DotTile<4>(a, w + n * k, k, out + n);
+    for (; n < count; ++n) int8DotTile<1>(a, w + n * k, k, out + n);
+  }
+  for (; n < count; ++n) out[n] = dotInt8Scalar(a, w + n * k, k);
+}
 #else
 int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) { return dotInt8Scalar(a, w, k); }
+void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out) {
+  for (int64_t n = 0; n < count; ++n) out[n] = dotInt8Scalar(a, w + n * k, k);
+}
 #endif
 
 }  // namespace llmc

@@ -48,5 +48,8 @@ constexpr int64_t kMaxPerTokenK = 65536;
 float quantizeRowPerToken(const float* x, int64_t k, int8_t* q);
 int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k);
 int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k);
+// out[i] = dot(a, w + i * k) for i < count: with AVX2 four channels per pass, each activation
+// load shared (exact, as dotInt8Avx2); the scalar loop elsewhere.
+void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out);
 
 }  // namespace llmc

@@ -102,6 +102,9 @@ Status quantMatMulKernel(KernelContext& ctx) {
     gate_up.resize(static_cast<size_t>(rows * w.n));
     h = gate_up.data();
   }
+  // The integer paths take output channels in tiles, rows inner: a tile's weight rows serve
+  // every row (prefill) from cache.
+  constexpr int64_t kChannelTile = 16;
   if (traits->e4m3) {
     // fp8: the activations (all rows) as E4M3 with one scale, the products of the decoded
     // values summed in float (each product of two E4M3 values is exact in float32), then the
@@ -134,19 +137,21 @@ Status quantMatMulKernel(KernelContext& ctx) {
     std::vector<int8_t> aq(static_cast<size_t>(rows * k));
     std::vector<float> row_scales(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) row_scales[r] = quantizeRowPerToken(input_row(r), k, aq.data() + r * k);
-    const auto dot = quantDotHasAvx2() ? dotInt8Avx2 : dotInt8Scalar;
     const int8_t* wq = static_cast<const int8_t*>(w.data);
-    for (int64_t n = 0; n < w.n; ++n) {
-      const float w_scale = w.scale(n, 0);
-      for (int64_t r = 0; r < rows; ++r)
-        h[r * w.n + n] = static_cast<float>(dot(aq.data() + r * k, wq + n * k, k)) * row_scales[r] * w_scale;
+    constexpr int64_t kChannelTile = 16;
+    int32_t sums[kChannelTile];
+    for (int64_t n0 = 0; n0 < w.n; n0 += kChannelTile) {
+      const int64_t count = std::min(kChannelTile, w.n - n0);
+      for (int64_t r = 0; r < rows; ++r) {
+        dotInt8Rows(aq.data() + r * k, wq + n0 * k, k, count, sums);
+        for (int64_t i = 0; i < count; ++i)
+          h[r * w.n + n0 + i] = static_cast<float>(sums[i]) * row_scales[r] * w.scale(n0 + i, 0);
+      }
     }
   } else {
     std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r)
       quantizeActivations(input_row(r), k, w.group, activationBits(*traits), &activations[r]);
-    // Output channels in tiles, rows inner: a tile's weight rows serve every row from cache.
-    constexpr int64_t kChannelTile = 16;
     for (int64_t n = 0; n < w.n; n += kChannelTile)
       for (int64_t r = 0; r < rows; ++r)
         quantDotRows(w, n, std::min(w.n, n + kChannelTile), activations[static_cast<size_t>(r)], h + r * w.n + n);

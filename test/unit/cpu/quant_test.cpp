@@ -241,6 +241,25 @@ TEST(W8A8Test, Avx2DotIsExact) {
   }
 }
 
+// The four-channel form is exact too, for channel counts with a remainder, with the extremes
+// (-127 times -127 in both products of a pair) and zero activations.
+TEST(W8A8Test, RowsOfDotsAreExact) {
+  std::mt19937 rng(92);
+  std::uniform_int_distribution<int> value(-127, 127);
+  for (int64_t count : {1, 4, 7}) {
+    const int64_t k = 96;
+    std::vector<int8_t> a(static_cast<size_t>(k)), w(static_cast<size_t>(k * count));
+    for (int8_t& v : a) v = static_cast<int8_t>(value(rng));
+    for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
+    a[0] = a[1] = -127, w[0] = w[1] = -127, a[2] = 0;
+    std::vector<int32_t> got(static_cast<size_t>(count + 1), -1);
+    dotInt8Rows(a.data(), w.data(), k, count, got.data());
+    for (int64_t n = 0; n < count; ++n)
+      EXPECT_EQ(got[static_cast<size_t>(n)], dotInt8Scalar(a.data(), w.data() + n * k, k)) << count << " " << n;
+    EXPECT_EQ(got[static_cast<size_t>(count)], -1);
+  }
+}
+
 // LlmQuantGather returns the dequantized rows, negative ids counting from the end.
 TEST(QuantGatherTest, ReturnsDequantizedRows) {
   Tensor table = randomFloat({10, 96}, 71);
