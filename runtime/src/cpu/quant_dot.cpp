@@ -16,6 +16,20 @@
 
 namespace llmc {
 
+namespace {
+
+// std::lround(v) clamped to +-levels (ties away from zero; NaN gives -levels, where lround's
+// out-of-range result used to be clamped), without a libm call per element.
+inline int32_t roundClamped(float v, float levels) {
+  if (!(v >= -levels)) return -static_cast<int32_t>(levels);
+  if (v > levels) return static_cast<int32_t>(levels);
+  const int32_t truncated = static_cast<int32_t>(v);
+  const float fraction = v - static_cast<float>(truncated);  // exact for |v| < 2^23
+  return truncated + (fraction >= 0.5f ? 1 : 0) - (fraction <= -0.5f ? 1 : 0);
+}
+
+}  // namespace
+
 void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
                          QuantizedActivations* out) {
   const int64_t blocks = k / kQuantBlock;
@@ -34,13 +48,12 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
     const float inverse = inverseScale(scale);
     int32_t sum = 0;
     for (int64_t i = 0; i < kQuantBlock; ++i) {
-      const long q = std::clamp<long>(std::lround(xb[i] * inverse), -static_cast<long>(levels),
-                                      static_cast<long>(levels));
+      const int32_t q = roundClamped(xb[i] * inverse, levels);
       if (bits == 16)
         out->q16[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int16_t>(q);
       else
         out->q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(q);
-      sum += static_cast<int32_t>(q);
+      sum += q;
     }
     out->scales[static_cast<size_t>(b)] = scale;
     out->group_sums[static_cast<size_t>(b * kQuantBlock / group)] +=
@@ -326,7 +339,7 @@ float quantizeRowPerToken(const float* x, int64_t k, int8_t* q) {
   const float scale = amax / 127.0f;
   const float inverse = inverseScale(scale);
   for (int64_t i = 0; i < k; ++i)
-    q[i] = static_cast<int8_t>(std::clamp<long>(std::lround(x[i] * inverse), -127, 127));
+    q[i] = static_cast<int8_t>(roundClamped(x[i] * inverse, 127.0f));
   return scale;
 }
 

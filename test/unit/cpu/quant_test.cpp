@@ -164,6 +164,29 @@ TEST_P(QuantFormatTest, Avx2DotEqualsScalarDot) {
   }
 }
 
+// Activations round to nearest with ties away from zero (std::lround) and stay within +-127.
+TEST(QuantizeActivationsTest, RoundsTiesAwayFromZero) {
+  std::vector<float> x(64, 0.0f);
+  // Block 0: absmax 127 makes the scale exactly 1, so these are the values to round.
+  const float values[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 126.5f, -126.49f, 0.49999997f, 3.0f};
+  const int8_t want[] = {127, 3, -3, 1, -1, 127, -126, 0, 3};
+  for (size_t i = 0; i < std::size(values); ++i) x[i] = values[i];
+  x[32] = std::nanf("");  // block 1 holds a NaN: it is skipped by absmax, its code is -127
+  x[33] = 1.0f;
+  QuantizedActivations a;
+  quantizeActivations(x.data(), 64, 64, 8, &a);
+  ASSERT_EQ(a.scales[0], 1.0f);
+  for (size_t i = 0; i < std::size(values); ++i) EXPECT_EQ(a.q[i], want[i]) << values[i];
+  EXPECT_EQ(a.q[32], -127);
+  EXPECT_EQ(a.q[33], 127);
+  int8_t row[3];
+  const float scale = quantizeRowPerToken(std::vector<float>{254.0f, 5.0f, -3.0f}.data(), 3, row);
+  EXPECT_EQ(scale, 2.0f);
+  EXPECT_EQ(row[0], 127);
+  EXPECT_EQ(row[1], 3);   // 2.5 -> 3
+  EXPECT_EQ(row[2], -2);  // -1.5 -> -2
+}
+
 // The tiled kernels (four output channels per pass; 4-bit ones over pairs of blocks) compute
 // what the scalar dot products do, for channel counts that leave a remainder and for K and
 // groups the pair kernel does not take (those fall back to one dot product per channel).
