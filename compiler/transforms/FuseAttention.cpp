@@ -71,11 +71,33 @@ class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
     Operation* qk = singleUseDef(scores, "nn.matmul");
     if (!qk) return miss("the scores are not a MatMul used once");
     ops.push_back(qk);
+    // torch's exported scaled_dot_product_attention scales Q and Kᵀ by √scale each: those
+    // constants join the kernel's scale, and Q and Kᵀ are what they multiplied.
+    Value q = qk->getOperand(0), kt = qk->getOperand(1);
+    Operation* q_scale = singleUseDef(q, "nn.mul");
+    Operation* k_scale = singleUseDef(kt, "nn.mul");
+    if (q_scale && k_scale && scalarConstant(q_scale->getOperand(1)) && scalarConstant(k_scale->getOperand(1)) &&
+        q_scale->getOperand(0).getType() == q.getType() && k_scale->getOperand(0).getType() == kt.getType()) {
+      scale *= *scalarConstant(q_scale->getOperand(1)) * *scalarConstant(k_scale->getOperand(1));
+      q = q_scale->getOperand(0);
+      kt = k_scale->getOperand(0);
+      ops.push_back(q_scale);
+      ops.push_back(k_scale);
+    }
     Value probs = softmax->getResult(0);
+    // torch's exported scaled_dot_product_attention zeroes the rows whose every key is masked
+    // (softmax gives NaN there): where(isnan(p), 0, p). llm.sdpa gives such rows zeros itself
+    // (cpu/attend.h, cuda/attend_row.cuh), so the guard folds in.
+    Operation* guard = nanGuard(probs);
+    if (guard) {
+      ops.push_back(guard->getOperand(0).getDefiningOp());
+      ops.push_back(guard);
+      probs = guard->getResult(0);
+    }
     Operation* pv = probs.hasOneUse() ? *probs.getUsers().begin() : nullptr;
     if (!isOp(pv, "nn.matmul") || pv->getOperand(0) != probs) return miss("the probabilities do not multiply V alone");
     ops.push_back(pv);
-    Value q = qk->getOperand(0), kt = qk->getOperand(1), v = pv->getOperand(1);
+    Value v = pv->getOperand(1);
     auto qt = dyn_cast<RankedTensorType>(q.getType());
     auto ktt = dyn_cast<RankedTensorType>(kt.getType());
     auto vt = dyn_cast<RankedTensorType>(v.getType());
@@ -114,10 +136,29 @@ class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
     carryNames(pv, y.getDefiningOp());
     pv->getResult(0).replaceAllUsesWith(y);
     logFusion(func, {true, kPass, mask ? "attention+mask" : "attention", nodeNames(ops), ""});
-    for (Operation* op : {pv, softmax})
-      op->erase();
-    for (size_t i = 1; i < ops.size(); ++i)
-      if (ops[i] != pv && ops[i]->use_empty()) ops[i]->erase();
+    pv->erase();
+    // The probabilities' chain, users before what they use; then what else the fusion emptied.
+    SmallVector<Operation*> chain;
+    if (guard) chain = {guard, guard->getOperand(0).getDefiningOp()};
+    chain.push_back(softmax);
+    for (Operation* op : chain) op->erase();
+    for (Operation* op : ops)
+      if (op != pv && !llvm::is_contained(chain, op) && op->use_empty()) op->erase();
+  }
+
+  /// where(isnan(p), 0, p) with p (the softmax) used only there: the where, else null.
+  static Operation* nanGuard(Value probs) {
+    if (std::distance(probs.use_begin(), probs.use_end()) != 2) return nullptr;
+    for (Operation* user : probs.getUsers()) {
+      if (!isOp(user, "nn.is_nan") || !user->getResult(0).hasOneUse()) continue;
+      Operation* where = *user->getResult(0).getUsers().begin();
+      std::optional<double> zero =
+          isOp(where, "nn.where") ? scalarConstant(where->getOperand(1)) : std::nullopt;
+      if (where->getOperand(0) == user->getResult(0) && zero && *zero == 0.0 &&
+          where->getOperand(2) == probs && where->getResult(0).getType() == probs.getType())
+        return where;
+    }
+    return nullptr;
   }
 };
 

@@ -163,8 +163,18 @@ void logFusion(func::FuncOp func, const FusionRecord& record) {
   SmallVector<Attribute> entries;
   if (auto log = func->getAttrOfType<ArrayAttr>("llmc.fusion_log"))
     entries.append(log.begin(), log.end());
-  entries.push_back(StringAttr::get(func.getContext(), text));
+  // A pass that runs more than once (shape inference) says the same thing once.
+  StringAttr entry = StringAttr::get(func.getContext(), text);
+  if (llvm::is_contained(entries, entry)) return;
+  entries.push_back(entry);
   func->setAttr("llmc.fusion_log", ArrayAttr::get(func.getContext(), entries));
+}
+
+bool hasFusionRecord(func::FuncOp func, bool fired, llvm::StringRef pass, llvm::StringRef pattern) {
+  auto log = func->getAttrOfType<ArrayAttr>("llmc.fusion_log");
+  if (!log) return false;
+  std::string prefix = std::string(fired ? "fired" : "missed") + "\t" + pass.str() + "\t" + pattern.str() + "\t";
+  return llvm::any_of(log, [&](Attribute entry) { return cast<StringAttr>(entry).getValue().starts_with(prefix); });
 }
 
 std::vector<FusionRecord> takeFusionLog(func::FuncOp func) {

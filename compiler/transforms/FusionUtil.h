@@ -63,7 +63,9 @@ mlir::Location fusedLoc(mlir::MLIRContext* context, llvm::ArrayRef<mlir::Operati
 void carryNames(mlir::Operation* from, mlir::Operation* to);
 
 // What each fusion pass did, in the function's `llmc.fusion_log` (read and removed by the
-// pipeline): a fusion that fired, or one that nearly matched and why it did not.
+// pipeline): a fusion that fired, or one that nearly matched and why it did not. Shape
+// inference logs there too when it had to probe smaller sizes or left shapes to run time.
+// A record identical to one already logged is not logged again.
 struct FusionRecord {
   bool fired = false;
   std::string pass;     // "fuse-norms"
@@ -72,6 +74,8 @@ struct FusionRecord {
   std::string reason;   // why not (near misses)
 };
 void logFusion(mlir::func::FuncOp func, const FusionRecord& record);
+// Whether a record of `pass` and `pattern` that fired (or not) is logged already.
+bool hasFusionRecord(mlir::func::FuncOp func, bool fired, llvm::StringRef pass, llvm::StringRef pattern);
 std::vector<FusionRecord> takeFusionLog(mlir::func::FuncOp func);
 // Erases side-effect-free ops whose results are all unused (weights a fusion replaced, the
 // shape arithmetic of a reshape it removed); llm.attention, which writes the KV cache, stays.

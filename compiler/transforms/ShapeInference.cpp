@@ -6,6 +6,8 @@
 
 #include "core/kernel.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
 
@@ -35,10 +37,16 @@ bool isPrime(int64_t n) {
 }
 
 // Distinct primes per probe: probe 0 starts at 7919, probe 1 at 9973, probe 2 at 2. A
-// dimension is a symbol only when it follows that symbol's value under every probe.
-std::vector<int64_t> probeValues(int probe, size_t count) {
+// dimension is a symbol only when it follows that symbol's value under every probe. A model
+// that only computes up to some size (BERT slices a 512-row position table to the sequence
+// length, and the add with the token embeddings fails past it) fails under the large probes
+// where every real size works: the pass then tries the smaller levels below, keeping the
+// first under which no op fails for some probes only.
+constexpr int kProbeLevels = 3;
+constexpr int64_t kProbeStarts[kProbeLevels][kProbes] = {{7919, 9973, 2}, {257, 331, 2}, {37, 53, 2}};
+std::vector<int64_t> probeValues(int level, int probe, size_t count) {
   std::vector<int64_t> values;
-  for (int64_t n = probe == 0 ? 7919 : probe == 1 ? 9973 : 2; values.size() < count; ++n)
+  for (int64_t n = kProbeStarts[level][probe]; values.size() < count; ++n)
     if (isPrime(n)) values.push_back(n);
   return values;
 }
@@ -79,6 +87,14 @@ struct ProbeTensors {
   Tensor tensor[kProbes];
 };
 
+// What inferring a function under one probe level found.
+struct Outcome {
+  bool failed = false;        // an op fails under every probe: an error (emitted)
+  int partial_failures = 0;   // ops that fail under some probes only (results left unranked)
+  std::string first_partial;  // the first of them: "node 'X': message (with NAME=SIZE, ...)"
+  int64_t largest_probe = 0;  // the largest size a symbol took
+};
+
 class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
  public:
   void runOnOperation() override {
@@ -87,13 +103,70 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     std::vector<std::string> symbols;
     if (auto attr = func->getAttrOfType<ArrayAttr>("llmc.symbols"))
       for (Attribute a : attr) symbols.push_back(cast<StringAttr>(a).getValue().str());
-    std::vector<int64_t> probe[kProbes] = {probeValues(0, symbols.size()),
-                                           probeValues(1, symbols.size()),
-                                           probeValues(2, symbols.size())};
 
-    // A symbol bounded by --dim is probed inside its range: a model may only compute for
-    // sizes up to a table's length (BERT's position embeddings), and probing past it would
-    // fail where every real size succeeds.
+    // The first level runs in place. Only when some op failed under some of its probes are
+    // the smaller levels tried, each on a copy of the function as the first level left it
+    // (constants' data is shared, not copied); a better copy's operations then replace the
+    // function's, in the same block with the same arguments (a caller may hold the block).
+    // Errors are reported from the first level only: a smaller level that fails outright is
+    // skipped.
+    std::vector<int64_t> probe[kProbes];
+    makeProbes(func, symbols, 0, probe);
+    const Outcome first_outcome = inferFunction(func, symbols, probe);
+    if (first_outcome.failed) return signalPassFailure();
+    Outcome chosen_outcome = first_outcome;
+    int chosen_level = 0;
+    for (int level = 1; level < kProbeLevels && chosen_outcome.partial_failures > 0; ++level) {
+      makeProbes(func, symbols, level, probe);
+      func::FuncOp trial = func.clone();
+      Outcome outcome;
+      {
+        ScopedDiagnosticHandler quiet(context, [](Diagnostic&) { return success(); });
+        outcome = inferFunction(trial, symbols, probe);
+      }
+      if (!outcome.failed && outcome.partial_failures < chosen_outcome.partial_failures) {
+        adoptOperations(func, trial);
+        chosen_outcome = outcome;
+        chosen_level = level;
+      }
+      trial.erase();
+    }
+    // The signature follows the returned values' refined types.
+    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    func.setType(FunctionType::get(context, func.getArgumentTypes(), ret.getOperandTypes()));
+
+    // The pass runs several times in a pipeline: the first run's words stand.
+    if (chosen_level > 0 && !hasFusionRecord(func, true, "shape-inference", "smaller sizes"))
+      logFusion(func, {true, "shape-inference", "smaller sizes", "",
+                       first_outcome.first_partial + "; shapes were inferred with sizes up to " +
+                           std::to_string(chosen_outcome.largest_probe) +
+                           " instead; --dim NAME=MIN:MAX states a symbol's range"});
+    if (chosen_outcome.partial_failures > 0 && !hasFusionRecord(func, false, "shape-inference", "shapes"))
+      logFusion(func, {false, "shape-inference", "shapes", "",
+                       "shapes left to run time (" +
+                           std::to_string(chosen_outcome.partial_failures) + " ops) from " +
+                           chosen_outcome.first_partial +
+                           "; --dim NAME=MIN:MAX states a symbol's range"});
+  }
+
+ private:
+  // Replaces the operations of `func`'s body by those of `from` (its copy), keeping the block
+  // and its arguments.
+  static void adoptOperations(func::FuncOp func, func::FuncOp from) {
+    Block& body = func.getBody().front();
+    Block& source = from.getBody().front();
+    for (auto [mine, theirs] : llvm::zip(body.getArguments(), source.getArguments()))
+      theirs.replaceAllUsesWith(mine);
+    body.clear();
+    body.getOperations().splice(body.end(), source.getOperations());
+  }
+
+  // The probe bindings of `level`. A symbol bounded by --dim is probed inside its range at
+  // every level: a model may only compute for sizes up to a table's length (BERT's position
+  // embeddings), and probing past it would fail where every real size succeeds.
+  static void makeProbes(func::FuncOp func, const std::vector<std::string>& symbols, int level,
+                         std::vector<int64_t> probe[kProbes]) {
+    for (int p = 0; p < kProbes; ++p) probe[p] = probeValues(level, p, symbols.size());
     if (auto ranges = func->getAttrOfType<DictionaryAttr>("llmc.symbol_ranges")) {
       for (size_t i = 0; i < symbols.size(); ++i) {
         auto range = ranges.getAs<DenseI64ArrayAttr>(symbols[i]);
@@ -109,7 +182,14 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       }
     }
     applyExpressionSymbols(symbols, probe);
+  }
 
+  Outcome inferFunction(func::FuncOp func, const std::vector<std::string>& symbols,
+                        const std::vector<int64_t> probe[kProbes]) {
+    MLIRContext* context = &getContext();
+    Outcome outcome;
+    for (int p = 0; p < kProbes; ++p)
+      for (int64_t v : probe[p]) outcome.largest_probe = std::max(outcome.largest_probe, v);
     llvm::DenseMap<Value, ProbeTensors> known;
     Block& body = func.getBody().front();
     for (BlockArgument arg : body.getArguments()) {
@@ -160,18 +240,18 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       if (op->getDialect() != context->getLoadedDialect<nn::NNDialect>() &&
           op->getDialect() != context->getLoadedDialect<llm::LLMDialect>())
         continue;
-      if (failed(inferOp(op, symbols, probe, known))) return signalPassFailure();
+      if (failed(inferOp(op, symbols, probe, known, outcome))) {
+        outcome.failed = true;
+        return outcome;
+      }
     }
-
-    // The signature follows the returned values' refined types.
-    auto ret = cast<func::ReturnOp>(body.getTerminator());
-    func.setType(FunctionType::get(context, func.getArgumentTypes(), ret.getOperandTypes()));
+    return outcome;
   }
 
- private:
+
   LogicalResult inferOp(Operation* op, const std::vector<std::string>& symbols,
                         const std::vector<int64_t> probe[kProbes],
-                        llvm::DenseMap<Value, ProbeTensors>& known) {
+                        llvm::DenseMap<Value, ProbeTensors>& known, Outcome& outcome) {
     std::string kernel_name = kernelNameOf(op);
     const KernelDef* kernel = KernelRegistry::cpuReference().find(kernel_name);
     std::string node = nodeNameOf(op);
@@ -245,7 +325,15 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
                              << " (for every size tried of the dimension symbols, e.g. " << bindings
                              << ")";
     }
-    if (!failures.empty()) unavailable = true;
+    if (!failures.empty()) {
+      unavailable = true;
+      if (outcome.partial_failures++ == 0) {
+        std::string bindings;
+        for (size_t sym = 0; sym < symbols.size(); ++sym)
+          bindings += (sym ? ", " : "") + symbols[sym] + "=" + std::to_string(probe[failures[0]][sym]);
+        outcome.first_partial = runs[failures[0]].status.message() + " (with " + bindings + ")";
+      }
+    }
     OpBuilder builder(op);
     auto untyped = op->getAttrOfType<DenseI64ArrayAttr>("llmc.untyped");
     op->removeAttr("llmc.untyped");

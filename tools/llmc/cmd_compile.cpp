@@ -259,6 +259,8 @@ int runCompile(const std::vector<std::string>& args) {
       std::fprintf(stderr, "  %s\n", failure.c_str());
   }
   for (const FusionReport& record : stats.fusions)
+    if (record.pass == "shape-inference") std::fprintf(stderr, "llmc compile: warning: %s\n", record.reason.c_str());
+  for (const FusionReport& record : stats.fusions)
     if (!record.fired && record.pass == "quantize" && record.reason.find("--keep-float") == std::string::npos)
       std::fprintf(stderr, "llmc compile: warning: %s not quantized to %s: %s\n", record.nodes.c_str(),
                    record.pattern.c_str(), record.reason.c_str());

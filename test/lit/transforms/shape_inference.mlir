@@ -97,3 +97,43 @@ func.func @mismatch(%x: tensor<2x3xf32> {llmc.dims = ["", ""], llmc.name = "x"})
   %y = nn.matmul(%x, %w) : (tensor<2x3xf32>, tensor<4x5xf32>) -> tensor<*xf32>
   return %y : tensor<*xf32>
 }
+
+// -----
+
+// Tests that a model that only computes up to a table's length (positions sliced to the
+// sequence length and added to the tokens, as BERT's embeddings do) is probed again with
+// smaller sizes: the sum keeps its symbol, and the function's log says why.
+// CHECK-LABEL: func @bounded_table
+// CHECK-SAME: shape-inference\09smaller sizes\09\09node 'add': shapes [7919, 8] and [512, 8] do not broadcast (with seq=7919)
+// CHECK-SAME: shapes were inferred with sizes up to 331 instead
+// CHECK: nn.add({{.*}}) {{.*}}llmc.dims = {{\[}}["seq", ""]]{{.*}} -> tensor<?x8xf32>
+func.func @bounded_table(%x: tensor<?x8xf32> {llmc.dims = ["seq", ""], llmc.name = "x"}) -> tensor<*xf32>
+    attributes {llmc.symbols = ["seq"]} {
+  %table = nn.constant dense<1.0> : tensor<512x8xf32>
+  %shape = nn.shape(%x) : (tensor<?x8xf32>) -> tensor<*xi64>
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %length = nn.gather(%shape, %zero) {axis = 0 : i64} : (tensor<*xi64>, tensor<1xi64>) -> tensor<*xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  %positions = nn.slice(%table, %zero, %length, %zero, %one) : (tensor<512x8xf32>, tensor<1xi64>, tensor<*xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<*xf32>
+  %y = nn.add(%x, %positions) : (tensor<?x8xf32>, tensor<*xf32>) -> tensor<*xf32> loc("add")
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+// Tests that when every probe level has sizes the model fails for, the results stay unranked
+// (checked at run time) and the log says from which node.
+// CHECK-LABEL: func @tiny_table
+// CHECK-SAME: missed\09shape-inference\09shapes\09\09shapes left to run time (1 ops) from node 'add': shapes [7919, 8] and [10, 8] do not broadcast (with seq=7919)
+// CHECK: nn.add({{.*}}) {{.*}}-> tensor<*xf32>
+func.func @tiny_table(%x: tensor<?x8xf32> {llmc.dims = ["seq", ""], llmc.name = "x"}) -> tensor<*xf32>
+    attributes {llmc.symbols = ["seq"]} {
+  %table = nn.constant dense<1.0> : tensor<10x8xf32>
+  %shape = nn.shape(%x) : (tensor<?x8xf32>) -> tensor<*xi64>
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %length = nn.gather(%shape, %zero) {axis = 0 : i64} : (tensor<*xi64>, tensor<1xi64>) -> tensor<*xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  %positions = nn.slice(%table, %zero, %length, %zero, %one) : (tensor<10x8xf32>, tensor<1xi64>, tensor<*xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<*xf32>
+  %y = nn.add(%x, %positions) : (tensor<?x8xf32>, tensor<*xf32>) -> tensor<*xf32> loc("add")
+  return %y : tensor<*xf32>
+}
