@@ -39,6 +39,7 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
   else
     out->q.resize(static_cast<size_t>(k));
   out->scales.resize(static_cast<size_t>(blocks));
+  out->block_sums.resize(static_cast<size_t>(blocks));
   out->group_sums.assign(static_cast<size_t>((k + group - 1) / group), 0.0f);
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * kQuantBlock;
@@ -56,17 +57,21 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
       sum += q;
     }
     out->scales[static_cast<size_t>(b)] = scale;
+    out->block_sums[static_cast<size_t>(b)] = scale * static_cast<float>(sum);
     out->group_sums[static_cast<size_t>(b * kQuantBlock / group)] +=
-        scale * static_cast<float>(sum);
+        out->block_sums[static_cast<size_t>(b)];
   }
   // The 4-bit kernel's order (quantDotRows): per pair of blocks, the first halves of both, then
-  // the second halves, as the packed weight bytes hold them; each block's scale four times.
+  // the second halves, as the packed weight bytes hold them; each block's scale and a quarter
+  // of its sum four times (four lanes per block).
   out->q_pairs.clear();
   out->pair_scales.clear();
+  out->pair_block_sums.clear();
   if (bits == 16 || k % (2 * kQuantBlock) != 0) return;
   const int64_t half = kQuantBlock / 2;
   out->q_pairs.resize(static_cast<size_t>(k));
   out->pair_scales.resize(static_cast<size_t>(blocks * 4));
+  out->pair_block_sums.resize(static_cast<size_t>(blocks * 4));
   for (int64_t p = 0; p < blocks / 2; ++p) {
     const int8_t* from = out->q.data() + p * 2 * kQuantBlock;
     int8_t* to = out->q_pairs.data() + p * 2 * kQuantBlock;
@@ -74,10 +79,11 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
     std::memcpy(to + half, from + kQuantBlock, half);
     std::memcpy(to + 2 * half, from + half, half);
     std::memcpy(to + 3 * half, from + kQuantBlock + half, half);
-    for (int64_t i = 0; i < 4; ++i) {
-      out->pair_scales[static_cast<size_t>(p * 8 + i)] = out->scales[static_cast<size_t>(2 * p)];
-      out->pair_scales[static_cast<size_t>(p * 8 + 4 + i)] =
-          out->scales[static_cast<size_t>(2 * p + 1)];
+    for (int64_t i = 0; i < 8; ++i) {
+      const int64_t block = 2 * p + i / 4;
+      out->pair_scales[static_cast<size_t>(p * 8 + i)] = out->scales[static_cast<size_t>(block)];
+      out->pair_block_sums[static_cast<size_t>(p * 8 + i)] =
+          out->block_sums[static_cast<size_t>(block)] / 4;
     }
   }
 }
@@ -173,15 +179,18 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void int4PairProd
 }
 
 // Output channels n..n+kRows-1 of a 4-bit weight: each pair of activation blocks is loaded once
-// for all of them, and their packed rows are read side by side. Per group (or per block for
-// groups of 32) the weight's scale multiplies the accumulated sums; the zero point comes off
-// once per group as in quantDotAvx2.
+// for all of them, and their packed rows are read side by side. Groups of 64 or more: per group
+// the weight's scale multiplies the accumulated sums and the zero point comes off once, as in
+// int4BlockDot. Groups of 32 (a group per block, two per pair): the pair's two scales (and zero
+// points) are spread over the lanes of their blocks, and the zero point comes off per lane
+// against a quarter of the block's activation sum.
 template <int kRows>
 __attribute__((target("avx2,fma,f16c"))) void int4PairTile(const QuantWeight& w, int64_t n,
                                                            const QuantizedActivations& a,
                                                            float* out) {
   const int64_t row_bytes = w.k / 2, pairs = w.k / (2 * kQuantBlock), groups = w.groupsPerRow();
   const int64_t pairs_per_group = w.group / (2 * kQuantBlock);  // 0 for groups of one block
+  const bool half_scales = w.traits->scale_dtype == DType::kFloat16;
   const uint8_t* rows = static_cast<const uint8_t*>(w.data) + n * row_bytes;
   const float* group_sums = a.group_sums.data();
   __m256 total[kRows], acc[kRows];
@@ -190,9 +199,6 @@ __attribute__((target("avx2,fma,f16c"))) void int4PairTile(const QuantWeight& w,
     total[r] = _mm256_setzero_ps();
     correction[r] = 0;
   }
-  auto zero = [&w, groups](int64_t row, int64_t g) {
-    return w.zeros ? w.zeros[row * groups + g] : 8;
-  };
   if (pairs_per_group > 0) {
     for (int64_t g = 0; g < groups; ++g) {
       for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
@@ -200,22 +206,40 @@ __attribute__((target("avx2,fma,f16c"))) void int4PairTile(const QuantWeight& w,
       for (int64_t p = g * pairs_per_group; p < end; ++p)
         int4PairProducts<kRows>(rows, row_bytes, p, a, acc);
       for (int r = 0; r < kRows; ++r) {
-        const float scale = weightScale(w, n + r, g);
+        const int64_t at = (n + r) * groups + g;  // the row's scale and zero point
+        const float scale = half_scales ? _cvtsh_ss(static_cast<const uint16_t*>(w.scales)[at])
+                                        : static_cast<const float*>(w.scales)[at];
         total[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(scale), total[r]);
-        correction[r] += scale * static_cast<float>(zero(n + r, g)) * group_sums[g];
+        correction[r] += scale * static_cast<float>(w.zeros ? w.zeros[at] : 8) * group_sums[g];
       }
     }
   } else {
+    const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     for (int64_t p = 0; p < pairs; ++p) {
       for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
       int4PairProducts<kRows>(rows, row_bytes, p, a, acc);
+      const __m256 block_sums = _mm256_loadu_ps(a.pair_block_sums.data() + p * 8);
       for (int r = 0; r < kRows; ++r) {
-        const float first = weightScale(w, n + r, 2 * p), second = weightScale(w, n + r, 2 * p + 1);
-        total[r] = _mm256_fmadd_ps(acc[r], _mm256_set_m128(_mm_set1_ps(second), _mm_set1_ps(first)),
-                                   total[r]);
-        correction[r] +=
-            first * static_cast<float>(zero(n + r, 2 * p)) * group_sums[2 * p] +
-            second * static_cast<float>(zero(n + r, 2 * p + 1)) * group_sums[2 * p + 1];
+        const int64_t at = (n + r) * groups + 2 * p;
+        __m128 two;
+        if (half_scales) {
+          uint32_t bits;
+          std::memcpy(&bits, static_cast<const uint16_t*>(w.scales) + at, sizeof(bits));
+          two = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+        } else {
+          int64_t bits;
+          std::memcpy(&bits, static_cast<const float*>(w.scales) + at, sizeof(bits));
+          two = _mm_castsi128_ps(_mm_cvtsi64_si128(bits));
+        }
+        const __m256 scales = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread);
+        __m256 zeros = _mm256_set1_ps(8.0f);
+        if (w.zeros) {
+          uint16_t pair_zeros;
+          std::memcpy(&pair_zeros, w.zeros + at, sizeof(pair_zeros));
+          zeros = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(
+              _mm256_cvtepu8_epi32(_mm_cvtsi32_si128(pair_zeros)), spread));
+        }
+        total[r] = _mm256_fmadd_ps(_mm256_fnmadd_ps(zeros, block_sums, acc[r]), scales, total[r]);
       }
     }
   }

@@ -198,7 +198,8 @@ TEST(QuantDotRowsTest, EqualsScalarDotsForEveryShape) {
   };
   const Case cases[] = {{"int8", 512, 512, true},    {"int4", 512, 32, true},     {"int4", 512, 128, true},
                         {"int4", 448, 128, true},    {"int4_zp", 512, 64, true},  {"int4_zp", 320, 256, true},
-                        {"int4", 576, 96, false},    {"int4", 544, 32, false},    {"int4_zp", 96, 32, false}};
+                        {"int4_zp", 256, 32, true},  {"int4", 576, 96, false},    {"int4", 544, 32, false},
+                        {"int4_zp", 96, 32, false}};
   const int64_t n = 11;
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.format) + " K " + std::to_string(c.k) + " group " + std::to_string(c.group));
