@@ -16,10 +16,13 @@
 namespace llmc {
 namespace {
 
-// Rows of a·b for up to kRowBlock rows of `a` at a time (each weight row is read once per
-// block): acc[r * n_size + n] = sum_k a[r][k] * b(k, n), ascending k like the reference
-// MatMul. b is [K, N], or [N, K] when trans_b.
-constexpr int64_t kRowBlock = 4;
+// Rows of a·b for up to kRowBlock rows of `a` at a time: acc[r * n_size + n] =
+// sum_k a[r][k] * b(k, n), ascending k like the reference MatMul. b is [K, N], or [N, K] when
+// trans_b. In prefill the weights do not fit in cache, so each is read once per block of rows:
+// 64 rows (the weight read once per 64 tokens), in tiles of kColumnTile columns whose four
+// weight rows stay in L1 while every row of the block uses them.
+constexpr int64_t kRowBlock = 64;
+constexpr int64_t kColumnTile = 512;
 
 // Built twice, for AVX2/FMA (Haswell and later; the loader picks it where the CPU has it) and
 // for the baseline x86-64 the rest of the runtime targets.
@@ -43,12 +46,39 @@ LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size
     return;
   }
   std::fill(acc, acc + rows * n_size, 0.0f);
-  for (int64_t k = 0; k < k_size; ++k) {
-    const float* __restrict b_row = b + k * n_size;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float a_value = a[r * k_size + k];
-      float* __restrict acc_row = acc + r * n_size;
-      for (int64_t n = 0; n < n_size; ++n) acc_row[n] += a_value * b_row[n];
+  // One row (decode) streams the weight in order; several go over it in column tiles.
+  const int64_t tile = rows >= 4 ? kColumnTile : n_size;
+  for (int64_t n0 = 0; n0 < n_size; n0 += tile) {
+    const int64_t width = std::min(tile, n_size - n0);
+    // Four rows of b per pass over acc: each element still adds its products in ascending k,
+    // with a quarter of the loads and stores of acc.
+    int64_t k = 0;
+    for (; k + 4 <= k_size; k += 4) {
+      const float* __restrict b0 = b + k * n_size + n0;
+      const float* __restrict b1 = b0 + n_size;
+      const float* __restrict b2 = b1 + n_size;
+      const float* __restrict b3 = b2 + n_size;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* a_row = a + r * k_size + k;
+        const float a0 = a_row[0], a1 = a_row[1], a2 = a_row[2], a3 = a_row[3];
+        float* __restrict acc_row = acc + r * n_size + n0;
+        for (int64_t n = 0; n < width; ++n) {
+          float sum = acc_row[n];
+          sum += a0 * b0[n];
+          sum += a1 * b1[n];
+          sum += a2 * b2[n];
+          sum += a3 * b3[n];
+          acc_row[n] = sum;
+        }
+      }
+    }
+    for (; k < k_size; ++k) {
+      const float* __restrict b_row = b + k * n_size + n0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float a_value = a[r * k_size + k];
+        float* __restrict acc_row = acc + r * n_size + n0;
+        for (int64_t n = 0; n < width; ++n) acc_row[n] += a_value * b_row[n];
+      }
     }
   }
 }
