@@ -11,6 +11,7 @@
 #include "core/kernel.h"
 #include "cpu/attend.h"
 #include "cpu/epilogue.h"
+#include "cpu/gemm.h"
 #include "cpu/head_layout.h"
 
 namespace llmc {
@@ -45,8 +46,10 @@ LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size
       }
     return;
   }
+  if (rows >= 4 && packedGemmAvailable()) return packedGemm(a, rows, k_size, b, n_size, acc);
   std::fill(acc, acc + rows * n_size, 0.0f);
-  // One row (decode) streams the weight in order; several go over it in column tiles.
+  // One row (decode) streams the weight in order; several (on CPUs without AVX2) go over it in
+  // column tiles.
   const int64_t tile = rows >= 4 ? kColumnTile : n_size;
   for (int64_t n0 = 0; n0 < n_size; n0 += tile) {
     const int64_t width = std::min(tile, n_size - n0);

@@ -43,7 +43,10 @@ struct MatMulCase {
 };
 
 TEST(FusedMatMulTest, MatchesMatMulBiasActivation) {
-  const MatMulCase cases[] = {{{1, 7}, 3}, {{5, 1, 17}, 9}, {{2, 3, 33}, 65}, {{4, 16}, 1}};
+  // The last two take the packed path (4 rows or more): row tiles with a remainder, K and N
+  // past one 256 x 256 panel with partial strips.
+  const MatMulCase cases[] = {{{1, 7}, 3},    {{5, 1, 17}, 9},  {{2, 3, 33}, 65},
+                              {{4, 16}, 1},   {{70, 300}, 300}, {{2, 3, 520}, 37}};
   uint32_t seed = 1;
   for (const MatMulCase& c : cases)
     for (const std::string act : {"none", "relu", "gelu_erf", "gelu_tanh", "silu", "sigmoid", "tanh"})
