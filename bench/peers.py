@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Decode speed of llmc against ONNX Runtime and llama.cpp on one Llama model, side by side.
+
+The model is a transformers LlamaForCausalLM of about 110 M parameters with seeded random
+weights (hidden 768, 12 layers, 12 heads, MLP 2048, vocabulary 16,000, RoPE, RMSNorm, SwiGLU;
+not committed), saved with save_pretrained. From that one checkpoint:
+
+- llmc compiles Optimum's text-generation-with-past ONNX export: float32, `--quantize int8`,
+  `--quantize int4` with groups of 32 (Q4_0's block) and of 128;
+- ONNX Runtime runs the same export: float32, int8 from `quantize_dynamic` (per channel), 4-bit
+  from `MatMulNBitsQuantizer` (symmetric, blocks of 32, accuracy_level 4: int8 activations, as
+  llmc and llama.cpp do); decode feeds the present K/V back as the past (as Optimum's
+  ORTModelForCausalLM does);
+- llama.cpp (through llama-cpp-python) runs the GGUF that its own convert_hf_to_gguf.py writes
+  from the checkpoint (F32, Q8_0) and Q4_0 quantized from the F32 GGUF with every tensor Q4_0
+  (`pure`, as llmc quantizes the head and the embedding too).
+
+Each side runs one thread, a 64-token prompt and 32 greedy tokens, three runs after a warm-up,
+in alternated rounds (this VM's speed drifts); the table gives decode tokens/s and time to first
+token as median [min, max] over rounds, and llmc's ratio to each peer at the same bit width.
+A check that the three run one model: the greedy continuation of the float32 runs, compared.
+
+    .venv-gen/bin/python bench/peers.py --llmc build/tools/llmc/llmc --llama-cpp DIR [--rounds 5]
+
+DIR is a llama.cpp source tree (for convert_hf_to_gguf.py and its gguf-py); bench/README.md says
+how to get the one llama-cpp-python was built from.
+"""
+import argparse
+import glob
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+CONFIG = dict(vocab_size=16000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+              num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=1024,
+              rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.02)
+PROMPT_TOKENS = 64
+CHECK_TOKENS = 8
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def make_checkpoint(hf_dir):
+    """The random Llama and a SentencePiece tokenizer (the GGUF converter needs one; ids past its
+    vocabulary become padding tokens in the GGUF)."""
+    import sentencepiece as spm
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    text = []
+    for path in sorted(glob.glob(os.path.join(HERE, "..", "docs", "*.md"))):
+        with open(path, encoding="utf-8") as f:
+            text.extend(line.strip() for line in f if line.strip())
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_prefix=os.path.join(hf_dir, "tokenizer"),
+                                   vocab_size=1000, model_type="bpe", byte_fallback=True, hard_vocab_limit=False,
+                                   bos_id=1, eos_id=2, unk_id=0, minloglevel=2)
+    return sum(p.numel() for p in model.parameters())
+
+
+def export_onnx(hf_dir, onnx_dir):
+    from optimum.exporters.onnx import main_export
+
+    main_export(hf_dir, onnx_dir, task="text-generation-with-past", opset=18, device="cpu",
+                no_post_process=True, do_validation=False)
+    return os.path.join(onnx_dir, "model.onnx")
+
+
+def ort_models(onnx_path, out_dir):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    import onnx
+
+    int8 = os.path.join(out_dir, "ort_int8.onnx")
+    quantize_dynamic(onnx_path, int8, per_channel=True, weight_type=QuantType.QInt8)
+    int4 = os.path.join(out_dir, "ort_int4.onnx")
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=4)
+    quantizer = MatMulNBitsQuantizer(onnx.load(onnx_path), algo_config=config)
+    quantizer.process()
+    quantizer.model.save_model_to_file(int4, use_external_data_format=False)
+    return {"float32": onnx_path, "8-bit": int8, "4-bit": int4}
+
+
+def gguf_models(llama_cpp_dir, hf_dir, out_dir):
+    import ctypes
+    import llama_cpp
+
+    converter = os.path.join(llama_cpp_dir, "convert_hf_to_gguf.py")
+    paths = {}
+    for name, outtype in (("float32", "f32"), ("8-bit", "q8_0")):
+        paths[name] = os.path.join(out_dir, f"model-{outtype}.gguf")
+        subprocess.run([sys.executable, converter, hf_dir, "--outtype", outtype, "--outfile", paths[name]],
+                       check=True, capture_output=True)
+    paths["4-bit"] = os.path.join(out_dir, "model-q4_0.gguf")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+    params.pure = True
+    params.nthread = 1
+    status = llama_cpp.llama_model_quantize(paths["float32"].encode(), paths["4-bit"].encode(), ctypes.byref(params))
+    if status != 0:
+        raise RuntimeError(f"llama_model_quantize returned {status}")
+    return paths
+
+
+def llmc_engines(llmc, onnx_path, out_dir):
+    modes = {"float32": [], "8-bit": ["--quantize", "int8"], "4-bit": ["--quantize", "int4", "--quant-group", "32"],
+             "4-bit g128": ["--quantize", "int4", "--quant-group", "128"]}
+    engines = {}
+    for name, flags in modes.items():
+        engines[name] = os.path.join(out_dir, name.replace(" ", "_") + ".engine")
+        subprocess.run([llmc, "compile", onnx_path, "-o", engines[name], *flags], check=True, capture_output=True)
+    return engines
+
+
+def run_llmc(llmc, engine, new_tokens):
+    out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", str(PROMPT_TOKENS), "--new-tokens",
+                          str(new_tokens), "--repeat", "3"], check=True, capture_output=True, text=True).stdout
+    row = re.search(r"paged KV cache\s+([\d.]+) \[.*?\]\s+([\d.]+)", out)
+    return float(row.group(2)), float(row.group(1))
+
+
+class OrtRunner:
+    def __init__(self, path):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.past = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def generate(self, prompt, new_tokens):
+        """Greedy tokens, time to first token (s) and decode time (s)."""
+        feeds = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32) for i in self.past}
+        ids, tokens, start = np.array([prompt], np.int64), [], time.perf_counter()
+        first = None
+        for step in range(new_tokens):
+            length = len(prompt) + step
+            feeds["input_ids"] = ids
+            feeds["attention_mask"] = np.ones((1, length), np.int64)
+            feeds["position_ids"] = np.arange(length - ids.shape[1], length, dtype=np.int64)[None]
+            results = dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+            token = int(np.argmax(results["logits"][0, -1]))
+            tokens.append(token)
+            if first is None:
+                first = time.perf_counter()
+            for i in self.past:
+                feeds[i.name] = results[i.name.replace("past_key_values", "present")]
+            ids = np.array([[token]], np.int64)
+        return tokens, first - start, time.perf_counter() - first
+
+
+class LlamaCppRunner:
+    def __init__(self, path):
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(path, n_ctx=256, n_batch=PROMPT_TOKENS, n_threads=1, n_threads_batch=1,
+                                   verbose=False)
+        self.vocab = self.llm.n_vocab()
+        self.last_logits = lambda: np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1),
+                                                         shape=(self.vocab,))
+
+    def generate(self, prompt, new_tokens):
+        self.llm.reset()
+        tokens, start = [], time.perf_counter()
+        first = None
+        self.llm.eval(prompt)
+        for _ in range(new_tokens):
+            token = int(np.argmax(self.last_logits()))
+            tokens.append(token)
+            if first is None:
+                first = time.perf_counter()
+            if len(tokens) < new_tokens:
+                self.llm.eval([token])
+        return tokens, first - start, time.perf_counter() - first
+
+
+def timed(runner, prompt, new_tokens):
+    """Median decode tokens/s and time to first token (ms) over three runs after a warm-up."""
+    runner.generate(prompt, new_tokens)
+    decode, ttft = [], []
+    for _ in range(3):
+        _, first, rest = runner.generate(prompt, new_tokens)
+        decode.append((new_tokens - 1) / rest)
+        ttft.append(first * 1000)
+    return statistics.median(decode), statistics.median(ttft)
+
+
+def summary(values):
+    return f"{statistics.median(values):7.1f} [{min(values):6.1f}, {max(values):6.1f}]"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llmc", required=True)
+    parser.add_argument("--llama-cpp", required=True, help="llama.cpp source tree (convert_hf_to_gguf.py)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    llmc = os.path.abspath(args.llmc)
+    with tempfile.TemporaryDirectory(prefix="llmc-peers-") as tmp:
+        hf_dir, onnx_dir = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
+        params = make_checkpoint(hf_dir)
+        print(f"checkpoint: LlamaForCausalLM, {params / 1e6:.1f} M parameters", flush=True)
+        onnx_path = export_onnx(hf_dir, onnx_dir)
+        engines = llmc_engines(llmc, onnx_path, tmp)
+        ort_paths = ort_models(onnx_path, tmp)
+        gguf_paths = gguf_models(args.llama_cpp, hf_dir, tmp)
+        print("\nmodel files (MiB):")
+        for name in engines:
+            sizes = [engines[name], ort_paths.get(name), gguf_paths.get(name)]
+            print(f"  {name:11}" + "".join(f"{os.path.getsize(p) / 2**20:10.1f}" if p else f"{'':>10}" for p in sizes)
+                  + "   (llmc, ONNX Runtime, llama.cpp)")
+
+        rng = np.random.default_rng(3)
+        prompt = [int(t) for t in rng.integers(3, 1000, size=PROMPT_TOKENS)]
+        ort_runners = {name: OrtRunner(path) for name, path in ort_paths.items()}
+        gguf_runners = {name: LlamaCppRunner(path) for name, path in gguf_paths.items()}
+        ort_tokens = ort_runners["float32"].generate(prompt, CHECK_TOKENS)[0]
+        gguf_tokens = gguf_runners["float32"].generate(prompt, CHECK_TOKENS)[0]
+        same = sum(a == b for a, b in zip(ort_tokens, gguf_tokens))
+        print(f"\nfloat32 greedy tokens, ONNX Runtime {ort_tokens}, llama.cpp {gguf_tokens}: {same}/{CHECK_TOKENS} agree")
+
+        results = {}  # (side, mode) -> ([decode tok/s], [ttft ms])
+        for _ in range(args.rounds):
+            for name in engines:
+                sides = [("llmc", lambda n=name: run_llmc(llmc, engines[n], args.new_tokens))]
+                if name in ort_runners:
+                    sides.append(("ONNX Runtime", lambda n=name: timed(ort_runners[n], prompt, args.new_tokens)))
+                if name in gguf_runners:
+                    sides.append(("llama.cpp", lambda n=name: timed(gguf_runners[n], prompt, args.new_tokens)))
+                for side, measure in sides:
+                    decode, ttft = measure()
+                    entry = results.setdefault((side, name), ([], []))
+                    entry[0].append(decode)
+                    entry[1].append(ttft)
+
+        print(f"\ndecode tokens/s, median [min, max] over {args.rounds} rounds (one thread, {PROMPT_TOKENS}-token prompt,"
+              f" {args.new_tokens} new tokens)")
+        print(f"{'mode':11} {'llmc':>24} {'ONNX Runtime':>24} {'llama.cpp':>24} {'llmc/ORT':>9} {'llmc/llama.cpp':>15}")
+        for name in engines:
+            row = f"{name:11}"
+            for side in ("llmc", "ONNX Runtime", "llama.cpp"):
+                row += f" {summary(results[(side, name)][0]):>24}" if (side, name) in results else f" {'':>24}"
+            ours = statistics.median(results[("llmc", name)][0])
+            for side, width in (("ONNX Runtime", 9), ("llama.cpp", 15)):
+                key = (side, name) if (side, name) in results else (side, name.split(" ")[0])
+                ratio = ours / statistics.median(results[key][0]) if key in results else None
+                row += f" {ratio:>{width - 1}.2f}x" if ratio else f" {'':>{width}}"
+            print(row)
+        print(f"\ntime to first token (ms, {PROMPT_TOKENS} tokens), median [min, max]")
+        for name in engines:
+            row = f"{name:11}"
+            for side in ("llmc", "ONNX Runtime", "llama.cpp"):
+                row += f" {summary(results[(side, name)][1]):>24}" if (side, name) in results else f" {'':>24}"
+            print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
