@@ -322,6 +322,9 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   for (const FusionRecord& record : takeFusionLog(main))
     fusions.push_back({record.fired, record.pass, record.pattern, record.nodes, record.reason});
   std::vector<std::string> llm_failures;
+  bool llm_expected = false;
+  if (auto names = main->getAttrOfType<ArrayAttr>("llmc.output_names"); names && !names.empty())
+    if (auto first = dyn_cast<StringAttr>(names[0])) llm_expected = first.getValue() == "logits";
   if (auto failures = main->getAttrOfType<ArrayAttr>("llmc.recognition_failures")) {
     for (Attribute f : failures) llm_failures.push_back(cast<StringAttr>(f).getValue().str());
     main->removeAttr("llmc.recognition_failures");
@@ -391,6 +394,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     stats->llm_recognized = llm_recognized;
     stats->llm_layers = llm_layers;
     stats->llm_failures = llm_failures;
+    stats->llm_expected = llm_expected;
     stats->fusions = fusions;
     stats->engine_bytes = engine.size();
     if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes"))

@@ -85,6 +85,9 @@ struct CompileStats {
   bool llm_recognized = false;
   int64_t llm_layers = 0;
   std::vector<std::string> llm_failures;
+  // Whether the first output is named "logits", as every causal-LM export names it: failures
+  // then matter (a language model will generate by recomputation); on an encoder they do not.
+  bool llm_expected = false;
   std::vector<FusionReport> fusions;  // in pass order
 };
 

@@ -45,7 +45,7 @@ def simple_model(opset=17):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def micro_decoder(causal=1, positions=64):
+def micro_decoder(causal=1, positions=64, output="logits"):
     """A one-layer decoder with the opset-23 Attention op: input_ids -> logits (vocab 8)."""
     rng = np.random.default_rng(1)
     inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
@@ -64,12 +64,12 @@ def micro_decoder(causal=1, positions=64):
         *[helper.make_node("Unsqueeze", [c + "2", "ax1"], [c + "4"], name=c + "_heads") for c in "qkv"],
         helper.make_node("Attention", ["q4", "k4", "v4"], ["a4"], name="attention", is_causal=causal),
         helper.make_node("Squeeze", ["a4", "ax1"], ["a"], name="merge"),
-        helper.make_node("MatMul", ["a", "head"], ["logits"], name="lm_head"),
+        helper.make_node("MatMul", ["a", "head"], [output], name="lm_head"),
     ]
     graph = helper.make_graph(
         nodes, "micro_decoder",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 8])], inits)
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", "seq", 8])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
 
 
@@ -457,6 +457,15 @@ class CliTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("not recognized as a decoder language model", err)
         self.assertIn("node 'attention'", err)
+        self.assertIn("bidirectional", err)
+        # An encoder (its output is not logits) is a graph anyway: no warning, a note with -v.
+        encoder = self.save(micro_decoder(causal=0, output="last_hidden_state"), "encoder.onnx")
+        code, out, err = run("compile", encoder, "-o", self.path("encoder.engine"))
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("decoder language model", err)
+        code, out, err = run("compile", encoder, "-o", self.path("encoder.engine"), "--verbose")
+        self.assertEqual(code, 0, err)
+        self.assertIn("note: compiled as a graph, not as a decoder language model", err)
         self.assertIn("bidirectional", err)
 
     def test_language_model_options(self):

@@ -251,10 +251,14 @@ int runCompile(const std::vector<std::string>& args) {
     status = writeEngineFile(options.output_path, engine);
   }
   if (!status.ok()) return reportError("compile", status);
-  if (!stats.llm_failures.empty()) {
+  // A model returning logits that is not recognized will generate by recomputation: a
+  // warning. Anything else (an encoder's hidden states) is a graph anyway: a note with --verbose.
+  if (!stats.llm_failures.empty() && (stats.llm_expected || options.pass_timing)) {
     std::fprintf(stderr,
-                 "llmc compile: warning: not recognized as a decoder language model; the engine "
-                 "runs the graph as exported (full recomputation when generating):\n");
+                 stats.llm_expected
+                     ? "llmc compile: warning: not recognized as a decoder language model; the engine "
+                       "runs the graph as exported (full recomputation when generating):\n"
+                     : "llmc compile: note: compiled as a graph, not as a decoder language model:\n");
     for (const std::string& failure : stats.llm_failures)
       std::fprintf(stderr, "  %s\n", failure.c_str());
   }
