@@ -31,14 +31,21 @@ fi
 ninja -C build/runtime-only -j "$JOBS" llmc
 echo "builds took $(( $(date +%s) - start )) s"
 
+# Each run's output is kept so that the very last lines can repeat both of ctest's counts
+# (ctest ends with the list of skipped GPU tests, which would otherwise bury them).
 echo "== tests under ASan + UBSan (build/asan) =="
 asan_status=0
-(cd build/asan && ctest -j "$JOBS" --output-on-failure --timeout 1800) || asan_status=$?
+(cd build/asan && ctest -j "$JOBS" --output-on-failure --timeout 1800) 2>&1 \
+  | tee build/asan/ctest-summary.log || asan_status=$?
 
 echo "== tests (build/) =="
 release_status=0
-(cd build && ctest -j "$JOBS" --output-on-failure --timeout 1800) || release_status=$?
+(cd build && ctest -j "$JOBS" --output-on-failure --timeout 1800) 2>&1 \
+  | tee build/ctest-summary.log || release_status=$?
 
+echo "== summary =="
+echo "ASan + UBSan (build/asan): $(grep -E 'tests passed|tests failed out of' build/asan/ctest-summary.log | tail -n 1)"
+echo "Release (build/):          $(grep -E 'tests passed|tests failed out of' build/ctest-summary.log | tail -n 1)"
 if [[ $asan_status -ne 0 ]]; then
   echo "FAILED: the ASan/UBSan run (build/asan) failed; see its output above"
   exit 1
