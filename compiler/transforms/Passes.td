@@ -36,8 +36,9 @@ def Simplify : Pass<"llmc-simplify", "mlir::func::FuncOp"> {
   let description = [{
     Forwards the input of Identity, of Dropout in inference mode, and of Reshape, Expand,
     Squeeze, Unsqueeze, Flatten, Cast, CastLike and identity Transposes whose static result
-    type equals their input's, of a Cast to the type its input already has, and of a float
-    product with a constant 1. Patterns: `populateSimplifyPatterns`.
+    type equals their input's, of a Reshape whose constant shape keeps every dimension (0,
+    or the input's static size; dynamic dimensions included), of a Cast to the type its input
+    already has, and of a float product with a constant 1. Patterns: `populateSimplifyPatterns`.
   }];
   let dependentDialects = ["::llmc::nn::NNDialect"];
 }

@@ -76,6 +76,37 @@ struct ForwardNoOpReshape : public OpRewritePattern<Op> {
   }
 };
 
+/// Reshape(x, shape) -> x, any dynamic dimensions included, when the constant shape keeps
+/// every dimension: each entry is 0 (copy the input's; allowzero = 0) or the input's static
+/// size, and the result has x's type. Exports write these where they computed the shape from
+/// the tensor itself: torch's SDPA decomposition reshapes its result to the [batch, heads,
+/// tokens, head_dim] it already is, which hid the attention's layout from fuse-qkv. -1 is not
+/// taken: with a dimension of size 0 at run time, what it stands for is not x's dimension.
+struct ForwardCopyingReshape : public OpRewritePattern<nn::ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::ReshapeOp op, PatternRewriter& rewriter) const override {
+    Value input = op->getOperand(0);
+    auto type = dyn_cast<RankedTensorType>(input.getType());
+    if (!type || type != op->getResult(0).getType())
+      return rewriter.notifyMatchFailure(op, "not the same type");
+    auto allowzero = op->getAttrOfType<IntegerAttr>("allowzero");
+    auto constant = op->getOperand(1).getDefiningOp<nn::ConstantOp>();
+    auto shape = constant ? dyn_cast<DenseIntElementsAttr>(constant.getValue()) : DenseIntElementsAttr();
+    if (!shape || shape.getNumElements() != type.getRank())
+      return rewriter.notifyMatchFailure(op, "not a constant shape of the input's rank");
+    int64_t d = 0;
+    for (const APInt& entry : shape.getValues<APInt>()) {
+      const int64_t size = entry.getSExtValue();
+      const bool copies = size == 0 && (!allowzero || allowzero.getInt() == 0);
+      if (!copies && (type.isDynamicDim(d) || size != type.getDimSize(d)))
+        return rewriter.notifyMatchFailure(op, "changes a dimension");
+      ++d;
+    }
+    rewriter.replaceOp(op, input);
+    return success();
+  }
+};
+
 /// Cast(x) -> x when x already has the target type (any shape: a cast is elementwise).
 struct ForwardIdentityCast : public OpRewritePattern<nn::CastOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -119,6 +150,7 @@ struct ForwardMulByOne : public OpRewritePattern<nn::MulOp> {
 void populateSimplifyPatterns(RewritePatternSet& patterns) {
   MLIRContext* context = patterns.getContext();
   patterns.add<ForwardIdentity, ForwardInferenceDropout, ForwardNoOpReshape<nn::ReshapeOp>,
+               ForwardCopyingReshape,
                ForwardNoOpReshape<nn::ExpandOp>, ForwardNoOpReshape<nn::SqueezeOp>,
                ForwardNoOpReshape<nn::UnsqueezeOp>, ForwardNoOpReshape<nn::FlattenOp>,
                ForwardNoOpReshape<nn::CastOp>, ForwardNoOpReshape<nn::CastLikeOp>,

@@ -38,3 +38,22 @@ func.func @no_op_shapes(%x: tensor<2x3xf32>, %s: tensor<2xi64>) -> tensor<3x2xf3
   %c = nn.transpose(%b) : (tensor<2x3xf32>) -> tensor<3x2xf32>
   return %c : tensor<3x2xf32>
 }
+
+// -----
+
+// Tests that a reshape whose constant shape keeps every dimension (0 copies one; a static
+// size repeats it) vanishes with dynamic dimensions, as torch's SDPA export writes after the
+// attention; a -1, a changed size or allowzero = 1 with a 0 keep it.
+// CHECK-LABEL: func @copying_reshape
+func.func @copying_reshape(%x: tensor<?x12x?x32xf32>) -> (tensor<?x12x?x32xf32>, tensor<?x12x?x32xf32>, tensor<?x12x?x32xf32>) {
+  %copy = nn.constant dense<[0, 12, 0, 32]> : tensor<4xi64>
+  %minus = nn.constant dense<[0, 12, -1, 32]> : tensor<4xi64>
+  // CHECK-NOT: nn.reshape(%arg0, %{{.*}}) {allowzero = 0
+  %a = nn.reshape(%x, %copy) {allowzero = 0 : i64} : (tensor<?x12x?x32xf32>, tensor<4xi64>) -> tensor<?x12x?x32xf32>
+  // CHECK: %[[B:.*]] = nn.reshape(%arg0, %{{.*}}) {allowzero = 1
+  %b = nn.reshape(%a, %copy) {allowzero = 1 : i64} : (tensor<?x12x?x32xf32>, tensor<4xi64>) -> tensor<?x12x?x32xf32>
+  // CHECK: %[[C:.*]] = nn.reshape(%arg0, %{{.*}}) :
+  %c = nn.reshape(%a, %minus) : (tensor<?x12x?x32xf32>, tensor<4xi64>) -> tensor<?x12x?x32xf32>
+  // CHECK: return %arg0, %[[B]], %[[C]]
+  return %a, %b, %c : tensor<?x12x?x32xf32>, tensor<?x12x?x32xf32>, tensor<?x12x?x32xf32>
+}
