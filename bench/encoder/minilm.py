@@ -40,13 +40,35 @@ Please send me the report by Friday afternoon.
 The Eiffel Tower was completed in 1889 for the World's Fair.
 Neural networks can approximate a wide class of functions.""".split("\n")
 
-MODES = [  # name, llmc compile flags
+# Calibration for w8a8: other sentences than the measured ones, of similar kinds.
+CALIBRATION = """The children built a sandcastle near the water.
+Stock markets fell sharply after the earnings report was published.
+Can you recommend a good book about the history of mathematics?
+The orchestra rehearsed the symphony for three weeks before the concert.
+A cyclist rides along the river on a sunny morning.
+Memory bandwidth limits how fast a large model can generate text.
+He forgot his umbrella and got soaked on the way home.
+The museum opens at nine and closes at five on weekdays.
+Vaccines train the immune system to recognize a pathogen.
+Our flight was delayed by two hours because of fog.
+The recipe calls for two eggs, flour, sugar and a pinch of salt.
+Database indexes speed up queries at the cost of slower writes.
+A group of hikers reached the summit just before sunset.
+The committee will announce its decision next month.
+Light travels about three hundred thousand kilometres per second.
+Tokenizers split text into pieces that a model maps to vectors.""".split("\n")
+
+MODES = [  # name, llmc compile flags ("@calib" is the calibration file)
     ("int8", ["--quantize", "int8"]),
     ("int4 g32", ["--quantize", "int4", "--quant-group", "32"]),
     ("int4 g32, embeddings int8", ["--quantize", "int4", "--quant-group", "32", "--quant-head", "int8"]),
     ("int4 g128", ["--quantize", "int4", "--quant-group", "128"]),
     ("int4_zp g64", ["--quantize", "int4_zp", "--quant-group", "64"]),
     ("fp8", ["--quantize", "fp8"]),
+    ("int4 g32 + awq", ["--quantize", "int4", "--quant-group", "32", "--awq", "--calib", "@calib"]),
+    ("int4 g128 + awq", ["--quantize", "int4", "--quant-group", "128", "--awq", "--calib", "@calib"]),
+    ("w8a8 alpha 0", ["--quantize", "w8a8", "--smooth-alpha", "0", "--calib", "@calib"]),
+    ("w8a8", ["--quantize", "w8a8", "--calib", "@calib"]),
 ]
 
 
@@ -93,7 +115,12 @@ def main():
     with open(sentences, "w") as f:
         f.write("\n".join(SENTENCES) + "\n")
 
+    calibration = os.path.join(args.work, "calibration.txt")
+    with open(calibration, "w") as f:
+        f.write("\n".join(CALIBRATION) + "\n")
+
     def compile_engine(name, flags):
+        flags = [calibration if f == "@calib" else f for f in flags]
         engine = os.path.join(args.work, name.replace(" ", "_") + ".engine")
         proc = subprocess.run([args.llmc, "compile", onnx_path, "-o", engine, "--tokenizer", tokenizer_path, *flags],
                               capture_output=True, text=True)

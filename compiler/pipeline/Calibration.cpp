@@ -162,13 +162,16 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
       const Tensor& ids = samples[i][0].tensor;
       Tensor t = Tensor::allocate(info.dtype, ids.shape());
       for (int64_t j = 0; j < ids.numElements(); ++j) {
+        // What a tokenizer gives one unpadded sequence: every token attended, positions from 0,
+        // and (BERT's segments) every token in the first segment.
         const int64_t v = info.name == "input_ids"        ? ids.data<int64_t>()[j]
                           : info.name == "attention_mask" ? 1
                           : info.name == "position_ids"   ? j
+                          : info.name == "token_type_ids" ? 0
                                                           : -1;
         if (v < 0 && info.name != "input_ids")
-          return invalidArgument("calibration feeds input_ids, attention_mask and position_ids; the model also has '" +
-                                 info.name + "'");
+          return invalidArgument("calibration feeds input_ids, attention_mask, position_ids and token_type_ids; "
+                                 "the model also has '" + info.name + "'");
         if (info.dtype == DType::kInt32) t.data<int32_t>()[j] = static_cast<int32_t>(v);
         else if (info.dtype == DType::kInt64) t.data<int64_t>()[j] = v;
         else return invalidArgument("calibration input '" + info.name + "' must be int32 or int64");

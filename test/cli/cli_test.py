@@ -440,6 +440,18 @@ class CliTest(unittest.TestCase):
 
 
     # --- language models -----------------------------------------------------------------
+    def test_calibration_feeds_only_token_inputs(self):
+        # Calibration makes the inputs of a tokenized sequence; a model with any other input
+        # (here a float 'x') is refused by name, and nothing is written.
+        samples = self.path("calib")
+        os.mkdir(samples)
+        np.save(os.path.join(samples, "0.npy"), np.array([[1, 2, 3]], dtype=np.int64))
+        engine = self.path("w8a8.engine")
+        code, out, err = run("compile", self.save(simple_model()), "-o", engine, "--quantize", "w8a8",
+                             "--calib-dir", samples)
+        self.assert_one_error(code, err, 2, "token_type_ids", "the model also has 'x'")
+        self.assertFalse(os.path.exists(engine))
+
     def test_language_model_recognition(self):
         model = self.save(micro_decoder())
         code, out, err = run("compile", model, "-o", self.path("lm.engine"))
