@@ -33,6 +33,17 @@ def llmc_median_ms(llmc, engine, inputs, repeat):
     return float(m.group(1))
 
 
+def llmc_kv_bench(llmc, engine, context, new_tokens, repeat):
+    """`llmc bench --kv-only`: time to first token (ms) and decode tokens/s, each as
+    (median, min, max) over `repeat` runs."""
+    out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", str(context), "--new-tokens",
+                          str(new_tokens), "--repeat", str(repeat)], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"paged KV cache\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]",
+                  out)
+    values = [float(g) for g in m.groups()]
+    return tuple(values[:3]), tuple(values[3:])
+
+
 def ort_median_ms(session, feeds, repeat):
     times = []
     for _ in range(repeat):

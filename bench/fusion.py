@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_ort import llmc_median_ms as llmc_ms, ort_median_ms as ort_ms, ort_session  # noqa: E402
+from compare_ort import llmc_kv_bench, llmc_median_ms as llmc_ms, ort_median_ms as ort_ms, ort_session  # noqa: E402
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models")
 LAYER = re.compile(r"(?:layers|layer|h|blocks)[./_](\d+)[./]")
@@ -46,10 +46,8 @@ def kernels(llmc, engine):
 
 
 def decode(llmc, engine, context, new_tokens, runs):
-    out = run([llmc, "bench", engine, "--kv-only", "--context", str(context), "--new-tokens",
-               str(new_tokens), "--repeat", str(runs)])
-    m = re.search(r"paged KV cache\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]", out)
-    return [float(g) for g in m.groups()]
+    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, context, new_tokens, runs)
+    return [*ttft, *tokens_per_s]
 
 
 def fmt(values, unit="ms"):

@@ -28,7 +28,6 @@ how to get the one llama-cpp-python was built from.
 import argparse
 import glob
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,8 @@ CONFIG = dict(vocab_size=16000, hidden_size=768, intermediate_size=2048, num_hid
 PROMPT_TOKENS = 64
 CHECK_TOKENS = 8
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from compare_ort import llmc_kv_bench, ort_session  # noqa: E402
 
 
 def make_checkpoint(hf_dir):
@@ -120,20 +121,14 @@ def llmc_engines(llmc, onnx_path, out_dir):
 
 
 def run_llmc(llmc, engine, new_tokens):
-    out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", str(PROMPT_TOKENS), "--new-tokens",
-                          str(new_tokens), "--repeat", "3"], check=True, capture_output=True, text=True).stdout
-    row = re.search(r"paged KV cache\s+([\d.]+) \[.*?\]\s+([\d.]+)", out)
-    return float(row.group(2)), float(row.group(1))
+    """Median decode tokens/s and time to first token (ms) of `llmc bench` over three runs."""
+    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, PROMPT_TOKENS, new_tokens, 3)
+    return tokens_per_s[0], ttft[0]
 
 
 class OrtRunner:
     def __init__(self, path):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.session = ort_session(path)
         self.past = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
         self.outputs = [o.name for o in self.session.get_outputs()]
 

@@ -13,7 +13,6 @@ quantized formats read 4x (int8) and about 7x (int4) fewer bytes.
 """
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from compare_ort import llmc_kv_bench  # noqa: E402
 CALIB_DIR = "@calib"  # replaced by a directory of random input_ids samples
 MODES = [("float32", []), ("int8", ["--quantize", "int8"]), ("int4 g128", ["--quantize", "int4", "--quant-group", "128"]),
          ("w8a8", ["--quantize", "w8a8", "--calib-dir", CALIB_DIR])]
@@ -54,12 +55,9 @@ def main():
         ttft = {name: [] for name, _ in MODES}
         for _ in range(args.rounds):
             for name, _ in MODES:
-                out = subprocess.run([args.llmc, "bench", engines[name], "--kv-only", "--context", str(args.context),
-                                      "--new-tokens", str(args.new_tokens), "--repeat", "3"],
-                                     check=True, capture_output=True, text=True).stdout
-                row = re.search(r"paged KV cache\s+([\d.]+) \[.*?\]\s+([\d.]+)", out)
-                ttft[name].append(float(row.group(1)))
-                decode[name].append(float(row.group(2)))
+                first, tokens_per_s = llmc_kv_bench(args.llmc, engines[name], args.context, args.new_tokens, 3)
+                ttft[name].append(first[0])
+                decode[name].append(tokens_per_s[0])
         base = statistics.median(decode["float32"])
         print(f"\n{'mode':10} {'decode tok/s median [min, max]':>34} {'speed-up':>9} {'TTFT ms (' + str(args.context) + ' tokens)':>24}")
         for name, _ in MODES:

@@ -136,14 +136,7 @@ class FuseAttentionPass : public impl::FuseAttentionBase<FuseAttentionPass> {
     carryNames(pv, y.getDefiningOp());
     pv->getResult(0).replaceAllUsesWith(y);
     logFusion(func, {true, kPass, mask ? "attention+mask" : "attention", nodeNames(ops), ""});
-    pv->erase();
-    // The probabilities' chain, users before what they use; then what else the fusion emptied.
-    SmallVector<Operation*> chain;
-    if (guard) chain = {guard, guard->getOperand(0).getDefiningOp()};
-    chain.push_back(softmax);
-    for (Operation* op : chain) op->erase();
-    for (Operation* op : ops)
-      if (op != pv && !llvm::is_contained(chain, op) && op->use_empty()) op->erase();
+    pv->erase();  // what it used, now dead, goes with eraseDeadOps after every softmax
   }
 
   /// where(isnan(p), 0, p) with p (the softmax) used only there: the where, else null.

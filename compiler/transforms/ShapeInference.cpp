@@ -248,7 +248,6 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     return outcome;
   }
 
-
   LogicalResult inferOp(Operation* op, const std::vector<std::string>& symbols,
                         const std::vector<int64_t> probe[kProbes],
                         llvm::DenseMap<Value, ProbeTensors>& known, Outcome& outcome) {

@@ -39,8 +39,15 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
   else
     out->q.resize(static_cast<size_t>(k));
   out->scales.resize(static_cast<size_t>(blocks));
-  out->block_sums.resize(static_cast<size_t>(blocks));
   out->group_sums.assign(static_cast<size_t>((k + group - 1) / group), 0.0f);
+  // The 4-bit kernel's order (quantDotRows) besides: per pair of blocks, the first halves of
+  // both, then the second halves, as the packed weight bytes hold them; each block's scale and
+  // a quarter of its sum four times (four lanes per block).
+  const bool paired = bits != 16 && k % (2 * kQuantBlock) == 0;
+  out->q_pairs.resize(paired ? static_cast<size_t>(k) : 0);
+  out->pair_scales.resize(paired ? static_cast<size_t>(blocks * 4) : 0);
+  out->pair_block_sums.resize(paired ? static_cast<size_t>(blocks * 4) : 0);
+  constexpr int64_t kHalf = kQuantBlock / 2;
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * kQuantBlock;
     float amax = 0;
@@ -56,34 +63,18 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
         out->q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(q);
       sum += q;
     }
+    const float block_sum = scale * static_cast<float>(sum);
     out->scales[static_cast<size_t>(b)] = scale;
-    out->block_sums[static_cast<size_t>(b)] = scale * static_cast<float>(sum);
-    out->group_sums[static_cast<size_t>(b * kQuantBlock / group)] +=
-        out->block_sums[static_cast<size_t>(b)];
-  }
-  // The 4-bit kernel's order (quantDotRows): per pair of blocks, the first halves of both, then
-  // the second halves, as the packed weight bytes hold them; each block's scale and a quarter
-  // of its sum four times (four lanes per block).
-  out->q_pairs.clear();
-  out->pair_scales.clear();
-  out->pair_block_sums.clear();
-  if (bits == 16 || k % (2 * kQuantBlock) != 0) return;
-  const int64_t half = kQuantBlock / 2;
-  out->q_pairs.resize(static_cast<size_t>(k));
-  out->pair_scales.resize(static_cast<size_t>(blocks * 4));
-  out->pair_block_sums.resize(static_cast<size_t>(blocks * 4));
-  for (int64_t p = 0; p < blocks / 2; ++p) {
-    const int8_t* from = out->q.data() + p * 2 * kQuantBlock;
-    int8_t* to = out->q_pairs.data() + p * 2 * kQuantBlock;
-    std::memcpy(to, from, half);
-    std::memcpy(to + half, from + kQuantBlock, half);
-    std::memcpy(to + 2 * half, from + half, half);
-    std::memcpy(to + 3 * half, from + kQuantBlock + half, half);
-    for (int64_t i = 0; i < 8; ++i) {
-      const int64_t block = 2 * p + i / 4;
-      out->pair_scales[static_cast<size_t>(p * 8 + i)] = out->scales[static_cast<size_t>(block)];
-      out->pair_block_sums[static_cast<size_t>(p * 8 + i)] =
-          out->block_sums[static_cast<size_t>(block)] / 4;
+    out->group_sums[static_cast<size_t>(b * kQuantBlock / group)] += block_sum;
+    if (!paired) continue;
+    // Block b is the first (b even) or second of pair b / 2.
+    const int8_t* from = out->q.data() + b * kQuantBlock;
+    int8_t* to = out->q_pairs.data() + (b / 2) * 2 * kQuantBlock + (b % 2) * kHalf;
+    std::memcpy(to, from, kHalf);
+    std::memcpy(to + kQuantBlock, from + kHalf, kHalf);
+    for (int64_t lane = 0; lane < 4; ++lane) {
+      out->pair_scales[static_cast<size_t>(b * 4 + lane)] = scale;
+      out->pair_block_sums[static_cast<size_t>(b * 4 + lane)] = block_sum / 4;
     }
   }
 }
@@ -206,11 +197,10 @@ __attribute__((target("avx2,fma,f16c"))) void int4PairTile(const QuantWeight& w,
       for (int64_t p = g * pairs_per_group; p < end; ++p)
         int4PairProducts<kRows>(rows, row_bytes, p, a, acc);
       for (int r = 0; r < kRows; ++r) {
-        const int64_t at = (n + r) * groups + g;  // the row's scale and zero point
-        const float scale = half_scales ? _cvtsh_ss(static_cast<const uint16_t*>(w.scales)[at])
-                                        : static_cast<const float*>(w.scales)[at];
+        const float scale = weightScale(w, n + r, g);
+        const int zero = w.zeros ? w.zeros[(n + r) * groups + g] : 8;
         total[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(scale), total[r]);
-        correction[r] += scale * static_cast<float>(w.zeros ? w.zeros[at] : 8) * group_sums[g];
+        correction[r] += scale * static_cast<float>(zero) * group_sums[g];
       }
     }
   } else {
@@ -374,28 +364,12 @@ int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// 32 products per step through vpmaddubsw/vpmaddwd, summed in int32 lanes (no float per block).
-__attribute__((target("avx2"))) int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc = _mm256_setzero_si256();
-  for (int64_t i = 0; i < k; i += kQuantBlock) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
-    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
-    const __m256i products =
-        _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(products, ones));
-  }
-  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
-  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
-  return _mm_cvtsi128_si32(sum);
-}
-
 namespace {
 
-// Channels w_0..w_{kRows-1} (rows of K int8 values, `k` apart) against one activation row, exact
-// in int32. vpmaddubsw takes |a| (once per block for all the channels) times w with a's sign
-// moved onto it; a pair of products is at most 2 * 127 * 127, inside int16.
+// Channels w_0..w_{kRows-1} (rows of K int8 values, `k` apart) against one activation row, 32
+// products per step summed in int32 lanes (no float per block): exact. vpmaddubsw takes |a|
+// (once per block for all the channels) times w with a's sign moved onto it; a pair of products
+// is at most 2 * 127 * 127, inside int16.
 template <int kRows>
 __attribute__((target("avx2"))) void int8DotTile(const int8_t* a, const int8_t* w, int64_t k,
                                                  int32_t* out) {
@@ -423,6 +397,12 @@ __attribute__((target("avx2"))) void int8DotTile(const int8_t* a, const int8_t* 
 }
 
 }  // namespace
+
+int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) {
+  int32_t out;
+  int8DotTile<1>(a, w, k, &out);
+  return out;
+}
 
 void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out) {
   int64_t n = 0;

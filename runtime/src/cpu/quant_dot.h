@@ -18,10 +18,9 @@ struct QuantizedActivations {
   std::vector<int16_t> q16;
   std::vector<float> scales;
   std::vector<float> group_sums;
-  std::vector<float> block_sums;  // per block: scale * Σq
   // For 4-bit weights and K a multiple of 64, q in the order of the pair kernel (quantDotRows):
   // per pair of blocks, the first 16 values of each, then the last 16 of each; and each block's
-  // scale and a quarter of its block_sums four times ([s_2p x4, s_2p+1 x4]).
+  // scale and a quarter of its sum (scale * Σq) four times ([s_2p x4, s_2p+1 x4]).
   std::vector<int8_t> q_pairs;
   std::vector<float> pair_scales;
   std::vector<float> pair_block_sums;

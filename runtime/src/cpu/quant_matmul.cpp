@@ -138,7 +138,6 @@ Status quantMatMulKernel(KernelContext& ctx) {
     std::vector<float> row_scales(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) row_scales[r] = quantizeRowPerToken(input_row(r), k, aq.data() + r * k);
     const int8_t* wq = static_cast<const int8_t*>(w.data);
-    constexpr int64_t kChannelTile = 16;
     int32_t sums[kChannelTile];
     for (int64_t n0 = 0; n0 < w.n; n0 += kChannelTile) {
       const int64_t count = std::min(kChannelTile, w.n - n0);
