@@ -324,11 +324,12 @@ bool quantDotRowsTiled(const QuantWeight& w, const QuantizedActivations& a) {
 }
 
 void quantDotRows(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
-                  float* out) {
+                  float* out, int channels_per_pass) {
   int64_t n = n0;
   if (quantDotRowsTiled(w, a)) {
     const bool int8 = w.traits->bits == 8;
-    for (; n + 4 <= n1; n += 4) (int8 ? int8Tile<4> : int4PairTile<4>)(w, n, a, out + (n - n0));
+    if (channels_per_pass == 4)
+      for (; n + 4 <= n1; n += 4) (int8 ? int8Tile<4> : int4PairTile<4>)(w, n, a, out + (n - n0));
     for (; n < n1; ++n) (int8 ? int8Tile<1> : int4PairTile<1>)(w, n, a, out + (n - n0));
     return;
   }
@@ -342,7 +343,7 @@ float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations
 bool quantDotHasAvx2() { return false; }
 bool quantDotRowsTiled(const QuantWeight&, const QuantizedActivations&) { return false; }
 void quantDotRows(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
-                  float* out) {
+                  float* out, int) {
   for (int64_t n = n0; n < n1; ++n) out[n - n0] = quantDotScalar(w, n, a);
 }
 #endif
@@ -404,17 +405,19 @@ int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) {
   return out;
 }
 
-void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out) {
+void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out,
+                 int channels_per_pass) {
   int64_t n = 0;
   if (quantDotHasAvx2()) {
-    for (; n + 4 <= count; n += 4) int8DotTile<4>(a, w + n * k, k, out + n);
+    if (channels_per_pass == 4)
+      for (; n + 4 <= count; n += 4) int8DotTile<4>(a, w + n * k, k, out + n);
     for (; n < count; ++n) int8DotTile<1>(a, w + n * k, k, out + n);
   }
   for (; n < count; ++n) out[n] = dotInt8Scalar(a, w + n * k, k);
 }
 #else
 int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) { return dotInt8Scalar(a, w, k); }
-void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out) {
+void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out, int) {
   for (int64_t n = 0; n < count; ++n) out[n] = dotInt8Scalar(a, w + n * k, k);
 }
 #endif

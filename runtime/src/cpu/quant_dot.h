@@ -36,11 +36,14 @@ float quantDotScalar(const QuantWeight& w, int64_t row, const QuantizedActivatio
 float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations& a);
 bool quantDotHasAvx2();
 // out[i] = dot for output channels n0 + i, i < n1 - n0. With AVX2, int8 weights and 4-bit
-// weights whose K is a multiple of 64 and whose groups are 32 or a multiple of 64 run four
-// channels per pass, sharing each activation load (quantDotRowsTiled says so; 4-bit ones over
-// pairs of blocks); everything else takes one quantDotAvx2 (or quantDotScalar) per channel.
+// weights whose K is a multiple of 64 and whose groups are 32 or a multiple of 64 take the
+// tiled kernels (quantDotRowsTiled says so; 4-bit ones over pairs of blocks), which run
+// `channels_per_pass` (4 or 1) channels per pass; everything else takes one quantDotAvx2 (or
+// quantDotScalar) per channel. Four per pass share each activation load, which pays when many
+// rows of activations reuse the weights from cache (prefill); one per pass reads the weight in
+// memory order, which is what a single row (decode) is bound by (channelsPerPass below).
 void quantDotRows(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations& a,
-                  float* out);
+                  float* out, int channels_per_pass);
 bool quantDotRowsTiled(const QuantWeight& w, const QuantizedActivations& a);
 
 // w8a8: a row of activations as int8 with one scale (absmax / 127), and exact int32 dot
@@ -49,8 +52,16 @@ constexpr int64_t kMaxPerTokenK = 65536;
 float quantizeRowPerToken(const float* x, int64_t k, int8_t* q);
 int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k);
 int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k);
-// out[i] = dot(a, w + i * k) for i < count: with AVX2 four channels per pass, each activation
-// load shared (exact, as dotInt8Avx2); the scalar loop elsewhere.
-void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out);
+// out[i] = dot(a, w + i * k) for i < count: with AVX2 `channels_per_pass` (4 or 1) channels per
+// pass, four sharing each activation load (exact, as dotInt8Avx2); the scalar loop elsewhere.
+void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out,
+                 int channels_per_pass);
+
+// The channels per pass of the integer products for `rows` rows of activations. One row
+// (decode) reads each weight once and is bound by memory: on one 2-core Zen 4 VM four
+// interleaved weight rows streamed at half the rate of one (int8 decode of a 110M Llama 89-95
+// against 174-180 tokens/s), while in prefill one per pass took the time to first token from
+// about 190 to 240-310 ms (docs/quantization.md, Speed).
+inline int channelsPerPass(int64_t rows) { return rows == 1 ? 1 : 4; }
 
 }  // namespace llmc

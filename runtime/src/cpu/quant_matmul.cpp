@@ -142,7 +142,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
     for (int64_t n0 = 0; n0 < w.n; n0 += kChannelTile) {
       const int64_t count = std::min(kChannelTile, w.n - n0);
       for (int64_t r = 0; r < rows; ++r) {
-        dotInt8Rows(aq.data() + r * k, wq + n0 * k, k, count, sums);
+        dotInt8Rows(aq.data() + r * k, wq + n0 * k, k, count, sums, channelsPerPass(rows));
         for (int64_t i = 0; i < count; ++i)
           h[r * w.n + n0 + i] = static_cast<float>(sums[i]) * row_scales[r] * w.scale(n0 + i, 0);
       }
@@ -153,7 +153,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
       quantizeActivations(input_row(r), k, w.group, activationBits(*traits), &activations[r]);
     for (int64_t n = 0; n < w.n; n += kChannelTile)
       for (int64_t r = 0; r < rows; ++r)
-        quantDotRows(w, n, std::min(w.n, n + kChannelTile), activations[static_cast<size_t>(r)], h + r * w.n + n);
+        quantDotRows(w, n, std::min(w.n, n + kChannelTile), activations[static_cast<size_t>(r)], h + r * w.n + n,
+                     channelsPerPass(rows));
   }
   if (!gated) {
     applyEpilogue(h, rows, w.n, static_cast<float>(ctx.params().getFloat("alpha", 1.0)),

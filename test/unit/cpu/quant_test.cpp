@@ -208,14 +208,18 @@ TEST(QuantDotRowsTest, EqualsScalarDotsForEveryShape) {
     QuantizedActivations a;
     quantizeActivations(x.data<float>(), c.k, c.group, activationBits(*q.weight.traits), &a);
     EXPECT_EQ(quantDotRowsTiled(q.weight, a), c.tiled && quantDotHasAvx2());
-    // Channels 1..10 (two tiles of four and two single ones) into out[1..10]; the rest untouched.
-    std::vector<float> out(static_cast<size_t>(n + 1), -1.0f);
-    quantDotRows(q.weight, 1, n, a, out.data() + 1);
-    EXPECT_EQ(out[0], -1.0f);
-    EXPECT_EQ(out[static_cast<size_t>(n)], -1.0f);
-    for (int64_t r = 1; r < n; ++r) {
-      const float scalar = quantDotScalar(q.weight, r, a);
-      EXPECT_NEAR(out[static_cast<size_t>(r)], scalar, 1e-3 * (1 + std::fabs(scalar))) << "channel " << r;
+    // Channels 1..10 (two tiles of four and two single ones, or ten single ones) into
+    // out[1..10]; the rest untouched.
+    for (int per_pass : {4, 1}) {
+      std::vector<float> out(static_cast<size_t>(n + 1), -1.0f);
+      quantDotRows(q.weight, 1, n, a, out.data() + 1, per_pass);
+      EXPECT_EQ(out[0], -1.0f);
+      EXPECT_EQ(out[static_cast<size_t>(n)], -1.0f);
+      for (int64_t r = 1; r < n; ++r) {
+        const float scalar = quantDotScalar(q.weight, r, a);
+        EXPECT_NEAR(out[static_cast<size_t>(r)], scalar, 1e-3 * (1 + std::fabs(scalar)))
+            << "channel " << r << ", " << per_pass << " per pass";
+      }
     }
   }
 }
@@ -276,11 +280,14 @@ TEST(W8A8Test, RowsOfDotsAreExact) {
     for (int8_t& v : a) v = static_cast<int8_t>(value(rng));
     for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
     a[0] = a[1] = -127, w[0] = w[1] = -127, a[2] = 0;
-    std::vector<int32_t> got(static_cast<size_t>(count + 1), -1);
-    dotInt8Rows(a.data(), w.data(), k, count, got.data());
-    for (int64_t n = 0; n < count; ++n)
-      EXPECT_EQ(got[static_cast<size_t>(n)], dotInt8Scalar(a.data(), w.data() + n * k, k)) << count << " " << n;
-    EXPECT_EQ(got[static_cast<size_t>(count)], -1);
+    for (int per_pass : {4, 1}) {
+      std::vector<int32_t> got(static_cast<size_t>(count + 1), -1);
+      dotInt8Rows(a.data(), w.data(), k, count, got.data(), per_pass);
+      for (int64_t n = 0; n < count; ++n)
+        EXPECT_EQ(got[static_cast<size_t>(n)], dotInt8Scalar(a.data(), w.data() + n * k, k))
+            << count << " " << n << ", " << per_pass << " per pass";
+      EXPECT_EQ(got[static_cast<size_t>(count)], -1);
+    }
   }
 }
 
