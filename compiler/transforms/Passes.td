@@ -70,7 +70,19 @@ def RecognizeLlm : Pass<"llmc-recognize-llm", "mlir::func::FuncOp"> {
     reasons (with ONNX node names) go to `llmc.recognition_failures`; the engine then runs
     by full recomputation. On success the function gets `llm.config` (layers, heads, KV
     heads, head dim).
+
+    Masks are proven for every length up to the context, not sampled (MaskProof.cpp): a
+    pass over the mask's subgraph shows that the mask at any length is the corner of the
+    mask at the context, then one evaluation at the context must be causal or causal within
+    a window of W keys (`window = W` on `llm.attention`). Any other mask is refused, naming
+    the node.
   }];
+  let options = [
+    Option<"maxContext", "max-context", "int64_t", "0",
+           "the context masks are proven for (0: the sequence dimension's maximum, else 2048)">,
+    ListOption<"dimMax", "dim-max", "std::string",
+               "name=max: the largest size of a symbolic dimension (--dim name=min:max)">,
+  ];
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
 

@@ -16,6 +16,7 @@
 #include "mlir/Transforms/RegionUtils.h"
 #include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
+#include "transforms/MaskProof.h"
 #include "transforms/Passes.h"
 
 namespace llmc {
@@ -27,12 +28,6 @@ using namespace mlir;
 
 namespace llmc {
 namespace {
-
-// A masked position's additive bias must be at most this (exporters use -inf, the float
-// type's lowest value, or -1e9/-1e4).
-constexpr double kMaskedBias = -1e4;
-// Sequence lengths (batch 1) and one batch-2 probe at which masks are evaluated.
-constexpr int64_t kMaskProbeLengths[] = {1, 2, 5, 9};
 
 // Does anything a MatMul/Gemm computed flow into `v`? (Masks are built from shapes and the
 // attention mask input only; scores come from Q·Kᵀ.)
@@ -67,6 +62,7 @@ struct AttentionMatch {
   enum class MaskKind { kNone, kAdd, kWhere } mask_kind = MaskKind::kNone;
   Value mask, fill;
   bool where_scores_on_false = false;
+  int64_t window = 0;  // proven: 0 causal, W > 0 a sliding window of W keys
   // Scale factors computed from shapes (e.g. sqrt(head_dim) via Shape/Pow), evaluated with
   // the masks: (value, divides).
   std::vector<std::pair<Value, bool>> shape_scales;
@@ -90,10 +86,12 @@ std::optional<ScalarFactor> scalarFactor(Operation* op) {
 
 // llm.attention(q, k, v) with layer 0 (numbered once all are found), carrying `names`.
 Value createAttention(OpBuilder& b, Location loc, Value q, Value k, Value v, Type type,
-                      double scale, Attribute names) {
-  Value attention = createOp(b, loc, "llm.attention", {q, k, v}, type,
-                             {b.getNamedAttr("layer", b.getI64IntegerAttr(0)),
-                              b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))});
+                      double scale, int64_t window, Attribute names) {
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr("layer", b.getI64IntegerAttr(0)),
+      b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))};
+  if (window > 0) attrs.push_back(b.getNamedAttr("window", b.getI64IntegerAttr(window)));
+  Value attention = createOp(b, loc, "llm.attention", {q, k, v}, type, attrs);
   if (names) attention.getDefiningOp()->setAttr("llmc.names", names);
   return attention;
 }
@@ -239,123 +237,13 @@ Value skipEmptyPast(Value v) {
   return kept ? kept : v;
 }
 
-// Evaluates a shape/mask subgraph with the runtime's kernels for concrete inputs. Operands
-// of Shape/Size are evaluated shape-only (so a mask sliced to K's length does not compute
-// K), and so are float operands of anything evaluated shape-only.
-class SubgraphEvaluator {
- public:
-  explicit SubgraphEvaluator(std::map<unsigned, Tensor> args) : args_(std::move(args)) {}
-
-  // The value of `v` (with data when `need_data`), or an error naming what could not be
-  // evaluated.
-  Status evaluate(Value v, bool need_data, const Tensor** out) {
-    auto it = values_.find(v);
-    if (it != values_.end() && (!need_data || it->second.hasData())) {
-      *out = &it->second;
-      return okStatus();
-    }
-    if (auto arg = dyn_cast<BlockArgument>(v)) {
-      auto a = args_.find(arg.getArgNumber());
-      if (a == args_.end())
-        return unimplemented("the mask depends on model input " +
-                             std::to_string(arg.getArgNumber()) +
-                             ", which only input_ids, attention_mask and position_ids may");
-      values_[v] = a->second;
-      *out = &values_[v];
-      return okStatus();
-    }
-    Operation* op = v.getDefiningOp();
-    if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
-      values_[v] = tensorFromElements(constant.getValue());
-      *out = &values_[v];
-      return okStatus();
-    }
-    const KernelDef* kernel = KernelRegistry::cpuReference().find(kernelNameOf(op));
-    if (!kernel || (need_data && isa<llm::AttentionOp>(op)))
-      return unimplemented(where(op) + " cannot be evaluated at compile time");
-    bool sizes_only = isOp(op, "nn.shape") || isOp(op, "nn.size");
-    std::vector<const Tensor*> inputs;
-    for (Value operand : op->getOperands()) {
-      if (isa<NoneType>(operand.getType())) {
-        inputs.push_back(nullptr);
-        continue;
-      }
-      bool is_float = false;
-      if (auto type = dyn_cast<ShapedType>(operand.getType()))
-        is_float = isa<FloatType>(type.getElementType());
-      bool operand_data = sizes_only ? false : need_data || !is_float;
-      const Tensor* t = nullptr;
-      LLMC_RETURN_IF_ERROR(evaluate(operand, operand_data, &t));
-      inputs.push_back(t);
-    }
-    KernelParams params;
-    LLMC_RETURN_IF_ERROR(paramsFromAttributes(op->getAttrs(), &params));
-    KernelRun run = evaluateKernel(*kernel, params, inputs, op->getNumResults(), nodeNameOf(op),
-                                   /*shape_only=*/!need_data && !sizes_only);
-    LLMC_RETURN_IF_ERROR(run.status);
-    for (unsigned i = 0; i < op->getNumResults(); ++i)
-      values_[op->getResult(i)] = std::move(run.outputs[i]);
-    *out = &values_[v];
-    return okStatus();
-  }
-
- private:
-  std::map<unsigned, Tensor> args_;
-  // Node-based: pointers handed out stay valid while more values are added.
-  struct ValueHash {
-    size_t operator()(Value v) const { return std::hash<void*>()(v.getAsOpaquePointer()); }
-  };
-  std::unordered_map<Value, Tensor, ValueHash> values_;
-};
-
-double elementAsDouble(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kFloat32: return t.data<float>()[i];
-    case DType::kFloat64: return t.data<double>()[i];
-    case DType::kBool: return t.data<uint8_t>()[i] ? 1.0 : 0.0;
-    case DType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DType::kInt32: return t.data<int32_t>()[i];
-    default: return std::nan("");
-  }
-}
-
-// Checks that `m` (float bias for kAdd, bool for kWhere) is causal over `seq` x `seq`
-// query/key positions, broadcast over every leading axis.
-std::string checkCausal(const AttentionMatch& match, const Tensor& mask, const Tensor* fill,
-                        int64_t seq) {
-  if (mask.rank() < 2) return "the mask has rank " + std::to_string(mask.rank());
-  int64_t rows = mask.dim(mask.rank() - 2), cols = mask.dim(mask.rank() - 1);
-  if (!((rows == seq || rows == 1) && cols == seq && (rows == seq || seq == 1)))
-    return "the mask is " + shapeToString(mask.shape()) + " for " + std::to_string(seq) +
-           " tokens, not [.., " + std::to_string(seq) + ", " + std::to_string(seq) + "]";
-  if (fill) {
-    for (int64_t i = 0; i < fill->numElements(); ++i) {
-      double f = elementAsDouble(*fill, i);
-      if (!(f <= kMaskedBias)) return "the masked fill value " + std::to_string(f) + " is not large and negative";
-    }
-  }
-  int64_t count = mask.numElements();
-  for (int64_t e = 0; e < count; ++e) {
-    int64_t j = e % cols, i = (e / cols) % rows;
-    bool allowed = j <= i;
-    double value = elementAsDouble(mask, e);
-    if (std::isnan(value)) return "the mask holds NaN";
-    bool ok;
-    if (match.mask_kind == AttentionMatch::MaskKind::kAdd) {
-      ok = allowed ? value == 0 : value <= kMaskedBias;
-    } else {
-      bool selects_scores = match.where_scores_on_false ? value == 0 : value != 0;
-      ok = selects_scores == allowed;
-    }
-    if (!ok)
-      return "query " + std::to_string(i) + " " + (allowed ? "cannot see" : "sees") + " key " +
-             std::to_string(j) + " at length " + std::to_string(seq) + ": the mask is not causal";
-  }
-  return "";
-}
+// The context a mask is proven for when neither --max-context nor the sequence dimension's
+// range says (the pipeline's default).
+constexpr int64_t kDefaultContext = 2048;
 
 class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
  public:
+  using Base::Base;
   std::optional<int64_t> max_positions_;  // rows of a learned position table, if any
 
   void runOnOperation() override {
@@ -374,6 +262,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     std::vector<std::string> ids_dims = dimNamesOf(body.getArgument(input_ids));
     if (ids_dims.size() != 2 || ids_dims[1].empty()) return;
     seq_ = ids_dims[1];
+    batch_ = ids_dims[0];
     bool has_attention = false;
     for (Operation& op : body)
       has_attention = has_attention || isOp(&op, "nn.softmax") || isOp(&op, "nn.attention") ||
@@ -396,7 +285,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
   }
 
  private:
-  std::string seq_;
+  std::string seq_, batch_;
+  llvm::DenseMap<Value, MaskProof> proofs_;  // per round: a mask shared by layers is proven once
 
   // Positions that index a table of learned position embeddings (GPT-2's wpe) bound the
   // context: the smallest such table's row count.
@@ -460,7 +350,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     out_shape[3] = v_type.getDimSize(3);
     Value attention = createAttention(b, loc, m.q, k, v,
                                       RankedTensorType::get(out_shape, q_type.getElementType()),
-                                      m.scale, m.output_matmul->getAttr("llmc.names"));
+                                      m.scale, m.window, m.output_matmul->getAttr("llmc.names"));
     m.output_matmul->getResult(0).replaceAllUsesWith(attention);
     // The core's ops only use each other now: drop their operands, then erase them.
     std::vector<Operation*> dead = m.chain;
@@ -497,14 +387,16 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     if (auto softcap = op->getAttrOfType<FloatAttr>("softcap"); softcap && softcap.getValueAsDouble() != 0)
       return "softcap is not supported by llm.attention";
     auto causal = op->getAttrOfType<IntegerAttr>("is_causal");
+    int64_t window = 0;
     if (present(3)) {
       AttentionMatch m;
       auto mask_type = cast<ShapedType>(op->getOperand(3).getType());
       m.mask_kind = mask_type.getElementType().isInteger(1) ? AttentionMatch::MaskKind::kWhere
                                                            : AttentionMatch::MaskKind::kAdd;
       m.mask = op->getOperand(3);
-        std::string error = proveCausal(func, input_ids, m);
+      std::string error = proveMask(func, m);
       if (!error.empty()) return error;
+      window = m.window;
     } else if (!causal || causal.getInt() == 0) {
       return "neither is_causal nor a mask: bidirectional attention is not a decoder";
     }
@@ -521,7 +413,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     shape[3] = v.getDimSize(3);
     Value attention = createAttention(b, op->getLoc(), op->getOperand(0), op->getOperand(1),
                                       op->getOperand(2), RankedTensorType::get(shape, q.getElementType()),
-                                      scale, op->getAttr("llmc.names"));
+                                      scale, window, op->getAttr("llmc.names"));
     op->getResult(0).replaceAllUsesWith(attention);
     op->erase();
     return "";
@@ -605,7 +497,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     double scale = float_attr("scale", 0);
     if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
     Value attention = createAttention(b, loc, q, k, v, RankedTensorType::get({dyn, h, dyn, d}, f32),
-                                      scale, op->getAttr("llmc.names"));
+                                      scale, /*window=*/0, op->getAttr("llmc.names"));
     Value merged = create("nn.transpose", {attention}, RankedTensorType::get({dyn, dyn, h, d}, f32),
                           {b.getNamedAttr("perm", b.getDenseI64ArrayAttr({0, 2, 1, 3}))});
     Value out = create("nn.reshape", {merged, ints({0, 0, h * d})}, RankedTensorType::get({dyn, dyn, h * d}, f32));
@@ -624,6 +516,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     // the first layer unranked until that layer's mask is gone.
     int64_t heads = -1, kv_heads = -1, head_dim = -1;
     while (true) {
+      proofs_.clear();  // values of the last round may have been erased
       if (failed(inferShapes(func))) {
         failures->push_back("shape inference failed during recognition");
         return false;
@@ -654,7 +547,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       for (Operation* softmax : remaining) {
         AttentionMatch m;
         std::string error = matchAttention(softmax, &m);
-        if (error.empty()) error = proveCausal(func, input_ids, m);
+        if (error.empty()) error = proveMask(func, m);
         if (error.empty())
           ready.push_back(std::move(m));
         else
@@ -791,62 +684,39 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
                     {b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
   }
 
-  std::string proveCausal(func::FuncOp func, int input_ids, AttentionMatch& m) {
+  // Proves m's mask causal or windowed for every length up to the context (MaskProof.h);
+  // sets m.scale's shape-computed part and m.window. Layers sharing one mask share the proof.
+  std::string proveMask(func::FuncOp func, AttentionMatch& m) {
     if (m.mask_kind == AttentionMatch::MaskKind::kNone)
       return "the scores are not masked (bidirectional attention is not a decoder)";
-    Block& body = func.getBody().front();
-    std::optional<double> shape_scale;  // the shape-computed factors' product, once seen
-    auto probe = [&](int64_t batch, int64_t seq) -> std::string {
-      std::map<unsigned, Tensor> args;
-      for (BlockArgument arg : body.getArguments()) {
-        auto type = dyn_cast<RankedTensorType>(arg.getType());
-        auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
-        if (!type || type.getRank() != 2 || !type.getElementType().isIntOrIndex()) continue;
-        DType dtype = dtypeFromMlir(type.getElementType());
-        Tensor t = Tensor::allocate(dtype, {batch, seq});
-        std::string n = name ? name.getValue().str() : "";
-        for (int64_t r = 0; r < batch; ++r) {
-          for (int64_t c = 0; c < seq; ++c) {
-            int64_t value = n == "attention_mask" ? 1 : n == "position_ids" ? c : 0;
-            if (dtype == DType::kInt64)
-              t.data<int64_t>()[r * seq + c] = value;
-            else
-              t.data<int32_t>()[r * seq + c] = static_cast<int32_t>(value);
-          }
-        }
-        (void)input_ids;
-        args[arg.getArgNumber()] = std::move(t);
-      }
-      SubgraphEvaluator evaluator(std::move(args));
-      const Tensor* mask = nullptr;
-      const Tensor* fill = nullptr;
-      Status status = evaluator.evaluate(m.mask, true, &mask);
-      if (status.ok() && m.fill) status = evaluator.evaluate(m.fill, true, &fill);
-      if (!status.ok()) return "cannot evaluate the mask: " + status.message();
-      double scale = 1;
-      for (const auto& [factor, divides] : m.shape_scales) {
-        const Tensor* t = nullptr;
-        double value = 0;
-        Status s = evaluator.evaluate(factor, true, &t);
-        if (s.ok()) s = readScalarDouble(t, &value);
-        if (!s.ok()) return "cannot evaluate a scale factor of the scores: " + s.message();
-        if (value == 0) return "a scale factor of the scores is zero";
-        scale = divides ? scale / value : scale * value;
-      }
-      if (!shape_scale) {
-        shape_scale = scale;
-      } else if (*shape_scale != scale) {
-        return "the scores' scale changes with the sequence length";
-      }
-      return checkCausal(m, *mask, fill, seq);
-    };
-    for (int64_t seq : kMaskProbeLengths) {
-      std::string error = probe(1, seq);
-      if (!error.empty()) return error;
+    auto cached = proofs_.find(m.mask);
+    MaskProof proof;
+    if (cached != proofs_.end() && m.shape_scales.empty() && !m.fill) {
+      proof = cached->second;
+    } else {
+      MaskSpec spec{m.mask, m.fill, m.mask_kind == AttentionMatch::MaskKind::kAdd,
+                    m.where_scores_on_false, m.shape_scales};
+      proof = llmc::proveMask(func, batch_, seq_, proofContext(), spec);
+      if (m.shape_scales.empty() && !m.fill) proofs_[m.mask] = proof;
     }
-    std::string error = probe(2, 4);
-    if (error.empty()) m.scale *= *shape_scale;
-    return error;
+    if (!proof.error.empty()) return proof.error;
+    m.scale *= proof.scale;
+    m.window = proof.window;
+    if (proof.model_bound && (!max_positions_ || proof.proven_length < *max_positions_))
+      max_positions_ = proof.proven_length;
+    return "";
+  }
+
+  // The longest sequence the engine may run: --max-context, else the sequence dimension's
+  // declared maximum, else 2048 (as the pipeline decides it).
+  int64_t proofContext() const {
+    if (maxContext > 0) return maxContext;
+    for (const std::string& entry : dimMax) {
+      size_t eq = entry.rfind('=');
+      if (eq != std::string::npos && entry.substr(0, eq) == seq_)
+        return std::stoll(entry.substr(eq + 1));
+    }
+    return kDefaultContext;
   }
 
   // Everything left must compute each token from that token alone. Each value's token axis

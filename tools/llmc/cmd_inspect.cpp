@@ -30,6 +30,14 @@ std::string jsonString(const std::string& s) {
   return out + "\"";
 }
 
+// "1, 2, 3".
+template <typename Int>
+std::string joinInts(const std::vector<Int>& values) {
+  std::string out;
+  for (Int v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return out;
+}
+
 std::string dimsText(const TensorInfo& info) {
   std::string text = "[";
   for (size_t i = 0; i < info.dims.size(); ++i) {
@@ -116,7 +124,8 @@ int runInspect(const std::vector<std::string>& args) {
              ", \"vocab_size\": " + std::to_string(llm->vocab_size) +
              ", \"max_context\": " + std::to_string(llm->max_context) +
              ", \"bos_token_id\": " + std::to_string(llm->bos_token_id) +
-             ", \"eos_token_ids\": [" + eos + "]},\n";
+             ", \"eos_token_ids\": [" + eos + "]" +
+             ", \"attention_windows\": [" + joinInts(llm->attention_windows) + "]},\n";
     } else {
       out += "  \"llm\": null,\n";
     }
@@ -172,6 +181,11 @@ int runInspect(const std::vector<std::string>& args) {
                 llm->num_layers, llm->num_heads, llm->num_kv_heads, llm->head_dim,
                 static_cast<long long>(llm->vocab_size), static_cast<long long>(llm->max_context),
                 llm->bos_token_id, eos.c_str());
+    bool windowed = false;
+    for (int64_t w : llm->attention_windows) windowed = windowed || w > 0;
+    if (windowed)
+      std::printf("                sliding-window attention, window per layer (0: none): [%s]\n",
+                  joinInts(llm->attention_windows).c_str());
   }
   std::printf("weights:  %llu bytes", static_cast<unsigned long long>(engine->weightBytes()));
   if (engine->strippedWeights() > 0)

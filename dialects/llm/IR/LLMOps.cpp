@@ -39,6 +39,7 @@ LogicalResult AttentionOp::verify() {
   auto k = cast<RankedTensorType>(getK().getType());
   auto v = cast<RankedTensorType>(getV().getType());
   auto out = cast<RankedTensorType>(getOutput().getType());
+  if (getWindow() && *getWindow() < 1) return emitOpError() << "window must be at least 1";
   if (getNumHeadsAttr()) return verifyTokenMajor();
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 || out.getRank() != 4)
     return emitOpError() << "q, k, v and the result must be [batch, heads, tokens, head_dim]";

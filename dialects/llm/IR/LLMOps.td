@@ -31,7 +31,9 @@ def LLM_AttentionOp : LLM_Op<"attention"> {
     grouped-query or multi-query attention), all for the step's new tokens only. The op
     stores `k` and `v` into layer `layer` of the KV cache at each token's slot, then returns
     `softmax(scale * q·kᵀ)·v` over each token's own sequence up to and including its
-    position. Not `Pure`: it writes the cache.
+    position. Not `Pure`: it writes the cache. With `window = W`, each token sees only its
+    own and the `W - 1` positions before it (sliding-window attention, as Mistral's masks
+    allow); without it, every position up to its own.
 
     Token-major form (written by `--llmc-fuse-qkv`): `q`, `k` and `v` are
     `[batch, tokens, width]` rows, head `h` of q being columns
@@ -52,7 +54,7 @@ def LLM_AttentionOp : LLM_Op<"attention"> {
                    I64Attr:$layer, F32Attr:$scale, OptionalAttr<I64Attr>:$num_heads,
                    OptionalAttr<I64Attr>:$num_kv_heads, OptionalAttr<I64Attr>:$head_dim,
                    OptionalAttr<I64Attr>:$q_column, OptionalAttr<I64Attr>:$k_column,
-                   OptionalAttr<I64Attr>:$v_column);
+                   OptionalAttr<I64Attr>:$v_column, OptionalAttr<I64Attr>:$window);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $q `,` $k `,` $v `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -893,6 +893,12 @@ Status deviceAttention(DeviceStep& s, bool* handled) {
     return unimplemented("node '" + s.step().node + "': the CUDA backend attends over the KV cache "
                          "with the token-major float32 LlmAttention (compile at --opt-level 1, "
                          "the default)");
+  // No new device kernels before the CUDA backend has run once on a GPU (docs/cuda.md): a
+  // windowed engine is refused here rather than attended causally.
+  if (const int64_t window = s.params().getInt("window", 0); window != 0)
+    return unimplemented("node '" + s.step().node + "': sliding-window attention (window " +
+                         std::to_string(window) + ") has no CUDA kernel yet; run this engine "
+                         "on the CPU backend");
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   const KvCacheSpec& spec = step->cache->spec();
   const int64_t layer = s.params().getInt("layer", 0);

@@ -1,5 +1,5 @@
-// The llm kernels: LlmAttention (causal attention that appends to and reads from the paged
-// KV cache), LlmPositions and LlmLastTokens. Reference implementations: plain loops, float accumulation.
+// The llm kernels: LlmAttention (causal or sliding-window attention that appends to and reads
+// from the paged KV cache), LlmPositions and LlmLastTokens. Reference implementations: plain loops, float accumulation.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -64,6 +64,12 @@ Status llmAttention(KernelContext& ctx) {
   if (ctx.shapeOnly()) return okStatus();
   const int64_t layer = ctx.params().getInt("layer", 0);
   const float scale = static_cast<float>(ctx.params().getFloat("scale", 1.0));
+  // Sliding window: a token at position p sees positions max(0, p - window + 1) .. p.
+  const int64_t window = ctx.params().getInt("window", 0);
+  if (window < 0) return kernelError(ctx, "window must not be negative");
+  auto first_visible = [&](int64_t position) {
+    return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+  };
   const int64_t group = heads / kv_heads;
   const float* qd = q->data<float>();
   const float* kd = k->data<float>();
@@ -81,11 +87,12 @@ Status llmAttention(KernelContext& ctx) {
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t t = 0; t < tokens; ++t) {
-          int64_t kvh = h / group;
+          const int64_t kvh = h / group, first = first_visible(t);
           attendOne(
-              qd + q_at(b, h, t), t + 1, head_dim, head_dim, scale,
-              [&](int64_t j) { return kd + k_at(b, kvh, j); },
-              [&](int64_t j) { return vd + v_at(b, kvh, j); }, noBias, scores, od + o_at(b, h, t));
+              qd + q_at(b, h, t), t + 1 - first, head_dim, head_dim, scale,
+              [&](int64_t j) { return kd + k_at(b, kvh, first + j); },
+              [&](int64_t j) { return vd + v_at(b, kvh, first + j); }, noBias, scores,
+              od + o_at(b, h, t));
         }
     return okStatus();
   }
@@ -214,10 +221,11 @@ Status llmAttention(KernelContext& ctx) {
       }
     }
     for (int64_t t : tokens_of[w]) {
-      const int64_t count = step->token_position[t] + 1;
+      const int64_t first = first_visible(step->token_position[t]);
+      const int64_t count = step->token_position[t] + 1 - first;
       for (int64_t h = 0; h < heads; ++h) {
-        const float* kh = &keys[(h / group) * length * head_dim];
-        const float* vh = &values[(h / group) * length * head_dim];
+        const float* kh = &keys[((h / group) * length + first) * head_dim];
+        const float* vh = &values[((h / group) * length + first) * head_dim];
         attendOne(
             qd + q_at(0, h, t), count, head_dim, head_dim, scale,
             [&](int64_t j) { return kh + j * head_dim; },

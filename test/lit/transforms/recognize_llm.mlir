@@ -77,7 +77,7 @@ func.func @causal_gqa(%ids: tensor<?x?xi64> {llmc.name = "input_ids", llmc.dims 
 // Tests that a mask that is not causal (here: the lower triangle masked) is refused, naming
 // the failure, and leaves the function as it was.
 // CHECK-LABEL: func @anti_causal
-// CHECK-SAME: llmc.recognition_failures = ["attention at an unnamed nn.softmax node: query 0 cannot see key 0 at length 1: the mask is not causal"]
+// CHECK-SAME: llmc.recognition_failures = ["attention at an unnamed nn.softmax node: query 0 cannot see key 0 at length 2048: the mask is neither causal nor a sliding window"]
 // CHECK: nn.range
 // CHECK: nn.softmax
 // CHECK-NOT: llm.attention

@@ -1,0 +1,825 @@
+// The mask proof. Evaluating a mask at a handful of lengths proves nothing about the others
+// (a sliding window only shows past its width), and evaluating it at every length up to the
+// context costs context³. Instead the proof has two steps:
+//
+// 1. Prefix consistency, by a pass over the mask's subgraph: every value is classified as
+//    invariant (the same tensor at every length n), a shape vector (small integer vectors
+//    whose elements are affine in n and the batch size: what Shape, Gather, Concat, Add...
+//    compute), or prefix data (a tensor whose element at a given index is the same at every n
+//    where that index exists: Range(0, n), ConstantOfShape, Trilu, comparisons of such
+//    tensors...). Each op has a rule saying which classes its operands may have; an op
+//    without a rule, or a length-dependent value reaching a value-changing operand (a
+//    comparison with n - W, a slice starting at n - k), refuses the proof, naming the node.
+//    A mask that is prefix data is, at every length n <= L, the top-left n x n corner of the
+//    mask at length L.
+// 2. One evaluation at L = the context (or less, where the model's own buffers cap lengths,
+//    found from the affine clamps in step 1), checked element by element: causal, or causal
+//    within a window of W keys; anything else is refused.
+#include "transforms/MaskProof.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "core/kernel.h"
+#include "llm/IR/LLMOps.h"
+#include "nn/IR/NNOps.h"
+#include "transforms/FusionUtil.h"
+#include "transforms/KernelEvaluator.h"
+
+using namespace mlir;
+
+namespace llmc {
+namespace {
+
+// A masked position's additive bias must be at most this (exporters use -inf, the float
+// type's lowest value, or -1e9/-1e4).
+constexpr double kMaskedBias = -1e4;
+// The proof evaluates the mask once at the context: [context, context] elements per
+// intermediate tensor. Past this length that memory is refused rather than spent.
+constexpr int64_t kMaxProofLength = 8192;
+
+// Evaluates a shape/mask subgraph with the runtime's kernels for concrete inputs. Operands
+// of Shape/Size are evaluated shape-only (so a mask sliced to K's length does not compute
+// K), and so are float operands of anything evaluated shape-only.
+class SubgraphEvaluator {
+ public:
+  explicit SubgraphEvaluator(std::map<unsigned, Tensor> args) : args_(std::move(args)) {}
+
+  // The value of `v` (with data when `need_data`), or an error naming what could not be
+  // evaluated.
+  Status evaluate(Value v, bool need_data, const Tensor** out) {
+    auto it = values_.find(v);
+    if (it != values_.end() && (!need_data || it->second.hasData())) {
+      *out = &it->second;
+      return okStatus();
+    }
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      auto a = args_.find(arg.getArgNumber());
+      if (a == args_.end())
+        return unimplemented("the mask depends on model input " +
+                             std::to_string(arg.getArgNumber()) +
+                             ", which only input_ids, attention_mask and position_ids may");
+      values_[v] = a->second;
+      *out = &values_[v];
+      return okStatus();
+    }
+    Operation* op = v.getDefiningOp();
+    if (auto constant = dyn_cast<nn::ConstantOp>(op)) {
+      values_[v] = tensorFromElements(constant.getValue());
+      *out = &values_[v];
+      return okStatus();
+    }
+    const KernelDef* kernel = KernelRegistry::cpuReference().find(kernelNameOf(op));
+    if (!kernel || (need_data && isa<llm::AttentionOp>(op)))
+      return unimplemented(where(op) + " cannot be evaluated at compile time");
+    bool sizes_only = isOp(op, "nn.shape") || isOp(op, "nn.size");
+    std::vector<const Tensor*> inputs;
+    for (Value operand : op->getOperands()) {
+      if (isa<NoneType>(operand.getType())) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      bool is_float = false;
+      if (auto type = dyn_cast<ShapedType>(operand.getType()))
+        is_float = isa<FloatType>(type.getElementType());
+      bool operand_data = sizes_only ? false : need_data || !is_float;
+      const Tensor* t = nullptr;
+      LLMC_RETURN_IF_ERROR(evaluate(operand, operand_data, &t));
+      inputs.push_back(t);
+    }
+    KernelParams params;
+    LLMC_RETURN_IF_ERROR(paramsFromAttributes(op->getAttrs(), &params));
+    KernelRun run = evaluateKernel(*kernel, params, inputs, op->getNumResults(), nodeNameOf(op),
+                                   /*shape_only=*/!need_data && !sizes_only);
+    LLMC_RETURN_IF_ERROR(run.status);
+    for (unsigned i = 0; i < op->getNumResults(); ++i)
+      values_[op->getResult(i)] = std::move(run.outputs[i]);
+    // Releasing: an operand every user of which has run is dropped (the cache only saves
+    // work, so an early drop costs a recomputation, never a wrong value).
+    for (Value operand : op->getOperands()) {
+      auto count = remaining_uses_.find(operand);
+      if (count != remaining_uses_.end() && --count->second <= 0 && operand != root_)
+        values_.erase(operand);
+    }
+    *out = &values_[v];
+    return okStatus();
+  }
+
+  // evaluate(root, true, out), keeping only the values still needed: the mask at the full
+  // context has [context, context] elements per intermediate.
+  Status evaluateReleasing(Value root, const Tensor** out) {
+    remaining_uses_.clear();
+    std::vector<Operation*> work;
+    llvm::DenseSet<Operation*> seen;
+    if (Operation* op = root.getDefiningOp()) work.push_back(op);
+    while (!work.empty()) {
+      Operation* op = work.back();
+      work.pop_back();
+      if (!seen.insert(op).second) continue;
+      for (Value operand : op->getOperands()) {
+        ++remaining_uses_[operand];
+        if (Operation* def = operand.getDefiningOp()) work.push_back(def);
+      }
+    }
+    root_ = root;
+    Status status = evaluate(root, true, out);
+    remaining_uses_.clear();
+    root_ = Value();
+    return status;
+  }
+
+  void forget(Value v) { values_.erase(v); }
+
+ private:
+  llvm::DenseMap<Value, int64_t> remaining_uses_;
+  Value root_;
+  std::map<unsigned, Tensor> args_;
+  // Node-based: pointers handed out stay valid while more values are added.
+  struct ValueHash {
+    size_t operator()(Value v) const { return std::hash<void*>()(v.getAsOpaquePointer()); }
+  };
+  std::unordered_map<Value, Tensor, ValueHash> values_;
+};
+
+double elementAsDouble(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kFloat32: return t.data<float>()[i];
+    case DType::kFloat64: return t.data<double>()[i];
+    case DType::kBool: return t.data<uint8_t>()[i] ? 1.0 : 0.0;
+    case DType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DType::kInt32: return t.data<int32_t>()[i];
+    default: return std::nan("");
+  }
+}
+
+// c0 + cn * n + cb * b, over the sequence length n and the batch size b (both >= 1).
+struct Affine {
+  int64_t c0 = 0, cn = 0, cb = 0;
+  bool invariant() const { return cn == 0 && cb == 0; }
+  Affine operator+(const Affine& o) const { return {c0 + o.c0, cn + o.cn, cb + o.cb}; }
+  Affine operator-(const Affine& o) const { return {c0 - o.c0, cn - o.cn, cb - o.cb}; }
+  Affine times(int64_t k) const { return {c0 * k, cn * k, cb * k}; }
+  // The sign of the value for every n, b >= 1: +1, -1, 0 (always zero) or nothing.
+  std::optional<int> sign() const {
+    if (invariant()) return c0 > 0 ? 1 : c0 < 0 ? -1 : 0;
+    int64_t at_one = c0 + cn + cb;
+    if (cn >= 0 && cb >= 0 && at_one > 0) return 1;
+    if (cn <= 0 && cb <= 0 && at_one < 0) return -1;
+    return std::nullopt;
+  }
+};
+using Elements = std::vector<std::optional<Affine>>;  // nothing: not affine
+
+enum class Kind {
+  kInvariant,  // the same tensor at every length
+  kShape,      // a small integer vector, affine in n and b (some element depends on them)
+  kPrefix,     // data whose element at an index does not depend on n
+};
+struct Abstract {
+  Kind kind = Kind::kInvariant;
+  std::optional<Elements> elements;  // kShape always; kInvariant when a small integer tensor
+};
+
+bool isElementwise(Operation* op) {
+  static const std::set<std::string> kNames = {
+      "nn.add", "nn.sub", "nn.mul", "nn.div", "nn.pow", "nn.mod", "nn.equal", "nn.less",
+      "nn.greater", "nn.less_or_equal", "nn.greater_or_equal", "nn.and", "nn.or", "nn.not",
+      "nn.xor", "nn.where", "nn.cast", "nn.cast_like", "nn.neg", "nn.abs", "nn.min", "nn.max",
+      "nn.sqrt", "nn.exp", "nn.log", "nn.clip", "nn.identity", "nn.sign", "nn.floor", "nn.ceil",
+      "nn.round", "nn.reciprocal", "nn.is_nan", "nn.is_inf", "nn.bitwise_and", "nn.bitwise_or",
+      "nn.bitwise_xor", "nn.bitwise_not", "nn.tanh", "nn.sigmoid", "nn.erf", "nn.relu"};
+  return kNames.count(op->getName().getStringRef().str()) > 0;
+}
+
+class Prover {
+ public:
+  Prover(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol)
+      : func_(func), batch_(batch_symbol.str()), seq_(seq_symbol.str()) {}
+
+  // The largest length at which the model's own clamps keep the analysis exact.
+  int64_t bound() const { return bound_; }
+
+  // Classifies `v`; on failure returns false with error() naming the node.
+  bool classify(Value v, Abstract* out) {
+    auto it = memo_.find(v);
+    if (it != memo_.end()) {
+      *out = it->second;
+      return true;
+    }
+    if (!classifyUncached(v, out)) return false;
+    memo_[v] = *out;
+    return true;
+  }
+
+  const std::string& error() const { return error_; }
+
+  // The evaluator for batch size `batch` and length `n` (inputs as the engine's tokens give
+  // them: attention_mask ones, position_ids 0..n-1, input_ids zeros).
+  SubgraphEvaluator& evaluatorAt(int64_t batch, int64_t n) {
+    auto key = std::make_pair(batch, n);
+    auto it = evaluators_.find(key);
+    if (it != evaluators_.end()) return *it->second;
+    Block& body = func_.getBody().front();
+    std::map<unsigned, Tensor> args;
+    for (BlockArgument arg : body.getArguments()) {
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (!type || type.getRank() != 2 || !type.getElementType().isIntOrIndex()) continue;
+      std::string name = argName(arg);
+      if (name != "input_ids" && name != "attention_mask" && name != "position_ids") continue;
+      DType dtype = dtypeFromMlir(type.getElementType());
+      Tensor t = Tensor::allocate(dtype, {batch, n});
+      for (int64_t r = 0; r < batch; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          int64_t value = name == "attention_mask" ? 1 : name == "position_ids" ? c : 0;
+          if (dtype == DType::kInt64)
+            t.data<int64_t>()[r * n + c] = value;
+          else
+            t.data<int32_t>()[r * n + c] = static_cast<int32_t>(value);
+        }
+      }
+      args[arg.getArgNumber()] = std::move(t);
+    }
+    auto& slot = evaluators_[key];
+    slot = std::make_unique<SubgraphEvaluator>(std::move(args));
+    return *slot;
+  }
+
+  // Ops whose acceptance rests on a property of their values at the proof length (ScatterND
+  // whose indices must be the identity grid).
+  const std::vector<Operation*>& scatters() const { return scatters_; }
+
+ private:
+  func::FuncOp func_;
+  std::string batch_, seq_;
+  int64_t bound_ = std::numeric_limits<int64_t>::max();
+  std::string error_;
+  llvm::DenseMap<Value, Abstract> memo_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SubgraphEvaluator>> evaluators_;
+  std::vector<Operation*> scatters_;
+
+  std::string argName(BlockArgument arg) {
+    auto name = func_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
+    return name ? name.getValue().str() : "";
+  }
+
+  bool refuse(Operation* op, const std::string& why) {
+    error_ = where(op) + " (" + op->getName().getStringRef().str() + ") " + why;
+    return false;
+  }
+
+  static bool isInvariant(const Abstract& a) { return a.kind == Kind::kInvariant; }
+  static bool isData(const Abstract& a) { return a.kind != Kind::kShape; }
+
+  // The elements of a small integer tensor that does not depend on the length, from the
+  // kernels at an arbitrary length.
+  std::optional<Elements> invariantElements(Value v) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type || type.getRank() > 1 || !type.getElementType().isIntOrIndex()) return std::nullopt;
+    const Tensor* t = nullptr;
+    if (!evaluatorAt(1, 3).evaluate(v, true, &t).ok()) return std::nullopt;
+    if (t->numElements() > 64) return std::nullopt;
+    Elements elements;
+    for (int64_t i = 0; i < t->numElements(); ++i) {
+      double value = elementAsDouble(*t, i);
+      if (std::isnan(value)) return std::nullopt;
+      elements.push_back(Affine{static_cast<int64_t>(value), 0, 0});
+    }
+    return elements;
+  }
+
+  // Shape(x): x's dims as affine forms, from its static sizes and the dimension symbols
+  // shape inference gave it.
+  Elements dimsOf(Value x) {
+    Elements dims;
+    auto type = dyn_cast<RankedTensorType>(x.getType());
+    if (!type) return dims;
+    std::vector<std::string> names = dimNamesOf(x);
+    for (int64_t i = 0; i < type.getRank(); ++i) {
+      if (!type.isDynamicDim(i)) {
+        dims.push_back(Affine{type.getDimSize(i), 0, 0});
+        continue;
+      }
+      std::string name = static_cast<size_t>(i) < names.size() ? names[i] : "";
+      if (name == seq_)
+        dims.push_back(Affine{0, 1, 0});
+      else if (name == batch_)
+        dims.push_back(Affine{0, 0, 1});
+      else
+        dims.push_back(std::nullopt);
+    }
+    return dims;
+  }
+
+  // Known values of an invariant operand (starts, axes, steps, indices).
+  std::optional<std::vector<int64_t>> constants(const Abstract& a) {
+    if (!isInvariant(a) || !a.elements) return std::nullopt;
+    std::vector<int64_t> values;
+    for (const auto& e : *a.elements) {
+      if (!e) return std::nullopt;
+      values.push_back(e->c0);
+    }
+    return values;
+  }
+
+  bool classifyUncached(Value v, Abstract* out) {
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      std::string name = argName(arg);
+      if (name != "input_ids" && name != "attention_mask" && name != "position_ids") {
+        error_ = "the mask depends on model input '" + name +
+                 "', which only input_ids, attention_mask and position_ids may";
+        return false;
+      }
+      *out = {Kind::kPrefix, std::nullopt};
+      return true;
+    }
+    Operation* op = v.getDefiningOp();
+    if (isa<nn::ConstantOp>(op)) {
+      *out = {Kind::kInvariant, invariantElements(v)};
+      return true;
+    }
+    StringRef name = op->getName().getStringRef();
+    if (name == "nn.shape") {
+      Elements dims = dimsOf(op->getOperand(0));
+      if (dims.empty() && !isa<RankedTensorType>(op->getOperand(0).getType()))
+        return refuse(op, "takes the shape of a tensor of unknown rank");
+      int64_t rank = static_cast<int64_t>(dims.size());
+      auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+      auto start_attr = op->getAttrOfType<IntegerAttr>("start");
+      auto end_attr = op->getAttrOfType<IntegerAttr>("end");
+      int64_t start = clampIndex(start_attr ? start_attr.getInt() : 0);
+      int64_t end = clampIndex(end_attr ? end_attr.getInt() : rank);
+      Elements elements(dims.begin() + start, dims.begin() + std::max(start, end));
+      *out = {Kind::kShape, elements};
+      normalize(out);
+      return true;
+    }
+    if (name == "nn.size") {
+      Elements dims = dimsOf(op->getOperand(0));
+      Affine product{1, 0, 0};
+      bool known = !dims.empty() || isa<RankedTensorType>(op->getOperand(0).getType());
+      for (const auto& d : dims) {
+        if (!d) { known = false; break; }
+        if (d->invariant()) {
+          product = product.times(d->c0);
+        } else if (product.invariant()) {
+          product = d->times(product.c0);
+        } else {
+          known = false;
+          break;
+        }
+      }
+      *out = {Kind::kShape, Elements{known ? std::optional<Affine>(product) : std::nullopt}};
+      normalize(out);
+      return true;
+    }
+
+    std::vector<Abstract> in;
+    for (Value operand : op->getOperands()) {
+      if (isa<NoneType>(operand.getType())) {
+        in.push_back({Kind::kInvariant, std::nullopt});
+        continue;
+      }
+      Abstract a;
+      if (!classify(operand, &a)) return false;
+      in.push_back(a);
+    }
+    bool all_invariant = true;
+    for (const Abstract& a : in) all_invariant = all_invariant && isInvariant(a);
+    if (all_invariant) {
+      *out = {Kind::kInvariant, invariantElements(v)};
+      return true;
+    }
+    bool shapes = true;
+    for (const Abstract& a : in) shapes = shapes && a.kind != Kind::kPrefix && a.elements;
+    if (shapes && shapeArithmetic(op, in, out)) return true;
+    if (!error_.empty()) return false;
+    return prefixRule(op, in, out);
+  }
+
+  // A shape vector whose every element is known and invariant is invariant.
+  static void normalize(Abstract* a) {
+    if (a->kind != Kind::kShape || !a->elements) return;
+    for (const auto& e : *a->elements)
+      if (!e || !e->invariant()) return;
+    a->kind = Kind::kInvariant;
+  }
+
+  // Integer arithmetic on shape vectors (operands are shape vectors or small invariant
+  // integers). Returns false (error empty) when `op` is not shape arithmetic.
+  bool shapeArithmetic(Operation* op, const std::vector<Abstract>& in, Abstract* out) {
+    StringRef name = op->getName().getStringRef();
+    const Elements& a = *in[0].elements;
+    auto result = [&](Elements elements) {
+      *out = {Kind::kShape, std::move(elements)};
+      normalize(out);
+      return true;
+    };
+    auto broadcast = [&](auto&& combine) -> bool {
+      const Elements& b = *in[1].elements;
+      if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return false;
+      size_t count = std::max(a.size(), b.size());
+      Elements elements;
+      for (size_t i = 0; i < count; ++i) {
+        const auto& x = a[a.size() == 1 ? 0 : i];
+        const auto& y = b[b.size() == 1 ? 0 : i];
+        elements.push_back(x && y ? combine(*x, *y) : std::nullopt);
+      }
+      return result(std::move(elements));
+    };
+    if (name == "nn.identity" || name == "nn.cast" || name == "nn.squeeze" ||
+        name == "nn.unsqueeze" || name == "nn.reshape" || name == "nn.flatten")
+      return result(a);
+    if (name == "nn.add")
+      return broadcast([](Affine x, Affine y) -> std::optional<Affine> { return x + y; });
+    if (name == "nn.sub")
+      return broadcast([](Affine x, Affine y) -> std::optional<Affine> { return x - y; });
+    if (name == "nn.mul")
+      return broadcast([](Affine x, Affine y) -> std::optional<Affine> {
+        if (x.invariant()) return y.times(x.c0);
+        if (y.invariant()) return x.times(y.c0);
+        return std::nullopt;  // n * n is not affine
+      });
+    if (name == "nn.div")
+      return broadcast([](Affine x, Affine y) -> std::optional<Affine> {
+        if (!y.invariant() || y.c0 == 0) return std::nullopt;
+        if (x.c0 % y.c0 != 0 || x.cn % y.c0 != 0 || x.cb % y.c0 != 0) return std::nullopt;
+        return Affine{x.c0 / y.c0, x.cn / y.c0, x.cb / y.c0};
+      });
+    if (name == "nn.min" || name == "nn.max") {
+      if (in.size() != 2) return false;
+      bool is_min = name == "nn.min";
+      return broadcast([&](Affine x, Affine y) -> std::optional<Affine> {
+        auto sign = (x - y).sign();
+        if (sign) return (*sign >= 0) == is_min ? y : x;
+        // min(a, c) with a growing in n only: a while n <= (c - a.c0) / a.cn.
+        const Affine& grow = x.invariant() ? y : x;
+        const Affine& limit = x.invariant() ? x : y;
+        if (!is_min || !limit.invariant() || grow.cb != 0 || grow.cn <= 0) return std::nullopt;
+        bound_ = std::min(bound_, (limit.c0 - grow.c0) / grow.cn);
+        return grow;
+      });
+    }
+    if (name == "nn.equal" || name == "nn.less" || name == "nn.greater" ||
+        name == "nn.less_or_equal" || name == "nn.greater_or_equal")
+      return broadcast([&](Affine x, Affine y) -> std::optional<Affine> {
+        auto sign = (x - y).sign();
+        if (!sign) return std::nullopt;
+        bool value = name == "nn.equal"          ? *sign == 0
+                     : name == "nn.less"         ? *sign < 0
+                     : name == "nn.greater"      ? *sign > 0
+                     : name == "nn.less_or_equal" ? *sign <= 0
+                                                  : *sign >= 0;
+        return Affine{value ? 1 : 0, 0, 0};
+      });
+    if (name == "nn.where" && in.size() == 3) {
+      auto cond = constants(in[0]);
+      const Elements& x = *in[1].elements;
+      const Elements& y = *in[2].elements;
+      if (!cond) return false;
+      size_t count = std::max({cond->size(), x.size(), y.size()});
+      Elements elements;
+      for (size_t i = 0; i < count; ++i) {
+        auto pick = [&](const Elements& e) { return e[e.size() == 1 ? 0 : i]; };
+        if ((cond->size() != 1 && cond->size() != count) || (x.size() != 1 && x.size() != count) ||
+            (y.size() != 1 && y.size() != count))
+          return false;
+        elements.push_back((*cond)[cond->size() == 1 ? 0 : i] ? pick(x) : pick(y));
+      }
+      return result(std::move(elements));
+    }
+    if (name == "nn.gather") {
+      auto indices = constants(in[1]);
+      if (!indices) return false;
+      auto indices_type = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
+      Elements elements;
+      for (int64_t index : *indices) {
+        int64_t i = index < 0 ? index + static_cast<int64_t>(a.size()) : index;
+        if (i < 0 || i >= static_cast<int64_t>(a.size())) return false;
+        elements.push_back(a[static_cast<size_t>(i)]);
+      }
+      (void)indices_type;
+      return result(std::move(elements));
+    }
+    if (name == "nn.slice") {
+      auto starts = constants(in[1]);
+      auto ends = constants(in[2]);
+      std::optional<std::vector<int64_t>> steps;
+      if (in.size() > 4 && !isa<NoneType>(op->getOperand(4).getType())) steps = constants(in[4]);
+      if (!starts || !ends || starts->size() != 1 || ends->size() != 1) return false;
+      int64_t size = static_cast<int64_t>(a.size());
+      int64_t step = steps && !steps->empty() ? (*steps)[0] : 1;
+      if (step != 1) return false;
+      auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + size : i, int64_t{0}, size); };
+      int64_t start = clampIndex((*starts)[0]), end = clampIndex((*ends)[0]);
+      return result(Elements(a.begin() + start, a.begin() + std::max(start, end)));
+    }
+    if (name == "nn.concat") {
+      Elements elements;
+      for (const Abstract& operand : in)
+        elements.insert(elements.end(), operand.elements->begin(), operand.elements->end());
+      return result(std::move(elements));
+    }
+    return false;
+  }
+
+  // The rules for ops producing prefix data.
+  bool prefixRule(Operation* op, const std::vector<Abstract>& in, Abstract* out) {
+    StringRef name = op->getName().getStringRef();
+    *out = {Kind::kPrefix, std::nullopt};
+    auto need_invariant = [&](size_t i, const char* what) {
+      if (i < in.size() && !isInvariant(in[i]))
+        return refuse(op, std::string("has a ") + what + " that depends on the sequence length");
+      return true;
+    };
+    auto need_data = [&](size_t i) {
+      if (i < in.size() && !isData(in[i]))
+        return refuse(op, "combines the mask with the sequence length (a mask that changes with "
+                          "the length is neither causal nor a fixed window)");
+      return true;
+    };
+    if (isElementwise(op)) {
+      for (size_t i = 0; i < in.size(); ++i)
+        if (!need_data(i)) return false;
+      return true;
+    }
+    if (name == "nn.range")  // start + i * delta over the first (limit - start) / delta indices
+      return need_invariant(0, "start") && need_invariant(2, "step");
+    if (name == "nn.constant_of_shape" || name == "nn.shape") return true;
+    if (name == "nn.expand") return need_data(0);
+    if (name == "nn.trilu") return need_data(0) && need_invariant(1, "diagonal");
+    if (name == "nn.unsqueeze" || name == "nn.squeeze")
+      return need_data(0) && need_invariant(1, "axes");
+    if (name == "nn.transpose") return need_data(0);
+    if (name == "nn.cum_sum") {
+      if (auto reverse = op->getAttrOfType<IntegerAttr>("reverse"); reverse && reverse.getInt())
+        return refuse(op, "sums from the end of the sequence");
+      return need_data(0) && need_invariant(1, "axis");
+    }
+    if (name == "nn.gather") return need_data(0) && need_data(1);
+    if (name == "nn.slice") {
+      if (!need_data(0) || !need_invariant(1, "start") || !need_invariant(3, "axis list") ||
+          !need_invariant(4, "step"))
+        return false;
+      auto starts = constants(in[1]);
+      std::optional<std::vector<int64_t>> steps;
+      if (in.size() > 4 && !isa<NoneType>(op->getOperand(4).getType())) steps = constants(in[4]);
+      if (!starts) return refuse(op, "has starts that are not known");
+      for (int64_t s : *starts)
+        if (s < 0) return refuse(op, "starts counting from the end of an axis");
+      if (steps)
+        for (int64_t s : *steps)
+          if (s < 1) return refuse(op, "steps backwards");
+      // A fixed-size buffer sliced to the length caps the lengths the model supports.
+      if (isInvariant(in[0]) && in[2].elements) {
+        auto type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+        auto axes = in.size() > 3 ? constants(in[3]) : std::nullopt;
+        for (size_t i = 0; type && i < in[2].elements->size(); ++i) {
+          const auto& end = (*in[2].elements)[i];
+          if (!end || end->invariant()) continue;
+          int64_t axis = axes && i < axes->size() ? (*axes)[i] : static_cast<int64_t>(i);
+          if (axis < 0) axis += type.getRank();
+          if (end->cb != 0 || end->cn <= 0 || axis < 0 || axis >= type.getRank() ||
+              type.isDynamicDim(axis))
+            return refuse(op, "slices a buffer to a length it cannot bound");
+          bound_ = std::min(bound_, (type.getDimSize(axis) - end->c0) / end->cn);
+        }
+      }
+      return true;
+    }
+    if (name == "nn.reshape" || name == "nn.flatten") {
+      if (!need_data(0)) return false;
+      // Only unit axes may come or go: the target's dims are affine (shapeArithmetic refuses
+      // n * n), so agreement at two lengths is agreement at all.
+      for (int64_t n : {3, 7}) {
+        const Tensor* x = nullptr;
+        const Tensor* y = nullptr;
+        SubgraphEvaluator& evaluator = evaluatorAt(1, n);
+        if (!evaluator.evaluate(op->getOperand(0), false, &x).ok() ||
+            !evaluator.evaluate(op->getResult(0), false, &y).ok())
+          return refuse(op, "cannot be evaluated");
+        auto squeeze = [](const Shape& s) {
+          Shape kept;
+          for (int64_t d : s)
+            if (d != 1) kept.push_back(d);
+          return kept;
+        };
+        if (squeeze(x->shape()) != squeeze(y->shape()))
+          return refuse(op, "regroups the mask's elements (" + shapeToString(x->shape()) + " -> " +
+                                shapeToString(y->shape()) + " at length " + std::to_string(n) + ")");
+      }
+      if (name == "nn.reshape" && in.size() > 1 && in[1].elements)
+        for (const auto& e : *in[1].elements)
+          if (!e) return refuse(op, "reshapes to a size that is not affine in the length");
+      return true;
+    }
+    if (name == "nn.concat") {
+      for (size_t i = 0; i < in.size(); ++i)
+        if (!need_data(i)) return false;
+      // Every part but the last must keep its size along the axis at every length.
+      auto axis_attr = op->getAttrOfType<IntegerAttr>("axis");
+      for (unsigned i = 0; i + 1 < op->getNumOperands(); ++i) {
+        std::vector<int64_t> sizes;
+        for (int64_t n : {3, 7}) {
+          const Tensor* t = nullptr;
+          if (!evaluatorAt(1, n).evaluate(op->getOperand(i), false, &t).ok())
+            return refuse(op, "cannot be evaluated");
+          int64_t axis = axis_attr ? axis_attr.getInt() : 0;
+          if (axis < 0) axis += t->rank();
+          sizes.push_back(t->dim(axis));
+        }
+        if (sizes[0] != sizes[1])
+          return refuse(op, "places part of the mask at an offset that depends on the length");
+      }
+      return true;
+    }
+    if (name == "nn.scatter_nd") {
+      if (!need_data(0) || !need_data(1) || !need_data(2)) return false;
+      if (auto reduction = op->getAttrOfType<StringAttr>("reduction");
+          reduction && reduction.getValue() != "none")
+        return refuse(op, "scatters with a reduction");
+      scatters_.push_back(op);
+      return true;
+    }
+    return refuse(op, "is not an op the mask proof knows how a length change affects");
+  }
+};
+
+std::string identityGridError(Operation* op, const Tensor& indices);
+
+// ScatterND's indices are the identity grid (index tuple == its own position), so the op
+// writes `updates` over a box at the origin: prefix data stays prefix data.
+std::string checkIdentityScatter(Operation* op, SubgraphEvaluator& evaluator) {
+  const Tensor* indices = nullptr;
+  Status status = evaluator.evaluateReleasing(op->getOperand(1), &indices);
+  if (!status.ok()) return where(op) + ": " + status.message();
+  std::string error = identityGridError(op, *indices);
+  evaluator.forget(op->getOperand(1));
+  return error;
+}
+
+std::string identityGridError(Operation* op, const Tensor& indices_tensor) {
+  const Tensor* indices = &indices_tensor;
+  int64_t rank = indices->rank();
+  if (rank < 1) return where(op) + ": indices of rank 0";
+  int64_t depth = indices->dim(rank - 1);
+  if (depth != rank - 1)
+    return where(op) + " (ScatterND) writes slices through indices " +
+           shapeToString(indices->shape()) + ", which the mask proof does not follow";
+  int64_t count = indices->numElements() / std::max<int64_t>(depth, 1);
+  for (int64_t p = 0; p < count; ++p) {
+    int64_t rest = p;
+    for (int64_t k = depth - 1; k >= 0; --k) {
+      int64_t coordinate = rest % indices->dim(k);
+      rest /= indices->dim(k);
+      if (elementAsDouble(*indices, p * depth + k) != static_cast<double>(coordinate))
+        return where(op) + " (ScatterND) writes element " + std::to_string(p) +
+               " away from its own position; the mask proof does not follow permuted writes";
+    }
+  }
+  return "";
+}
+
+// The window of `mask` at length `seq`: 0 when causal, W when each query sees exactly its
+// own and the W - 1 keys before it; or an error naming the first element that is neither.
+std::string findWindow(const MaskSpec& spec, const Tensor& mask, int64_t seq, int64_t* window) {
+  if (mask.rank() < 2) return "the mask has rank " + std::to_string(mask.rank());
+  int64_t rows = mask.dim(mask.rank() - 2), cols = mask.dim(mask.rank() - 1);
+  if (!((rows == seq || rows == 1) && cols == seq && (rows == seq || seq == 1)))
+    return "the mask is " + shapeToString(mask.shape()) + " for " + std::to_string(seq) +
+           " tokens, not [.., " + std::to_string(seq) + ", " + std::to_string(seq) + "]";
+  auto allowed = [&](int64_t e, bool* ok) {
+    double value = elementAsDouble(mask, e);
+    *ok = !std::isnan(value);
+    if (spec.additive) {
+      if (value == 0) return true;
+      *ok = *ok && value <= kMaskedBias;
+      return false;
+    }
+    return spec.where_scores_on_false ? value == 0 : value != 0;
+  };
+  // The last query row of the first matrix decides W; every element is then checked.
+  int64_t last = (rows - 1) * cols, first_seen = -1;
+  for (int64_t j = 0; j < cols; ++j) {
+    bool ok = true;
+    if (allowed(last + j, &ok) && first_seen < 0) first_seen = j;
+  }
+  *window = first_seen > 0 ? seq - first_seen : 0;
+  for (int64_t e = 0; e < mask.numElements(); ++e) {
+    int64_t j = e % cols, i = (e / cols) % rows;
+    bool ok = true;
+    bool sees = allowed(e, &ok);
+    if (!ok)
+      return "the mask value " + std::to_string(elementAsDouble(mask, e)) + " at query " +
+             std::to_string(i) + ", key " + std::to_string(j) +
+             " is neither 0 nor a large negative bias";
+    bool expected = j <= i && (*window == 0 || i - j < *window);
+    if (sees != expected)
+      return "query " + std::to_string(i) + " " + (expected ? "cannot see" : "sees") + " key " +
+             std::to_string(j) + " at length " + std::to_string(seq) +
+             ": the mask is neither causal nor a sliding window";
+  }
+  return "";
+}
+
+}  // namespace
+
+MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
+                    int64_t context, const MaskSpec& spec) {
+  MaskProof proof;
+  Prover prover(func, batch_symbol, seq_symbol);
+  Abstract mask;
+  if (!prover.classify(spec.mask, &mask)) {
+    proof.error = "cannot prove the mask for every length: " + prover.error();
+    return proof;
+  }
+  if (mask.kind == Kind::kShape) {
+    proof.error = "the mask is computed from sizes alone";
+    return proof;
+  }
+  for (Value v : {spec.fill}) {
+    Abstract a;
+    if (v && (!prover.classify(v, &a) || a.kind != Kind::kInvariant)) {
+      proof.error = "the masked fill value depends on the sequence length";
+      return proof;
+    }
+  }
+  for (const auto& [factor, divides] : spec.shape_scales) {
+    Abstract a;
+    if (!prover.classify(factor, &a) || a.kind != Kind::kInvariant) {
+      proof.error = "a scale factor of the scores depends on the sequence length";
+      return proof;
+    }
+  }
+  int64_t length = std::min(context, prover.bound());
+  proof.model_bound = prover.bound() < context;
+  if (length < 1) {
+    proof.error = "the mask's buffers hold no position";
+    return proof;
+  }
+  if (length > kMaxProofLength) {
+    proof.error = "proving the mask at a context of " + std::to_string(length) +
+                  " tokens is over the proof's limit of " + std::to_string(kMaxProofLength) +
+                  " (compile with a smaller --max-context)";
+    return proof;
+  }
+  proof.proven_length = length;
+  SubgraphEvaluator& evaluator = prover.evaluatorAt(1, length);
+  for (Operation* scatter : prover.scatters()) {
+    proof.error = checkIdentityScatter(scatter, evaluator);
+    if (!proof.error.empty()) return proof;
+  }
+  const Tensor* values = nullptr;
+  const Tensor* fill = nullptr;
+  Status status = evaluator.evaluateReleasing(spec.mask, &values);
+  if (status.ok() && spec.fill) status = evaluator.evaluate(spec.fill, true, &fill);
+  if (!status.ok()) {
+    proof.error = "cannot evaluate the mask: " + status.message();
+    return proof;
+  }
+  if (fill) {
+    for (int64_t i = 0; i < fill->numElements(); ++i) {
+      double f = elementAsDouble(*fill, i);
+      if (!(f <= kMaskedBias)) {
+        proof.error = "the masked fill value " + std::to_string(f) + " is not large and negative";
+        return proof;
+      }
+    }
+  }
+  for (const auto& [factor, divides] : spec.shape_scales) {
+    const Tensor* t = nullptr;
+    double value = 0;
+    Status s = evaluator.evaluate(factor, true, &t);
+    if (s.ok()) s = readScalarDouble(t, &value);
+    if (!s.ok()) {
+      proof.error = "cannot evaluate a scale factor of the scores: " + s.message();
+      return proof;
+    }
+    if (value == 0) {
+      proof.error = "a scale factor of the scores is zero";
+      return proof;
+    }
+    proof.scale = divides ? proof.scale / value : proof.scale * value;
+  }
+  proof.error = findWindow(spec, *values, length, &proof.window);
+  if (!proof.error.empty()) return proof;
+  // Rows of a batch are computed alike (the rules above mix no axes); one batch-2 evaluation
+  // checks that the mask broadcasts over the batch as the engine's per-sequence runs assume.
+  int64_t small = std::min<int64_t>(length, 4);
+  SubgraphEvaluator& batched = prover.evaluatorAt(2, small);
+  status = batched.evaluate(spec.mask, true, &values);
+  if (!status.ok()) {
+    proof.error = "cannot evaluate the mask for a batch of 2: " + status.message();
+    return proof;
+  }
+  int64_t window = 0;
+  proof.error = findWindow(spec, *values, small, &window);
+  if (proof.error.empty() && window != (proof.window != 0 && proof.window < small ? proof.window : 0))
+    proof.error = "the mask's window differs between a batch of 1 and a batch of 2";
+  return proof;
+}
+
+}  // namespace llmc

@@ -1,0 +1,44 @@
+// Proves what an attention mask computed inside a model allows, for every sequence length up
+// to the engine's context: causal, or causal within a sliding window. Used by
+// --llmc-recognize-llm before a core moves onto the paged KV cache (docs/llm.md, "Masks").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llvm/ADT/StringRef.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace llmc {
+
+// An attention core's mask as the recognizer found it.
+struct MaskSpec {
+  mlir::Value mask;  // additive bias (`additive`) or the boolean selecting scores
+  mlir::Value fill;  // selector form: what unselected scores become (null: none)
+  bool additive = true;
+  bool where_scores_on_false = false;  // selector form: scores kept where the mask is false
+  // Factors of the scores computed from shapes (sqrt(head_dim) through Shape/Pow): (factor,
+  // divides). They must not depend on the sequence length.
+  std::vector<std::pair<mlir::Value, bool>> shape_scales;
+};
+
+struct MaskProof {
+  std::string error;    // empty when proven
+  int64_t window = 0;   // 0: causal; W > 0: each query sees its own and the W - 1 keys before it
+  double scale = 1;     // the product of the shape-computed factors
+  // The mask is proven for every length up to proven_length. When the model itself caps
+  // lengths below the requested context (a mask sliced from a fixed-size buffer),
+  // `model_bound` is set and the engine's context must not exceed proven_length.
+  int64_t proven_length = 0;
+  bool model_bound = false;
+};
+
+// Proves `spec` for every sequence length 1..context, with input_ids [batch_symbol,
+// seq_symbol] (attention_mask all ones, position_ids 0..n-1). See MaskProof.cpp for the
+// argument.
+MaskProof proveMask(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
+                    llvm::StringRef seq_symbol, int64_t context, const MaskSpec& spec);
+
+}  // namespace llmc

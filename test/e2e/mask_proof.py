@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Masks a decoder builds for itself, and what llmc does with each (docs/llm.md, "Masks").
+
+Tiny decoders are assembled here with onnx.helper, their attention masks built from
+Shape/Range/comparisons the way transformers' exports build them; references come from ONNX's
+own reference evaluator (onnx.reference), which nobody here wrote.
+
+- sliding window (each query sees its own and the W - 1 keys before it, W = 12: wider than
+  any length the old mask check probed): must be recognized with `window` W, and its logits
+  at lengths well past W, and greedy generation over the paged KV cache up to 3.5 W tokens,
+  must equal the reference;
+- the same window written with the opset-23 Attention op and a boolean mask;
+- plain causal: recognized without a window;
+- a prefix-LM mask (the first P tokens see each other both ways) and a mask whose window is
+  counted from the end of the sequence (keys j > n - W): neither causal nor a fixed window;
+  both must be refused, naming the node, and the engine must still equal the reference
+  (it runs the graph as exported).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+VOCAB, HIDDEN, HEADS, LAYERS, POSITIONS = 128, 32, 4, 2, 96
+HEAD = HIDDEN // HEADS
+WINDOW = 12
+PREFIX = 4
+
+
+def build(mask_kind: str, use_attention_op: bool = False) -> onnx.ModelProto:
+    rng = np.random.default_rng(1412)
+    inits, nodes = [], []
+
+    def weight(name, *shape, scale=0.3):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def const(name, values, dtype=np.int64):
+        inits.append(numpy_helper.from_array(np.array(values, dtype=dtype), name))
+        return name
+
+    def node(op, inputs, name, **attrs):
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    weight("embed", VOCAB, HIDDEN)
+    weight("positions", POSITIONS, HIDDEN)
+    const("zero", 0)
+    const("one", 1)
+    const("window", WINDOW)
+    const("prefix", PREFIX)
+    const("heads_shape", [0, 0, HEADS, HEAD])
+    const("hidden_shape", [0, 0, HIDDEN])
+    const("axis0", [0])
+    const("axis1", [1])
+    const("float_zero", 0.0, np.float32)
+    const("float_min", np.finfo(np.float32).min, np.float32)
+    const("scale", 1.0 / np.sqrt(HEAD), np.float32)
+    inits.append(numpy_helper.from_array(np.ones(HIDDEN, np.float32), "norm_gain"))
+
+    tok = node("Gather", ["embed", "input_ids"], "tok")
+    seq = node("Gather", [node("Shape", ["input_ids"], "ids_shape"), "one"], "seq_len", axis=0)
+    pos = node("Range", ["zero", seq, "one"], "pos")
+    x = node("Add", [tok, node("Gather", ["positions", pos], "pos_embed")], "x0")
+    # The mask, as transformers builds it: key index j against query index i.
+    q_pos = node("Unsqueeze", [pos, "axis1"], "mask/q_pos")  # [n, 1]
+    k_pos = node("Unsqueeze", [pos, "axis0"], "mask/k_pos")  # [1, n]
+    causal = node("LessOrEqual", [k_pos, q_pos], "mask/causal")
+    if mask_kind == "causal":
+        allowed = causal
+    elif mask_kind == "window":
+        in_window = node("Greater", [k_pos, node("Sub", [q_pos, "window"], "mask/i_minus_w")], "mask/in_window")
+        allowed = node("And", [causal, in_window], "mask/allowed")
+    elif mask_kind == "prefix_lm":
+        both_prefix = node("And", [node("Less", [k_pos, "prefix"], "mask/k_prefix"),
+                                   node("Less", [q_pos, "prefix"], "mask/q_prefix")], "mask/both_prefix")
+        allowed = node("Or", [causal, both_prefix], "mask/allowed")
+    elif mask_kind == "from_end":
+        # Keys in the last W positions of the whole sequence: depends on the length.
+        start = node("Sub", [seq, "window"], "mask/n_minus_w")
+        allowed = node("And", [causal, node("Greater", [k_pos, start], "mask/in_tail")], "mask/allowed")
+    else:
+        raise ValueError(mask_kind)
+    if use_attention_op:
+        mask = allowed  # boolean: True where attention is allowed
+    else:
+        mask = node("Where", [allowed, "float_zero", "float_min"], "mask/bias")
+
+    for layer in range(LAYERS):
+        p = f"layer{layer}"
+        h = node("RMSNormalization", [x, "norm_gain"], f"{p}/norm1", axis=-1, epsilon=1e-5) \
+            if use_attention_op else node("LayerNormalization", [x, "norm_gain"], f"{p}/norm1", axis=-1)
+        heads = {}
+        for part in "qkv":
+            proj = node("MatMul", [h, weight(f"{p}/w{part}", HIDDEN, HIDDEN)], f"{p}/{part}")
+            split = node("Reshape", [proj, "heads_shape"], f"{p}/{part}_heads")
+            heads[part] = node("Transpose", [split], f"{p}/{part}_bhsd", perm=[0, 2, 1, 3])
+        if use_attention_op:
+            attn = node("Attention", [heads["q"], heads["k"], heads["v"], mask], f"{p}/attention")
+        else:
+            kt = node("Transpose", [heads["k"]], f"{p}/k_t", perm=[0, 1, 3, 2])
+            scores = node("Mul", [node("MatMul", [heads["q"], kt], f"{p}/qk"), "scale"], f"{p}/scaled")
+            probs = node("Softmax", [node("Add", [scores, mask], f"{p}/masked")], f"{p}/softmax", axis=-1)
+            attn = node("MatMul", [probs, heads["v"]], f"{p}/pv")
+        merged = node("Transpose", [attn], f"{p}/attn_bshd", perm=[0, 2, 1, 3])
+        flat = node("Reshape", [merged, "hidden_shape"], f"{p}/attn_flat")
+        x = node("Add", [x, node("MatMul", [flat, weight(f"{p}/wo", HIDDEN, HIDDEN)], f"{p}/o")], f"{p}/residual")
+    nodes.append(helper.make_node("MatMul", [x, weight("lm_head", HIDDEN, VOCAB)], ["logits"], name="lm_head"))
+    graph = helper.make_graph(
+        nodes, f"{mask_kind}_decoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB])],
+        inits)
+    opset = 23 if use_attention_op else 18
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="llmc test/e2e/mask_proof.py")
+    if not use_attention_op:
+        model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--llmc", required=True)
+    args = parser.parse_args()
+    failures = []
+
+    def check(ok, label, detail=""):
+        print(f"{'PASS' if ok else 'FAIL'} {label}" + (f": {detail}" if detail else ""), flush=True)
+        if not ok:
+            failures.append(label)
+
+    cases = [("window", False, WINDOW), ("window", True, WINDOW), ("causal", False, 0),
+             ("prefix_lm", False, None), ("from_end", False, None)]
+    with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
+        for kind, attention_op, window in cases:
+            label = kind + (" (opset-23 Attention)" if attention_op else "")
+            model = build(kind, attention_op)
+            path = os.path.join(tmp, f"{kind}_{attention_op}.onnx")
+            onnx.save(model, path)
+            engine = path.replace(".onnx", ".engine")
+            proc = run([args.llmc, "compile", path, "-o", engine, "--max-context", str(POSITIONS)])
+            if proc.returncode != 0:
+                check(False, f"{label}: compile", proc.stderr.strip())
+                continue
+            info = json.loads(run([args.llmc, "inspect", engine, "--json"]).stdout)
+            recognized = info.get("llm") is not None
+            if window is None:
+                # Refused: recognition fails, naming the attention node and why.
+                want = "neither causal nor a sliding window" if kind == "prefix_lm" else "mask/in_tail"
+                check(not recognized and "warning: not recognized" in proc.stderr and want in proc.stderr
+                      and "layer0/softmax" in proc.stderr, f"{label}: refused, naming the node",
+                      proc.stderr.strip().replace("\n", " | "))
+            else:
+                windows = info["llm"]["attention_windows"] if recognized else None
+                check(recognized and windows == [window] * LAYERS, f"{label}: recognized with window {window}",
+                      f"attention windows {windows}; {proc.stderr.strip()}")
+            # Logits at lengths past the window, against the reference.
+            reference = ReferenceEvaluator(model)
+            rng = np.random.default_rng(7)
+            for batch, seq in ((1, 5), (1, 3 * WINDOW), (2, 2 * WINDOW + 5)):
+                ids = rng.integers(0, VOCAB, size=(batch, seq), dtype=np.int64)
+                (want,) = reference.run(None, {"input_ids": ids})
+                ids_path = os.path.join(tmp, "input_ids.npy")
+                out_dir = os.path.join(tmp, "out")
+                np.save(ids_path, ids)
+                proc = run([args.llmc, "run", engine, "--input", f"input_ids={ids_path}", "--output-dir", out_dir])
+                if proc.returncode != 0:
+                    check(False, f"{label}: logits b{batch} s{seq}", proc.stderr.strip())
+                    continue
+                got = np.load(os.path.join(out_dir, "logits.npy"))
+                err = float(np.max(np.abs(got - want)))
+                check(got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-4),
+                      f"{label}: logits b{batch} s{seq}", f"max abs error {err:.3g}")
+            # Greedy generation over the KV cache (decode steps past the window).
+            if window is not None:
+                prompt = [int(t) for t in np.random.default_rng(3).integers(0, VOCAB, size=WINDOW // 2)]
+                tokens = list(prompt)
+                new = int(3.5 * WINDOW)
+                for _ in range(new):
+                    (logits,) = reference.run(None, {"input_ids": np.array([tokens], np.int64)})
+                    tokens.append(int(np.argmax(logits[0, -1])))
+                proc = run([args.llmc, "generate", engine, "--prompt-ids", ",".join(map(str, prompt)),
+                            "--max-new-tokens", str(new), "--print-ids"])
+                got = [int(t) for t in proc.stdout.split()] if proc.returncode == 0 else None
+                check(got == tokens[len(prompt):], f"{label}: greedy {new} tokens over the KV cache",
+                      proc.stderr.strip() if got is None else
+                      f"first difference at {next((i for i, (a, b) in enumerate(zip(got, tokens[len(prompt):])) if a != b), None)}")
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
