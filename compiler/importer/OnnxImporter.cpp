@@ -6,10 +6,10 @@
 
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/half.h"
 #include "core/kernel.h"
 #include "importer/ImportState.h"
@@ -69,22 +69,9 @@ bool readExternalData(const onnx::TensorProto& tensor, const std::string& base_d
     return false;
   }
   std::string path = base_dir.empty() ? location : base_dir + "/" + location;
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) {
-    *error = "cannot open external data file '" + path + "'";
-    return false;
-  }
-  int64_t size = static_cast<int64_t>(file.tellg());
-  if (offset < 0 || offset > size || (length >= 0 && length > size - offset)) {
-    *error = "external data range [" + std::to_string(offset) + ", +" + std::to_string(length) +
-             ") lies outside '" + path + "' (" + std::to_string(size) + " bytes)";
-    return false;
-  }
-  if (length < 0) length = size - offset;
-  bytes->resize(static_cast<size_t>(length));
-  file.seekg(offset);
-  file.read(bytes->data(), length);
-  return static_cast<bool>(file);
+  Status status = readFile(path, "external data file", bytes, offset, length);
+  if (!status.ok()) *error = status.message();
+  return status.ok();
 }
 
 }  // namespace
@@ -531,13 +518,13 @@ ImportResult importOnnxBytes(MLIRContext& context, const void* data, size_t size
 }
 
 ImportResult importOnnxFile(MLIRContext& context, const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
+  std::string bytes;
+  Status status = readFile(path, "model", &bytes);
+  if (!status.ok()) {
     ImportResult result;
-    result.errors.push_back(path + ": cannot open the model file");
+    result.errors.push_back(status.message());
     return result;
   }
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   return importOnnxBytes(context, bytes.data(), bytes.size(), path);
 }
 

@@ -4,13 +4,14 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <sstream>
 
 #include "core/engine_file.h"
+#include "core/file_io.h"
 #include "core/kernel.h"
 #include "llmc/engine.h"
 #include "llmc/refit.h"
@@ -69,11 +70,12 @@ Status readCalibrationInputs(const std::string& calib_file, const std::string& c
       return invalidArgument("--calib " + calib_file + ": the prompts need a tokenizer (--tokenizer tokenizer.json)");
     std::unique_ptr<Tokenizer> tokenizer;
     LLMC_RETURN_IF_ERROR(Tokenizer::fromJson(tokenizer_json, &tokenizer));
-    std::ifstream file(calib_file);
-    if (!file) return invalidArgument("--calib " + calib_file + ": cannot open the file");
+    std::string text;
+    LLMC_RETURN_IF_ERROR(readFile(calib_file, "--calib", &text));
+    std::istringstream lines(text);
     std::string line;
     int64_t number = 0;
-    while (std::getline(file, line)) {
+    while (std::getline(lines, line)) {
       ++number;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       std::vector<int32_t> ids;
@@ -84,8 +86,11 @@ Status readCalibrationInputs(const std::string& calib_file, const std::string& c
     }
   }
   if (!calib_dir.empty()) {
+    LLMC_RETURN_IF_ERROR(checkDirectory(calib_dir, "--calib-dir"));
     DIR* dir = opendir(calib_dir.c_str());
-    if (!dir) return invalidArgument("--calib-dir " + calib_dir + ": cannot open the directory");
+    if (!dir)
+      return invalidArgument("--calib-dir " + calib_dir +
+                             ": cannot open the directory: " + std::strerror(errno));
     std::vector<std::string> files;
     while (dirent* entry = readdir(dir)) {
       const std::string name = entry->d_name;
@@ -96,7 +101,7 @@ Status readCalibrationInputs(const std::string& calib_file, const std::string& c
     for (const std::string& name : files) {
       const std::string path = calib_dir + "/" + name;
       Tensor t;
-      LLMC_RETURN_IF_ERROR(readNpy(path, &t));
+      LLMC_RETURN_IF_ERROR(readNpy(path, &t).withContext("--calib-dir"));
       if ((t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32) || t.rank() < 1 || t.rank() > 2 ||
           (t.rank() == 2 && t.dim(0) != 1) || t.numElements() == 0)
         return invalidArgument(path + ": a calibration sample is int32/int64 input_ids [tokens] or [1, tokens], got " +
@@ -153,15 +158,19 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
   };
   std::unique_ptr<Session> session;
   LLMC_RETURN_IF_ERROR(Session::create(engine, options, &session));
+  const LlmConfig* llm = engine->llmConfig();
   std::vector<NamedTensor> outputs;
   for (size_t i = 0; i < samples.size(); ++i) {
     if (progress && (i % 8 == 0 || i + 1 == samples.size()))
       progress("calibrating: sample " + std::to_string(i + 1) + "/" + std::to_string(samples.size()));
     std::vector<NamedTensor> inputs;
     for (const TensorInfo& info : engine->inputs()) {
-      const Tensor& ids = samples[i][0].tensor;
-      Tensor t = Tensor::allocate(info.dtype, ids.shape());
-      for (int64_t j = 0; j < ids.numElements(); ++j) {
+      const Tensor& ids = samples[i][0].tensor;  // [1, tokens]
+      Shape shape = ids.shape();
+      // A decoder runs at most its context (the runtime refuses more): a longer sample is cut.
+      if (llm && shape.back() > llm->max_context) shape.back() = llm->max_context;
+      Tensor t = Tensor::allocate(info.dtype, shape);
+      for (int64_t j = 0; j < t.numElements(); ++j) {
         // What a tokenizer gives one unpadded sequence: every token attended, positions from 0,
         // and (BERT's segments) every token in the first segment.
         const int64_t v = info.name == "input_ids"        ? ids.data<int64_t>()[j]
@@ -259,9 +268,8 @@ Status writeCalibrationStats(const std::string& path, const std::string& key, co
 }
 
 Status readCalibrationStats(const std::string& path, const std::string& key, CalibrationStats* stats) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return notFound(path + ": no calibration statistics");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes;
+  LLMC_RETURN_IF_ERROR(readFile(path, "calibration statistics", &bytes));
   std::map<std::string, Tensor> tensors;
   LLMC_RETURN_IF_ERROR(parseSafetensors(bytes, path, &tensors));
   auto stored = tensors.find(kKeyTensor);

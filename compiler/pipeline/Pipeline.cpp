@@ -2,19 +2,18 @@
 // -> exec -> memory plan -> engine file.
 #include "pipeline/Pipeline.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "core/engine_file.h"
+#include "core/file_io.h"
 #include "core/plan.h"
 #include "importer/OnnxImporter.h"
-#include "pipeline/Calibration.h"
 #include "llmc/tokenizer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -22,6 +21,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
 #include "mlir/Transforms/Passes.h"
+#include "pipeline/Calibration.h"
 #include "serializer/Serializer.h"
 #include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
@@ -176,11 +176,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     if (options.calib_file.empty() && options.calib_dir.empty())
       return invalidArgument("--awq needs calibration data (--calib FILE or --calib-dir DIR)");
     std::string tokenizer_json;
-    if (!options.tokenizer_path.empty()) {
-      std::ifstream tokenizer_file(options.tokenizer_path, std::ios::binary);
-      if (!tokenizer_file) return invalidArgument(options.tokenizer_path + ": cannot open the tokenizer");
-      tokenizer_json.assign(std::istreambuf_iterator<char>(tokenizer_file), std::istreambuf_iterator<char>());
-    }
+    if (!options.tokenizer_path.empty())
+      LLMC_RETURN_IF_ERROR(readFile(options.tokenizer_path, "--tokenizer", &tokenizer_json));
     std::vector<std::vector<NamedTensor>> samples;
     LLMC_RETURN_IF_ERROR(readCalibrationInputs(options.calib_file, options.calib_dir, tokenizer_json, &samples));
     const CompileOptions float_options = floatCompileOptions(options);
@@ -278,7 +275,15 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   fpm.addPass(createCanonicalizerPass());
   fpm.addPass(createCSEPass());
   fpm.addPass(createShapeInference());
-  if (!options.as_graph) fpm.addPass(createRecognizeLlm());
+  if (!options.as_graph) {
+    std::vector<std::string> dim_max;
+    for (const auto& [name, range] : options.dim_ranges)
+      if (range.second > 0) dim_max.push_back(name + "=" + std::to_string(range.second));
+    RecognizeLlmOptions recognize;
+    recognize.maxContext = options.max_context;
+    recognize.dimMax = dim_max;  // copied by the pass
+    fpm.addPass(createRecognizeLlm(recognize));
+  }
   if (options.opt_level >= 1) {
     using PassFactory = std::unique_ptr<Pass> (*)();
     const std::pair<const char*, PassFactory> fusions[] = {
@@ -375,11 +380,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   serialize.target = options.target;
   serialize.strip_weights = options.strip_weights;
   if (!options.tokenizer_path.empty()) {
-    std::ifstream tokenizer_file(options.tokenizer_path, std::ios::binary);
-    if (!tokenizer_file)
-      return invalidArgument(options.tokenizer_path + ": cannot open the tokenizer");
-    serialize.tokenizer_json.assign(std::istreambuf_iterator<char>(tokenizer_file),
-                                    std::istreambuf_iterator<char>());
+    LLMC_RETURN_IF_ERROR(
+        readFile(options.tokenizer_path, "--tokenizer", &serialize.tokenizer_json));
     std::unique_ptr<Tokenizer> tokenizer;  // refuse what the runtime could not load
     Status status = Tokenizer::fromJson(serialize.tokenizer_json, &tokenizer);
     if (!status.ok()) return status.withContext(options.tokenizer_path);
@@ -412,9 +414,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
 }
 
 Status compileModel(const CompileOptions& options, CompileStats* stats) {
-  std::ifstream file(options.input_path, std::ios::binary);
-  if (!file) return invalidArgument(options.input_path + ": cannot open the model file");
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string bytes;
+  LLMC_RETURN_IF_ERROR(readFile(options.input_path, "model", &bytes));
   std::vector<uint8_t> engine;
   LLMC_RETURN_IF_ERROR(compileModelBytes(bytes, options, &engine, stats));
   if (options.progress) options.progress("writing " + options.output_path);

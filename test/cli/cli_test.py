@@ -328,7 +328,7 @@ class CliTest(unittest.TestCase):
         self.assertFalse(os.path.exists(self.path("bad.engine")))
         code, _, err = run("compile", model, "-o", self.path("bad.engine"), "--opt-level", "3")
         self.assertEqual(code, 2)
-        self.assertIn("--opt-level takes 0", err)
+        self.assertIn("--opt-level takes an integer in [0, 1], got '3'", err)
 
     def test_cuda_target(self):
         model = self.save(simple_model())
@@ -483,10 +483,10 @@ class CliTest(unittest.TestCase):
     def test_language_model_options(self):
         model = self.save(micro_decoder())
         for extra, expected_code, message in [
-            (("--max-context", "0"), 2, "--max-context must be at least 1"),
+            (("--max-context", "0"), 2, "--max-context takes an integer in [1, 16777216], got '0'"),
             (("--max-context", "100"), 2, "exceeds the model's 64 positions"),
             (("--eos-id", "99"), 2, "--eos-id 99 is outside the vocabulary [0, 8)"),
-            (("--bos-id", "x"), 2, "needs a non-negative integer"),
+            (("--bos-id", "x"), 2, "--bos-id takes an integer in [0, 2147483647], got 'x'"),
         ]:
             code, _, err = run("compile", model, "-o", self.path("lm.engine"), *extra)
             self.assert_one_error(code, err, expected_code, message)
@@ -519,6 +519,144 @@ class CliTest(unittest.TestCase):
         self.assertEqual(len(out.split()), 4)
         code, _, err = run("bench", engine, "--context", "60")
         self.assert_one_error(code, err, 2, "exceeds the engine's context of 64")
+
+
+    # --- file arguments ----------------------------------------------------------------
+    def test_directory_and_missing_file_arguments(self):
+        # Every file argument is read by one reader: a directory, a missing file or an
+        # unreadable one is one error naming the option and the path (exit 2), never an abort.
+        model = self.save(micro_decoder())
+        engine = self.compile_ok(model, "lm.engine")
+        tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "tokenizers",
+                                 "gpt2_bpe", "tokenizer.json")
+        folder = self.path("folder")
+        os.mkdir(folder)
+        np.save(os.path.join(folder, "0.npy"), np.array([[1, 2, 3]], np.int64))
+        os.mkdir(self.path("folder/1.npy"))  # a calibration sample that is a directory
+        absent = self.path("absent.bin")
+        weights = self.write("w.safetensors", b"")
+        os.mkdir(self.path("folder.npy"))
+        for path, fragment in ((folder, "is a directory"), (absent, "No such file")):
+            tensor = os.path.splitext(path)[0] + ".npy"  # tensor files are known by their extension
+            cases = [
+                (("compile", path, "-o", self.path("e")), "model"),
+                (("compile", model, "-o", self.path("e"), "--tokenizer", path), "--tokenizer"),
+                (("compile", model, "-o", self.path("e"), "--quantize", "w8a8", "--tokenizer", tokenizer,
+                  "--calib", path), "--calib"),
+                (("compile", model, "-o", self.path("e"), "--quantize", "int8", "--max-ppl-increase", "5",
+                  "--tokenizer", tokenizer, "--eval-text", path), "--eval-text"),
+                (("verify", path), "model"),
+                (("verify", model, "--tokenizer", path), "--tokenizer"),
+                (("verify", model, "--input", f"input_ids={tensor}"), "--input input_ids"),
+                (("refit", engine, "--weights", path, "-o", self.path("r.engine")), "--weights"),
+                (("refit", path, "--weights", weights, "-o", self.path("r.engine")), "engine"),
+                (("eval", engine, "--reference", engine, "--text", path, "--tokenizer", tokenizer), "--text"),
+                (("eval", engine, "--reference", engine, "--sentences", path, "--tokenizer", tokenizer),
+                 "--sentences"),
+                (("eval", engine, "--reference", engine, "--text", model, "--tokenizer", path), "--tokenizer"),
+                (("eval", engine, "--reference", path, "--text", model), "--reference"),
+                (("run", engine, "--input", f"input_ids={tensor}"), "--input input_ids"),
+                (("run", path, "--input", f"input_ids={path}"), "engine"),
+                (("generate", engine, "--prompt", "Hi", "--tokenizer", path), "--tokenizer"),
+                (("generate", path, "--prompt-ids", "1"), "engine"),
+                (("bench", path), "engine"),
+                (("inspect", path), "engine"),
+            ]
+            for args, option in cases:
+                code, out, err = run(*args)
+                self.assert_one_error(code, err, 2, tensor if "--input" in option else path, option, fragment)
+                self.assertNotIn("tokens", out, args)
+        # --calib-dir takes a directory: a file is refused, and so is a sample that is a folder.
+        code, _, err = run("compile", model, "-o", self.path("e"), "--quantize", "w8a8", "--calib-dir", tokenizer)
+        self.assert_one_error(code, err, 2, "--calib-dir", "is not a directory")
+        code, _, err = run("compile", model, "-o", self.path("e"), "--quantize", "w8a8", "--calib-dir", folder)
+        self.assert_one_error(code, err, 2, "1.npy", "is a directory")
+        self.assertFalse(os.path.exists(self.path("e")))
+
+    def test_unreadable_file_argument(self):
+        if os.geteuid() == 0:
+            self.skipTest("root reads every file: permissions cannot be shown here")
+        model = self.save(simple_model())
+        os.chmod(model, 0)
+        code, _, err = run("compile", model, "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, model, "Permission denied")
+
+    # --- option values -----------------------------------------------------------------
+    def test_integer_options_are_strict(self):
+        # Integers are decimal digits with an optional sign, within the option's range; anything
+        # else is refused by name, with the text given (exit 2). Parsing comes before any file is
+        # read, so the files need not exist.
+        model, engine = self.path("m.onnx"), self.path("e.engine")
+        options = {
+            ("compile", model, "-o", engine): ["--max-context", "--bos-id", "--eos-id", "--opt-level",
+                                               "--quant-group"],
+            ("verify", model): ["--seed", "--max-context", "--opt-level"],
+            ("generate", engine, "--prompt-ids", "1"): ["--max-new-tokens", "--top-k", "--seed", "--stop-id",
+                                                        "--beam", "--kv-cache-tokens"],
+            ("bench", engine): ["--context", "--new-tokens", "--repeat", "--batch"],
+            ("eval", engine, "--reference", engine, "--text", model): ["--context", "--max-windows"],
+            ("run", engine): ["--repeat"],
+        }
+        bad = ["2.9", "0x10", "inf", "nan", "99999999999", "1e12", "", " 3", "3 ", "3x", "--", "+-3",
+               "-99999999999999999999", "1" * 30]
+        for command, flags in options.items():
+            for flag in flags:
+                for text in bad:
+                    if text == "99999999999" and flag in ("--seed", "--kv-cache-tokens", "--max-windows") \
+                            and command[0] != "verify":
+                        continue  # 64-bit options
+                    code, out, err = run(*command, flag, text)
+                    self.assert_one_error(code, err, 2, flag, f"'{text}'")
+        for args in [("compile", model, "-o", engine, "--dim", "batch=1:2.5"),
+                     ("compile", model, "-o", engine, "--dim", "batch=0x1:8"),
+                     ("generate", engine, "--prompt-ids", "1,2.9"),
+                     ("generate", engine, "--prompt-ids", "1,0x10")]:
+            code, _, err = run(*args)
+            self.assert_one_error(code, err, 2, args[-2])
+        # Each option's own range, with the bounds in the message.
+        for args, fragment in [(("generate", engine, "--prompt-ids", "1", "--max-new-tokens", "-1"), "[0, "),
+                               (("generate", engine, "--prompt-ids", "1", "--top-k", "3000000000"), "2147483647]"),
+                               (("generate", engine, "--prompt-ids", "1", "--beam", "0"), "[1, "),
+                               (("bench", engine, "--batch", "257"), "[1, 256]"),
+                               (("run", engine, "--repeat", "0"), "[1, "),
+                               (("verify", model, "--seed", "4294967296"), "4294967295]")]:
+            code, _, err = run(*args)
+            self.assert_one_error(code, err, 2, args[-2], f"'{args[-1]}'", fragment)
+        # Valid integers, a sign included, still work.
+        lm = self.compile_ok(self.save(micro_decoder(), "lm.onnx"), "lm.engine", "--max-context", "+40")
+        self.assertEqual(json.loads(run("inspect", lm, "--json")[1])["llm"]["max_context"], 40)
+        code, out, err = run("generate", lm, "--prompt-ids", "1,2", "--max-new-tokens", "3", "--print-ids",
+                             "--top-k", "+2", "--seed", "7")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(out.split()), 3, out)
+
+    def test_float_options_are_strict(self):
+        model, engine = self.path("m.onnx"), self.path("e.engine")
+        options = {
+            ("compile", model, "-o", engine, "--quantize", "w8a8"): ["--smooth-alpha", "--smooth-percentile"],
+            ("compile", model, "-o", engine, "--quantize", "int8"): ["--max-ppl-increase"],
+            ("verify", model): ["--rtol", "--atol"],
+            ("generate", engine, "--prompt-ids", "1"): ["--temperature", "--top-p", "--min-p",
+                                                        "--repetition-penalty", "--length-penalty"],
+        }
+        for command, flags in options.items():
+            for flag in flags:
+                for text in ["nan", "inf", "-inf", "0.5x", "", "0x1p-1", " 0.5", "1e999"]:
+                    code, _, err = run(*command, flag, text)
+                    self.assert_one_error(code, err, 2, flag, f"'{text}'")
+
+    # --- limits the engine declares ------------------------------------------------------
+    def test_runtime_enforces_the_engine_context(self):
+        # The learned position table has 64 rows; the engine declares a context of 40. A plain
+        # run of 50 tokens is refused by the runtime, naming the input, dimension, value and limit.
+        engine = self.compile_ok(self.save(micro_decoder()), "lm.engine", "--max-context", "40")
+        ids = self.path("ids.npy")
+        np.save(ids, np.ones((1, 50), np.int64))
+        code, _, err = run("run", engine, "--input", f"input_ids={ids}")
+        self.assert_one_error(code, err, 2, "'input_ids'", "dim 1", "50", "context of 40")
+        np.save(ids, np.ones((1, 40), np.int64))
+        code, _, err = run("run", engine, "--input", f"input_ids={ids}")
+        self.assertEqual(code, 0, err)
 
 
 def main():

@@ -89,7 +89,7 @@ def main():
                      "exceeds the engine's context of 16 tokens"),
                     ("token id outside the vocabulary", ["--prompt-ids", "5,999999", "--max-new-tokens", "1"],
                      "outside the vocabulary"),
-                    ("zero beams", ["--prompt-ids", "5", "--beam", "0"], "--beam needs at least 1 beam"),
+                    ("zero beams", ["--prompt-ids", "5", "--beam", "0"], "--beam takes an integer in [1, 2147483647], got '0'"),
                     ("bad sampling option", ["--prompt-ids", "5", "--max-new-tokens", "1", "--top-p", "0"], "top_p"),
                 ]
                 for label, extra, message in cases:

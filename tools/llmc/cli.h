@@ -1,12 +1,16 @@
 // Shared pieces of the llmc command line: exit codes and argument helpers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llmc/session.h"
 #include "llmc/status.h"
+#include "llmc/tokenizer.h"
 
 namespace llmc::cli {
 
@@ -19,17 +23,50 @@ int exitCodeFor(const Status& status);
 // Prints "llmc <command>: error: <message>" to stderr and returns the exit code.
 int reportError(const std::string& command, const Status& status);
 int usageError(const std::string& command, const std::string& message);
+int usageError(const std::string& command, const Status& status);
 
-// A whole-string base-10 integer; false for anything else (empty, trailing text, overflow).
-inline bool parseInt64(const std::string& text, int64_t* out) {
-  try {
-    size_t used = 0;
-    *out = std::stoll(text, &used);
-    return used == text.size();
-  } catch (...) {
-    return false;
-  }
+// Option values. Integers are decimal digits with an optional sign and nothing else (no
+// spaces, fraction, exponent or hexadecimal), within the option's own [min, max]; floats are
+// finite decimal numbers (no hexadecimal, inf or nan) within [min, max]. Errors name the
+// option, the text and the range. One parser of each (arguments.cpp) serves every subcommand.
+bool parseInteger(std::string_view text, int64_t min, int64_t max, int64_t* out);
+Status parseIntOption(std::string_view option, const std::string& text, int64_t min, int64_t max,
+                      int64_t* out);
+Status parseFloatOption(std::string_view option, const std::string& text, double min, double max,
+                        double* out);
+// Consume args[*i + 1] as the value of option args[*i] (advancing *i); a missing value is an
+// error too.
+Status intOption(const std::vector<std::string>& args, size_t* i, int64_t min, int64_t max,
+                 int64_t* out);
+Status floatOption(const std::vector<std::string>& args, size_t* i, double min, double max,
+                   double* out);
+// The same into a narrower type: an integer [min, max] must lie within T; a float range is
+// narrowed to T's finite values.
+template <class T>
+Status intOption(const std::vector<std::string>& args, size_t* i, int64_t min, int64_t max,
+                 T* out) {
+  int64_t value = 0;
+  LLMC_RETURN_IF_ERROR(intOption(args, i, min, max, &value));
+  *out = static_cast<T>(value);
+  return okStatus();
 }
+template <class T>
+Status floatOption(const std::vector<std::string>& args, size_t* i, double min, double max,
+                   T* out) {
+  const double largest = static_cast<double>(std::numeric_limits<T>::max());
+  double value = 0;
+  LLMC_RETURN_IF_ERROR(
+      floatOption(args, i, std::max(min, -largest), std::min(max, largest), &value));
+  *out = static_cast<T>(value);
+  return okStatus();
+}
+
+// A tokenizer.json named by --tokenizer (errors name the option and the path).
+Status loadTokenizerFile(const std::string& path, std::unique_ptr<Tokenizer>* out);
+
+inline constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+inline constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 
 // The backend options of run, generate and bench: `--backend auto|cpu|cuda`, `--precision
 // fp32|tf32|bf16|fp16` (the GPU's products), `--tf32` (= --precision tf32) and

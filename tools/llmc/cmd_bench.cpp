@@ -106,17 +106,15 @@ int runBench(const std::vector<std::string>& args) {
   SessionOptions session_options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    auto integer = [&](int64_t* value) { return i + 1 < args.size() && parseInt64(args[++i], value); };
+    Status value;
     if (arg == "--context") {
-      if (!integer(&context) || context < 1) return usageError("bench", "--context needs N >= 1");
+      value = intOption(args, &i, 1, kMaxContextTokens, &context);
     } else if (arg == "--new-tokens") {
-      if (!integer(&new_tokens) || new_tokens < 2)
-        return usageError("bench", "--new-tokens needs N >= 2");
+      value = intOption(args, &i, 2, kMaxContextTokens, &new_tokens);
     } else if (arg == "--repeat") {
-      if (!integer(&repeat) || repeat < 1) return usageError("bench", "--repeat needs N >= 1");
+      value = intOption(args, &i, 1, kInt32Max, &repeat);
     } else if (arg == "--batch") {
-      if (!integer(&batch_requests) || batch_requests < 1 || batch_requests > 256)
-        return usageError("bench", "--batch needs 1 <= N <= 256");
+      value = intOption(args, &i, 1, 256, &batch_requests);
     } else if (arg == "--kv-only") {
       skip_full = true;
     } else if (std::string flag_error; parseSessionFlag(args, &i, &session_options, &flag_error)) {
@@ -128,6 +126,7 @@ int runBench(const std::vector<std::string>& args) {
     } else {
       return usageError("bench", "more than one engine given");
     }
+    if (!value.ok()) return usageError("bench", value);
   }
   if (engine_path.empty()) return usageError("bench", "no engine given");
   std::shared_ptr<const Engine> engine;

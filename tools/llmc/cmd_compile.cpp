@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 
 #include "cli.h"
 #include "compile_flags.h"
 #include "core/engine_file.h"
+#include "core/file_io.h"
 #include "eval.h"
 #include "pipeline/Pipeline.h"
 
@@ -20,8 +20,8 @@ bool parseDim(const std::string& spec, std::string* name, int64_t* min, int64_t*
   size_t eq = spec.find('='), colon = spec.find(':', eq == std::string::npos ? 0 : eq);
   if (eq == std::string::npos || eq == 0 || colon == std::string::npos) return false;
   *name = spec.substr(0, eq);
-  return parseInt64(spec.substr(eq + 1, colon - eq - 1), min) &&
-         parseInt64(spec.substr(colon + 1), max);
+  return parseInteger(spec.substr(eq + 1, colon - eq - 1), 0, kInt64Max, min) &&
+         parseInteger(spec.substr(colon + 1), -1, kInt64Max, max);
 }
 // What the fusion passes did: how often each pattern fired, then every near miss with its
 // nodes and reason (llmc compile --report).
@@ -47,8 +47,9 @@ void printFusionReport(const std::vector<FusionReport>& fusions) {
 // --max-ppl-increase: the quantized engine against its float32 compile on `text`; when the
 // perplexity grows by more than `max_percent`, an error with the products whose float32 version
 // recovers the most (each tried alone).
-Status checkAccuracy(const std::string& model, const CompileOptions& options, const std::vector<uint8_t>& quantized,
-                     const CompileStats& stats, const std::string& text, double max_percent) {
+Status checkAccuracy(const std::string& model, const CompileOptions& options,
+                     const std::vector<uint8_t>& quantized, const CompileStats& stats,
+                     const std::string& text, const std::string& text_option, double max_percent) {
   std::vector<uint8_t> float_bytes;
   LLMC_RETURN_IF_ERROR(compileModelBytes(model, floatCompileOptions(options), &float_bytes, nullptr)
                            .withContext("the float32 reference"));
@@ -56,7 +57,8 @@ Status checkAccuracy(const std::string& model, const CompileOptions& options, co
   LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(quantized, options.output_path, &engine));
   LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(float_bytes, "the float32 reference", &reference));
   std::vector<int32_t> ids;
-  LLMC_RETURN_IF_ERROR(tokenizeText(text, options.tokenizer_path, {engine, reference}, &ids));
+  LLMC_RETURN_IF_ERROR(
+      tokenizeText(text, text_option, options.tokenizer_path, {engine, reference}, &ids));
   SessionOptions session;
   session.backend = Backend::kCpu;
   const int64_t context = defaultEvalContext({engine, reference});
@@ -108,7 +110,9 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     std::string name;
     int64_t min = 0, max = 0;
     if (!v || !parseDim(*v, &name, &min, &max))
-      return usageError(command, "--dim takes NAME=MIN:MAX (MAX -1 for unbounded)");
+      return usageError(command,
+                        "--dim takes NAME=MIN:MAX (integers, MAX -1 for unbounded), got '" +
+                            (v ? *v : std::string()) + "'");
     options.dim_ranges[name] = {min, max};
   } else if (arg == "--tokenizer") {
     const std::string* v = value();
@@ -116,25 +120,19 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     options.tokenizer_path = *v;
   } else if (arg == "--as-graph") {
     options.as_graph = true;
-  } else if (arg == "--max-context" || arg == "--bos-id" || arg == "--eos-id") {
-    const std::string* v = value();
-    int64_t n = 0;
-    if (!v || !parseInt64(*v, &n) || n < 0 || n > (int64_t{1} << 30))
-      return usageError(command, arg + " needs a non-negative integer");
-    if (arg == "--max-context") {
-      if (n < 1) return usageError(command, "--max-context must be at least 1");
-      options.max_context = n;
-    } else if (arg == "--bos-id") {
-      options.bos_token_id = static_cast<int32_t>(n);
-    } else {
-      options.eos_token_ids.push_back(static_cast<int32_t>(n));
-    }
-  } else if (arg == "--opt-level") {
-    const std::string* v = value();
-    int64_t level = 0;
-    if (!v || !parseInt64(*v, &level) || level < 0 || level > 1)
-      return usageError(command, "--opt-level takes 0 (no fusion) or 1 (all fusion passes)");
-    options.opt_level = static_cast<int>(level);
+  } else if (arg == "--max-context") {
+    if (Status s = intOption(args, &i, 1, kMaxContextTokens, &options.max_context); !s.ok())
+      return usageError(command, s);
+  } else if (arg == "--bos-id" || arg == "--eos-id") {
+    int32_t id = 0;
+    if (Status s = intOption(args, &i, 0, kInt32Max, &id); !s.ok()) return usageError(command, s);
+    if (arg == "--bos-id")
+      options.bos_token_id = id;
+    else
+      options.eos_token_ids.push_back(id);
+  } else if (arg == "--opt-level") {  // 0: no fusion; 1: every fusion pass
+    if (Status s = intOption(args, &i, 0, 1, &options.opt_level); !s.ok())
+      return usageError(command, s);
   } else if (arg == "--disable-pass") {
     const std::string* v = value();
     if (!v) return usageError(command, "--disable-pass needs a pass name");
@@ -145,10 +143,11 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
       return usageError(command, arg + " takes int8, int4, int4_zp, w8a8 or fp8");
     (arg == "--quantize" ? options.quantize : options.quant_head) = *v;
   } else if (arg == "--quant-group") {
-    const std::string* v = value();
     int64_t group = 0;
-    if (!v || !parseInt64(*v, &group) || group < 32 || group % 32 != 0 || group > 4096)
-      return usageError(command, "--quant-group takes a multiple of 32 (32, 64, 128, ...)");
+    if (Status s = intOption(args, &i, 32, 4096, &group); !s.ok()) return usageError(command, s);
+    if (group % 32 != 0)
+      return usageError(command, "--quant-group takes a multiple of 32 (32, 64, 128, ...), got '" +
+                                     args[i] + "'");
     options.quant_group = group;
   } else if (arg == "--calib" || arg == "--calib-dir") {
     const std::string* v = value();
@@ -157,18 +156,14 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
   } else if (arg == "--awq") {
     options.awq = true;
   } else if (arg == "--smooth-alpha") {
-    const std::string* v = value();
-    char* end = nullptr;
-    const double alpha = v ? std::strtod(v->c_str(), &end) : -1;
-    if (!v || end == v->c_str() || *end != '\0' || alpha < 0 || alpha > 1)
-      return usageError(command, "--smooth-alpha takes a number in [0, 1]");
-    options.smooth_alpha = alpha;
-  } else if (arg == "--smooth-percentile") {
-    const std::string* v = value();
-    char* end = nullptr;
-    const double q = v ? std::strtod(v->c_str(), &end) : -1;
-    if (!v || end == v->c_str() || *end != '\0' || !(q > 0.5) || q > 1)
-      return usageError(command, "--smooth-percentile takes a number in (0.5, 1] (e.g. 0.99)");
+    if (Status s = floatOption(args, &i, 0, 1, &options.smooth_alpha); !s.ok())
+      return usageError(command, s);
+  } else if (arg == "--smooth-percentile") {  // in (0.5, 1], e.g. 0.99
+    double q = 0;
+    if (Status s = floatOption(args, &i, 0.5, 1, &q); !s.ok()) return usageError(command, s);
+    if (q == 0.5)
+      return usageError(command,
+                        "--smooth-percentile takes a number in (0.5, 1], got '" + args[i] + "'");
     options.smooth_percentile = q;
   } else if (arg == "--keep-float") {
     const std::string* v = value();
@@ -194,7 +189,7 @@ int runCompile(const std::vector<std::string>& args) {
   CompileOptions options;
   bool report = false;
   double max_ppl_increase = -1;
-  std::string eval_text;
+  std::string eval_text, eval_text_option = "--eval-text";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "-o" || arg == "--output" || arg == "--eval-text") {
@@ -202,12 +197,9 @@ int runCompile(const std::vector<std::string>& args) {
       (arg == "--eval-text" ? eval_text : options.output_path) = args[++i];
       continue;
     }
-    if (arg == "--max-ppl-increase") {
-      char* end = nullptr;
-      const std::string value = i + 1 < args.size() ? args[++i] : "";
-      max_ppl_increase = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || max_ppl_increase < 0)
-        return usageError("compile", "--max-ppl-increase takes a percentage (e.g. 5 for 5%)");
+    if (arg == "--max-ppl-increase") {  // a percentage, e.g. 5 for 5%
+      if (Status s = floatOption(args, &i, 0, kUnbounded, &max_ppl_increase); !s.ok())
+        return usageError("compile", s);
       continue;
     }
     int parsed = parseCompileFlag("compile", args, i, options, &report);
@@ -227,7 +219,7 @@ int runCompile(const std::vector<std::string>& args) {
   if (max_ppl_increase >= 0) {
     if (options.quantize.empty()) return usageError("compile", "--max-ppl-increase goes with --quantize");
     if (options.strip_weights) return usageError("compile", "--max-ppl-increase needs the weights (not --strip-weights)");
-    if (eval_text.empty()) eval_text = options.calib_file;
+    if (eval_text.empty()) eval_text = options.calib_file, eval_text_option = "--calib";
     if (eval_text.empty())
       return usageError("compile", "--max-ppl-increase needs a text to evaluate on (--eval-text FILE or --calib FILE)");
   }
@@ -239,13 +231,14 @@ int runCompile(const std::vector<std::string>& args) {
 
   auto start = std::chrono::steady_clock::now();
   CompileStats stats;
-  std::ifstream model_file(options.input_path, std::ios::binary);
-  if (!model_file) return reportError("compile", invalidArgument(options.input_path + ": cannot open the model file"));
-  const std::string model((std::istreambuf_iterator<char>(model_file)), std::istreambuf_iterator<char>());
+  std::string model;
+  Status status = readFile(options.input_path, "model", &model);
+  if (!status.ok()) return reportError("compile", status);
   std::vector<uint8_t> engine;
-  Status status = compileModelBytes(model, options, &engine, &stats);
+  status = compileModelBytes(model, options, &engine, &stats);
   if (status.ok() && max_ppl_increase >= 0)
-    status = checkAccuracy(model, options, engine, stats, eval_text, max_ppl_increase);
+    status =
+        checkAccuracy(model, options, engine, stats, eval_text, eval_text_option, max_ppl_increase);
   if (status.ok()) {
     if (options.progress) options.progress("writing " + options.output_path);
     status = writeEngineFile(options.output_path, engine);

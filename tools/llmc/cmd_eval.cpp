@@ -16,7 +16,6 @@ int runEval(const std::vector<std::string>& args) {
   SessionOptions session_options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    auto integer = [&](int64_t* value) { return i + 1 < args.size() && parseInt64(args[++i], value); };
     std::string flag_error;
     if (parseSessionFlag(args, &i, &session_options, &flag_error)) {
       if (!flag_error.empty()) return usageError("eval", flag_error);
@@ -29,9 +28,11 @@ int runEval(const std::vector<std::string>& args) {
        : arg == "--output"  ? output_name
                             : tokenizer_path) = args[++i];
     } else if (arg == "--context") {
-      if (!integer(&context) || context < 2) return usageError("eval", "--context needs N >= 2");
+      if (Status s = intOption(args, &i, 2, kMaxContextTokens, &context); !s.ok())
+        return usageError("eval", s);
     } else if (arg == "--max-windows") {
-      if (!integer(&max_windows) || max_windows < 1) return usageError("eval", "--max-windows needs N >= 1");
+      if (Status s = intOption(args, &i, 1, kInt64Max, &max_windows); !s.ok())
+        return usageError("eval", s);
     } else if (arg == "--json") {
       json = true;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -52,7 +53,7 @@ int runEval(const std::vector<std::string>& args) {
   if (!sentences_path.empty()) {
     std::shared_ptr<const Engine> engine, reference;
     Status status = Engine::load(engine_path, &engine);
-    if (status.ok()) status = Engine::load(reference_path, &reference);
+    if (status.ok()) status = Engine::load(reference_path, &reference).withContext("--reference");
     std::vector<std::vector<int32_t>> sentences;
     if (status.ok()) status = tokenizeLines(sentences_path, tokenizer_path, {reference, engine}, &sentences);
     EncoderMetrics m;
@@ -83,9 +84,10 @@ int runEval(const std::vector<std::string>& args) {
 
   std::shared_ptr<const Engine> engine, reference;
   Status status = Engine::load(engine_path, &engine);
-  if (status.ok()) status = Engine::load(reference_path, &reference);
+  if (status.ok()) status = Engine::load(reference_path, &reference).withContext("--reference");
   std::vector<int32_t> ids;
-  if (status.ok()) status = tokenizeText(text_path, tokenizer_path, {reference, engine}, &ids);
+  if (status.ok())
+    status = tokenizeText(text_path, "--text", tokenizer_path, {reference, engine}, &ids);
   if (context == 0) context = status.ok() ? defaultEvalContext({engine, reference}) : 0;
   EvalMetrics m;
   if (status.ok()) status = evaluateEngine(engine, reference, session_options, ids, context, max_windows, &m);

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "cli.h"
 #include "llmc/generator.h"
@@ -11,26 +12,20 @@ namespace llmc::cli {
 
 namespace {
 
+// Negative ids parse here and are refused with the vocabulary's bounds by the generator.
 bool parseIds(const std::string& text, std::vector<int32_t>* ids) {
   size_t begin = 0;
   while (begin <= text.size()) {
     size_t comma = text.find(',', begin);
-    std::string part =
-        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    char* end = nullptr;
-    long long value = std::strtoll(part.c_str(), &end, 10);
-    if (part.empty() || *end != '\0' || value < INT32_MIN || value > INT32_MAX) return false;
+    std::string_view part = std::string_view(text).substr(
+        begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    int64_t value = 0;
+    if (!parseInteger(part, -kInt32Max - 1, kInt32Max, &value)) return false;
     ids->push_back(static_cast<int32_t>(value));
     if (comma == std::string::npos) break;
     begin = comma + 1;
   }
   return !ids->empty();
-}
-
-bool parseNumber(const std::string& text, double* value) {
-  char* end = nullptr;
-  *value = std::strtod(text.c_str(), &end);
-  return !text.empty() && *end == '\0';
 }
 
 }  // namespace
@@ -46,17 +41,13 @@ int runGenerate(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     auto next = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
-    auto number = [&](const char* flag, double* value) -> bool {
-      const std::string* v = next();
-      return v && parseNumber(*v, value)
-                 ? true
-                 : (std::fprintf(stderr, "llmc generate: error: %s needs a number\n", flag), false);
-    };
-    double value = 0;
+    Status value;  // of a numeric option
     if (arg == "--prompt-ids") {
       const std::string* v = next();
       if (!v || !parseIds(*v, &prompt_ids))
-        return usageError("generate", "--prompt-ids takes comma-separated ids, e.g. 1,2,3");
+        return usageError("generate",
+                          "--prompt-ids takes comma-separated integer ids, e.g. 1,2,3, got '" +
+                              (v ? *v : std::string()) + "'");
     } else if (arg == "--prompt") {
       const std::string* v = next();
       if (!v) return usageError("generate", "--prompt needs text");
@@ -66,42 +57,31 @@ int runGenerate(const std::vector<std::string>& args) {
       if (!v) return usageError("generate", "--tokenizer needs a tokenizer.json");
       tokenizer_path = *v;
     } else if (arg == "--max-new-tokens") {
-      if (!number("--max-new-tokens", &value)) return kExitBadInput;
-      if (value < 0) return usageError("generate", "--max-new-tokens must not be negative");
-      options.max_new_tokens = static_cast<int32_t>(value);
-    } else if (arg == "--temperature") {
-      if (!number("--temperature", &value)) return kExitBadInput;
-      options.sampling.temperature = static_cast<float>(value);
-    } else if (arg == "--top-k") {
-      if (!number("--top-k", &value)) return kExitBadInput;
-      options.sampling.top_k = static_cast<int32_t>(value);
-    } else if (arg == "--top-p") {
-      if (!number("--top-p", &value)) return kExitBadInput;
-      options.sampling.top_p = static_cast<float>(value);
+      value = intOption(args, &i, 0, kInt32Max, &options.max_new_tokens);
+    } else if (arg == "--temperature") {  // 0: greedy
+      value = floatOption(args, &i, 0, kUnbounded, &options.sampling.temperature);
+    } else if (arg == "--top-k") {  // 0: off
+      value = intOption(args, &i, 0, kInt32Max, &options.sampling.top_k);
+    } else if (arg == "--top-p") {  // the sampler refuses 0
+      value = floatOption(args, &i, 0, 1, &options.sampling.top_p);
     } else if (arg == "--min-p") {
-      if (!number("--min-p", &value)) return kExitBadInput;
-      options.sampling.min_p = static_cast<float>(value);
-    } else if (arg == "--repetition-penalty") {
-      if (!number("--repetition-penalty", &value)) return kExitBadInput;
-      options.sampling.repetition_penalty = static_cast<float>(value);
+      value = floatOption(args, &i, 0, 1, &options.sampling.min_p);
+    } else if (arg == "--repetition-penalty") {  // the sampler refuses 0
+      value = floatOption(args, &i, 0, kUnbounded, &options.sampling.repetition_penalty);
     } else if (arg == "--seed") {
-      if (!number("--seed", &value)) return kExitBadInput;
-      if (value < 0) return usageError("generate", "--seed must not be negative");
-      options.sampling.seed = static_cast<uint64_t>(value);
+      value = intOption(args, &i, 0, kInt64Max, &options.sampling.seed);
     } else if (arg == "--stop") {
       const std::string* v = next();
       if (!v || v->empty()) return usageError("generate", "--stop needs a non-empty string");
       options.stop_strings.push_back(*v);
     } else if (arg == "--stop-id") {
-      if (!number("--stop-id", &value)) return kExitBadInput;
-      options.stop_token_ids.push_back(static_cast<int32_t>(value));
+      int32_t id = 0;
+      value = intOption(args, &i, 0, kInt32Max, &id);
+      options.stop_token_ids.push_back(id);
     } else if (arg == "--beam") {
-      if (!number("--beam", &value)) return kExitBadInput;
-      if (value < 1) return usageError("generate", "--beam needs at least 1 beam");
-      num_beams = static_cast<int32_t>(value);
+      value = intOption(args, &i, 1, kInt32Max, &num_beams);
     } else if (arg == "--length-penalty") {
-      if (!number("--length-penalty", &value)) return kExitBadInput;
-      length_penalty = static_cast<float>(value);
+      value = floatOption(args, &i, -kUnbounded, kUnbounded, &length_penalty);
     } else if (arg == "--print-ids") {
       print_ids = true;
     } else if (std::string flag_error; parseSessionFlag(args, &i, &config.session, &flag_error)) {
@@ -116,10 +96,8 @@ int runGenerate(const std::vector<std::string>& args) {
       else return usageError("generate", arg + " takes f32, f16, bf16, int8 or fp8");
     } else if (arg == "--no-kv-cache") {
       config.use_kv_cache = false;
-    } else if (arg == "--kv-cache-tokens") {
-      if (!number("--kv-cache-tokens", &value)) return kExitBadInput;
-      if (value < 1) return usageError("generate", "--kv-cache-tokens must be at least 1");
-      config.kv_cache_tokens = static_cast<int64_t>(value);
+    } else if (arg == "--kv-cache-tokens") {  // bounded so that rounding to blocks cannot overflow
+      value = intOption(args, &i, 1, int64_t{1} << 40, &config.kv_cache_tokens);
     } else if (!arg.empty() && arg[0] == '-') {
       return usageError("generate", "unknown option '" + arg + "'");
     } else if (engine_path.empty()) {
@@ -127,6 +105,7 @@ int runGenerate(const std::vector<std::string>& args) {
     } else {
       return usageError("generate", "more than one engine given");
     }
+    if (!value.ok()) return usageError("generate", value);
   }
   if (engine_path.empty()) return usageError("generate", "no engine given");
   if (prompt_ids.empty() == prompt_text.empty())
@@ -139,7 +118,7 @@ int runGenerate(const std::vector<std::string>& args) {
   if (!status.ok()) return reportError("generate", status);
   if (!tokenizer_path.empty()) {
     std::unique_ptr<Tokenizer> external;
-    status = Tokenizer::fromFile(tokenizer_path, &external);
+    status = loadTokenizerFile(tokenizer_path, &external);
     if (!status.ok()) return reportError("generate", status);
     generator->setTokenizer(std::move(external));
   } else if (generator->tokenizer() && options.stop_token_ids.empty() &&

@@ -1,22 +1,13 @@
 // llmc refit: fill an engine's weights (a --strip-weights engine, or any engine) from a
 // safetensors file of the source model's initializers.
 #include <cstdio>
-#include <fstream>
 
 #include "cli.h"
 #include "core/engine_file.h"
+#include "core/file_io.h"
 #include "llmc/refit.h"
 
 namespace llmc::cli {
-
-namespace {
-Status readFile(const std::string& path, std::vector<uint8_t>* bytes) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return invalidArgument(path + ": cannot open");
-  bytes->assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-  return okStatus();
-}
-}  // namespace
 
 int runRefit(const std::vector<std::string>& args) {
   std::string engine_path, weights_path, output_path;
@@ -37,8 +28,8 @@ int runRefit(const std::vector<std::string>& args) {
   if (weights_path.empty()) return usageError("refit", "no weights given (--weights FILE.safetensors)");
   if (output_path.empty()) return usageError("refit", "no output given (-o OUT.engine)");
   std::vector<uint8_t> engine, weights, out;
-  Status status = readFile(engine_path, &engine);
-  if (status.ok()) status = readFile(weights_path, &weights);
+  Status status = readFile(engine_path, "engine", &engine);
+  if (status.ok()) status = readFile(weights_path, "--weights", &weights);
   std::map<std::string, Tensor> tensors;
   if (status.ok()) status = parseSafetensors(weights, weights_path, &tensors);
   if (status.ok()) status = refitEngine(engine, engine_path, tensors, &out);

@@ -70,9 +70,8 @@ int runRun(const std::vector<std::string>& args) {
       if (output_format != "npy" && output_format != "pb")
         return usageError("run", "--output-format takes npy or pb, got '" + output_format + "'");
     } else if (arg == "--repeat") {
-      if (i + 1 >= args.size()) return usageError("run", "--repeat needs a count");
-      repeat = std::atoi(args[++i].c_str());
-      if (repeat < 1) return usageError("run", "--repeat must be at least 1");
+      if (Status s = intOption(args, &i, 1, kInt32Max, &repeat); !s.ok())
+        return usageError("run", s);
     } else if (!arg.empty() && arg[0] == '-') {
       return usageError("run", "unknown option '" + arg + "'");
     } else if (engine_path.empty()) {
@@ -91,7 +90,7 @@ int runRun(const std::vector<std::string>& args) {
   for (const auto& [name, path] : input_files) {
     Tensor tensor;
     status = readTensorFile(path, &tensor);
-    if (!status.ok()) return reportError("run", status.withContext("input '" + name + "'"));
+    if (!status.ok()) return reportError("run", status.withContext("--input " + name));
     inputs.push_back({name, std::move(tensor)});
   }
 

@@ -3,11 +3,12 @@
 // error of every output; exit 1 when any is beyond tolerance.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <limits>
 #include <random>
 
 #include "cli.h"
 #include "compile_flags.h"
+#include "core/file_io.h"
 #include "core/half.h"
 #include "llmc/engine.h"
 #include "llmc/session.h"
@@ -28,7 +29,8 @@ int64_t symbolSize(const Engine& engine, const std::string& symbol, int depth = 
       size_t plus = symbol.find(" + ", start);
       std::string term = symbol.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
       int64_t number = 0;
-      total += parseInt64(term, &number) ? number : symbolSize(engine, term, depth + 1);
+      total +=
+          parseInteger(term, 0, kInt32Max, &number) ? number : symbolSize(engine, term, depth + 1);
       if (plus == std::string::npos) break;
       start = plus + 3;
     }
@@ -113,14 +115,10 @@ int runVerify(const std::vector<std::string>& args) {
       continue;
     }
     if (arg == "--rtol" || arg == "--atol" || arg == "--seed") {
-      if (i + 1 >= args.size()) return usageError("verify", arg + " needs a number");
-      char* end = nullptr;
-      const std::string& text = args[++i];
-      double v = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !(v >= 0)) return usageError("verify", arg + " needs a non-negative number");
-      if (arg == "--rtol") rtol = v;
-      else if (arg == "--atol") atol = v;
-      else seed = static_cast<uint32_t>(v);
+      Status value = arg == "--seed"
+                         ? intOption(args, &i, 0, std::numeric_limits<uint32_t>::max(), &seed)
+                         : floatOption(args, &i, 0, kUnbounded, arg == "--rtol" ? &rtol : &atol);
+      if (!value.ok()) return usageError("verify", value);
       continue;
     }
     int parsed = parseCompileFlag("verify", args, i, options, nullptr);
@@ -131,9 +129,9 @@ int runVerify(const std::vector<std::string>& args) {
     options.input_path = arg;
   }
   if (options.input_path.empty()) return usageError("verify", "no model given");
-  std::ifstream file(options.input_path, std::ios::binary);
-  if (!file) return reportError("verify", invalidArgument(options.input_path + ": cannot open the model file"));
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string bytes;
+  Status read = readFile(options.input_path, "model", &bytes);
+  if (!read.ok()) return reportError("verify", read);
 
   CompileOptions reference_options = options;
   reference_options.opt_level = 0;
@@ -152,7 +150,10 @@ int runVerify(const std::vector<std::string>& args) {
                               [&](const auto& f) { return f.first == info.name; });
     status = given != input_files.end() ? readTensorFile(given->second, &input.tensor)
                                         : randomInput(*reference, info, rng, &input.tensor);
-    if (!status.ok()) return reportError("verify", status.withContext("input '" + info.name + "'"));
+    if (!status.ok())
+      return reportError(
+          "verify", status.withContext(given != input_files.end() ? "--input " + info.name
+                                                                  : "input '" + info.name + "'"));
     inputs.push_back(std::move(input));
   }
   for (const auto& [name, path] : input_files) {

@@ -3,9 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
+#include "cli.h"
+#include "core/file_io.h"
 #include "llmc/tokenizer.h"
 
 namespace llmc::cli {
@@ -141,7 +142,7 @@ namespace {
 
 Status loadTokenizer(const std::string& tokenizer_path, const std::vector<std::shared_ptr<const Engine>>& engines,
                      std::unique_ptr<Tokenizer>* tokenizer) {
-  if (!tokenizer_path.empty()) return Tokenizer::fromFile(tokenizer_path, tokenizer);
+  if (!tokenizer_path.empty()) return loadTokenizerFile(tokenizer_path, tokenizer);
   for (const auto& engine : engines)
     if (!*tokenizer && !engine->tokenizerJson().empty())
       LLMC_RETURN_IF_ERROR(Tokenizer::fromJson(engine->tokenizerJson(), tokenizer));
@@ -256,11 +257,12 @@ Status tokenizeLines(const std::string& path, const std::string& tokenizer_path,
                      std::vector<std::vector<int32_t>>* sentences) {
   std::unique_ptr<Tokenizer> tokenizer;
   LLMC_RETURN_IF_ERROR(loadTokenizer(tokenizer_path, engines, &tokenizer));
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return invalidArgument(path + ": cannot open the sentences");
+  std::string text;
+  LLMC_RETURN_IF_ERROR(readFile(path, "--sentences", &text));
+  std::istringstream lines(text);
   sentences->clear();
   std::string line;
-  for (int64_t number = 1; std::getline(file, line); ++number) {
+  for (int64_t number = 1; std::getline(lines, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
     if (line.empty()) continue;
     std::vector<int32_t> ids;
@@ -271,15 +273,15 @@ Status tokenizeLines(const std::string& path, const std::string& tokenizer_path,
   return okStatus();
 }
 
-Status tokenizeText(const std::string& path, const std::string& tokenizer_path,
-                    const std::vector<std::shared_ptr<const Engine>>& engines, std::vector<int32_t>* ids) {
+Status tokenizeText(const std::string& path, const std::string& option,
+                    const std::string& tokenizer_path,
+                    const std::vector<std::shared_ptr<const Engine>>& engines,
+                    std::vector<int32_t>* ids) {
   std::unique_ptr<Tokenizer> tokenizer;
   LLMC_RETURN_IF_ERROR(loadTokenizer(tokenizer_path, engines, &tokenizer));
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return invalidArgument(path + ": cannot open the text");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return tokenizer->encode(buffer.str(), false, ids).withContext(path);
+  std::string text;
+  LLMC_RETURN_IF_ERROR(readFile(path, option, &text));
+  return tokenizer->encode(text, false, ids).withContext(path);
 }
 
 int64_t defaultEvalContext(const std::vector<std::shared_ptr<const Engine>>& engines) {

@@ -51,10 +51,12 @@ Status tokenizeLines(const std::string& path, const std::string& tokenizer_path,
                      const std::vector<std::shared_ptr<const Engine>>& engines,
                      std::vector<std::vector<int32_t>>* sentences);
 
-// The text of `path` tokenized with `tokenizer_path`, or else the first of `engines` that
-// carries a tokenizer.
-Status tokenizeText(const std::string& path, const std::string& tokenizer_path,
-                    const std::vector<std::shared_ptr<const Engine>>& engines, std::vector<int32_t>* ids);
+// The text of `path` (given as `option`, e.g. --text) tokenized with `tokenizer_path`, or else
+// the first of `engines` that carries a tokenizer.
+Status tokenizeText(const std::string& path, const std::string& option,
+                    const std::string& tokenizer_path,
+                    const std::vector<std::shared_ptr<const Engine>>& engines,
+                    std::vector<int32_t>* ids);
 
 // The default window: 256 tokens or the engines' context, whichever is smaller.
 int64_t defaultEvalContext(const std::vector<std::shared_ptr<const Engine>>& engines);

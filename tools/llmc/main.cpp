@@ -30,6 +30,10 @@ int usageError(const std::string& command, const std::string& message) {
   return kExitBadInput;
 }
 
+int usageError(const std::string& command, const Status& status) {
+  return usageError(command, status.message());
+}
+
 }  // namespace llmc::cli
 
 namespace {

@@ -33,6 +33,10 @@ struct SymbolInfo {
   int64_t max = -1;  // -1: unbounded
 };
 
+// The longest context an engine may declare (a sanity bound on an untrusted file; far beyond
+// what any model was trained on).
+inline constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
+
 // A decoder language model's shape, recorded by the compiler when it moved the model's
 // attention onto the runtime's paged KV cache (see docs/llm.md).
 struct LlmConfig {
@@ -41,11 +45,14 @@ struct LlmConfig {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int64_t vocab_size = -1;  // -1: symbolic
-  int64_t max_context = 0;  // tokens per sequence, prompt included
+  int64_t max_context = 0;  // tokens per sequence, prompt included; 1..kMaxContextTokens
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
   std::string input_ids;  // input name
   std::string logits;     // output name
+  // Per layer: 0 when a token sees every earlier position, W when it sees only its own and the
+  // W - 1 before it (sliding-window attention, proven from the model's mask at compile time).
+  std::vector<int64_t> attention_windows;
 };
 
 struct LoadOptions {

@@ -2,9 +2,7 @@
 // FlatBuffers verifier, every index/offset/size/kernel name, then build the Plan.
 #include "llmc/engine.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +10,7 @@
 #include <set>
 
 #include "core/engine_file.h"
+#include "core/file_io.h"
 #include "core/plan.h"
 #include "llmc/engine_generated.h"
 
@@ -103,8 +102,8 @@ Status readLlmConfig(const fb::LlmConfig* llm, const std::string& what, Plan* pl
   if (config.num_layers < 1 || config.num_layers > (1 << 16) || config.num_heads < 1 ||
       config.num_heads > (1 << 16) || config.num_kv_heads < 1 ||
       config.num_heads % config.num_kv_heads != 0 || config.head_dim < 1 ||
-      config.head_dim > (1 << 16) || config.max_context < 1 || config.max_context > (1 << 24) ||
-      config.vocab_size < -1 || config.bos_token_id < -1)
+      config.head_dim > (1 << 16) || config.max_context < 1 ||
+      config.max_context > kMaxContextTokens || config.vocab_size < -1 || config.bos_token_id < -1)
     return dataLoss(where + " is implausible (" + std::to_string(config.num_layers) +
                     " layers, " + std::to_string(config.num_heads) + "/" +
                     std::to_string(config.num_kv_heads) + " heads of " +
@@ -122,6 +121,7 @@ Status readLlmConfig(const fb::LlmConfig* llm, const std::string& what, Plan* pl
     logits_found = logits_found || (output.name == config.logits && output.dims.size() == 3);
   if (!logits_found)
     return dataLoss(where + ": no logits output '" + config.logits + "' [batch, tokens, vocab]");
+  config.attention_windows.assign(static_cast<size_t>(config.num_layers), 0);
   for (const PlanStep& step : plan->steps) {
     if (step.kernel_name != "LlmAttention") continue;
     int64_t layer = step.params.getInt("layer", -1);
@@ -129,6 +129,12 @@ Status readLlmConfig(const fb::LlmConfig* llm, const std::string& what, Plan* pl
       return dataLoss(what + ": attention step '" + step.node + "' has layer " +
                       std::to_string(layer) + ", outside [0, " +
                       std::to_string(config.num_layers) + ")");
+    int64_t window = step.params.getInt("window", 0);
+    if (window < 0 || window > config.max_context)
+      return dataLoss(what + ": attention step '" + step.node + "' has window " +
+                      std::to_string(window) + ", outside [0, " +
+                      std::to_string(config.max_context) + "]");
+    config.attention_windows[static_cast<size_t>(layer)] = window;
   }
   plan->llm = std::move(config);
   return okStatus();
@@ -461,15 +467,15 @@ Engine::~Engine() = default;
 
 Status Engine::load(const std::string& path, std::shared_ptr<const Engine>* out,
                     const LoadOptions& options) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return notFound(path + ": cannot open engine: " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  int fd = -1;
+  int64_t size_bytes = -1;
+  LLMC_RETURN_IF_ERROR(openFileForReading(path, "engine", &fd, &size_bytes));
+  if (size_bytes < 0) {  // a pipe or a device cannot be mapped
     ::close(fd);
-    return invalidArgument(path + ": not a regular file");
+    return invalidArgument(describeFile("engine", path) + ": not a regular file");
   }
   auto mapping = std::make_unique<Mapping>();
-  mapping->size = static_cast<size_t>(st.st_size);
+  mapping->size = static_cast<size_t>(size_bytes);
   if (mapping->size > 0) {
     void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (address == MAP_FAILED) {

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "core/plan.h"
+#include "llm/step_context.h"
 #ifdef LLMC_HAVE_CUDA
 #include "cuda/executor.h"
 #endif
@@ -17,6 +18,33 @@ namespace llmc {
 
 namespace {
 constexpr uint64_t kAlign = 64;
+
+// The context a language-model engine declares, for every caller (llmc run, Generator,
+// BatchGenerator, the C++ API): a plain run holds one sequence per row of input_ids
+// [batch, seq]; a step over the KV cache holds the tokens of several sequences, each at its
+// own position.
+Status checkContext(const LlmConfig& llm, const std::vector<NamedTensor>& inputs,
+                    const LlmStepContext* llm_step) {
+  const std::string limit =
+      "the engine's context of " + std::to_string(llm.max_context) + " tokens";
+  if (llm_step) {
+    for (size_t t = 0; t < llm_step->token_position.size(); ++t)
+      if (llm_step->token_position[t] >= llm.max_context)
+        return outOfRange("token " + std::to_string(t) + " of the step is at position " +
+                          std::to_string(llm_step->token_position[t]) +
+                          " of its sequence, beyond " + limit);
+    return okStatus();
+  }
+  for (const NamedTensor& input : inputs) {
+    if (input.name != llm.input_ids || input.tensor.rank() < 2) continue;
+    const int64_t tokens = input.tensor.dim(1);
+    if (tokens > llm.max_context)
+      return outOfRange("input '" + input.name + "' dim 1 is " + std::to_string(tokens) +
+                        " tokens, which exceeds " + limit);
+  }
+  return okStatus();
+}
+
 uint64_t alignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 struct AlignedDeleter {
@@ -294,6 +322,7 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
                         (symbol.max >= 0 ? std::to_string(symbol.max) : std::string("unbounded")) +
                         "]");
   }
+  if (plan.llm) LLMC_RETURN_IF_ERROR(checkContext(*plan.llm, inputs, llm_step).withContext(what));
 
   // Execute.
 #ifdef LLMC_HAVE_CUDA

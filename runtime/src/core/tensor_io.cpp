@@ -11,30 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "core/file_io.h"
+
 namespace llmc {
 
 namespace {
 
 // ---------------------------------------------------------------------------------------
-// Shared helpers: files, checked sizes, allocation.
-
-Status readWholeFile(const std::string& path, std::string* bytes) {
-  FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) {
-    int error = errno;
-    std::string message = path + ": cannot open: " + std::strerror(error);
-    return error == ENOENT ? notFound(message) : invalidArgument(message);
-  }
-  bytes->clear();
-  char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) bytes->append(buffer, got);
-  bool failed = std::ferror(file) != 0;
-  int error = errno;
-  std::fclose(file);
-  if (failed) return dataLoss(path + ": read failed: " + std::strerror(error));
-  return okStatus();
-}
+// Shared helpers: writing files, checked sizes, allocation (files are read by core/file_io.h).
 
 Status writeWholeFile(const std::string& path, const std::string& prefix, const void* data,
                       size_t size_bytes) {
@@ -767,7 +751,7 @@ Status parseNpy(const void* data, size_t size_bytes, const std::string& what, Te
 
 Status readNpy(const std::string& path, Tensor* out) {
   std::string bytes;
-  LLMC_RETURN_IF_ERROR(readWholeFile(path, &bytes));
+  LLMC_RETURN_IF_ERROR(readFile(path, "", &bytes));
   return parseNpy(bytes.data(), bytes.size(), path, out);
 }
 
@@ -917,7 +901,7 @@ Status readTensorFile(const std::string& path, Tensor* out) {
   if (!is_npy && !is_pb)
     return invalidArgument(path + ": unknown tensor file type (expected a .npy or .pb file)");
   std::string bytes;
-  LLMC_RETURN_IF_ERROR(readWholeFile(path, &bytes));
+  LLMC_RETURN_IF_ERROR(readFile(path, "", &bytes));
   if (is_npy) return parseNpy(bytes.data(), bytes.size(), path, out);
   return parseTensorProto(bytes.data(), bytes.size(), path, out, nullptr);
 }

@@ -4,12 +4,11 @@
 #include "llmc/tokenizer.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/file_io.h"
 #include "llm/tokenizer_components.h"
 #include "llm/unicode.h"
 
@@ -336,12 +335,9 @@ Status Tokenizer::fromJson(std::string_view json, std::unique_ptr<Tokenizer>* ou
 }
 
 Status Tokenizer::fromFile(const std::string& path, std::unique_ptr<Tokenizer>* out) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return notFound("tokenizer: cannot open '" + path + "'");
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) return dataLoss("tokenizer: cannot read '" + path + "'");
-  Status status = fromJson(contents.str(), out);
+  std::string json;
+  LLMC_RETURN_IF_ERROR(readFile(path, "tokenizer", &json));
+  Status status = fromJson(json, out);
   return status.ok() ? status : status.withContext(path);
 }
 
