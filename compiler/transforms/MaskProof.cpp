@@ -494,14 +494,12 @@ class Prover {
     if (name == "nn.gather") {
       auto indices = constants(in[1]);
       if (!indices) return false;
-      auto indices_type = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
       Elements elements;
       for (int64_t index : *indices) {
         int64_t i = index < 0 ? index + static_cast<int64_t>(a.size()) : index;
         if (i < 0 || i >= static_cast<int64_t>(a.size())) return false;
         elements.push_back(a[static_cast<size_t>(i)]);
       }
-      (void)indices_type;
       return result(std::move(elements));
     }
     if (name == "nn.slice") {
@@ -548,7 +546,7 @@ class Prover {
     }
     if (name == "nn.range")  // start + i * delta over the first (limit - start) / delta indices
       return need_invariant(0, "start") && need_invariant(2, "step");
-    if (name == "nn.constant_of_shape" || name == "nn.shape") return true;
+    if (name == "nn.constant_of_shape") return true;
     if (name == "nn.expand") return need_data(0);
     if (name == "nn.trilu") return need_data(0) && need_invariant(1, "diagonal");
     if (name == "nn.unsqueeze" || name == "nn.squeeze")
