@@ -593,8 +593,11 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       if (auto names = range->getAttr("llmc.names")) positions->setAttr("llmc.names", names);
       range->getResult(0).replaceAllUsesWith(positions->getResult(0));
       range->erase();
-      noteLearnedPositions(positions->getResult(0));
     }
+    // Every position source: the Ranges just replaced and the positions of a cache export
+    // (llm.positions from StripKvIo), which index a learned table the same way.
+    for (Operation& op : body)
+      if (isOp(&op, "llm.positions")) noteLearnedPositions(op.getResult(0));
     if (!failures->empty()) return false;
     eraseDeadOps(body);
 

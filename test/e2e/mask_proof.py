@@ -15,6 +15,9 @@ own reference evaluator (onnx.reference), which nobody here wrote.
   counted from the end of the sequence (keys j > n - W): neither causal nor a fixed window;
   both must be refused, naming the node, and the engine must still equal the reference
   (it runs the graph as exported).
+- `llmc verify` passes on every recognized engine at lengths 1, 2, 3, around the window, and
+  up to the context, and fails, placing the first mismatch at position W, when the causal
+  engine is checked against the windowed graph and the other way round.
 """
 import argparse
 import json
@@ -144,6 +147,7 @@ def main():
 
     cases = [("window", False, WINDOW), ("window", True, WINDOW), ("causal", False, 0),
              ("prefix_lm", False, None), ("from_end", False, None)]
+    engines = {}  # (kind, opset-23 Attention) -> the recognized engine
     with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
         for kind, attention_op, window in cases:
             label = kind + (" (opset-23 Attention)" if attention_op else "")
@@ -184,6 +188,18 @@ def main():
                 err = float(np.max(np.abs(got - want)))
                 check(got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-4),
                       f"{label}: logits b{batch} s{seq}", f"max abs error {err:.3g}")
+            # llmc verify: the engine against the graph as exported at every length it checks,
+            # past the window and up to the context.
+            if window is not None:
+                proc = run([args.llmc, "verify", path, "--max-context", str(POSITIONS)])
+                lengths = [line.split()[2] for line in proc.stdout.splitlines() if line.startswith("logits, length")]
+                want_lengths = sorted({1, 2, 3, POSITIONS // 2, POSITIONS} |
+                                      ({WINDOW - 1, WINDOW, WINDOW + 1, 2 * WINDOW + 1} if window else set()))
+                check(proc.returncode == 0 and "OK: within tolerance" in proc.stdout
+                      and lengths == [str(n) for n in want_lengths],
+                      f"{label}: llmc verify at lengths {want_lengths}",
+                      f"exit {proc.returncode}, lengths {lengths}\n{proc.stdout}{proc.stderr}")
+                engines[(kind, attention_op)] = engine
             # Greedy generation over the KV cache (decode steps past the window).
             if window is not None:
                 prompt = [int(t) for t in np.random.default_rng(3).integers(0, VOCAB, size=WINDOW // 2)]
@@ -198,6 +214,22 @@ def main():
                 check(got == tokens[len(prompt):], f"{label}: greedy {new} tokens over the KV cache",
                       proc.stderr.strip() if got is None else
                       f"first difference at {next((i for i, (a, b) in enumerate(zip(got, tokens[len(prompt):])) if a != b), None)}")
+        # verify must fail where the engine does not run the graph: the causal engine (same
+        # weights) against the windowed graph, and the windowed engine against the causal graph.
+        # Both agree up to position W - 1 and differ from position W on, which is where verify
+        # must place the first mismatch (the old check, at 3 tokens, said OK).
+        for graph, other in (("window", "causal"), ("causal", "window")):
+            if (other, False) not in engines:
+                check(False, f"verify {graph} graph with the {other} engine", "no engine to verify")
+                continue
+            path = os.path.join(tmp, f"{graph}_False.onnx")
+            proc = run([args.llmc, "verify", path, "--engine", engines[(other, False)]])
+            first = sorted({int(line.split()[-1]) for line in proc.stdout.splitlines()
+                            if line.startswith("  first mismatch at position")})
+            check(proc.returncode == 1 and "FAILED" in proc.stdout and first[:1] == [WINDOW],
+                  f"verify {graph} graph with the {other} engine: fails from position {WINDOW}",
+                  f"exit {proc.returncode}, first mismatches {first}" +
+                  ("" if proc.returncode == 1 and first[:1] == [WINDOW] else f"\n{proc.stdout}{proc.stderr}"))
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 

@@ -49,10 +49,18 @@ struct BeamSearchOptions {
 struct GenerationResult {
   std::vector<int32_t> tokens;  // the new tokens (the prompt excluded)
   std::vector<float> logprobs;  // of each chosen token (see sampling.h)
+  // Per new token, its step's SamplingParams::num_logprobs most probable tokens and their
+  // logprobs, most probable first (empty lists when num_logprobs is 0; beam search leaves it
+  // empty).
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
   std::string text;             // the new tokens decoded, when the generator has a tokenizer
   FinishReason finish_reason = FinishReason::kLength;
   double time_to_first_token_ms = 0;
   double decode_tokens_per_s = 0;  // tokens after the first, per second
+  // Prompt tokens whose K/V were taken from the prefix cache rather than computed: the whole
+  // blocks an earlier request on this generator left with the same tokens (KV-cache path only;
+  // 0 by full recomputation). The prefill computed the prompt's other tokens.
+  int64_t prompt_tokens_cached = 0;
 };
 
 // Called after each new token; return false to cancel (generate() then returns kCancelled

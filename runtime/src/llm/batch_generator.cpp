@@ -189,6 +189,7 @@ Status BatchGenerator::step(std::vector<Finished>* finished) {
     if (r.result.tokens.empty()) r.first_token = Clock::now();
     r.result.tokens.push_back(token.id);
     r.result.logprobs.push_back(token.logprob);
+    r.result.top_logprobs.push_back(std::move(token.top_logprobs));
     bool stop_requested = r.on_token && !r.on_token(token.id);
     bool stop = std::find(r.options.stop_token_ids.begin(), r.options.stop_token_ids.end(),
                           token.id) != r.options.stop_token_ids.end();

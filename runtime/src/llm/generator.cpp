@@ -284,6 +284,7 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
     rows[0].push_back(token.id);
     result->tokens.push_back(token.id);
     result->logprobs.push_back(token.logprob);
+    result->top_logprobs.push_back(std::move(token.top_logprobs));
     if (decoder) {
       LLMC_RETURN_IF_ERROR(decoder->step(token.id, &result->text));
       size_t cut = std::string::npos;
