@@ -6,7 +6,9 @@ Usage: conformance.py --llmc build/tools/llmc/llmc [--out build/conformance.md]
 
 Each test is classified first (scope.py); out-of-scope tests are run and reported but never
 fail the harness. The last line printed is `N passed, N failed` over in-scope tests, and the
-exit code is 1 when any in-scope test failed. See README.md.
+exit code is 1 when any in-scope test failed or when no in-scope test ran at all (no node
+tests found, or a filter that selects none): a run that checked nothing does not pass. See
+README.md.
 """
 
 from __future__ import annotations
@@ -404,8 +406,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = len(in_scope) - passed
     print(f"out of scope: {len(out_scope)} tests: {_counts_line(out_scope)}")
     print(f"report: {args.out}")
+    if not in_scope:
+        roots = args.test_root or default_test_roots()
+        print(f"error: no in-scope test ran ({len(tests)} found in {roots or 'no test root'}"
+              + (f" matching --filter {args.filter!r}" if args.filter else "") + ")", file=sys.stderr)
     print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return 1 if failed or not in_scope else 0
 
 
 if __name__ == "__main__":

@@ -396,6 +396,18 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertEqual(stdout.getvalue().splitlines()[-1], "1 passed, 0 failed")
 
+    def test_main_fails_when_no_test_ran(self):
+        # A missing test root and a filter that selects nothing: 0 passed, 0 failed is a failure.
+        for argv in (["--test-root", os.path.join(self._tmp.name, "no-such-dir")],
+                     ["--test-root", self.root, "--filter", "^no_such_test$"],
+                     ["--test-root", self.root, "--filter", "^test_out_good$"]):  # out of scope only
+            stdout, stderr = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                rc = conformance.main(["--llmc", self.llmc, "--out", os.path.join(self._tmp.name, "none.md")] + argv)
+            self.assertEqual(rc, 1, argv)
+            self.assertEqual(stdout.getvalue().splitlines()[-1], "0 passed, 0 failed")
+            self.assertIn("error: no in-scope test ran", stderr.getvalue())
+
     def test_stops_at_first_failure_without_keep_going(self):
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
