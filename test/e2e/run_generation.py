@@ -3,9 +3,11 @@
 
 For each test/models/<name>/generation.json (made by test/models/make_generation_refs.py):
 compile the model, generate 32 tokens greedily after each stored prompt (and beam search), and
-require the exact token ids transformers produced: over the paged KV cache when llmc recognized
-the model as a decoder, and by full recomputation (--no-kv-cache). Also checks the generator's errors: a prompt longer
-than the context, a token id outside the vocabulary, an unsupported option.
+require the exact token ids transformers produced: over the paged KV cache and by full
+recomputation (--no-kv-cache) when the model's manifest says llmc recognizes it as a decoder
+(`expect_llm`), by full recomputation otherwise. Recognition other than the manifest's fails.
+Also checks the generator's errors: a prompt longer than the context, a token id outside the
+vocabulary, an unsupported option.
 """
 import argparse
 import json
@@ -47,8 +49,19 @@ def main():
             if proc.returncode != 0:
                 report(False, f"{name}/compile", proc.stderr.strip())
                 continue
-            # Over the KV cache when llmc recognized the model, then by full recomputation.
+            # Over the KV cache when llmc recognizes the model, then by full recomputation. The
+            # manifest says whether it must: a decoder that stopped being recognized would
+            # otherwise pass by recomputation alone.
+            with open(os.path.join(model_dir, "manifest.json")) as f:
+                expect_llm = json.load(f).get("expect_llm")
             is_llm = json.loads(run([llmc, "inspect", engine, "--json"]).stdout).get("llm") is not None
+            if not isinstance(expect_llm, bool):
+                report(False, f"{name}/recognition", "the manifest has no boolean expect_llm")
+            else:
+                report(is_llm == expect_llm, f"{name}/recognition",
+                       ("recognized" if is_llm else "not recognized") + " as a decoder language model"
+                       + ("" if is_llm == expect_llm else f", but the manifest's expect_llm is {str(expect_llm).lower()}: "
+                          + proc.stderr.strip()))
             modes = [("kv-cache", []), ("full", ["--no-kv-cache"])] if is_llm else [("full", [])]
             for mode, mode_flags in modes:
                 for case in refs["greedy"]:

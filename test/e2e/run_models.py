@@ -4,7 +4,8 @@
 For each test/models/<name>/manifest.json: `llmc compile` the model, with --as-graph and as a
 language model by default (each twice: the engine files must be byte-identical), then for each
 input set `llmc run` the engine and compare every output with torch's reference using the
-manifest's tolerance (numpy.allclose). Prints one line per
+manifest's tolerance (numpy.allclose). The default compile must recognize the model as a
+decoder language model exactly when the manifest's `expect_llm` says so. Prints one line per
 compile and per input set, then `N passed, N failed`; exits 1 if anything failed, 2 on bad usage.
 
   run_models.py --llmc build/tools/llmc/llmc [--model NAME ...]
@@ -44,7 +45,7 @@ class Tally:
 
 
 def _run_llmc(llmc: list[str], args: list[str], timeout_s: float) -> tuple[bool, str]:
-    """Runs llmc; returns (exited 0, a description of what went wrong plus its output)."""
+    """Runs llmc; returns (exited 0, its stderr, or what went wrong plus its output)."""
     command = llmc + args
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
@@ -53,7 +54,7 @@ def _run_llmc(llmc: list[str], args: list[str], timeout_s: float) -> tuple[bool,
     except OSError as e:
         return False, f"could not start {command[0]}: {e}"
     if result.returncode == 0:
-        return True, ""
+        return True, result.stderr  # warnings (e.g. why a decoder was not recognized)
     return False, f"exit {result.returncode}: {' '.join(command)}\n{result.stdout}{result.stderr}"
 
 
@@ -86,6 +87,11 @@ def check_model(
     model = os.path.join(model_dir, manifest.get("model", "model.onnx"))
     engine = os.path.join(work_dir, "model.engine")
     engine_again = os.path.join(work_dir, "model.again.engine")
+    expect_llm = manifest.get("expect_llm")
+    if not isinstance(expect_llm, bool):
+        tally.report(False, f"{name}/manifest", "no boolean expect_llm: say whether llmc must recognize "
+                     "this model as a decoder language model")
+        return
 
     # Twice: as the ONNX graph (every input set, the model's own interface) and as llmc
     # compiles it by default, which for a recognized decoder LM is input_ids -> logits with
@@ -100,6 +106,7 @@ def check_model(
     for mode, flags in (("graph", common + graph), ("graph-o0", common + graph + ["--opt-level", "0"]),
                         ("default", common)):
         ok, log = _run_llmc(llmc, ["compile", model, "-o", engine] + flags, timeout_s)
+        compile_log = log
         if ok:
             ok, log = _run_llmc(llmc, ["compile", model, "-o", engine_again] + flags, timeout_s)
         if not ok:
@@ -118,8 +125,16 @@ def check_model(
             f"{kind}, engine {size} bytes, "
             + ("byte-identical on recompile" if identical else "differs on recompile"),
         )
-        if mode == "default" and not info.get("llm"):
-            continue  # the same engine as --as-graph, already checked
+        if mode == "default":
+            # Recognition is what the manifest says: a decoder that stops being recognized would
+            # otherwise generate by full recomputation and still pass every comparison.
+            is_llm = bool(info.get("llm"))
+            tally.report(is_llm == expect_llm, f"{name}/default/recognition",
+                         ("recognized" if is_llm else "not recognized") + " as a decoder language model, "
+                         + ("as" if is_llm == expect_llm else "but") + " the manifest's expect_llm is "
+                         + str(expect_llm).lower(), compile_log)
+            if not is_llm:
+                continue  # the same engine as --as-graph, already checked
         _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs,
                     f"{name}/{mode}", timeout_s, tally, rtol, atol)
 

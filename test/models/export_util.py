@@ -114,6 +114,8 @@ def export_model(
     description: str,
     max_bytes: int = 1 << 20,
     compile_flags: list = None,
+    *,
+    expect_llm: bool,
 ) -> dict:
     """Exports `module` (traced on the first input set) and writes everything `out_dir` holds.
 
@@ -142,6 +144,9 @@ def export_model(
         "model_bytes": os.path.getsize(model_path),
         "exporter": f"torch {torch.__version__} torch.onnx.export(dynamo=False)",
         "tolerance": {"rtol": RTOL, "atol": ATOL},
+        # Whether llmc recognizes the model as a decoder language model (run_models.py and
+        # run_generation.py fail when recognition differs from this).
+        "expect_llm": expect_llm,
         "input_sets": manifest_sets,
     }
     if compile_flags:

@@ -96,6 +96,7 @@ def make_mlp(out_dir: str) -> None:
         {"x": {0: "batch"}, "probs": {0: "batch"}},
         opset=17,
         description="torch.nn MLP: Linear(32,64) GELU(erf) LayerNorm(64) Linear(64,16) Softmax; dynamic batch.",
+        expect_llm=False,
     )
 
 
@@ -139,6 +140,7 @@ def make_bert_tiny(out_dir: str) -> None:
         description="transformers BertModel, random weights: hidden 64, 2 layers, 4 heads, vocab 512, eager attention.",
         # 64 learned positions bound the sequence; with the bound llmc infers static shapes.
         compile_flags=["--dim", "seq=1:64"],
+        expect_llm=False,  # an encoder: no causal attention, no logits
     )
 
 
@@ -169,6 +171,7 @@ def make_gpt2_tiny(out_dir: str) -> None:
         {"input_ids": LM_AXES["input_ids"], **LOGITS_AXES},
         opset=17,
         description="transformers GPT2LMHeadModel, random weights: n_embd 64, 2 layers, 4 heads, vocab 512, tied lm_head.",
+        expect_llm=True,
     )
 
 
@@ -207,6 +210,7 @@ def _make_tiny_lm(out_dir: str, model: torch.nn.Module, description: str) -> Non
         {**LM_AXES, **LOGITS_AXES},
         opset=18,
         description=description,
+        expect_llm=True,
     )
 
 
@@ -338,6 +342,7 @@ def make_demo(out_dir: str) -> None:
             f"{model.config.vocab_size} (demo/tokenizer.json); input_ids -> logits. Inputs are verse openings."
         ),
         max_bytes=10_000_000,
+        expect_llm=True,
     )
     np.save(os.path.join(out_dir, "input_ids.npy"), prompt)
 

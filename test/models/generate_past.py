@@ -214,6 +214,7 @@ def make_past(name: str) -> dict:
         # llmc's dimension symbols default to a minimum of 1; the prefill set passes an empty past.
         "as_graph_flags": ["--dim", f"{symbol}=0:-1"],
         "tolerance": {"rtol": RTOL, "atol": ATOL},
+        "expect_llm": True,  # recognized as a decoder LM (run_models.py, run_generation.py check it)
         "input_sets": manifest_sets,
     }
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:

@@ -127,6 +127,7 @@ def main() -> None:
         "model_bytes": os.path.getsize(os.path.join(OUT_DIR, "model.onnx")),
         "exporter": f"onnx {onnx.__version__} helper (test/models/make_attention23.py)",
         "tolerance": {"rtol": 1e-4, "atol": 1e-5},
+        "expect_llm": True,  # recognized as a decoder LM (run_models.py, run_generation.py check it)
         "input_sets": sets,
     }
     with open(os.path.join(OUT_DIR, "manifest.json"), "w") as f:

@@ -93,6 +93,7 @@ def main() -> None:
         "same_weights_as": "llama_tiny",
         "as_graph_flags": ["--dim", f"{symbol}=0:-1"],
         "tolerance": {"rtol": generate_past.RTOL, "atol": generate_past.ATOL},
+        "expect_llm": True,  # recognized as a decoder LM (run_models.py, run_generation.py check it)
         "input_sets": sets,
     }
     with open(os.path.join(OUT_DIR, "manifest.json"), "w") as f:
