@@ -4,9 +4,15 @@
 For each test/models/<name>/manifest.json: `llmc compile` the model, with --as-graph and as a
 language model by default (each twice: the engine files must be byte-identical), then for each
 input set `llmc run` the engine and compare every output with torch's reference using the
-manifest's tolerance (numpy.allclose). The default compile must recognize the model as a
-decoder language model exactly when the manifest's `expect_llm` says so. Prints one line per
-compile and per input set, then `N passed, N failed`; exits 1 if anything failed, 2 on bad usage.
+manifest's tolerance (numpy.allclose).
+
+The default compile must recognize the model as a decoder language model exactly when the
+manifest's `expect_llm` says so. A recognized engine takes input_ids only: it runs the sets
+without padding, and a cache export's sets over their whole token sequence (`full_input_ids`:
+the past's tokens, then the new ones), its logits for the new tokens against the reference; it
+must compare at least one set. The graph engines take every set as exported, past inputs
+included. Prints one line per compile and per input set (SKIP lines for sets an engine cannot
+take, not counted), then `N passed, N failed`; exits 1 if anything failed, 2 on bad usage.
 
   run_models.py --llmc build/tools/llmc/llmc [--model NAME ...]
 """
@@ -118,7 +124,8 @@ def check_model(
                                          text=True, timeout=timeout_s).stdout)
         engine_inputs = {t["name"] for t in info["inputs"]}
         size = os.path.getsize(engine)
-        kind = "language model over the KV cache" if info.get("llm") else "graph"
+        is_llm = bool(info.get("llm"))
+        kind = "language model over the KV cache" if is_llm else "graph"
         tally.report(
             identical,
             f"{name}/{mode}/compile",
@@ -128,40 +135,81 @@ def check_model(
         if mode == "default":
             # Recognition is what the manifest says: a decoder that stops being recognized would
             # otherwise generate by full recomputation and still pass every comparison.
-            is_llm = bool(info.get("llm"))
             tally.report(is_llm == expect_llm, f"{name}/default/recognition",
                          ("recognized" if is_llm else "not recognized") + " as a decoder language model, "
-                         + ("as" if is_llm == expect_llm else "but") + " the manifest's expect_llm is "
+                         + ("as" if is_llm == expect_llm else "but") + f" the manifest's expect_llm is "
                          + str(expect_llm).lower(), compile_log)
             if not is_llm:
                 continue  # the same engine as --as-graph, already checked
-        _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs,
-                    f"{name}/{mode}", timeout_s, tally, rtol, atol)
+        compared = _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs,
+                               f"{name}/{mode}", timeout_s, tally, rtol, atol, is_llm)
+        if compared == 0:
+            tally.report(False, f"{name}/{mode}/sets", "no input set could be compared on this engine")
+
+
+def _llm_inputs(model_dir: str, input_set: dict, engine_inputs: set) -> tuple[str | None, int, str]:
+    """How a recognized engine (input_ids -> logits) takes an input set: (the input_ids file,
+    how many trailing positions the reference logits cover, or why it cannot)."""
+    files = input_set["inputs"]
+    load = lambda key: np.load(os.path.join(model_dir, files[key]))  # noqa: E731
+    new_tokens = load("input_ids").shape[1]
+    dropped = [n for n in files if n not in engine_inputs]
+    past = [n for n in dropped if n.startswith("past_key_values.")]
+    if "attention_mask" in dropped and not np.all(load("attention_mask") == 1):
+        return None, 0, "padded rows (the engine has no attention_mask)"
+    past_length = load(past[0]).shape[2] if past else 0
+    other = [n for n in dropped if n not in past and n not in ("attention_mask", "position_ids")]
+    if other:
+        return None, 0, f"inputs the engine does not take: {other}"
+    if "position_ids" in dropped:
+        want = np.arange(past_length, past_length + new_tokens)
+        if not np.all(load("position_ids") == want):
+            return None, 0, "position_ids other than past_length + 0, 1, ..."
+    if not past_length:
+        return files["input_ids"], new_tokens, ""
+    if "full_input_ids" not in input_set:
+        return None, 0, "a past without full_input_ids (the tokens it was computed from)"
+    full = np.load(os.path.join(model_dir, input_set["full_input_ids"]))
+    if full.shape[1] != past_length + new_tokens or not np.array_equal(full[:, past_length:], load("input_ids")):
+        return None, 0, f"{input_set['full_input_ids']} does not end with the set's input_ids after {past_length} past tokens"
+    return input_set["full_input_ids"], new_tokens, ""
 
 
 def _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs, prefix,
-                timeout_s, tally, rtol, atol) -> None:
+                timeout_s, tally, rtol, atol, is_llm) -> int:
+    """Runs every input set the engine takes and compares its outputs; returns how many ran."""
+    compared = 0
     for input_set in manifest["input_sets"]:
         label = f"{prefix}/{input_set['name']}"
-        dropped = {n: f for n, f in input_set["inputs"].items() if n not in engine_inputs}
-        if any(n != "attention_mask" or not np.all(np.load(os.path.join(model_dir, f)) == 1)
-               for n, f in dropped.items()):
-            continue  # padded rows or other inputs: only the graph engine takes those
+        if is_llm:
+            ids_file, new_tokens, why_not = _llm_inputs(model_dir, input_set, engine_inputs)
+            if ids_file is None:
+                print(f"SKIP {label}: {why_not}", flush=True)
+                continue
+            feeds = {"input_ids": ids_file}
+        else:
+            missing = [n for n in input_set["inputs"] if n not in engine_inputs]
+            if missing:  # the graph engine has the model's own interface
+                tally.report(False, label, f"the graph engine lacks the model's inputs {missing}")
+                continue
+            feeds, new_tokens = input_set["inputs"], None
         out_dir = os.path.join(work_dir, "out")
         shutil.rmtree(out_dir, ignore_errors=True)
         os.makedirs(out_dir)
         args = ["run", engine]
-        for input_name, file in input_set["inputs"].items():
-            if input_name in engine_inputs:
-                args += ["--input", f"{input_name}={os.path.join(model_dir, file)}"]
+        for input_name, file in feeds.items():
+            args += ["--input", f"{input_name}={os.path.join(model_dir, file)}"]
         args += ["--output-dir", out_dir]
         ok, log = _run_llmc(run_llmc or llmc, args, timeout_s)
         if not ok:
             tally.report(False, label, "llmc run failed", log)
             continue
+        compared += 1
         all_ok = True
         details = []
         for output_name, file in input_set["outputs"].items():
+            if is_llm and output_name != "logits":
+                continue  # present.N.*: the recognized engine keeps K/V in its cache instead
             got_path = os.path.join(out_dir, f"{output_name}.npy")
             if not os.path.exists(got_path):
                 all_ok = False
@@ -173,10 +221,16 @@ def _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_in
                 all_ok = False
                 details.append(f"{output_name} unreadable ({e})")
                 continue
+            what = output_name
+            if new_tokens is not None and got.ndim == 3 and got.shape[1] > new_tokens:
+                # A past's tokens ran too: the reference covers the new tokens only.
+                what = f"{output_name}[:, -{new_tokens}:] of {got.shape[1]} tokens"
+                got = got[:, -new_tokens:]
             ok, detail = _compare(got, np.load(os.path.join(model_dir, file)), rtol, atol)
             all_ok = all_ok and ok
-            details.append(f"{output_name} {detail}" + ("" if ok else f" > rtol {rtol:g} atol {atol:g}"))
+            details.append(f"{what} {detail}" + ("" if ok else f" > rtol {rtol:g} atol {atol:g}"))
         tally.report(all_ok, label, "; ".join(details))
+    return compared
 
 
 def main() -> int:

@@ -145,6 +145,15 @@ def _check_against_full(name: str, lm, input_set: InputSet, full_ids: np.ndarray
             raise RuntimeError(f"{name}/{input_set.name}: logits differ from {what}")
 
 
+def save_full_ids(out_dir: str, entry: dict, full_ids: np.ndarray) -> dict:
+    """Stores the whole token sequence of an input set (the tokens its past was computed from,
+    then its input_ids) beside it and names it in the set's manifest entry: run_models.py runs a
+    recognized engine, which has no past inputs, over it and compares the new tokens' logits."""
+    entry["full_input_ids"] = f"{entry['name']}/full_input_ids.npy"
+    np.save(os.path.join(out_dir, entry["full_input_ids"]), full_ids)
+    return entry
+
+
 def make_past(name: str) -> dict:
     base, builder, opset = PAST_MODELS[name]
     from optimum.exporters.onnx import main_export  # only needed here; make_generation_refs imports this module
@@ -192,7 +201,8 @@ def make_past(name: str) -> dict:
         _check_against_full(name, lm, input_set, full_ids, expected["logits"])
         got = dict(zip(output_names, session.run(output_names, inputs)))
         references = {n: expected[n] for n in output_names}
-        manifest_sets.append(write_input_set(out_dir, input_set.name, inputs, references, got))
+        entry = write_input_set(out_dir, input_set.name, inputs, references, got)
+        manifest_sets.append(save_full_ids(out_dir, entry, full_ids))
 
     manifest = {
         "description": (

@@ -71,12 +71,13 @@ def main() -> None:
     input_names = [i.name for i in session.get_inputs()]
     output_names = [o.name for o in session.get_outputs()]
     sets = []
-    for input_set, _ in generate_past._input_sets(lm, layout):
+    for input_set, full_ids in generate_past._input_sets(lm, layout):
         expected = generate_past.torch_forward(lm, input_set.inputs)
         inputs = {n: input_set.inputs[n] for n in input_names}  # no position_ids here
         got = dict(zip(output_names, session.run(output_names, inputs)))
         references = {n: expected[n] for n in output_names}
-        sets.append(export_util.write_input_set(OUT_DIR, input_set.name, inputs, references, got))
+        entry = export_util.write_input_set(OUT_DIR, input_set.name, inputs, references, got)
+        sets.append(generate_past.save_full_ids(OUT_DIR, entry, full_ids))
     manifest = {
         "description": (
             "llama_tiny's torch model (same builder and weights) exported by onnxruntime-genai's model "
