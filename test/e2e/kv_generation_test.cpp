@@ -87,16 +87,44 @@ TEST(KvGeneration, Float16AndInt8CachesKeepTheGreedyTokens) {
   EXPECT_EQ(Generator::create(engine, bad, &generator).code(), StatusCode::kInvalidArgument);
 }
 
+GenerationResult greedyResult(Generator& g, const std::vector<int32_t>& prompt, int32_t n) {
+  GenerationOptions options;
+  options.max_new_tokens = n;
+  GenerationResult result;
+  Status status = g.generate(prompt, options, nullptr, &result);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return result;
+}
+
+// Blocks of 16 tokens: a 40-token prompt seen before gives its first two blocks (32 tokens)
+// from the prefix cache; the third is partly new, and a prompt's last token is always computed.
 TEST(KvGeneration, SharedPrefixIsReusedAndGivesTheSameTokens) {
   auto engine = loadEngine();
   auto kv = makeGenerator(engine, true);
+  auto full = makeGenerator(engine, false);
   auto prompt = promptOf(40, 3);
-  auto first = greedy(*kv, prompt, 16);
-  auto second = greedy(*kv, prompt, 16);  // two full blocks come from the prefix cache
-  EXPECT_EQ(first, second);
+  GenerationResult first = greedyResult(*kv, prompt, 16);
+  EXPECT_EQ(first.prompt_tokens_cached, 0) << "nothing was cached before the first request";
+  GenerationResult second = greedyResult(*kv, prompt, 16);
+  EXPECT_EQ(second.prompt_tokens_cached, 32) << "two full blocks come from the prefix cache";
+  EXPECT_EQ(first.tokens, second.tokens);
   auto longer = prompt;
   longer.push_back(7);
-  EXPECT_EQ(greedy(*kv, longer, 8), greedy(*makeGenerator(engine, false), longer, 8));
+  GenerationResult extended = greedyResult(*kv, longer, 8);
+  EXPECT_EQ(extended.prompt_tokens_cached, 32);
+  EXPECT_EQ(extended.tokens, greedy(*full, longer, 8));
+  // A prompt that differs in its first token shares no block.
+  auto other = prompt;
+  other[0] = other[0] == 5 ? 6 : 5;
+  EXPECT_EQ(greedyResult(*kv, other, 4).prompt_tokens_cached, 0);
+  // Beam search starts from the same cache; full recomputation never reports cached tokens.
+  BeamSearchOptions beam;
+  beam.num_beams = 2;
+  beam.max_new_tokens = 4;
+  GenerationResult beamed;
+  ASSERT_TRUE(kv->beamSearch(prompt, beam, &beamed).ok());
+  EXPECT_EQ(beamed.prompt_tokens_cached, 32);
+  EXPECT_EQ(greedyResult(*full, prompt, 4).prompt_tokens_cached, 0);
 }
 
 TEST(KvGeneration, BeamSearchEqualsFullRecomputation) {
@@ -217,6 +245,27 @@ TEST(ContinuousBatching, CancellationAndAdmissionByCacheSpace) {
   options.max_new_tokens = 60;
   EXPECT_EQ(batch->submit(promptOf(20, 3), options, nullptr, &c).code(),
             StatusCode::kResourceExhausted);
+}
+
+// A request whose prompt an earlier one on the same batch generator left in the cache
+// prefills only the rest.
+TEST(ContinuousBatching, SharedPrefixIsReused) {
+  auto engine = loadEngine();
+  std::unique_ptr<BatchGenerator> batch;
+  ASSERT_TRUE(BatchGenerator::create(engine, BatchConfig(), &batch).ok());
+  GenerationOptions options;
+  options.max_new_tokens = 6;
+  const auto prompt = promptOf(40, 9);
+  int64_t first = 0, second = 0;
+  ASSERT_TRUE(batch->submit(prompt, options, nullptr, &first).ok());
+  auto results = drain(*batch);
+  ASSERT_TRUE(results[first].status.ok()) << results[first].status.message();
+  EXPECT_EQ(results[first].result.prompt_tokens_cached, 0);
+  ASSERT_TRUE(batch->submit(prompt, options, nullptr, &second).ok());
+  results = drain(*batch);
+  ASSERT_TRUE(results[second].status.ok()) << results[second].status.message();
+  EXPECT_EQ(results[second].result.prompt_tokens_cached, 32);
+  EXPECT_EQ(results[second].result.tokens, greedy(*makeGenerator(engine, false), prompt, 6));
 }
 
 }  // namespace

@@ -153,6 +153,7 @@ Status BatchGenerator::step(std::vector<Finished>* finished) {
       if (!status.ok()) return status;  // cannot happen with reservations; stop loudly
       r->registered = true;
       r->computed = cached;
+      r->result.prompt_tokens_cached = cached;
     }
     int64_t count = std::min<int64_t>(budget, static_cast<int64_t>(r->prompt.size()) - r->computed);
     work.push_back({r->id, r->computed, count});

@@ -257,6 +257,7 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
       int64_t cached = 0;
       LLMC_RETURN_IF_ERROR(s.runner->addSequence(sequence, tokens, &cached));
       guard.ids.push_back(sequence);
+      result->prompt_tokens_cached = cached;
       return s.runner->step({{sequence, cached, static_cast<int64_t>(tokens.size()) - cached}},
                             device.get(), &logits);
     }
@@ -368,6 +369,7 @@ Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOp
       int64_t cached = 0;
       LLMC_RETURN_IF_ERROR(s.runner->addSequence(beams[0].sequence, tokens, &cached));
       guard.ids.push_back(beams[0].sequence);
+      result->prompt_tokens_cached = cached;
       LLMC_RETURN_IF_ERROR(s.runner->step(
           {{beams[0].sequence, cached, static_cast<int64_t>(tokens.size()) - cached}}, &logits));
     } else {
