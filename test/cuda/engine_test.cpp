@@ -6,7 +6,8 @@
 // The engines are compiled on the build machine by scripts/gpu-prepare.sh (the GPU machine
 // has no compiler) into gpu-prep/models/<name>/{graph,lm}.engine beside the model's manifest
 // and input sets; gpu-check.sh points LLMC_GPU_MODELS there. Skipped without a GPU or without
-// that directory.
+// that directory. Every test also counts where the steps ran (Session::lastRunSteps): the CPU
+// fallback gives the same outputs, so only the counts show that the GPU did the work.
 #include <dirent.h>
 
 #include <algorithm>
@@ -17,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "core/plan.h"
 #include "cuda_test_util.h"
+#include "llm/llm_runner.h"
 #include "llmc/engine.h"
 #include "llmc/generator.h"
 #include "llmc/session.h"
@@ -66,6 +69,40 @@ std::vector<NamedTensor> readInputSet(const std::string& dir, const nlohmann::js
     inputs.push_back({input, std::move(t)});
   }
   return inputs;
+}
+
+// The steps of `engine` the GPU must run in every run: products with a weight (float32 2-D or
+// quantized), norms and, over the KV cache, attention. The CPU fallback is for shape arithmetic
+// and small host kernels; one of these there means a device kernel declined or failed over.
+int64_t stepsForTheGpu(const Engine& engine, bool over_kv_cache) {
+  const Plan& plan = engine.plan();
+  auto value = [&](int index) -> const PlanValue* {
+    return index >= 0 ? &plan.values[static_cast<size_t>(index)] : nullptr;
+  };
+  int64_t count = 0;
+  for (const PlanStep& step : plan.steps) {
+    const std::string& kernel = step.kernel_name;
+    bool weight_product = false;
+    if ((kernel == "LlmFusedMatMul" || kernel == "MatMul") && step.inputs.size() > 1) {
+      const PlanValue* a = value(step.inputs[0]);
+      const PlanValue* b = value(step.inputs[1]);
+      weight_product = a && b && b->kind == PlanValueKind::kWeight && b->dtype == DType::kFloat32 &&
+                       b->dims.size() == 2 && (kernel == "LlmFusedMatMul" || (a->ranked && a->dims.size() >= 2));
+    }
+    if (weight_product || kernel == "LlmGatedMlp" || kernel == "LlmQuantMatMul" || kernel == "LlmNorm" ||
+        (over_kv_cache && kernel == "LlmAttention"))
+      ++count;
+  }
+  return count;
+}
+
+// At least one step, and at least the steps the GPU must run, ran on the GPU.
+void expectOnTheGpu(const Session::StepCounts& counts, int64_t required, const std::string& label) {
+  EXPECT_GT(counts.device, 0) << label << ": no step ran on the GPU";
+  EXPECT_GE(counts.device, required)
+      << label << ": " << counts.device << " steps on the GPU and " << counts.host
+      << " on the CPU fallback, but the engine has " << required
+      << " products, norms and attention steps that must run on the GPU";
 }
 
 class EngineGpuTest : public CudaTest {
@@ -117,7 +154,7 @@ TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
       Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts);
       ASSERT_TRUE(status.ok()) << label << ": " << status.message();
       ASSERT_TRUE(runSession(engine, Backend::kCpu, inputs, &cpu, &cpu_counts).ok()) << label;
-      EXPECT_GT(counts.device, 0) << label << ": no step ran on the GPU";
+      expectOnTheGpu(counts, stepsForTheGpu(*engine, false), label + " (fp32)");
       for (const auto& [output, file] : set["outputs"].items()) {
         Tensor want;
         ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &want).ok()) << label;
@@ -163,6 +200,7 @@ TEST_F(EngineGpuTest, HalfPrecisionWeightsStayNearTheExporter) {
         Session::StepCounts counts;
         Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts, dtype);
         ASSERT_TRUE(status.ok()) << label << ": " << status.message();
+        expectOnTheGpu(counts, stepsForTheGpu(*engine, false), label);
         for (const auto& [output, file] : set["outputs"].items()) {
           Tensor want;
           ASSERT_TRUE(readTensorFile(dir + "/" + file.get<std::string>(), &want).ok()) << label;
@@ -208,6 +246,7 @@ TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
         Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts);
         ASSERT_TRUE(status.ok()) << label << ": " << status.message();
         ASSERT_TRUE(runSession(engine, Backend::kCpu, inputs, &cpu, &cpu_counts).ok()) << label;
+        expectOnTheGpu(counts, stepsForTheGpu(*engine, false), label);
         ASSERT_EQ(gpu.size(), cpu.size()) << label;
         for (size_t i = 0; i < gpu.size(); ++i) {
           if (cpu[i].tensor.dtype() != DType::kFloat32) continue;
@@ -251,6 +290,54 @@ TEST_F(EngineGpuTest, LanguageModelsGenerateTransformersTokens) {
       EXPECT_EQ(result.tokens, want) << name << " prompt of " << prompt.size() << " tokens";
       ++checked;
     }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// The language-model path over the KV cache (LlmRunner, what Generator runs), at each precision
+// and with and without CUDA graphs: a prefill, then decode steps across a block boundary, each
+// with its products, norms and attention on the GPU.
+TEST_F(EngineGpuTest, LanguageModelStepsRunOnTheGpu) {
+  int checked = 0;
+  for (const std::string& name : modelDirs(root_)) {
+    const std::string dir = root_ + "/" + name;
+    if (!exists(dir + "/lm.engine")) continue;
+    std::shared_ptr<const Engine> engine;
+    ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
+    if (!engine->llmConfig()) continue;
+    const int64_t required = stepsForTheGpu(*engine, true);
+    const int64_t vocab = engine->llmConfig()->vocab_size > 0 ? engine->llmConfig()->vocab_size : 16;
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (bool graphs : {false, true}) {
+        const std::string label = name + "/" + dtypeName(dtype) + (graphs ? "/cuda-graphs" : "/eager");
+        SessionOptions options;
+        options.backend = Backend::kCuda;
+        options.gpu_weight_dtype = dtype;
+        options.cuda_graphs = graphs;
+        std::unique_ptr<LlmRunner> runner;
+        Status status = LlmRunner::create(engine, 0, &runner, DType::kFloat32, options);
+        ASSERT_TRUE(status.ok()) << label << ": " << status.message();
+        std::vector<int32_t> prompt;
+        for (int32_t i = 0; i < 13; ++i) prompt.push_back(static_cast<int32_t>((5 * i + 2) % vocab));
+        int64_t cached = 0;
+        ASSERT_TRUE(runner->addSequence(0, prompt, &cached).ok()) << label;
+        std::vector<std::vector<float>> logits;
+        status = runner->step({{0, cached, static_cast<int64_t>(prompt.size()) - cached}}, &logits);
+        ASSERT_TRUE(status.ok()) << label << " prefill: " << status.message();
+        expectOnTheGpu(runner->session().lastRunSteps(), required, label + " prefill");
+        for (int64_t position = static_cast<int64_t>(prompt.size()); position < 20; ++position) {
+          ASSERT_TRUE(runner->appendToken(0, static_cast<int32_t>(position % vocab)).ok()) << label;
+          status = runner->step({{0, position, 1}}, &logits);
+          ASSERT_TRUE(status.ok()) << label << " decode at " << position << ": " << status.message();
+          const Session::StepCounts counts = runner->session().lastRunSteps();
+          expectOnTheGpu(counts, required, label + " decode at " + std::to_string(position));
+          std::printf("%-40s decode at %2lld: gpu steps %3lld, cpu fallback %3lld%s\n", label.c_str(),
+                      static_cast<long long>(position), static_cast<long long>(counts.device),
+                      static_cast<long long>(counts.host), counts.cuda_graph ? " (graph replay)" : "");
+        }
+      }
+    }
+    ++checked;
   }
   EXPECT_GT(checked, 0);
 }
