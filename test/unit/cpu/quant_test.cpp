@@ -1,8 +1,12 @@
 // Weight quantization (core/quant.h, cpu/quant_matmul.cpp): the quantizer's error bounds per
-// format, LlmQuantMatMul against the float product of the dequantized weight (the oracle),
-// the AVX2 dot products against the scalar ones, and the errors for weights that do not fit.
+// format; LlmQuantMatMul against integer arithmetic (exact integer sums, float32's rounding
+// bound for the scale products and epilogues: a 0.2% scale error fails) and against the float
+// product of the dequantized weight; the AVX2 dot products against the scalar ones; and the
+// errors for weights that do not fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <random>
 
@@ -61,6 +65,108 @@ double relativeL2(const float* a, const float* b, int64_t count) {
   return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
+// ---- Exact references ------------------------------------------------------------------
+// The integer paths are compared with integer arithmetic, the float steps around them at
+// float32's rounding bound: a 1% error in any scale is hundreds of times the bound (the tests
+// check that too), where a relative L2 tolerance of 1-2% could not see it.
+
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // float32's unit roundoff, 2^-24
+// gamma(m) = m u / (1 - m u): the relative error bound of m float32 roundings in sequence, and
+// of any order of summing m + 1 terms (relative to the sum of their magnitudes).
+double gamma(int64_t m) { return m * kUnitRoundoff / (1 - m * kUnitRoundoff); }
+
+// x quantized to integers within +-levels under `scale` as the kernels' contract states:
+// x times the scale's float reciprocal (0 for a zero or subnormal scale), rounded to nearest
+// with ties away from zero, clamped. Written from the contract, not from quant_dot.cpp.
+int32_t contractCode(float x, float scale, float levels) {
+  const float inverse = std::fabs(scale) >= FLT_MIN ? 1.0f / scale : 0.0f;
+  return static_cast<int32_t>(std::clamp(std::round(x * inverse), -levels, levels));
+}
+
+// A product's exact value and the bound within which the kernel's float32 result must lie.
+struct Exact {
+  double value = 0;
+  double bound = 0;
+};
+
+// The block formats (int8 with 16-bit activations, int4, int4_zp): each block of kQuantBlock
+// activations gets scale absmax / L and codes per contractCode; each weight's integer code
+// c = q - zero comes from its dequantized value (pinned to the original weights by
+// DequantizedWeightsAreWithinHalfAStep). The exact product of row r and channel n is
+// sum_b s_a(b) s_w(n, b) sum_i a_i c_i, with the integer sums exact in int64. The kernel
+// rounds each block term (float(dot), two products), sums the blocks, and for zero points
+// subtracts the zero point's share as a separate sum: 2B + 8 roundings at most, relative to
+// the magnitudes sum_b |s_a s_w| sum_i |a_i| (|c_i| + zero).
+std::vector<Exact> integerReference(const Tensor& x, const QuantWeight& w) {
+  const float levels = activationBits(*w.traits) == 16 ? 32767.0f : 127.0f;
+  const int64_t k = w.k, rows = x.numElements() / k, blocks = k / kQuantBlock;
+  std::vector<int64_t> codes(static_cast<size_t>(w.n * k));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t n = 0; n < w.n; ++n) {
+    dequantizeRow(w, n, row.data());
+    for (int64_t i = 0; i < k; ++i) {
+      const float scale = w.scale(n, i / w.group);
+      codes[static_cast<size_t>(n * k + i)] =
+          scale == 0 ? 0 : std::llround(static_cast<double>(row[static_cast<size_t>(i)]) / scale);
+    }
+  }
+  std::vector<Exact> out(static_cast<size_t>(rows * w.n));
+  std::vector<int32_t> a(static_cast<size_t>(k));
+  std::vector<float> a_scale(static_cast<size_t>(blocks));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data<float>() + r * k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      float amax = 0;
+      for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xr[b * kQuantBlock + i]));
+      a_scale[static_cast<size_t>(b)] = amax / levels;
+      for (int64_t i = 0; i < kQuantBlock; ++i)
+        a[static_cast<size_t>(b * kQuantBlock + i)] = contractCode(xr[b * kQuantBlock + i], amax / levels, levels);
+    }
+    for (int64_t n = 0; n < w.n; ++n) {
+      double value = 0, magnitude = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t g = b * kQuantBlock / w.group;
+        const double zero = w.zeros ? w.zeros[n * w.groupsPerRow() + g] : 0;
+        int64_t dot = 0;
+        double size = 0;
+        for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i) {
+          const int64_t c = codes[static_cast<size_t>(n * k + i)];
+          dot += a[static_cast<size_t>(i)] * c;
+          size += std::abs(a[static_cast<size_t>(i)]) * (std::abs(static_cast<double>(c)) + zero);
+        }
+        const double scale = static_cast<double>(a_scale[static_cast<size_t>(b)]) * w.scale(n, g);
+        value += scale * static_cast<double>(dot);
+        magnitude += std::fabs(scale) * size;
+      }
+      out[static_cast<size_t>(r * w.n + n)] = {value, gamma(2 * blocks + 8) * magnitude + 1e-30};
+    }
+  }
+  return out;
+}
+
+// Counts the elements of `got` outside their bounds (and reports the first few), and checks
+// the comparison can fail: a 1% error of the value must exceed the bound for all but one in
+// 50 of the elements, plus one (the rest are sums that cancel to near zero, whose bound follows the
+// magnitudes of their terms).
+// (`sensitive` false skips that check: an activation's flat regions take any error to ~0.)
+void expectWithinBounds(const Tensor& got, const std::vector<Exact>& want, const std::string& what,
+                        bool sensitive = true) {
+  ASSERT_EQ(got.numElements(), static_cast<int64_t>(want.size())) << what;
+  int64_t beyond = 0, insensitive = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double error = std::fabs(got.data<float>()[i] - want[i].value);
+    if (error > want[i].bound && ++beyond <= 3)
+      ADD_FAILURE() << what << " element " << i << ": " << got.data<float>()[i] << " vs exact "
+                    << want[i].value << ", error " << error << " > bound " << want[i].bound;
+    if (0.01 * std::fabs(want[i].value) <= want[i].bound) ++insensitive;
+  }
+  EXPECT_EQ(beyond, 0) << what << ": elements beyond the rounding bound";
+  if (sensitive) {
+    EXPECT_LE(insensitive, 1 + static_cast<int64_t>(want.size()) / 50)
+        << what << ": " << insensitive << " of " << want.size() << " elements' bounds would hide a 1% error";
+  }
+}
+
 class QuantFormatTest : public ::testing::TestWithParam<std::tuple<const char*, int64_t>> {};
 
 // Round to nearest: every dequantized value is within half a step of the original clamped to
@@ -115,6 +221,28 @@ TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
   }
 }
 
+// The kernel against integer arithmetic: exact up to float32's rounding of the scale products,
+// on every path (tiled AVX2 channels, the pair kernel, single channels, prefill rows).
+TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
+  const auto [format, group_param] = GetParam();
+  for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 33}, {5, 384, 64}, {3, 64, 7},
+                                   {2, 192, 5}, {1, 512, 19}, {4, 448, 17}}) {
+    const int64_t group = std::string(format) == "int8" ? k : std::min(group_param, k);
+    Tensor w = randomFloat({n, k}, 23), x = randomFloat({rows, k}, 24);
+    x.data<float>()[0] = 0.0f;  // a zero and a large value in the first block
+    x.data<float>()[1] = 40.0f;
+    Quantized q = quantize(w, true, format, group);
+    std::optional<Tensor> zeros;
+    if (q.weight.zeros) zeros = q.zeros;
+    Tensor got = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros},
+                           params({{"format", stringParam(format)}, {"group", intParam(group)}}));
+    expectWithinBounds(got, integerReference(x, q.weight),
+                       std::string(format) + " [" + std::to_string(rows) + ", " + std::to_string(k) +
+                           "] x [" + std::to_string(k) + ", " + std::to_string(n) + "] group " +
+                           std::to_string(group));
+  }
+}
+
 // Bias, alpha and the activation epilogue, and the gated form, on the quantized product.
 TEST_P(QuantFormatTest, EpilogueAndGatedForm) {
   const auto [format, group_param] = GetParam();
@@ -124,7 +252,10 @@ TEST_P(QuantFormatTest, EpilogueAndGatedForm) {
   Quantized q = quantize(w, false, format, group);
   std::optional<Tensor> zeros;
   if (q.weight.zeros) zeros = q.zeros;
-  Tensor h = dequantizedProduct(x, q.weight);
+  // The epilogue on the exact product, at the rounding bound: the product's own bound carried
+  // through the activation (|silu'| <= 1.1, |gelu'| <= 1.13), plus float32 rounding of the
+  // epilogue's few operations (the transcendental ones to a few ulps).
+  std::vector<Exact> h = integerReference(x, q.weight);
   Tensor plain = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros, bias},
                            params({{"format", stringParam(format)}, {"group", intParam(group)},
                                    {"activation", stringParam("silu")}, {"alpha", floatParam(0.5)}}));
@@ -132,19 +263,27 @@ TEST_P(QuantFormatTest, EpilogueAndGatedForm) {
                            params({{"format", stringParam(format)}, {"group", intParam(group)},
                                    {"activation", stringParam("gelu_erf")}, {"gated", intParam(1)}}));
   ASSERT_EQ(gated.shape(), (Shape{rows, f}));
-  std::vector<float> want_plain, want_gated;
+  std::vector<Exact> want_plain, want_gated;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < 2 * f; ++c) {
-      const double v = 0.5 * h.data<float>()[r * 2 * f + c] + bias.data<float>()[c];
-      want_plain.push_back(static_cast<float>(v / (1 + std::exp(-v))));
+      const Exact& e = h[static_cast<size_t>(r * 2 * f + c)];
+      const double b = bias.data<float>()[c];
+      const double v = 0.5 * e.value + b;
+      const double y = v / (1 + std::exp(-v));
+      const double v_bound = 0.5 * e.bound + gamma(2) * (0.5 * std::fabs(e.value) + std::fabs(b));
+      want_plain.push_back({y, 1.1 * v_bound + gamma(8) * (std::fabs(y) + std::fabs(v))});
     }
     for (int64_t c = 0; c < f; ++c) {
-      const double g = h.data<float>()[r * 2 * f + c], u = h.data<float>()[r * 2 * f + f + c];
-      want_gated.push_back(static_cast<float>(0.5 * g * (1 + std::erf(g / std::sqrt(2.0))) * u));
+      const Exact& g = h[static_cast<size_t>(r * 2 * f + c)];
+      const Exact& u = h[static_cast<size_t>(r * 2 * f + f + c)];
+      const double gelu = 0.5 * g.value * (1 + std::erf(g.value / std::sqrt(2.0)));
+      const double y = gelu * u.value;
+      want_gated.push_back({y, 1.13 * g.bound * std::fabs(u.value) + std::fabs(gelu) * u.bound +
+                                   g.bound * u.bound + gamma(8) * (std::fabs(y) + std::fabs(g.value * u.value))});
     }
   }
-  EXPECT_LT(relativeL2(plain.data<float>(), want_plain.data(), plain.numElements()), 2e-2);
-  EXPECT_LT(relativeL2(gated.data<float>(), want_gated.data(), gated.numElements()), 2e-2);
+  expectWithinBounds(plain, want_plain, std::string(format) + " + bias, alpha, silu", false);
+  expectWithinBounds(gated, want_gated, std::string(format) + " gated gelu", false);
 }
 
 // The AVX2 dot products compute what the scalar ones do (up to float summation order).
@@ -257,6 +396,37 @@ TEST(W8A8Test, MatchesTheDequantizedProductAndTakesInputScales) {
   EXPECT_LT(relativeL2(got4.data<float>(), want4.data<float>(), got4.numElements()), 1e-2);
 }
 
+// w8a8 against integer arithmetic: per-token codes (scale absmax / 127 over the row, after
+// the input scales' float product), exact int32 sums, then float(sum) * s_a * s_w: 3 roundings.
+TEST(W8A8Test, EqualsTheIntegerReference) {
+  const int64_t rows = 4, k = 160, n = 21;
+  Tensor w = randomFloat({n, k}, 84), x = randomFloat({rows, k}, 85), s = randomFloat({k}, 86);
+  for (int64_t j = 0; j < k; ++j) s.data<float>()[j] = 0.5f + std::fabs(s.data<float>()[j]);
+  Quantized q = quantize(w, true, "w8a8", k);
+  const int8_t* wq = q.data.data<int8_t>();
+  for (bool with_scales : {false, true}) {
+    std::vector<Exact> want(static_cast<size_t>(rows * n));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> row(static_cast<size_t>(k));
+      for (int64_t j = 0; j < k; ++j)
+        row[j] = with_scales ? x.data<float>()[r * k + j] * s.data<float>()[j] : x.data<float>()[r * k + j];
+      float amax = 0;
+      for (float v : row) amax = std::max(amax, std::fabs(v));
+      const float a_scale = amax / 127.0f;
+      for (int64_t c = 0; c < n; ++c) {
+        int64_t dot = 0;
+        for (int64_t j = 0; j < k; ++j) dot += contractCode(row[j], a_scale, 127.0f) * int64_t{wq[c * k + j]};
+        const double value = static_cast<double>(dot) * a_scale * q.weight.scale(c, 0);
+        want[static_cast<size_t>(r * n + c)] = {value, gamma(3) * std::fabs(value) + 1e-30};
+      }
+    }
+    std::vector<std::optional<Tensor>> inputs = {x, q.data, q.scales};
+    if (with_scales) inputs.insert(inputs.end(), {std::nullopt, std::nullopt, s});
+    Tensor got = runKernel("LlmQuantMatMul", inputs, params({{"format", stringParam("w8a8")}, {"group", intParam(k)}}));
+    expectWithinBounds(got, want, with_scales ? "w8a8 with input scales" : "w8a8");
+  }
+}
+
 TEST(W8A8Test, Avx2DotIsExact) {
   if (!quantDotHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
   std::mt19937 rng(91);
@@ -352,7 +522,25 @@ TEST(Fp8Test, MatMulMatchesTheE4M3RoundedProduct) {
     for (int64_t c = 0; c < n; ++c) want.data<float>()[r * n + c] = 0.5f * want.data<float>()[r * n + c] + bias.data<float>()[c];
   KernelParams p = params({{"format", stringParam("fp8")}, {"group", intParam(k)}, {"alpha", floatParam(0.5)}});
   Tensor got = runKernel("LlmQuantMatMul", {x, q.data, q.scales, std::nullopt, bias}, p);
-  EXPECT_LT(relativeL2(got.data<float>(), want.data<float>(), rows * n), 1e-5);
+  // At the rounding bound: each product of two E4M3 values is exact in float32, so only the
+  // float sum of K products (K - 1 roundings), the two scales, alpha and the bias round.
+  std::vector<Exact> bounded(static_cast<size_t>(rows * n));
+  const float inverse = 1.0f / a_scale;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double sum = 0, magnitude = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double product = static_cast<double>(e4m3ToFloat(floatToE4M3(x.data<float>()[r * k + i] * inverse))) *
+                               e4m3ToFloat(q.data.data<uint8_t>()[c * k + i]);
+        sum += product;
+        magnitude += std::fabs(product);
+      }
+      const double scales = static_cast<double>(a_scale) * q.weight.scale(c, 0);
+      const double value = 0.5 * sum * scales + bias.data<float>()[c];
+      bounded[static_cast<size_t>(r * n + c)] = {
+          value, gamma(k + 3) * 0.5 * magnitude * std::fabs(scales) + gamma(1) * std::fabs(value) + 1e-30};
+    }
+  expectWithinBounds(got, bounded, "fp8");
   // Against the float product: E4M3 keeps 3 mantissa bits (relative step 1/16 at most).
   Tensor exact = Tensor::allocate(DType::kFloat32, {rows, n});
   for (int64_t r = 0; r < rows; ++r)
