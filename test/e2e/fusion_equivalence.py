@@ -5,7 +5,8 @@ once per pass alone (all the others disabled, but for the passes whose output it
 the graph and, for decoders, as the language model over the KV cache.
 
 A pass-alone configuration counts only where the pass fired (`llmc compile --report` with the
-same flags): elsewhere it is reported as not exercised and not verified. Exit 1 when any
+same flags, whose engine `llmc verify --engine` then checks): elsewhere it is reported as not
+exercised and not verified. Exit 1 when any
 comparison is beyond tolerance, or when some pass fires alone on no model (its equivalence
 would then never have been checked)."""
 import argparse
@@ -84,6 +85,8 @@ def main() -> int:
                             continue
                         exercised[alone].append(f"{name}/{mode}")
                     command = [args.llmc, "verify", model] + flags + ["--seed", "7"]
+                    if alone:  # the engine whose report was read: verify compiles only the reference
+                        command += ["--engine", engine]
                     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
                     checks += 1
                     if result.returncode != 0:
@@ -91,7 +94,8 @@ def main() -> int:
                         print(f"FAIL {label}")
                     else:
                         passed += 1
-                        worst = [line for line in result.stdout.splitlines() if line.startswith("steps:")]
+                        worst = [line for line in result.stdout.splitlines()
+                                 if line.startswith(("steps:", "reference:"))]
                         print(f"ok   {label}: {worst[0] if worst else ''}")
     if not args.model:  # a subset of the models need not exercise every pass
         for p in PASSES:
