@@ -446,7 +446,10 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     };
     const int64_t h = int_attr("num_heads", 0), hkv = int_attr("kv_num_heads", 0);
     if (h < 1 || hkv < 1 || h % hkv != 0) return "num_heads must be a multiple of kv_num_heads";
-    if (int_attr("local_window_size", -1) != -1) return "sliding-window attention (local_window_size)";
+    // local_window_size L: each token sees itself and the L keys before it, llm.attention's
+    // window L + 1.
+    const int64_t local_window = int_attr("local_window_size", -1);
+    if (local_window < -1) return "local_window_size below -1";
     if (float_attr("softcap", 0) != 0) return "softcap is not supported by llm.attention";
     auto query = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
     const bool packed = !present(1);
@@ -497,7 +500,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     double scale = float_attr("scale", 0);
     if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
     Value attention = createAttention(b, loc, q, k, v, RankedTensorType::get({dyn, h, dyn, d}, f32),
-                                      scale, /*window=*/0, op->getAttr("llmc.names"));
+                                      scale, /*window=*/local_window >= 0 ? local_window + 1 : 0,
+                                      op->getAttr("llmc.names"));
     Value merged = create("nn.transpose", {attention}, RankedTensorType::get({dyn, dyn, h, d}, f32),
                           {b.getNamedAttr("perm", b.getDenseI64ArrayAttr({0, 2, 1, 3}))});
     Value out = create("nn.reshape", {merged, ints({0, 0, h * d})}, RankedTensorType::get({dyn, dyn, h * d}, f32));

@@ -18,6 +18,8 @@ own reference evaluator (onnx.reference), which nobody here wrote.
 - `llmc verify` passes on every recognized engine at lengths 1, 2, 3, around the window, and
   up to the context, and fails, placing the first mismatch at position W, when the causal
   engine is checked against the windowed graph and the other way round.
+- ONNX Runtime's GroupQueryAttention with local_window_size (the GenAI test decoder with a
+  window set): recognized with the matching window, verified, and equal to ONNX Runtime.
 """
 import argparse
 import json
@@ -30,6 +32,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+
+MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models")
 
 VOCAB, HIDDEN, HEADS, LAYERS, POSITIONS = 128, 32, 4, 2, 96
 HEAD = HIDDEN // HEADS
@@ -134,6 +138,51 @@ def run(cmd):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+def gqa_local_window(llmc, tmp, check, local_window=5):
+    """ONNX Runtime's GroupQueryAttention with local_window_size L (the GenAI builder's form of
+    Mistral's and Phi-3's windows: a token sees itself and the L keys before it): the GenAI-style
+    test decoder with L set on every layer must be recognized with window L + 1, pass `llmc
+    verify` past the window, and give ONNX Runtime's logits for the windowed graph."""
+    import onnxruntime as ort
+    model = onnx.load(os.path.join(MODELS_DIR, "genai_llama_tiny", "model.onnx"))
+    layers = 0
+    for node in model.graph.node:
+        if node.op_type == "GroupQueryAttention":
+            layers += 1
+            kept = [a for a in node.attribute if a.name != "local_window_size"]
+            del node.attribute[:]
+            node.attribute.extend(kept + [helper.make_attribute("local_window_size", local_window)])
+    path = os.path.join(tmp, "gqa_window.onnx")
+    onnx.save(model, path)
+    engine = os.path.join(tmp, "gqa_window.engine")
+    label = f"GroupQueryAttention local_window_size {local_window}"
+    proc = run([llmc, "compile", path, "-o", engine])
+    info = json.loads(run([llmc, "inspect", engine, "--json"]).stdout) if proc.returncode == 0 else {}
+    windows = (info.get("llm") or {}).get("attention_windows")
+    check(windows == [local_window + 1] * layers, f"{label}: recognized with window {local_window + 1}",
+          f"attention windows {windows}; {proc.stderr.strip()}")
+    proc = run([llmc, "verify", path, "--length", "40"])
+    check(proc.returncode == 0 and "logits, length 13" in proc.stdout, f"{label}: llmc verify up to 40 tokens",
+          "" if proc.returncode == 0 else proc.stdout + proc.stderr)
+    # ONNX Runtime on the windowed graph (an empty past) against the recognized engine.
+    seq = 24
+    ids = np.random.default_rng(5).integers(0, 64, size=(1, seq), dtype=np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones((1, seq), np.int64)}
+    for i in model.graph.input:
+        if i.name.startswith("past_key_values"):
+            dims = [d.dim_value for d in i.type.tensor_type.shape.dim]
+            feeds[i.name] = np.zeros((1, dims[1], 0, dims[3]), np.float32)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    want = session.run(["logits"], feeds)[0]
+    ids_path, out_dir = os.path.join(tmp, "gqa_ids.npy"), os.path.join(tmp, "gqa_out")
+    np.save(ids_path, ids)
+    proc = run([llmc, "run", engine, "--input", f"input_ids={ids_path}", "--output-dir", out_dir])
+    got = np.load(os.path.join(out_dir, "logits.npy")) if proc.returncode == 0 else None
+    ok = got is not None and got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-4)
+    check(ok, f"{label}: logits at {seq} tokens equal ONNX Runtime's",
+          proc.stderr.strip() if got is None else f"max abs error {float(np.max(np.abs(got - want))):.3g}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--llmc", required=True)
@@ -230,6 +279,7 @@ def main():
                   f"verify {graph} graph with the {other} engine: fails from position {WINDOW}",
                   f"exit {proc.returncode}, first mismatches {first}" +
                   ("" if proc.returncode == 1 and first[:1] == [WINDOW] else f"\n{proc.stdout}{proc.stderr}"))
+        gqa_local_window(args.llmc, tmp, check)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 

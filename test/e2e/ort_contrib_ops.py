@@ -59,39 +59,43 @@ def cases(rng):
     # and without rotary: a prefill over an empty past, a chunk and a decode over a past of 6.
     heads, kv_heads, head = 4, 2, 16  # ONNX Runtime wants head sizes that are multiples of 16 with rotary
     cos, sin = rotary_caches(rng, 32, head // 2)
-    for packed in (True, False):
-        for rotary in (0, 1):
-            # (ONNX Runtime takes a multi-token chunk over a past only at batch 1.)
-            for past_len, seq, batch in ((0, 5, 2), (6, 3, 1), (6, 1, 2)):
-                total = past_len + seq
-                feeds = {}
-                if packed:
-                    feeds["query"] = rng.standard_normal((batch, seq, (heads + 2 * kv_heads) * head)).astype(np.float32)
-                    names = ["query", "", ""]
-                else:
-                    feeds["query"] = rng.standard_normal((batch, seq, heads * head)).astype(np.float32)
-                    feeds["key"] = rng.standard_normal((batch, seq, kv_heads * head)).astype(np.float32)
-                    feeds["value"] = rng.standard_normal((batch, seq, kv_heads * head)).astype(np.float32)
-                    names = ["query", "key", "value"]
-                feeds["past_key"] = rng.standard_normal((batch, kv_heads, past_len, head)).astype(np.float32)
-                feeds["past_value"] = rng.standard_normal((batch, kv_heads, past_len, head)).astype(np.float32)
-                feeds["seqlens_k"] = np.full((batch,), total - 1, np.int32)
-                feeds["total_sequence_length"] = np.array([total], np.int32)
-                names += ["past_key", "past_value", "seqlens_k", "total_sequence_length"]
-                if rotary:
-                    feeds["cos_cache"], feeds["sin_cache"] = cos, sin
-                    names += ["cos_cache", "sin_cache"]
-                node = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value"],
-                                        domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads,
-                                        do_rotary=rotary, scale=0.3)
-                inputs = [tensor(n, TensorProto.INT32 if n in ("seqlens_k", "total_sequence_length") else F,
-                                 list(feeds[n].shape)) for n in names if n]
-                outputs = [tensor("out", F, [batch, seq, heads * head]),
-                           tensor("present_key", F, [batch, kv_heads, total, head]),
-                           tensor("present_value", F, [batch, kv_heads, total, head])]
-                label = (f"GroupQueryAttention {'packed' if packed else 'separate'} "
-                         f"{'rotary ' if rotary else ''}batch {batch}, past {past_len} + {seq}")
-                yield label, model(node, inputs, outputs), feeds
+    # local_window_size 2 (sliding window: each token sees itself and the 2 keys before it)
+    # over a prefill of 5, a chunk of 3 and a decode step past a past of 6.
+    for packed, rotary, window in ((True, 0, -1), (True, 1, -1), (False, 0, -1), (False, 1, -1),
+                                   (True, 1, 2), (False, 0, 2), (True, 0, 0)):
+        # (ONNX Runtime takes a multi-token chunk over a past only at batch 1.)
+        for past_len, seq, batch in ((0, 5, 2), (6, 3, 1), (6, 1, 2)):
+            total = past_len + seq
+            feeds = {}
+            if packed:
+                feeds["query"] = rng.standard_normal((batch, seq, (heads + 2 * kv_heads) * head)).astype(np.float32)
+                names = ["query", "", ""]
+            else:
+                feeds["query"] = rng.standard_normal((batch, seq, heads * head)).astype(np.float32)
+                feeds["key"] = rng.standard_normal((batch, seq, kv_heads * head)).astype(np.float32)
+                feeds["value"] = rng.standard_normal((batch, seq, kv_heads * head)).astype(np.float32)
+                names = ["query", "key", "value"]
+            feeds["past_key"] = rng.standard_normal((batch, kv_heads, past_len, head)).astype(np.float32)
+            feeds["past_value"] = rng.standard_normal((batch, kv_heads, past_len, head)).astype(np.float32)
+            feeds["seqlens_k"] = np.full((batch,), total - 1, np.int32)
+            feeds["total_sequence_length"] = np.array([total], np.int32)
+            names += ["past_key", "past_value", "seqlens_k", "total_sequence_length"]
+            if rotary:
+                feeds["cos_cache"], feeds["sin_cache"] = cos, sin
+                names += ["cos_cache", "sin_cache"]
+            node = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value"],
+                                    domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads,
+                                    do_rotary=rotary, scale=0.3,
+                                    **({"local_window_size": window} if window != -1 else {}))
+            inputs = [tensor(n, TensorProto.INT32 if n in ("seqlens_k", "total_sequence_length") else F,
+                             list(feeds[n].shape)) for n in names if n]
+            outputs = [tensor("out", F, [batch, seq, heads * head]),
+                       tensor("present_key", F, [batch, kv_heads, total, head]),
+                       tensor("present_value", F, [batch, kv_heads, total, head])]
+            label = (f"GroupQueryAttention {'packed' if packed else 'separate'} "
+                     f"{'rotary ' if rotary else ''}{f'local_window_size {window} ' if window != -1 else ''}"
+                     f"batch {batch}, past {past_len} + {seq}")
+            yield label, model(node, inputs, outputs), feeds
 
     # RotaryEmbedding, 3-D with position ids and 4-D with an offset, interleaved or not.
     for interleaved in (0, 1):

@@ -133,8 +133,10 @@ Status groupQueryAttention(KernelContext& ctx) {
   if (!query || query->rank() != 3 || !seqlens_k || !total_length)
     return kernelError(ctx, "needs query [batch, seq, hidden], seqlens_k and total_sequence_length");
   LLMC_RETURN_IF_ERROR(requireFloat32(ctx, {query, key, value, past_key, past_value, cos_cache, sin_cache}));
-  if (p.getInt("local_window_size", -1) != -1 || p.getFloat("softcap", 0.0) != 0.0)
-    return kernelError(ctx, "local_window_size and softcap are not supported");
+  if (p.getFloat("softcap", 0.0) != 0.0) return kernelError(ctx, "softcap is not supported");
+  // local_window_size L >= 0: the token at position i sees keys i - L .. i (L + 1 of them).
+  const int64_t local_window = p.getInt("local_window_size", -1);
+  if (local_window < -1) return kernelError(ctx, "local_window_size must be -1 (off) or >= 0");
   const int64_t batch = query->dim(0), seq = query->dim(1);
   const bool packed = key == nullptr;
   const int64_t head_dim = packed ? query->dim(2) / (heads + 2 * kv_heads) : query->dim(2) / heads;
@@ -219,12 +221,16 @@ Status groupQueryAttention(KernelContext& ctx) {
       const float* vh = &values[static_cast<size_t>(((b * kv_heads + h / group) * present_len) * head_dim)];
       for (int64_t s = 0; s < seq; ++s) {
         const float* qd = &q[static_cast<size_t>(((b * heads + h) * seq + s) * head_dim)];
-        const int64_t count = past_b + s + 1;  // causal
+        const int64_t position = past_b + s;  // causal: keys first .. position
+        const int64_t first = local_window >= 0 ? std::max<int64_t>(0, position - local_window) : 0;
+        const int64_t count = position + 1 - first;
+        const float* kw = kh + first * head_dim;
+        const float* vw = vh + first * head_dim;
         scores.assign(static_cast<size_t>(count), 0.0);
         double max_score = -INFINITY;
         for (int64_t j = 0; j < count; ++j) {
           double dot = 0;
-          for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(qd[d]) * kh[j * head_dim + d];
+          for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(qd[d]) * kw[j * head_dim + d];
           scores[j] = dot * scale;
           max_score = std::max(max_score, scores[j]);
         }
@@ -233,7 +239,7 @@ Status groupQueryAttention(KernelContext& ctx) {
         float* o = out->data<float>() + (b * seq + s) * heads * head_dim + h * head_dim;
         for (int64_t d = 0; d < head_dim; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < count; ++j) acc += scores[j] / sum * vh[j * head_dim + d];
+          for (int64_t j = 0; j < count; ++j) acc += scores[j] / sum * vw[j * head_dim + d];
           o[d] = static_cast<float>(acc);
         }
       }
