@@ -378,11 +378,19 @@ bool endsWithReplacement(const std::string& text) { return text.ends_with("\xEF\
 // new ones. When the window's text extends the context's text and does not end in U+FFFD, the
 // extension is emitted and the window slides to start at the new ids.
 Status Tokenizer::StreamDecoder::step(int32_t id, std::string* text) {
-  if (tokenizer_->impl_->tokenOf(id) == nullptr) {
+  const std::string* token = tokenizer_->impl_->tokenOf(id);
+  if (token == nullptr) {
     return outOfRange("StreamDecoder::step: id " + std::to_string(id) +
                       " is not in the vocabulary");
   }
   all_ids_.push_back(id);
+  // ByteFallback decodes a run of "<0xXX>" tokens as a whole: when the run is not valid UTF-8,
+  // every byte of it becomes U+FFFD, even bytes that formed whole characters before the run
+  // went wrong. So nothing of a run is emitted until a token after it (or finish()) ends it; a
+  // skipped special token adds no text and ends nothing (the bytes around it form one run).
+  if (tokenization::byteTokenValue(*token) >= 0 ||
+      (skip_special_tokens_ && tokenizer_->isSpecialToken(id)))
+    return okStatus();
   std::string window_text;
   std::span<const int32_t> window(all_ids_.data() + window_begin_, all_ids_.size() - window_begin_);
   LLMC_RETURN_IF_ERROR(tokenizer_->decode(window, skip_special_tokens_, &window_text));

@@ -88,6 +88,10 @@ struct PatternSpec {
 };
 Status getPattern(const Json& object, const char* key, const std::string& where, PatternSpec* out);
 
+// The byte of a ByteFallback token "<0xXX>" (what the ByteFallback decoder turns back into a
+// byte), or -1 for any other token.
+int byteTokenValue(const std::string& token);
+
 // GPT-2's byte-to-character map of the ByteLevel pre-tokenizer and decoder.
 char32_t byteToChar(uint8_t byte);
 // The byte of a ByteLevel character, or -1 when `cp` is not one.

@@ -120,20 +120,6 @@ class WordPieceDecoder final : public Decoder {
   bool cleanup_;
 };
 
-// Parses the byte of a "<0xXX>" token like Rust's u8::from_str_radix (which allows a '+').
-int byteTokenValue(const std::string& token) {
-  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
-  auto digit = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  if (token[3] == '+') return digit(token[4]);
-  int high = digit(token[3]), low = digit(token[4]);
-  return high < 0 || low < 0 ? -1 : high * 16 + low;
-}
-
 class ByteFallbackDecoder final : public Decoder {
  public:
   Status decodeChain(std::vector<std::string>* tokens) const override {
@@ -350,6 +336,20 @@ Status makeTemplateProcessor(const Json& json, const std::string& where,
 }
 
 }  // namespace
+
+// Parses the byte of a "<0xXX>" token like Rust's u8::from_str_radix (which allows a '+').
+int byteTokenValue(const std::string& token) {
+  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (token[3] == '+') return digit(token[4]);
+  int high = digit(token[3]), low = digit(token[4]);
+  return high < 0 || low < 0 ? -1 : high * 16 + low;
+}
 
 Status makeDecoder(const Json& json, const std::string& where, std::unique_ptr<Decoder>* out) {
   out->reset();
