@@ -286,9 +286,19 @@ Status readCalibrationStats(const std::string& path, const std::string& key, Cal
     else if (field == "samples") s.samples = t.clone();
     else if (field == "rows_seen" && t.dtype() == DType::kInt64 && t.numElements() == 1) s.rows_seen = t.data<int64_t>()[0];
   }
-  for (const auto& [node, s] : *stats)
-    if (s.absmax.rank() != 1 || s.samples.rank() != 2 || s.samples.dim(1) != s.absmax.dim(0))
-      return invalidArgument(path + ": statistics of '" + node + "' are incomplete");
+  // The quantization passes read these as float32 [K] and [rows, K]: a file that says otherwise
+  // (another writer, a damaged cache) is refused rather than read past its tensors.
+  for (const auto& [node, s] : *stats) {
+    const int64_t k = s.absmax.rank() == 1 ? s.absmax.dim(0) : -1;
+    const bool mean_abs_ok = s.mean_abs.dtype() == DType::kUndefined ||
+                             (s.mean_abs.dtype() == DType::kFloat32 && s.mean_abs.rank() == 1 &&
+                              s.mean_abs.dim(0) == k);
+    if (k < 0 || s.absmax.dtype() != DType::kFloat32 || s.samples.dtype() != DType::kFloat32 ||
+        s.samples.rank() != 2 || s.samples.dim(1) != k || !mean_abs_ok)
+      return invalidArgument(path + ": statistics of '" + node +
+                             "' are incomplete (absmax and mean_abs must be float32 [K], samples "
+                             "float32 [rows, K])");
+  }
   return okStatus();
 }
 

@@ -280,7 +280,8 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
         if (choice->alpha > 0) row_scales = std::move(choice->scales);
         importance = std::move(choice->importance);
       }
-    } else if (stats != stats_.end() && traits.per_token_activations) {
+    } else if (stats != stats_.end() && traits.per_token_activations &&
+               stats->second.absmax.numElements() == k) {  // statistics of another K: not ours
       row_scales = smoothingScales(*float32Constant(w), trans_b != 0, stats->second, smoothAlpha, smoothPercentile);
       detail = "smoothed (alpha " + std::to_string(smoothAlpha).substr(0, 4) +
                (smoothPercentile < 1 ? ", percentile " + std::to_string(smoothPercentile).substr(0, 5) : std::string()) + ")";
