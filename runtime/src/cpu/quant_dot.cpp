@@ -7,6 +7,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -312,8 +313,13 @@ float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations
 }
 
 bool quantDotHasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  // F16C from CPUID (leaf 1, ECX): clang before 15 does not take "f16c" in
+  // __builtin_cpu_supports, and the fuzz build (scripts/fuzz.sh) uses Debian's clang 14.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  }();
   return has;
 }
 
