@@ -1,5 +1,6 @@
-// The llm kernels: LlmAttention (causal or sliding-window attention that appends to and reads
-// from the paged KV cache), LlmPositions and LlmLastTokens. Reference implementations: plain loops, float accumulation.
+// The CPU backend's llm kernels: LlmAttention (causal or sliding-window attention that appends
+// to and reads from the paged KV cache), LlmPositions and LlmLastTokens. Reference
+// implementations: plain loops, float accumulation.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
