@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libonnx-testdata
   bible-kjv
   python3 python3-venv
+  clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: clang and libFuzzer (only recommended by clang)
 )
 
 missing=()

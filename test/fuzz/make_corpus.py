@@ -4,7 +4,8 @@ from which the replay tests' mutations and libFuzzer start.
 
 Run: .venv/bin/python test/fuzz/make_corpus.py   (needs numpy and onnx)
 Seeds are tiny on purpose: mutations of a small input reach every branch of a header
-parser faster than those of a big one.
+parser faster than those of a big one. The cli_files engine seed is corpus/engine/add.engine
+(make_model_corpus.py), when it exists.
 """
 import json
 import os
@@ -86,10 +87,71 @@ def tensor_proto_corpus():
     write("tensor_proto", "external.pb", pb(external))
 
 
+def tokenizer_text_corpus():
+    """Text for the built-in tokenizers of fuzz_tokenizers.h: scripts, specials, bad UTF-8."""
+    write("tokenizer_text", "text_code.txt", b"def f(x):\n    return x ** 2  # the thing\n")
+    write("tokenizer_text", "text_mixed.txt",
+          "Hello <|eot|> world, it's 12345 héllo 中文 🤖\r\n\t  <mask> ab.".encode())
+    write("tokenizer_text", "specials.txt", b"<s>[CLS] the</s>[SEP] STOP <unk> <0x41>")
+    write("tokenizer_text", "accents_digits.txt", "Café naïve 1|2,3! ÅNGSTRÖM ﬁ ①".encode())
+    write("tokenizer_text", "invalid_utf8.txt", b"ok \xc3( \xe2\x82 \xf0\x9f\x98 \xff end")
+    write("tokenizer_text", "spaces.txt", "   leading  and\u00a0trailing \n\n\r ".encode())
+
+
+# fuzz_cli_files.cpp: the first byte picks the reader (its enum Reader, kReaders of them) and,
+# divided by kReaders, the built-in tokenizer (0 byte-level BPE, 1 SentencePiece BPE,
+# 2 WordPiece, 3 WordLevel) where the reader needs one.
+CLI_READERS = ["input_npy", "input_pb", "engine", "tokenizer", "sentences", "text", "options",
+               "calib_prompts", "calib_npy", "calib_stats", "refit_weights"]
+
+
+def cli(name, reader, contents, tokenizer=0):
+    selector = CLI_READERS.index(reader) + len(CLI_READERS) * tokenizer
+    write("cli_files", name, bytes([selector]) + contents)
+
+
+def cli_files_corpus():
+    cli("input_float32.npy", "input_npy", npy(np.arange(6, dtype=np.float32).reshape(2, 3)))
+    cli("input_int64.pb", "input_pb", numpy_helper.from_array(
+        np.array([[1, 2, 3]], np.int64), name="input_ids").SerializeToString())
+    engine = os.path.join(HERE, "corpus", "engine", "add.engine")
+    if os.path.exists(engine):
+        with open(engine, "rb") as f:
+            cli("add.engine", "engine", f.read())
+    tokenizer = {"model": {"type": "WordLevel", "unk_token": "<unk>", "vocab": {"<unk>": 0, "a": 1}},
+                 "pre_tokenizer": {"type": "Whitespace"}, "added_tokens": []}
+    cli("tokenizer.json", "tokenizer", json.dumps(tokenizer).encode())
+    cli("sentences_bpe.txt", "sentences", "Hello world\r\n\nthe thing 中文\n".encode())
+    cli("sentences_wordpiece.txt", "sentences", b"ab a.\nba\n", tokenizer=2)
+    cli("text_sentencepiece.txt", "text", "the café 中 a".encode(), tokenizer=1)
+    cli("options_int.txt", "options", b"9223372036854775807")
+    cli("options_float.txt", "options", b"2.5e-1")
+    cli("options_signed.txt", "options", b"-0")
+    cli("calib_prompts_bpe.txt", "calib_prompts", b"the thing\n  \t\nHello world\n")
+    cli("calib_prompts_wordlevel.txt", "calib_prompts", b"hello, world 12\n", tokenizer=3)
+    cli("calib_ids_int64.npy", "calib_npy", npy(np.array([[1, 2, 3, 4, 5]], np.int64)))
+    cli("calib_ids_int32.npy", "calib_npy", npy(np.array([7, 8], np.int32)))
+    # What writeCalibrationStats (compiler/pipeline/Calibration.cpp) writes for one product.
+    key = np.frombuffer(b"0123456789abcdef", np.uint8)
+    cli("calib_stats.safetensors", "calib_stats", safetensors({
+        "llmc.calibration_key": ("U8", key),
+        "mm/absmax": ("F32", np.array([1.0, 2.0], np.float32)),
+        "mm/mean_abs": ("F32", np.array([0.5, 1.0], np.float32)),
+        "mm/samples": ("F32", np.array([[1.0, -2.0], [0.5, 0.25], [-1.0, 0.0]], np.float32)),
+        "mm/rows_seen": ("I64", np.array([3], np.int64))}))
+    # The initializers of the refit model in fuzz_cli_files.cpp: w [2, 3] and b [3].
+    cli("refit_weights.safetensors", "refit_weights", safetensors({
+        "w": ("F32", np.arange(6, dtype=np.float32).reshape(2, 3)), "b": ("F32", np.ones(3, np.float32))}))
+    cli("refit_wrong_shape.safetensors", "refit_weights", safetensors({
+        "w": ("F32", np.arange(6, dtype=np.float32).reshape(3, 2)), "b": ("F16", np.ones(3, np.float16))}))
+
+
 def main():
     npy_corpus()
     tensor_proto_corpus()
     safetensors_corpus()
+    tokenizer_text_corpus()
+    cli_files_corpus()
 
 
 

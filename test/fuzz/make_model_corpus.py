@@ -2,7 +2,7 @@
 """Writes the seed corpora of the ONNX-importer and engine fuzz targets.
 
 corpus/onnx/*.onnx: tiny models made here with onnx.helper (every storage form of
-initializers, symbolic dims, optional inputs, a shape chain). corpus/engine/*.engine: the same
+initializers, external data included, symbolic dims, optional inputs, a shape chain). corpus/engine/*.engine: the same
 models compiled by llmc (pass its path). Run:
     .venv/bin/python test/fuzz/make_model_corpus.py build/tools/llmc/llmc
 """
@@ -52,6 +52,17 @@ def seeds():
          helper.make_node("Concat", ["b", "rest"], ["ns"], name="concat", axis=0),
          helper.make_node("Reshape", ["x", "ns"], ["y"], name="reshape")],
         [helper.make_tensor_value_info("x", f, ["batch", 2, 3])], [helper.make_tensor_value_info("y", f, ["batch", 6])])
+    # An initializer in an external file: fuzz_onnx_import.cpp writes weights.bin (floats 0..15)
+    # next to the model; w is floats 2..7 of it.
+    external = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2, 3])
+    external.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "weights.bin"), ("offset", "8"), ("length", "24")):
+        entry = external.external_data.add()
+        entry.key, entry.value = key, value
+    yield "external_data", model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        [helper.make_tensor_value_info("x", f, ["n", 2])], [helper.make_tensor_value_info("y", f, ["n", 3])],
+        [external])
     yield "reduce_int", model(
         [helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=0)],
         [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 3])], [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
@@ -90,7 +101,8 @@ def main():
     os.makedirs(onnx_dir, exist_ok=True)
     os.makedirs(engine_dir, exist_ok=True)
     for name, m in seeds():
-        onnx.checker.check_model(m)
+        if name != "external_data":  # the checker wants weights.bin, which the target writes
+            onnx.checker.check_model(m)
         path = os.path.join(onnx_dir, name + ".onnx")
         with open(path, "wb") as out:
             out.write(m.SerializeToString())
