@@ -62,6 +62,10 @@ class BatchGenerator {
 
  private:
   BatchGenerator() = default;
+  // The bodies of submit() and step(), which run them inside the API's exception boundary.
+  Status submitUnguarded(std::span<const int32_t> prompt, const GenerationOptions& options,
+                         TokenCallback on_token, int64_t* request_id);
+  Status stepUnguarded(std::vector<Finished>* finished);
   struct State;
   std::unique_ptr<State> state_;
 };

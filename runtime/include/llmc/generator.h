@@ -125,6 +125,12 @@ class Generator {
   Generator() = default;
   struct State;
   std::unique_ptr<State> state_;
+  // The bodies of generate() and beamSearch(), which run them inside the API's exception
+  // boundary (runtime/src/core/api_guard.h).
+  Status generateUnguarded(std::span<const int32_t> prompt, const GenerationOptions& options,
+                           const TokenCallback& on_token, GenerationResult* result);
+  Status beamSearchUnguarded(std::span<const int32_t> prompt, const BeamSearchOptions& options,
+                             GenerationResult* result);
   Status checkPrompt(std::span<const int32_t> prompt, int32_t max_new_tokens) const;
   // Runs the engine on equally long rows; returns each row's last-position logits.
   Status lastLogitsOf(const std::vector<std::vector<int64_t>>& rows,

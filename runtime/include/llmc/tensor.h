@@ -54,8 +54,13 @@ std::string shapeToString(const Shape& shape);
 class Tensor {
  public:
   Tensor() = default;
-  // An owning tensor with zero-initialized storage (64-byte aligned).
+  // An owning tensor with zero-initialized storage (64-byte aligned). Throws std::bad_alloc
+  // when memory runs out: this form is for llmc's kernels, whose exceptions the API boundary
+  // turns into a Status. Code outside llmc uses the Status form below.
   static Tensor allocate(DType dtype, Shape shape);
+  // The same, without exceptions: kResourceExhausted (naming the shape) when memory runs out,
+  // kInvalidArgument for a negative or overflowing shape.
+  static Status allocate(DType dtype, Shape shape, Tensor* out);
   // A borrowing tensor over `data`, which must outlive it.
   static Tensor view(DType dtype, Shape shape, void* data);
   static Tensor view(DType dtype, Shape shape, const void* data) {
@@ -83,8 +88,10 @@ class Tensor {
   bool hasData() const { return data_ != nullptr || numElements() == 0; }
   bool ownsData() const { return storage_ != nullptr; }
 
-  // A deep copy that owns its bytes.
+  // A deep copy that owns its bytes. Throws std::bad_alloc like allocate(dtype, shape).
   Tensor clone() const;
+  // The same, without exceptions (kResourceExhausted when memory runs out).
+  Status clone(Tensor* out) const;
 
  private:
   DType dtype_ = DType::kUndefined;

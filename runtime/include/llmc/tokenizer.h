@@ -37,7 +37,7 @@ class Tokenizer {
 
   // -1 when absent.
   int32_t tokenToId(std::string_view token) const;
-  // Empty when absent.
+  // Empty when absent (or when memory runs out).
   std::string idToToken(int32_t id) const;
   bool isSpecialToken(int32_t id) const;
   // One past the largest id of the vocabulary and the added tokens (the embedding rows a model
@@ -70,6 +70,7 @@ class Tokenizer {
     size_t context_end_ = 0;        // all_ids_[window_begin_..context_end_): already emitted
     std::string context_text_;      // decode of that context
   };
+  // Null only when memory runs out.
   std::unique_ptr<StreamDecoder> streamDecoder(bool skip_special_tokens) const;
 
  private:

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/api_guard.h"
 #include "core/engine_file.h"
 #include "core/file_io.h"
 #include "core/plan.h"
@@ -467,51 +468,55 @@ Engine::~Engine() = default;
 
 Status Engine::load(const std::string& path, std::shared_ptr<const Engine>* out,
                     const LoadOptions& options) {
-  int fd = -1;
-  int64_t size_bytes = -1;
-  LLMC_RETURN_IF_ERROR(openFileForReading(path, "engine", &fd, &size_bytes));
-  if (size_bytes < 0) {  // a pipe or a device cannot be mapped
-    ::close(fd);
-    return invalidArgument(describeFile("engine", path) + ": not a regular file");
-  }
-  auto mapping = std::make_unique<Mapping>();
-  mapping->size = static_cast<size_t>(size_bytes);
-  if (mapping->size > 0) {
-    void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (address == MAP_FAILED) {
+  return guardApi("Engine::load", [&]() -> Status {
+    int fd = -1;
+    int64_t size_bytes = -1;
+    LLMC_RETURN_IF_ERROR(openFileForReading(path, "engine", &fd, &size_bytes));
+    if (size_bytes < 0) {  // a pipe or a device cannot be mapped
       ::close(fd);
-      return internalError(path + ": mmap failed: " + std::strerror(errno));
+      return invalidArgument(describeFile("engine", path) + ": not a regular file");
     }
-    mapping->address = address;
-    mapping->mmapped = true;
-  }
-  ::close(fd);
-  std::shared_ptr<Engine> engine(new Engine());
-  engine->plan_ = std::make_unique<Plan>();
-  LLMC_RETURN_IF_ERROR(
-      verifyAndBuild(mapping->data(), mapping->size, path, options, engine->plan_.get()));
-  engine->mapping_ = std::move(mapping);
-  *out = std::move(engine);
-  return okStatus();
+    auto mapping = std::make_unique<Mapping>();
+    mapping->size = static_cast<size_t>(size_bytes);
+    if (mapping->size > 0) {
+      void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (address == MAP_FAILED) {
+        ::close(fd);
+        return internalError(path + ": mmap failed: " + std::strerror(errno));
+      }
+      mapping->address = address;
+      mapping->mmapped = true;
+    }
+    ::close(fd);
+    std::shared_ptr<Engine> engine(new Engine());
+    engine->plan_ = std::make_unique<Plan>();
+    LLMC_RETURN_IF_ERROR(
+        verifyAndBuild(mapping->data(), mapping->size, path, options, engine->plan_.get()));
+    engine->mapping_ = std::move(mapping);
+    *out = std::move(engine);
+    return okStatus();
+  });
 }
 
 Status Engine::loadFromMemory(std::span<const uint8_t> bytes, const std::string& what,
                               std::shared_ptr<const Engine>* out, const LoadOptions& options) {
-  auto mapping = std::make_unique<Mapping>();
-  // Over-allocate so the weights section keeps its alignment in memory.
-  mapping->copy.resize(bytes.size() + kWeightsAlignment);
-  uintptr_t base = reinterpret_cast<uintptr_t>(mapping->copy.data());
-  size_t shift = (kWeightsAlignment - base % kWeightsAlignment) % kWeightsAlignment;
-  if (!bytes.empty()) std::memcpy(mapping->copy.data() + shift, bytes.data(), bytes.size());
-  mapping->address = mapping->copy.data() + shift;
-  mapping->size = bytes.size();
-  std::shared_ptr<Engine> engine(new Engine());
-  engine->plan_ = std::make_unique<Plan>();
-  LLMC_RETURN_IF_ERROR(
-      verifyAndBuild(mapping->data(), mapping->size, what, options, engine->plan_.get()));
-  engine->mapping_ = std::move(mapping);
-  *out = std::move(engine);
-  return okStatus();
+  return guardApi("Engine::loadFromMemory", [&]() -> Status {
+    auto mapping = std::make_unique<Mapping>();
+    // Over-allocate so the weights section keeps its alignment in memory.
+    mapping->copy.resize(bytes.size() + kWeightsAlignment);
+    uintptr_t base = reinterpret_cast<uintptr_t>(mapping->copy.data());
+    size_t shift = (kWeightsAlignment - base % kWeightsAlignment) % kWeightsAlignment;
+    if (!bytes.empty()) std::memcpy(mapping->copy.data() + shift, bytes.data(), bytes.size());
+    mapping->address = mapping->copy.data() + shift;
+    mapping->size = bytes.size();
+    std::shared_ptr<Engine> engine(new Engine());
+    engine->plan_ = std::make_unique<Plan>();
+    LLMC_RETURN_IF_ERROR(
+        verifyAndBuild(mapping->data(), mapping->size, what, options, engine->plan_.get()));
+    engine->mapping_ = std::move(mapping);
+    *out = std::move(engine);
+    return okStatus();
+  });
 }
 
 const std::vector<TensorInfo>& Engine::inputs() const { return plan_->input_infos; }

@@ -8,6 +8,7 @@
 #include <map>
 #include <new>
 
+#include "core/api_guard.h"
 #include "core/plan.h"
 #include "llm/step_context.h"
 #ifdef LLMC_HAVE_CUDA
@@ -182,51 +183,53 @@ Status Session::create(std::shared_ptr<const Engine> engine, std::unique_ptr<Ses
 
 Status Session::create(std::shared_ptr<const Engine> engine, const SessionOptions& options,
                        std::unique_ptr<Session>* out) {
-  if (!engine) return invalidArgument("Session::create: null engine");
-  const Plan& plan = engine->plan();
-  if (plan.stripped_weights > 0)
-    return failedPrecondition(plan.path + ": " + std::to_string(plan.stripped_weights) +
-                              " weights were stripped (--strip-weights); fill them with "
-                              "`llmc refit ENGINE --weights FILE.safetensors -o OUT.engine`");
-  Backend backend = options.backend;
-  if (backend == Backend::kAuto) {
-    const std::string refusal = targetRefusal(engine->target());
-    if (!refusal.empty()) return failedPrecondition(plan.path + ": " + refusal);
-    backend = engine->target() == "cpu" ? Backend::kCpu : Backend::kCuda;
-  }
-  std::unique_ptr<Session> session(new Session());
-  session->state_ = std::make_unique<State>(plan);
-  session->state_->backend = backend;
-  session->state_->observer = options.observer;
-  if (backend == Backend::kCuda && options.observer)
-    return invalidArgument(plan.path + ": step observers run on the CPU backend only");
-  if (options.gpu_weight_dtype != DType::kFloat32 && options.gpu_weight_dtype != DType::kBFloat16 &&
-      options.gpu_weight_dtype != DType::kFloat16)
-    return invalidArgument(plan.path + ": GPU weights are float32, bfloat16 or float16, not " +
-                           dtypeName(options.gpu_weight_dtype));
-  if (backend != Backend::kCuda && options.gpu_weight_dtype != DType::kFloat32)
-    return invalidArgument(plan.path + ": " + dtypeName(options.gpu_weight_dtype) +
-                           " weights are a CUDA backend option; this session runs on the CPU");
-  if (backend == Backend::kCuda) {
+  return guardApi("Session::create", [&]() -> Status {
+    if (!engine) return invalidArgument("Session::create: null engine");
+    const Plan& plan = engine->plan();
+    if (plan.stripped_weights > 0)
+      return failedPrecondition(plan.path + ": " + std::to_string(plan.stripped_weights) +
+                                " weights were stripped (--strip-weights); fill them with "
+                                "`llmc refit ENGINE --weights FILE.safetensors -o OUT.engine`");
+    Backend backend = options.backend;
+    if (backend == Backend::kAuto) {
+      const std::string refusal = targetRefusal(engine->target());
+      if (!refusal.empty()) return failedPrecondition(plan.path + ": " + refusal);
+      backend = engine->target() == "cpu" ? Backend::kCpu : Backend::kCuda;
+    }
+    std::unique_ptr<Session> session(new Session());
+    session->state_ = std::make_unique<State>(plan);
+    session->state_->backend = backend;
+    session->state_->observer = options.observer;
+    if (backend == Backend::kCuda && options.observer)
+      return invalidArgument(plan.path + ": step observers run on the CPU backend only");
+    if (options.gpu_weight_dtype != DType::kFloat32 &&
+        options.gpu_weight_dtype != DType::kBFloat16 && options.gpu_weight_dtype != DType::kFloat16)
+      return invalidArgument(plan.path + ": GPU weights are float32, bfloat16 or float16, not " +
+                             dtypeName(options.gpu_weight_dtype));
+    if (backend != Backend::kCuda && options.gpu_weight_dtype != DType::kFloat32)
+      return invalidArgument(plan.path + ": " + dtypeName(options.gpu_weight_dtype) +
+                             " weights are a CUDA backend option; this session runs on the CPU");
+    if (backend == Backend::kCuda) {
 #ifdef LLMC_HAVE_CUDA
-    cuda::ExecutorOptions device_options;
-    device_options.allow_tf32 = options.allow_tf32;
-    device_options.weight_dtype = options.gpu_weight_dtype;
-    device_options.cuda_graphs = options.cuda_graphs;
-    device_options.cuda_graph_max_batch = options.cuda_graph_max_batch;
-    LLMC_RETURN_IF_ERROR(cuda::Executor::create(engine, device_options, &session->state_->device)
-                             .withContext(plan.path));
+      cuda::ExecutorOptions device_options;
+      device_options.allow_tf32 = options.allow_tf32;
+      device_options.weight_dtype = options.gpu_weight_dtype;
+      device_options.cuda_graphs = options.cuda_graphs;
+      device_options.cuda_graph_max_batch = options.cuda_graph_max_batch;
+      LLMC_RETURN_IF_ERROR(cuda::Executor::create(engine, device_options, &session->state_->device)
+                               .withContext(plan.path));
 #else
-    return failedPrecondition(plan.path + ": the CUDA backend was asked for, but this runtime "
-                              "was built without CUDA (configure with -DLLMC_ENABLE_CUDA=ON "
-                              "where nvcc is installed)");
+      return failedPrecondition(plan.path + ": the CUDA backend was asked for, but this runtime "
+                                "was built without CUDA (configure with -DLLMC_ENABLE_CUDA=ON "
+                                "where nvcc is installed)");
 #endif
-  } else {
-    LLMC_RETURN_IF_ERROR(session->state_->layout());
-  }
-  session->engine_ = std::move(engine);
-  *out = std::move(session);
-  return okStatus();
+    } else {
+      LLMC_RETURN_IF_ERROR(session->state_->layout());
+    }
+    session->engine_ = std::move(engine);
+    *out = std::move(session);
+    return okStatus();
+  });
 }
 
 uint64_t Session::arenaBytes() const {
@@ -249,7 +252,7 @@ Session::StepCounts Session::lastRunSteps() const {
 }
 
 Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
-  return run(inputs, outputs, nullptr);
+  return guardApi("Session::run", [&] { return run(inputs, outputs, nullptr); });
 }
 
 Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
@@ -351,7 +354,8 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
       for (int index : step.inputs)
         observation.inputs.push_back(index < 0 ? nullptr : &values[static_cast<size_t>(index)]);
       for (int index : step.outputs) observation.outputs.push_back(&values[static_cast<size_t>(index)]);
-      state_->observer(observation);
+      Status observed = callUserCode("the step observer", [&] { state_->observer(observation); });
+      if (!observed.ok()) return observed.withContext(what + ": node '" + step.node + "'");
     }
     for (int index : step.last_use) values[static_cast<size_t>(index)] = Tensor();
   }

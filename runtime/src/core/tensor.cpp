@@ -30,8 +30,12 @@ const DTypeInfo* findDType(DType dtype) {
   return nullptr;
 }
 
+constexpr std::align_val_t kTensorAlignment{64};
+
+// Storage comes from the aligned operator new, so that running out of memory is the
+// std::bad_alloc every other allocation throws (and tests can make any of them fail).
 struct AlignedFree {
-  void operator()(std::byte* p) const { std::free(p); }
+  void operator()(std::byte* p) const { ::operator delete(p, kTensorAlignment); }
 };
 }  // namespace
 
@@ -98,12 +102,25 @@ Tensor Tensor::allocate(DType dtype, Shape shape) {
   size_t bytes = t.sizeBytes();
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw std::bad_alloc();
+  void* p = ::operator new(rounded, kTensorAlignment);
   std::memset(p, 0, rounded);
   t.storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), AlignedFree());
   t.data_ = p;
   return t;
+}
+
+Status Tensor::allocate(DType dtype, Shape shape, Tensor* out) {
+  int64_t count = 0;
+  if (!checkedNumElements(shape, &count) || dtypeSize(dtype) == 0)
+    return invalidArgument("Tensor::allocate: cannot allocate " + std::string(dtypeName(dtype)) +
+                           shapeToString(shape));
+  try {
+    *out = allocate(dtype, std::move(shape));
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("Tensor::allocate: out of memory for " + std::to_string(count) +
+                             " elements of " + dtypeName(dtype));
+  }
+  return okStatus();
 }
 
 Tensor Tensor::view(DType dtype, Shape shape, void* data) {
@@ -118,6 +135,16 @@ Tensor Tensor::clone() const {
   Tensor t = allocate(dtype_, shape_);
   if (data_ && sizeBytes()) std::memcpy(t.data_, data_, sizeBytes());
   return t;
+}
+
+Status Tensor::clone(Tensor* out) const {
+  try {
+    *out = clone();
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted(std::string("Tensor::clone: out of memory for ") + dtypeName(dtype_) +
+                             shapeToString(shape_));
+  }
+  return okStatus();
 }
 
 }  // namespace llmc

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/api_guard.h"
 #include "core/file_io.h"
 
 namespace llmc {
@@ -705,205 +706,218 @@ Status storeInt32Data(const std::vector<int32_t>& values, const std::string& wha
 // ---------------------------------------------------------------------------------------
 
 Status parseNpy(const void* data, size_t size_bytes, const std::string& what, Tensor* out) {
-  const uint8_t* bytes = static_cast<const uint8_t*>(data);
-  if (size_bytes < kNpyMagicSize + 2 || std::memcmp(bytes, kNpyMagic, kNpyMagicSize) != 0)
-    return dataLoss(what + ": not a .npy file (no \\x93NUMPY magic)");
-  uint8_t major = bytes[6], minor = bytes[7];
-  if ((major != 1 && major != 2 && major != 3) || minor != 0)
-    return unimplemented(what + ": .npy format version " + std::to_string(major) + "." +
-                         std::to_string(minor) + " is not supported (1.0, 2.0 and 3.0 are)");
-  size_t length_size = major == 1 ? 2 : 4;
-  size_t preamble = kNpyMagicSize + 2 + length_size;
-  if (size_bytes < preamble) return dataLoss(what + ": truncated .npy header");
-  size_t header_size = readLittleEndian(bytes + kNpyMagicSize + 2, length_size);
-  if (header_size > size_bytes - preamble)
-    return dataLoss(what + ": .npy header length " + std::to_string(header_size) +
-                    " runs past the end of the file (" + std::to_string(size_bytes) + " bytes)");
-  std::string_view header_text(reinterpret_cast<const char*>(bytes + preamble), header_size);
+  return guardApi("parseNpy", [&]() -> Status {
+    const uint8_t* bytes = static_cast<const uint8_t*>(data);
+    if (size_bytes < kNpyMagicSize + 2 || std::memcmp(bytes, kNpyMagic, kNpyMagicSize) != 0)
+      return dataLoss(what + ": not a .npy file (no \\x93NUMPY magic)");
+    uint8_t major = bytes[6], minor = bytes[7];
+    if ((major != 1 && major != 2 && major != 3) || minor != 0)
+      return unimplemented(what + ": .npy format version " + std::to_string(major) + "." +
+                           std::to_string(minor) + " is not supported (1.0, 2.0 and 3.0 are)");
+    size_t length_size = major == 1 ? 2 : 4;
+    size_t preamble = kNpyMagicSize + 2 + length_size;
+    if (size_bytes < preamble) return dataLoss(what + ": truncated .npy header");
+    size_t header_size = readLittleEndian(bytes + kNpyMagicSize + 2, length_size);
+    if (header_size > size_bytes - preamble)
+      return dataLoss(what + ": .npy header length " + std::to_string(header_size) +
+                      " runs past the end of the file (" + std::to_string(size_bytes) + " bytes)");
+    std::string_view header_text(reinterpret_cast<const char*>(bytes + preamble), header_size);
 
-  NpyHeader header;
-  LLMC_RETURN_IF_ERROR(NpyHeaderParser(header_text, what).parse(&header));
-  DType dtype = DType::kUndefined;
-  LLMC_RETURN_IF_ERROR(npyDescrToDType(header.descr, what, &dtype));
-  size_t element_size = dtypeSize(dtype);
-  int64_t count;
-  size_t expected_bytes;
-  if (!checkedShapeSize(header.shape, element_size, &count, &expected_bytes))
-    return dataLoss(what + ": .npy shape " + pythonShape(header.shape) + " is too large");
-  size_t data_offset = preamble + header_size;
-  size_t available = size_bytes - data_offset;
-  if (available != expected_bytes)
-    return dataLoss(what + ": header says shape " + pythonShape(header.shape) + " but file holds " +
-                    std::to_string(available) + " bytes of data, expected " +
-                    std::to_string(expected_bytes));
+    NpyHeader header;
+    LLMC_RETURN_IF_ERROR(NpyHeaderParser(header_text, what).parse(&header));
+    DType dtype = DType::kUndefined;
+    LLMC_RETURN_IF_ERROR(npyDescrToDType(header.descr, what, &dtype));
+    size_t element_size = dtypeSize(dtype);
+    int64_t count;
+    size_t expected_bytes;
+    if (!checkedShapeSize(header.shape, element_size, &count, &expected_bytes))
+      return dataLoss(what + ": .npy shape " + pythonShape(header.shape) + " is too large");
+    size_t data_offset = preamble + header_size;
+    size_t available = size_bytes - data_offset;
+    if (available != expected_bytes)
+      return dataLoss(what + ": header says shape " + pythonShape(header.shape) +
+                      " but file holds " + std::to_string(available) + " bytes of data, expected " +
+                      std::to_string(expected_bytes));
 
-  Tensor tensor;
-  LLMC_RETURN_IF_ERROR(allocateTensor(dtype, header.shape, what, &tensor));
-  if (header.fortran_order) {
-    fortranToRowMajor(bytes + data_offset, tensor.data<uint8_t>(), header.shape, element_size);
-  } else if (expected_bytes > 0) {
-    std::memcpy(tensor.data(), bytes + data_offset, expected_bytes);
-  }
-  LLMC_RETURN_IF_ERROR(checkBoolBytes(tensor, what));
-  *out = std::move(tensor);
-  return okStatus();
+    Tensor tensor;
+    LLMC_RETURN_IF_ERROR(allocateTensor(dtype, header.shape, what, &tensor));
+    if (header.fortran_order) {
+      fortranToRowMajor(bytes + data_offset, tensor.data<uint8_t>(), header.shape, element_size);
+    } else if (expected_bytes > 0) {
+      std::memcpy(tensor.data(), bytes + data_offset, expected_bytes);
+    }
+    LLMC_RETURN_IF_ERROR(checkBoolBytes(tensor, what));
+    *out = std::move(tensor);
+    return okStatus();
+  });
 }
 
 Status readNpy(const std::string& path, Tensor* out) {
-  std::string bytes;
-  LLMC_RETURN_IF_ERROR(readFile(path, "", &bytes));
-  return parseNpy(bytes.data(), bytes.size(), path, out);
+  return guardApi("readNpy", [&]() -> Status {
+    std::string bytes;
+    LLMC_RETURN_IF_ERROR(readFile(path, "", &bytes));
+    return parseNpy(bytes.data(), bytes.size(), path, out);
+  });
 }
 
 Status writeNpy(const std::string& path, const Tensor& tensor) {
-  LLMC_RETURN_IF_ERROR(checkWritable(path, tensor));
-  const char* descr = npyDescrFor(tensor.dtype());
-  if (!descr)
-    return unimplemented(path + ": dtype " + dtypeName(tensor.dtype()) + " has no .npy form");
-  std::string dict = std::string("{'descr': '") + descr +
-                     "', 'fortran_order': False, 'shape': " + pythonShape(tensor.shape()) + ", }";
-  // Version 1.0 has a 16-bit header length; longer headers (very high ranks) need 2.0.
-  size_t preamble = kNpyMagicSize + 2 + 2;
-  size_t padded = (preamble + dict.size() + 1 + kNpyAlignment - 1) / kNpyAlignment * kNpyAlignment;
-  uint8_t major = 1;
-  if (padded - preamble > 0xffff) {
-    major = 2;
-    preamble += 2;
-    padded = (preamble + dict.size() + 1 + kNpyAlignment - 1) / kNpyAlignment * kNpyAlignment;
-  }
-  size_t header_size = padded - preamble;
-  std::string file(kNpyMagic, kNpyMagicSize);
-  file += static_cast<char>(major);
-  file += '\0';
-  for (size_t i = 0; i < preamble - kNpyMagicSize - 2; ++i)
-    file += static_cast<char>((header_size >> (8 * i)) & 0xff);
-  file += dict;
-  file.append(header_size - dict.size() - 1, ' ');
-  file += '\n';
-  return writeWholeFile(path, file, tensor.data(), tensor.sizeBytes());
+  return guardApi("writeNpy", [&]() -> Status {
+    LLMC_RETURN_IF_ERROR(checkWritable(path, tensor));
+    const char* descr = npyDescrFor(tensor.dtype());
+    if (!descr)
+      return unimplemented(path + ": dtype " + dtypeName(tensor.dtype()) + " has no .npy form");
+    std::string dict = std::string("{'descr': '") + descr +
+                       "', 'fortran_order': False, 'shape': " + pythonShape(tensor.shape()) + ", }";
+    // Version 1.0 has a 16-bit header length; longer headers (very high ranks) need 2.0.
+    size_t preamble = kNpyMagicSize + 2 + 2;
+    size_t padded =
+        (preamble + dict.size() + 1 + kNpyAlignment - 1) / kNpyAlignment * kNpyAlignment;
+    uint8_t major = 1;
+    if (padded - preamble > 0xffff) {
+      major = 2;
+      preamble += 2;
+      padded = (preamble + dict.size() + 1 + kNpyAlignment - 1) / kNpyAlignment * kNpyAlignment;
+    }
+    size_t header_size = padded - preamble;
+    std::string file(kNpyMagic, kNpyMagicSize);
+    file += static_cast<char>(major);
+    file += '\0';
+    for (size_t i = 0; i < preamble - kNpyMagicSize - 2; ++i)
+      file += static_cast<char>((header_size >> (8 * i)) & 0xff);
+    file += dict;
+    file.append(header_size - dict.size() - 1, ' ');
+    file += '\n';
+    return writeWholeFile(path, file, tensor.data(), tensor.sizeBytes());
+  });
 }
 
 Status parseTensorProto(const void* data, size_t size_bytes, const std::string& what, Tensor* out,
                         std::string* name) {
-  TensorProtoFields fields;
-  LLMC_RETURN_IF_ERROR(
-      readTensorProtoFields(static_cast<const uint8_t*>(data), size_bytes, what, &fields));
+  return guardApi("parseTensorProto", [&]() -> Status {
+    TensorProtoFields fields;
+    LLMC_RETURN_IF_ERROR(
+        readTensorProtoFields(static_cast<const uint8_t*>(data), size_bytes, what, &fields));
 
-  if (!fields.has_data_type || fields.data_type == 0)
-    return dataLoss(what + ": TensorProto has no data_type");
-  if (const char* type_name = unsupportedOnnxTypeName(fields.data_type))
-    return unimplemented(what + ": TensorProto data type " + type_name + " (" +
-                         std::to_string(fields.data_type) + ") is not supported");
-  if (!isValidDType(fields.data_type))
-    return dataLoss(what + ": TensorProto has unknown data_type " +
-                    std::to_string(fields.data_type));
-  DType dtype = static_cast<DType>(fields.data_type);
-  size_t element_size = dtypeSize(dtype);
-  int64_t count;
-  size_t expected_bytes;
-  if (!checkedShapeSize(fields.dims, element_size, &count, &expected_bytes))
-    return dataLoss(what + ": TensorProto shape " + shapeToString(fields.dims) + " is too large");
-  std::string described =
-      std::string(dtypeName(dtype)) + " tensor of shape " + shapeToString(fields.dims);
+    if (!fields.has_data_type || fields.data_type == 0)
+      return dataLoss(what + ": TensorProto has no data_type");
+    if (const char* type_name = unsupportedOnnxTypeName(fields.data_type))
+      return unimplemented(what + ": TensorProto data type " + type_name + " (" +
+                           std::to_string(fields.data_type) + ") is not supported");
+    if (!isValidDType(fields.data_type))
+      return dataLoss(what + ": TensorProto has unknown data_type " +
+                      std::to_string(fields.data_type));
+    DType dtype = static_cast<DType>(fields.data_type);
+    size_t element_size = dtypeSize(dtype);
+    int64_t count;
+    size_t expected_bytes;
+    if (!checkedShapeSize(fields.dims, element_size, &count, &expected_bytes))
+      return dataLoss(what + ": TensorProto shape " + shapeToString(fields.dims) + " is too large");
+    std::string described =
+        std::string(dtypeName(dtype)) + " tensor of shape " + shapeToString(fields.dims);
 
-  static constexpr uint32_t kTypedFields[] = {kFloatData, kInt32Data, kInt64Data, kDoubleData,
-                                              kUInt64Data};
-  uint32_t expected_field = typedFieldFor(dtype);
-  for (uint32_t field : kTypedFields) {
-    if (typedFieldSize(fields, field) == 0) continue;
-    if (fields.has_raw_data)
-      return dataLoss(what + ": TensorProto has both raw_data and " + fieldName(field));
-    if (field != expected_field)
-      return dataLoss(what + ": TensorProto holds " + fieldName(field) + " for a " + described +
-                      " (expected raw_data or " + fieldName(expected_field) + ")");
-  }
-
-  Tensor tensor;
-  if (fields.has_raw_data) {
-    if (fields.raw_data_size != expected_bytes)
-      return dataLoss(what + ": TensorProto raw_data holds " +
-                      std::to_string(fields.raw_data_size) + " bytes, expected " +
-                      std::to_string(expected_bytes) + " for a " + described);
-    LLMC_RETURN_IF_ERROR(allocateTensor(dtype, fields.dims, what, &tensor));
-    if (expected_bytes > 0) std::memcpy(tensor.data(), fields.raw_data, expected_bytes);
-    LLMC_RETURN_IF_ERROR(checkBoolBytes(tensor, what));
-  } else {
-    size_t values = typedFieldSize(fields, expected_field);
-    if (values != static_cast<size_t>(count)) {
-      if (values == 0)
-        return dataLoss(what + ": TensorProto holds no data for a " + described +
-                        " (neither raw_data nor " + fieldName(expected_field) + ")");
-      return dataLoss(what + ": TensorProto " + fieldName(expected_field) + " holds " +
-                      std::to_string(values) + " values, expected " + std::to_string(count) +
-                      " for a " + described);
+    static constexpr uint32_t kTypedFields[] = {kFloatData, kInt32Data, kInt64Data, kDoubleData,
+                                                kUInt64Data};
+    uint32_t expected_field = typedFieldFor(dtype);
+    for (uint32_t field : kTypedFields) {
+      if (typedFieldSize(fields, field) == 0) continue;
+      if (fields.has_raw_data)
+        return dataLoss(what + ": TensorProto has both raw_data and " + fieldName(field));
+      if (field != expected_field)
+        return dataLoss(what + ": TensorProto holds " + fieldName(field) + " for a " + described +
+                        " (expected raw_data or " + fieldName(expected_field) + ")");
     }
-    LLMC_RETURN_IF_ERROR(allocateTensor(dtype, fields.dims, what, &tensor));
-    switch (expected_field) {
-      case kFloatData: storeAll(fields.float_data, tensor.data()); break;
-      case kDoubleData: storeAll(fields.double_data, tensor.data()); break;
-      case kInt64Data: storeAll(fields.int64_data, tensor.data()); break;
-      case kUInt64Data:
-        if (dtype == DType::kUInt64) {
-          storeAll(fields.uint64_data, tensor.data());
+
+    Tensor tensor;
+    if (fields.has_raw_data) {
+      if (fields.raw_data_size != expected_bytes)
+        return dataLoss(what + ": TensorProto raw_data holds " +
+                        std::to_string(fields.raw_data_size) + " bytes, expected " +
+                        std::to_string(expected_bytes) + " for a " + described);
+      LLMC_RETURN_IF_ERROR(allocateTensor(dtype, fields.dims, what, &tensor));
+      if (expected_bytes > 0) std::memcpy(tensor.data(), fields.raw_data, expected_bytes);
+      LLMC_RETURN_IF_ERROR(checkBoolBytes(tensor, what));
+    } else {
+      size_t values = typedFieldSize(fields, expected_field);
+      if (values != static_cast<size_t>(count)) {
+        if (values == 0)
+          return dataLoss(what + ": TensorProto holds no data for a " + described +
+                          " (neither raw_data nor " + fieldName(expected_field) + ")");
+        return dataLoss(what + ": TensorProto " + fieldName(expected_field) + " holds " +
+                        std::to_string(values) + " values, expected " + std::to_string(count) +
+                        " for a " + described);
+      }
+      LLMC_RETURN_IF_ERROR(allocateTensor(dtype, fields.dims, what, &tensor));
+      switch (expected_field) {
+        case kFloatData: storeAll(fields.float_data, tensor.data()); break;
+        case kDoubleData: storeAll(fields.double_data, tensor.data()); break;
+        case kInt64Data: storeAll(fields.int64_data, tensor.data()); break;
+        case kUInt64Data:
+          if (dtype == DType::kUInt64) {
+            storeAll(fields.uint64_data, tensor.data());
+            break;
+          }
+          for (size_t i = 0; i < fields.uint64_data.size(); ++i) {
+            uint64_t value = fields.uint64_data[i];
+            if (value > std::numeric_limits<uint32_t>::max())
+              return dataLoss(what + ": uint64_data[" + std::to_string(i) +
+                              "] = " + std::to_string(value) + " is out of range for uint32");
+            tensor.data<uint32_t>()[i] = static_cast<uint32_t>(value);
+          }
           break;
-        }
-        for (size_t i = 0; i < fields.uint64_data.size(); ++i) {
-          uint64_t value = fields.uint64_data[i];
-          if (value > std::numeric_limits<uint32_t>::max())
-            return dataLoss(what + ": uint64_data[" + std::to_string(i) +
-                            "] = " + std::to_string(value) + " is out of range for uint32");
-          tensor.data<uint32_t>()[i] = static_cast<uint32_t>(value);
-        }
-        break;
-      default: LLMC_RETURN_IF_ERROR(storeInt32Data(fields.int32_data, what, &tensor)); break;
+        default: LLMC_RETURN_IF_ERROR(storeInt32Data(fields.int32_data, what, &tensor)); break;
+      }
     }
-  }
-  *out = std::move(tensor);
-  if (name) *name = std::move(fields.name);
-  return okStatus();
+    *out = std::move(tensor);
+    if (name) *name = std::move(fields.name);
+    return okStatus();
+  });
 }
 
 Status writeTensorProto(const std::string& path, const Tensor& tensor, const std::string& name) {
-  LLMC_RETURN_IF_ERROR(checkWritable(path, tensor));
-  std::string message;
-  auto appendVarint = [&](uint64_t value) {
-    while (value >= 0x80) {
-      message += static_cast<char>((value & 0x7f) | 0x80);
-      value >>= 7;
+  return guardApi("writeTensorProto", [&]() -> Status {
+    LLMC_RETURN_IF_ERROR(checkWritable(path, tensor));
+    std::string message;
+    auto appendVarint = [&](uint64_t value) {
+      while (value >= 0x80) {
+        message += static_cast<char>((value & 0x7f) | 0x80);
+        value >>= 7;
+      }
+      message += static_cast<char>(value);
+    };
+    auto appendTag = [&](uint32_t field, uint32_t wire_type) {
+      appendVarint(field << 3 | wire_type);
+    };
+    for (int64_t dim : tensor.shape()) {  // unpacked, as onnx writes them
+      appendTag(kDims, kVarint);
+      appendVarint(static_cast<uint64_t>(dim));
     }
-    message += static_cast<char>(value);
-  };
-  auto appendTag = [&](uint32_t field, uint32_t wire_type) {
-    appendVarint(field << 3 | wire_type);
-  };
-  for (int64_t dim : tensor.shape()) {  // unpacked, as onnx writes them
-    appendTag(kDims, kVarint);
-    appendVarint(static_cast<uint64_t>(dim));
-  }
-  appendTag(kDataType, kVarint);
-  appendVarint(static_cast<uint64_t>(tensor.dtype()));
-  if (!name.empty()) {
-    appendTag(kName, kLengthDelimited);
-    appendVarint(name.size());
-    message += name;
-  }
-  appendTag(kRawData, kLengthDelimited);
-  appendVarint(tensor.sizeBytes());
-  return writeWholeFile(path, message, tensor.data(), tensor.sizeBytes());
+    appendTag(kDataType, kVarint);
+    appendVarint(static_cast<uint64_t>(tensor.dtype()));
+    if (!name.empty()) {
+      appendTag(kName, kLengthDelimited);
+      appendVarint(name.size());
+      message += name;
+    }
+    appendTag(kRawData, kLengthDelimited);
+    appendVarint(tensor.sizeBytes());
+    return writeWholeFile(path, message, tensor.data(), tensor.sizeBytes());
+  });
 }
 
 Status readTensorFile(const std::string& path, Tensor* out) {
-  auto endsWith = [&](std::string_view suffix) {
-    return path.size() >= suffix.size() &&
-           std::string_view(path).substr(path.size() - suffix.size()) == suffix;
-  };
-  bool is_npy = endsWith(".npy"), is_pb = endsWith(".pb");
-  if (!is_npy && !is_pb)
-    return invalidArgument(path + ": unknown tensor file type (expected a .npy or .pb file)");
-  std::string bytes;
-  LLMC_RETURN_IF_ERROR(readFile(path, "", &bytes));
-  if (is_npy) return parseNpy(bytes.data(), bytes.size(), path, out);
-  return parseTensorProto(bytes.data(), bytes.size(), path, out, nullptr);
+  return guardApi("readTensorFile", [&]() -> Status {
+    auto endsWith = [&](std::string_view suffix) {
+      return path.size() >= suffix.size() &&
+             std::string_view(path).substr(path.size() - suffix.size()) == suffix;
+    };
+    bool is_npy = endsWith(".npy"), is_pb = endsWith(".pb");
+    if (!is_npy && !is_pb)
+      return invalidArgument(path + ": unknown tensor file type (expected a .npy or .pb file)");
+    std::string bytes;
+    LLMC_RETURN_IF_ERROR(readFile(path, "", &bytes));
+    if (is_npy) return parseNpy(bytes.data(), bytes.size(), path, out);
+    return parseTensorProto(bytes.data(), bytes.size(), path, out, nullptr);
+  });
 }
 
 }  // namespace llmc

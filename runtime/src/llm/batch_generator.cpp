@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 
+#include "core/api_guard.h"
 #include "llm/llm_runner.h"
 #include "llm/sampler.h"
 
@@ -65,20 +66,21 @@ BatchGenerator::~BatchGenerator() = default;
 
 Status BatchGenerator::create(std::shared_ptr<const Engine> engine, const BatchConfig& config,
                               std::unique_ptr<BatchGenerator>* out) {
-  if (!engine || !engine->llmConfig())
-    return invalidArgument("BatchGenerator needs an engine compiled as a language model");
-  if (config.max_step_tokens < 1 || config.max_running < 1 || config.kv_cache_tokens < 0)
-    return invalidArgument("BatchConfig: max_step_tokens and max_running must be at least 1");
-  std::unique_ptr<BatchGenerator> generator(new BatchGenerator());
-  generator->state_ = std::make_unique<State>();
-  State& s = *generator->state_;
-  s.engine = engine;
-  s.config = config;
-  LLMC_RETURN_IF_ERROR(
-      LlmRunner::create(engine, config.kv_cache_tokens, &s.runner, config.kv_cache_dtype,
-                        config.session));
-  *out = std::move(generator);
-  return okStatus();
+  return guardApi("BatchGenerator::create", [&]() -> Status {
+    if (!engine || !engine->llmConfig())
+      return invalidArgument("BatchGenerator needs an engine compiled as a language model");
+    if (config.max_step_tokens < 1 || config.max_running < 1 || config.kv_cache_tokens < 0)
+      return invalidArgument("BatchConfig: max_step_tokens and max_running must be at least 1");
+    std::unique_ptr<BatchGenerator> generator(new BatchGenerator());
+    generator->state_ = std::make_unique<State>();
+    State& s = *generator->state_;
+    s.engine = engine;
+    s.config = config;
+    LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &s.runner,
+                                           config.kv_cache_dtype, config.session));
+    *out = std::move(generator);
+    return okStatus();
+  });
 }
 
 bool BatchGenerator::idle() const { return state_->waiting.empty() && state_->running.empty(); }
@@ -87,6 +89,14 @@ size_t BatchGenerator::numWaiting() const { return state_->waiting.size(); }
 
 Status BatchGenerator::submit(std::span<const int32_t> prompt, const GenerationOptions& options,
                               TokenCallback on_token, int64_t* request_id) {
+  return guardApi("BatchGenerator::submit", [&] {
+    return submitUnguarded(prompt, options, std::move(on_token), request_id);
+  });
+}
+
+Status BatchGenerator::submitUnguarded(std::span<const int32_t> prompt,
+                                       const GenerationOptions& options, TokenCallback on_token,
+                                       int64_t* request_id) {
   State& s = *state_;
   const LlmConfig& config = s.runner->config();
   if (prompt.empty()) return invalidArgument("the prompt is empty");
@@ -123,6 +133,10 @@ Status BatchGenerator::submit(std::span<const int32_t> prompt, const GenerationO
 }
 
 Status BatchGenerator::step(std::vector<Finished>* finished) {
+  return guardApi("BatchGenerator::step", [&] { return stepUnguarded(finished); });
+}
+
+Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
   State& s = *state_;
   // Admit waiting requests, in order, while their whole footprint fits.
   while (!s.waiting.empty() && static_cast<int32_t>(s.running.size()) < s.config.max_running &&
@@ -191,12 +205,16 @@ Status BatchGenerator::step(std::vector<Finished>* finished) {
     r.result.tokens.push_back(token.id);
     r.result.logprobs.push_back(token.logprob);
     r.result.top_logprobs.push_back(std::move(token.top_logprobs));
-    bool stop_requested = r.on_token && !r.on_token(token.id);
+    bool keep_going = true;
+    Status called =
+        r.on_token ? callUserCode("the token callback", [&] { keep_going = r.on_token(token.id); })
+                   : okStatus();
+    bool stop_requested = !called.ok() || !keep_going;
     bool stop = std::find(r.options.stop_token_ids.begin(), r.options.stop_token_ids.end(),
                           token.id) != r.options.stop_token_ids.end();
     if (stop_requested) {
       done.push_back(&r);
-      done_status.push_back(cancelled("request cancelled by its callback"));
+      done_status.push_back(called.ok() ? cancelled("request cancelled by its callback") : called);
     } else if (stop || static_cast<int32_t>(r.result.tokens.size()) >= r.options.max_new_tokens) {
       r.result.finish_reason = stop ? FinishReason::kStopToken : FinishReason::kLength;
       done.push_back(&r);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/api_guard.h"
 #include "llm/llm_runner.h"
 #include "llm/sampler.h"
 #include "llmc/session.h"
@@ -89,78 +90,81 @@ bool Generator::usesKvCache() const { return state_->runner != nullptr; }
 
 Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorConfig& config,
                          std::unique_ptr<Generator>* out) {
-  if (!engine) return invalidArgument("Generator::create: null engine");
-  if (config.kv_cache_tokens < 0) return invalidArgument("kv_cache_tokens must not be negative");
-  auto state = std::make_unique<State>();
-  const std::string& what = engine->path();
-  for (const TensorInfo& input : engine->inputs()) {
-    std::string* name = nullptr;
-    DType* dtype = nullptr;
-    if (input.name == "input_ids") {
-      name = &state->input_ids_name;
-      dtype = &state->input_ids_dtype;
-    } else if (input.name == "attention_mask") {
-      name = &state->attention_mask_name;
-      dtype = &state->attention_mask_dtype;
-    } else if (input.name == "position_ids") {
-      name = &state->position_ids_name;
-      dtype = &state->position_ids_dtype;
-    } else {
-      return invalidArgument(what + ": the generator does not know how to feed input '" +
-                             input.name +
-                             "' (it feeds input_ids, attention_mask and position_ids)");
-    }
-    if (input.dims.size() != 2 || !isIntegerDType(input.dtype))
-      return invalidArgument(what + ": input '" + input.name +
-                             "' must be int32 or int64 [batch, seq]");
-    *name = input.name;
-    *dtype = input.dtype;
-    if (input.name == "input_ids") {
-      state->dynamic_batch = input.dims[0].size < 0;
-      const DimInfo& seq = input.dims[1];
-      if (seq.size >= 0) {
-        state->max_length = seq.size;
+  return guardApi("Generator::create", [&]() -> Status {
+    if (!engine) return invalidArgument("Generator::create: null engine");
+    if (config.kv_cache_tokens < 0) return invalidArgument("kv_cache_tokens must not be negative");
+    auto state = std::make_unique<State>();
+    const std::string& what = engine->path();
+    for (const TensorInfo& input : engine->inputs()) {
+      std::string* name = nullptr;
+      DType* dtype = nullptr;
+      if (input.name == "input_ids") {
+        name = &state->input_ids_name;
+        dtype = &state->input_ids_dtype;
+      } else if (input.name == "attention_mask") {
+        name = &state->attention_mask_name;
+        dtype = &state->attention_mask_dtype;
+      } else if (input.name == "position_ids") {
+        name = &state->position_ids_name;
+        dtype = &state->position_ids_dtype;
       } else {
-        for (const SymbolInfo& symbol : engine->symbols())
-          if (symbol.name == seq.symbol) state->max_length = symbol.max;
+        return invalidArgument(what + ": the generator does not know how to feed input '" +
+                               input.name +
+                               "' (it feeds input_ids, attention_mask and position_ids)");
+      }
+      if (input.dims.size() != 2 || !isIntegerDType(input.dtype))
+        return invalidArgument(what + ": input '" + input.name +
+                               "' must be int32 or int64 [batch, seq]");
+      *name = input.name;
+      *dtype = input.dtype;
+      if (input.name == "input_ids") {
+        state->dynamic_batch = input.dims[0].size < 0;
+        const DimInfo& seq = input.dims[1];
+        if (seq.size >= 0) {
+          state->max_length = seq.size;
+        } else {
+          for (const SymbolInfo& symbol : engine->symbols())
+            if (symbol.name == seq.symbol) state->max_length = symbol.max;
+        }
       }
     }
-  }
-  if (state->input_ids_name.empty())
-    return invalidArgument(what + ": the engine has no 'input_ids' input");
-  bool found = false;
-  for (size_t i = 0; i < engine->outputs().size(); ++i) {
-    const TensorInfo& output = engine->outputs()[i];
-    if (output.dims.size() == 3 && isFloatDType(output.dtype) &&
-        (output.name == "logits" || !found)) {
-      state->logits_index = i;
-      state->vocab = output.dims[2].size;
-      found = true;
+    if (state->input_ids_name.empty())
+      return invalidArgument(what + ": the engine has no 'input_ids' input");
+    bool found = false;
+    for (size_t i = 0; i < engine->outputs().size(); ++i) {
+      const TensorInfo& output = engine->outputs()[i];
+      if (output.dims.size() == 3 && isFloatDType(output.dtype) &&
+          (output.name == "logits" || !found)) {
+        state->logits_index = i;
+        state->vocab = output.dims[2].size;
+        found = true;
+      }
     }
-  }
-  if (!found)
-    return invalidArgument(what + ": the engine has no float logits output [batch, seq, vocab]");
-  if (const LlmConfig* llm = engine->llmConfig()) {
-    state->max_length = llm->max_context;
-    state->vocab = llm->vocab_size;
-    if (config.use_kv_cache)
-      LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner,
-                                              config.kv_cache_dtype, config.session));
-  }
-  // Full recomputation runs its own session; the KV-cache path runs the runner's.
-  if (!state->runner) LLMC_RETURN_IF_ERROR(Session::create(engine, config.session, &state->session));
-  state->sample_on_device = config.sample_on_device;
-  if (!engine->tokenizerJson().empty()) {
-    std::unique_ptr<Tokenizer> tokenizer;
-    LLMC_RETURN_IF_ERROR(
-        Tokenizer::fromJson(engine->tokenizerJson(), &tokenizer).withContext(what + ": tokenizer"));
-    state->tokenizer = std::move(tokenizer);
-  }
-  state->engine = std::move(engine);
-  std::unique_ptr<Generator> generator(new Generator());
-  generator->state_ = std::move(state);
-  *out = std::move(generator);
-  return okStatus();
+    if (!found)
+      return invalidArgument(what + ": the engine has no float logits output [batch, seq, vocab]");
+    if (const LlmConfig* llm = engine->llmConfig()) {
+      state->max_length = llm->max_context;
+      state->vocab = llm->vocab_size;
+      if (config.use_kv_cache)
+        LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner,
+                                               config.kv_cache_dtype, config.session));
+    }
+    // Full recomputation runs its own session; the KV-cache path runs the runner's.
+    if (!state->runner)
+      LLMC_RETURN_IF_ERROR(Session::create(engine, config.session, &state->session));
+    state->sample_on_device = config.sample_on_device;
+    if (!engine->tokenizerJson().empty()) {
+      std::unique_ptr<Tokenizer> tokenizer;
+      LLMC_RETURN_IF_ERROR(Tokenizer::fromJson(engine->tokenizerJson(), &tokenizer)
+                               .withContext(what + ": tokenizer"));
+      state->tokenizer = std::move(tokenizer);
+    }
+    state->engine = std::move(engine);
+    std::unique_ptr<Generator> generator(new Generator());
+    generator->state_ = std::move(state);
+    *out = std::move(generator);
+    return okStatus();
+  });
 }
 
 void Generator::setTokenizer(std::shared_ptr<const Tokenizer> tokenizer) {
@@ -220,6 +224,13 @@ Status Generator::lastLogitsOf(const std::vector<std::vector<int64_t>>& rows,
 
 Status Generator::generate(std::span<const int32_t> prompt, const GenerationOptions& options,
                            const TokenCallback& on_token, GenerationResult* result) {
+  return guardApi("Generator::generate",
+                  [&] { return generateUnguarded(prompt, options, on_token, result); });
+}
+
+Status Generator::generateUnguarded(std::span<const int32_t> prompt,
+                                    const GenerationOptions& options, const TokenCallback& on_token,
+                                    GenerationResult* result) {
   State& s = *state_;
   *result = GenerationResult();
   LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
@@ -228,7 +239,10 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
   for (const std::string& stop : options.stop_strings)
     if (stop.empty()) return invalidArgument("a stop string is empty");
   std::unique_ptr<Tokenizer::StreamDecoder> decoder;
-  if (s.tokenizer) decoder = s.tokenizer->streamDecoder(/*skip_special_tokens=*/true);
+  if (s.tokenizer) {
+    decoder = s.tokenizer->streamDecoder(/*skip_special_tokens=*/true);
+    if (!decoder) return resourceExhausted("Generator::generate: out of memory");
+  }
   std::vector<std::vector<int64_t>> rows(1, std::vector<int64_t>(prompt.begin(), prompt.end()));
   std::unique_ptr<Sampler> sampler;
   std::vector<std::vector<float>> logits;
@@ -255,8 +269,8 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
       sequence = s.next_sequence_id++;
       std::vector<int32_t> tokens(prompt.begin(), prompt.end());
       int64_t cached = 0;
+      guard.ids.push_back(sequence);  // first: a failed push_back must not leak the sequence
       LLMC_RETURN_IF_ERROR(s.runner->addSequence(sequence, tokens, &cached));
-      guard.ids.push_back(sequence);
       result->prompt_tokens_cached = cached;
       return s.runner->step({{sequence, cached, static_cast<int64_t>(tokens.size()) - cached}},
                             device.get(), &logits);
@@ -294,11 +308,16 @@ Status Generator::generate(std::span<const int32_t> prompt, const GenerationOpti
       if (cut != std::string::npos) {
         result->text.resize(cut);
         result->finish_reason = FinishReason::kStopString;
-        if (on_token) on_token(token.id);
+        if (on_token)
+          LLMC_RETURN_IF_ERROR(callUserCode("the token callback", [&] { on_token(token.id); }));
         break;
       }
     }
-    if (on_token && !on_token(token.id)) return cancelled("generation cancelled by the caller");
+    bool keep_going = true;
+    if (on_token)
+      LLMC_RETURN_IF_ERROR(
+          callUserCode("the token callback", [&] { keep_going = on_token(token.id); }));
+    if (!keep_going) return cancelled("generation cancelled by the caller");
     if (std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), token.id) !=
         options.stop_token_ids.end()) {
       result->finish_reason = FinishReason::kStopToken;
@@ -338,6 +357,12 @@ void logSoftmax(std::vector<float>& logits) {
 
 Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOptions& options,
                              GenerationResult* result) {
+  return guardApi("Generator::beamSearch",
+                  [&] { return beamSearchUnguarded(prompt, options, result); });
+}
+
+Status Generator::beamSearchUnguarded(std::span<const int32_t> prompt,
+                                      const BeamSearchOptions& options, GenerationResult* result) {
   *result = GenerationResult();
   if (options.num_beams < 1) return invalidArgument("num_beams must be at least 1");
   LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
@@ -367,8 +392,8 @@ Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOp
       beams[0].sequence = s.next_sequence_id++;
       std::vector<int32_t> tokens(prompt.begin(), prompt.end());
       int64_t cached = 0;
-      LLMC_RETURN_IF_ERROR(s.runner->addSequence(beams[0].sequence, tokens, &cached));
       guard.ids.push_back(beams[0].sequence);
+      LLMC_RETURN_IF_ERROR(s.runner->addSequence(beams[0].sequence, tokens, &cached));
       result->prompt_tokens_cached = cached;
       LLMC_RETURN_IF_ERROR(s.runner->step(
           {{beams[0].sequence, cached, static_cast<int64_t>(tokens.size()) - cached}}, &logits));
@@ -424,8 +449,8 @@ Status Generator::beamSearch(std::span<const int32_t> prompt, const BeamSearchOp
       for (size_t i = 0; i < next.size(); ++i) {
         int64_t parent = next[i].sequence;
         int64_t child = s.next_sequence_id++;
-        LLMC_RETURN_IF_ERROR(s.runner->fork(parent, child));
         guard.ids.push_back(child);
+        LLMC_RETURN_IF_ERROR(s.runner->fork(parent, child));
         LLMC_RETURN_IF_ERROR(s.runner->appendToken(child, next[i].tokens.back()));
         next[i].sequence = child;
       }

@@ -363,9 +363,12 @@ Status KvCache::addSequence(int64_t id, std::span<const int32_t> tokens,
                              std::to_string(spec_.num_blocks));
   }
 
+  // Everything that allocates comes before the first block changes hands, so that running
+  // out of memory (std::bad_alloc) leaves the cache as it was.
   Sequence sequence;
   sequence.tokens.assign(tokens.begin(), tokens.end());
   sequence.block_table.reserve(static_cast<size_t>(numBlocksFor(num_tokens)));
+  Sequence& stored = sequences_.emplace(id, Sequence()).first->second;
   // Take the hits first so that allocating the rest cannot evict them.
   for (int32_t block : hits) {
     acquireBlock(block);
@@ -381,7 +384,7 @@ Status KvCache::addSequence(int64_t id, std::span<const int32_t> tokens,
   counters_.prefix_query_tokens += num_tokens;
   counters_.prefix_hit_tokens += sequence.num_committed;
   *num_cached_tokens = sequence.num_committed;
-  sequences_.emplace(id, std::move(sequence));
+  stored = std::move(sequence);
   return okStatus();
 }
 
@@ -418,6 +421,9 @@ Status KvCache::appendTokens(int64_t id, std::span<const int32_t> tokens) {
   const int64_t needed = newBlocksForAppend(*sequence, count);
   if (needed > numAvailableBlocks()) return outOfBlocks(id, "appendTokens", needed);
 
+  // Room first: after it nothing below allocates, so std::bad_alloc leaves the cache unchanged.
+  sequence->tokens.reserve(sequence->tokens.size() + tokens.size());
+  sequence->block_table.reserve(sequence->block_table.size() + static_cast<size_t>(needed));
   const size_t block_size = static_cast<size_t>(spec_.block_size);
   int64_t position = static_cast<int64_t>(sequence->tokens.size());
   if (position % spec_.block_size != 0) makeLastBlockWritable(*sequence);
@@ -456,9 +462,9 @@ Status KvCache::fork(int64_t parent, int64_t child) {
     return invalidArgument("KvCache::fork: child sequence " + std::to_string(child) +
                            " already exists");
   }
-  Sequence copy = *source;
+  // Copied and stored before the blocks are shared: std::bad_alloc leaves the cache unchanged.
+  Sequence& copy = sequences_.emplace(child, *source).first->second;
   for (int32_t block : copy.block_table) acquireBlock(block);
-  sequences_.emplace(child, std::move(copy));
   return okStatus();
 }
 

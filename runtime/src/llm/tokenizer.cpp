@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <map>
+#include <new>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/api_guard.h"
 #include "core/file_io.h"
 #include "llm/tokenizer_components.h"
 #include "llm/unicode.h"
@@ -90,7 +92,13 @@ class TokenizerImpl {
     auto model = root.find("model");
     if (model == root.end()) return invalidArgument("tokenizer.json: 'model' is missing");
     LLMC_RETURN_IF_ERROR(makeModel(*model, "model", &model_));
-    auto get = [&](const char* key) { return root.contains(key) ? root[key] : Json(); };
+    // A reference, never a copy of the subtree (copies cost time, and destroying them
+    // allocates: see dismantle()).
+    static const Json kAbsent;
+    auto get = [&](const char* key) -> const Json& {
+      auto it = root.find(key);
+      return it == root.end() ? kAbsent : *it;
+    };
     LLMC_RETURN_IF_ERROR(makeNormalizer(get("normalizer"), "normalizer", &normalizer_));
     LLMC_RETURN_IF_ERROR(makePreTokenizer(get("pre_tokenizer"), "pre_tokenizer", &pre_tokenizer_));
     LLMC_RETURN_IF_ERROR(
@@ -315,47 +323,56 @@ Tokenizer::Tokenizer() = default;
 Tokenizer::~Tokenizer() = default;
 
 Status Tokenizer::fromJson(std::string_view json, std::unique_ptr<Tokenizer>* out) {
-  tokenization::Json root;
-  try {
-    root = tokenization::Json::parse(json.begin(), json.end());
-  } catch (const tokenization::Json::exception& e) {
-    return invalidArgument(std::string("tokenizer.json: not valid JSON: ") + e.what());
-  }
-  std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
-  tokenizer->impl_ = std::make_unique<tokenization::TokenizerImpl>();
-  try {
+  return guardApi("Tokenizer::fromJson", [&]() -> Status {
+    tokenization::Json root;
+    struct Dismantle {  // runs before root's destructor, whichever way this returns
+      tokenization::Json& json;
+      ~Dismantle() { tokenization::dismantle(json); }
+    } dismantle_root{root};
+    try {
+      root = tokenization::Json::parse(json.begin(), json.end());
+    } catch (const tokenization::Json::exception& e) {
+      return invalidArgument(std::string("tokenizer.json: not valid JSON: ") + e.what());
+    }
+    std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
+    tokenizer->impl_ = std::make_unique<tokenization::TokenizerImpl>();
+    // The loaders check types before every access; guardApi is the last line of defense.
     LLMC_RETURN_IF_ERROR(tokenizer->impl_->load(root));
-  } catch (const std::exception& e) {
-    // The loaders check types before every access; this is a last line of defense.
-    return internalError(std::string("tokenizer.json: unexpected error while loading: ") +
-                         e.what());
-  }
-  *out = std::move(tokenizer);
-  return okStatus();
+    *out = std::move(tokenizer);
+    return okStatus();
+  });
 }
 
 Status Tokenizer::fromFile(const std::string& path, std::unique_ptr<Tokenizer>* out) {
-  std::string json;
-  LLMC_RETURN_IF_ERROR(readFile(path, "tokenizer", &json));
-  Status status = fromJson(json, out);
-  return status.ok() ? status : status.withContext(path);
+  return guardApi("Tokenizer::fromFile", [&]() -> Status {
+    std::string json;
+    LLMC_RETURN_IF_ERROR(readFile(path, "tokenizer", &json));
+    Status status = fromJson(json, out);
+    return status.ok() ? status : status.withContext(path);
+  });
 }
 
 Status Tokenizer::encode(std::string_view text, bool add_special_tokens,
                          std::vector<int32_t>* ids) const {
-  return impl_->encode(text, add_special_tokens, ids);
+  return guardApi("Tokenizer::encode",
+                  [&]() -> Status { return impl_->encode(text, add_special_tokens, ids); });
 }
 
 Status Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens,
                          std::string* text) const {
-  return impl_->decode(ids, skip_special_tokens, text);
+  return guardApi("Tokenizer::decode",
+                  [&]() -> Status { return impl_->decode(ids, skip_special_tokens, text); });
 }
 
 int32_t Tokenizer::tokenToId(std::string_view token) const { return impl_->tokenToId(token); }
 
 std::string Tokenizer::idToToken(int32_t id) const {
   const std::string* token = impl_->tokenOf(id);
-  return token ? *token : std::string();
+  try {
+    return token ? *token : std::string();
+  } catch (const std::bad_alloc&) {
+    return std::string();  // documented: empty when memory runs out
+  }
 }
 
 bool Tokenizer::isSpecialToken(int32_t id) const { return impl_->isSpecial(id); }
@@ -364,7 +381,9 @@ std::optional<int32_t> Tokenizer::bosId() const { return impl_->bosId(); }
 std::optional<int32_t> Tokenizer::eosId() const { return impl_->eosId(); }
 
 std::unique_ptr<Tokenizer::StreamDecoder> Tokenizer::streamDecoder(bool skip_special_tokens) const {
-  return std::unique_ptr<StreamDecoder>(new StreamDecoder(this, skip_special_tokens));
+  // Null only when memory runs out (no exception crosses the API).
+  return std::unique_ptr<StreamDecoder>(new (std::nothrow)
+                                            StreamDecoder(this, skip_special_tokens));
 }
 
 namespace {
@@ -378,52 +397,57 @@ bool endsWithReplacement(const std::string& text) { return text.ends_with("\xEF\
 // new ones. When the window's text extends the context's text and does not end in U+FFFD, the
 // extension is emitted and the window slides to start at the new ids.
 Status Tokenizer::StreamDecoder::step(int32_t id, std::string* text) {
-  const std::string* token = tokenizer_->impl_->tokenOf(id);
-  if (token == nullptr) {
-    return outOfRange("StreamDecoder::step: id " + std::to_string(id) +
-                      " is not in the vocabulary");
-  }
-  all_ids_.push_back(id);
-  // ByteFallback decodes a run of "<0xXX>" tokens as a whole: when the run is not valid UTF-8,
-  // every byte of it becomes U+FFFD, even bytes that formed whole characters before the run
-  // went wrong. So nothing of a run is emitted until a token after it (or finish()) ends it; a
-  // skipped special token adds no text and ends nothing (the bytes around it form one run).
-  if (tokenization::byteTokenValue(*token) >= 0 ||
-      (skip_special_tokens_ && tokenizer_->isSpecialToken(id)))
-    return okStatus();
-  std::string window_text;
-  std::span<const int32_t> window(all_ids_.data() + window_begin_, all_ids_.size() - window_begin_);
-  LLMC_RETURN_IF_ERROR(tokenizer_->decode(window, skip_special_tokens_, &window_text));
-  if (endsWithReplacement(window_text) || window_text.size() <= context_text_.size()) {
-    return okStatus();
-  }
-  if (!window_text.starts_with(context_text_)) {
-    // A decoder whose output for earlier ids changed: fall back to decoding everything.
-    std::string full;
-    LLMC_RETURN_IF_ERROR(tokenizer_->decode(all_ids_, skip_special_tokens_, &full));
-    if (full.size() > emitted_bytes_) {
-      text->append(full, emitted_bytes_, std::string::npos);
-      emitted_bytes_ = full.size();
+  return guardApi("Tokenizer::StreamDecoder::step", [&]() -> Status {
+    const std::string* token = tokenizer_->impl_->tokenOf(id);
+    if (token == nullptr) {
+      return outOfRange("StreamDecoder::step: id " + std::to_string(id) +
+                        " is not in the vocabulary");
     }
-    window_begin_ = 0;
+    all_ids_.push_back(id);
+    // ByteFallback decodes a run of "<0xXX>" tokens as a whole: when the run is not valid UTF-8,
+    // every byte of it becomes U+FFFD, even bytes that formed whole characters before the run
+    // went wrong. So nothing of a run is emitted until a token after it (or finish()) ends it;
+    // a skipped special token adds no text and ends nothing (the bytes around it form one run).
+    if (tokenization::byteTokenValue(*token) >= 0 ||
+        (skip_special_tokens_ && tokenizer_->isSpecialToken(id)))
+      return okStatus();
+    std::string window_text;
+    std::span<const int32_t> window(all_ids_.data() + window_begin_,
+                                    all_ids_.size() - window_begin_);
+    LLMC_RETURN_IF_ERROR(tokenizer_->decode(window, skip_special_tokens_, &window_text));
+    if (endsWithReplacement(window_text) || window_text.size() <= context_text_.size()) {
+      return okStatus();
+    }
+    if (!window_text.starts_with(context_text_)) {
+      // A decoder whose output for earlier ids changed: fall back to decoding everything.
+      std::string full;
+      LLMC_RETURN_IF_ERROR(tokenizer_->decode(all_ids_, skip_special_tokens_, &full));
+      if (full.size() > emitted_bytes_) {
+        text->append(full, emitted_bytes_, std::string::npos);
+        emitted_bytes_ = full.size();
+      }
+      window_begin_ = 0;
+      context_end_ = all_ids_.size();
+      context_text_ = std::move(full);
+      return okStatus();
+    }
+    text->append(window_text, context_text_.size(), std::string::npos);
+    emitted_bytes_ += window_text.size() - context_text_.size();
+    window_begin_ = context_end_;
     context_end_ = all_ids_.size();
-    context_text_ = std::move(full);
-    return okStatus();
-  }
-  text->append(window_text, context_text_.size(), std::string::npos);
-  emitted_bytes_ += window_text.size() - context_text_.size();
-  window_begin_ = context_end_;
-  context_end_ = all_ids_.size();
-  std::span<const int32_t> context(all_ids_.data() + window_begin_, context_end_ - window_begin_);
-  return tokenizer_->decode(context, skip_special_tokens_, &context_text_);
+    std::span<const int32_t> context(all_ids_.data() + window_begin_, context_end_ - window_begin_);
+    return tokenizer_->decode(context, skip_special_tokens_, &context_text_);
+  });
 }
 
 Status Tokenizer::StreamDecoder::finish(std::string* text) {
-  std::string full;
-  LLMC_RETURN_IF_ERROR(tokenizer_->decode(all_ids_, skip_special_tokens_, &full));
-  if (full.size() > emitted_bytes_) text->append(full, emitted_bytes_, std::string::npos);
-  emitted_bytes_ = full.size();
-  return okStatus();
+  return guardApi("Tokenizer::StreamDecoder::finish", [&]() -> Status {
+    std::string full;
+    LLMC_RETURN_IF_ERROR(tokenizer_->decode(all_ids_, skip_special_tokens_, &full));
+    if (full.size() > emitted_bytes_) text->append(full, emitted_bytes_, std::string::npos);
+    emitted_bytes_ = full.size();
+    return okStatus();
+  });
 }
 
 }  // namespace llmc

@@ -74,6 +74,12 @@ Status makePostProcessor(const Json& json, const std::string& where,
                          std::unique_ptr<PostProcessor>* out);
 
 // JSON field access without exceptions. Each fails with a message naming `where`.`key`.
+// Takes a tree apart leaf by leaf without allocating. nlohmann::json's destructor flattens a
+// tree into a heap-allocated stack, and an allocation that fails in a destructor terminates;
+// the tokenizer.json tree is dismantled first so that running out of memory stays a Status.
+// O(nodes x depth).
+void dismantle(Json& root) noexcept;
+
 Status getString(const Json& object, const char* key, const std::string& where, std::string* out);
 Status getBool(const Json& object, const char* key, const std::string& where, bool* out,
                std::optional<bool> default_value = std::nullopt);

@@ -16,6 +16,32 @@ const Json* field(const Json& object, const char* key) {
 
 }  // namespace
 
+void dismantle(Json& root) noexcept {
+  while ((root.is_array() || root.is_object()) && !root.empty()) {
+    Json* node = &root;
+    for (;;) {
+      if (node->is_array()) {
+        Json::array_t& items = *node->get_ptr<Json::array_t*>();
+        Json& last = items.back();
+        if ((last.is_array() || last.is_object()) && !last.empty()) {
+          node = &last;
+          continue;
+        }
+        items.pop_back();
+      } else {
+        Json::object_t& members = *node->get_ptr<Json::object_t*>();
+        Json& last = std::prev(members.end())->second;
+        if ((last.is_array() || last.is_object()) && !last.empty()) {
+          node = &last;
+          continue;
+        }
+        members.erase(std::prev(members.end()));
+      }
+      break;
+    }
+  }
+}
+
 Status getString(const Json& object, const char* key, const std::string& where, std::string* out) {
   const Json* value = field(object, key);
   if (value == nullptr || !value->is_string()) {

@@ -80,7 +80,10 @@ class VocabModel : public Model {
 
  protected:
   Status loadVocab(const Json& json, const std::string& where) {
-    return vocab_.load(json.contains("vocab") ? json["vocab"] : Json(), where + ".vocab");
+    // Never a copy of the vocabulary (a conditional expression would make one).
+    auto vocab = json.find("vocab");
+    if (vocab == json.end()) return vocab_.load(Json(), where + ".vocab");
+    return vocab_.load(*vocab, where + ".vocab");
   }
   VocabTable vocab_;
 };

@@ -8,64 +8,16 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/engine_file.h"
 #include "llmc/engine.h"
-#include "llmc/engine_generated.h"
 #include "llmc/session.h"
+#include "one_hot_engine.h"
 
 namespace llmc {
 namespace {
 
-constexpr int64_t kVocab = 10;
-constexpr int64_t kMaxSeq = 64;
-
-std::shared_ptr<const Engine> oneHotEngine() {
-  flatbuffers::FlatBufferBuilder fbb;
-  auto dim = [&](int64_t size, const char* symbol) {
-    return fb::CreateDim(fbb, size, symbol ? fbb.CreateString(symbol) : 0);
-  };
-  std::vector<flatbuffers::Offset<fb::Value>> values;
-  values.push_back(fb::CreateValue(fbb, fbb.CreateString("input_ids"), fb::ValueKind::Input,
-                                   static_cast<uint8_t>(DType::kInt64),
-                                   fbb.CreateVector(std::vector{dim(1, nullptr), dim(-1, "seq")})));
-  values.push_back(fb::CreateValue(
-      fbb, fbb.CreateString("depth"), fb::ValueKind::Weight, static_cast<uint8_t>(DType::kInt64),
-      fbb.CreateVector(std::vector<flatbuffers::Offset<fb::Dim>>{}), 0));
-  values.push_back(fb::CreateValue(fbb, fbb.CreateString("on_off"), fb::ValueKind::Weight,
-                                   static_cast<uint8_t>(DType::kFloat32),
-                                   fbb.CreateVector(std::vector{dim(2, nullptr)}), 1));
-  values.push_back(fb::CreateValue(
-      fbb, fbb.CreateString("logits"), fb::ValueKind::Intermediate,
-      static_cast<uint8_t>(DType::kFloat32),
-      fbb.CreateVector(std::vector{dim(1, nullptr), dim(-1, "seq"), dim(kVocab, nullptr)}), -1, 0));
-  std::vector<flatbuffers::Offset<fb::Weight>> weights{fb::CreateWeight(fbb, 0, 8),
-                                                       fb::CreateWeight(fbb, 64, 8)};
-  std::vector<flatbuffers::Offset<fb::Slot>> slots{fb::CreateSlot(fbb, 0, 0)};
-  std::vector<flatbuffers::Offset<fb::Symbol>> symbols{
-      fb::CreateSymbol(fbb, fbb.CreateString("seq"), 1, kMaxSeq)};
-  std::vector<flatbuffers::Offset<fb::Param>> params{
-      fb::CreateParam(fbb, fbb.CreateString("axis"), fb::ParamKind::Int, -1)};
-  std::vector<flatbuffers::Offset<fb::Step>> steps{fb::CreateStep(
-      fbb, fbb.CreateString("OneHot"), fbb.CreateString("one_hot"), fbb.CreateVector(params),
-      fbb.CreateVector(std::vector<int32_t>{0, 1, 2}), fbb.CreateVector(std::vector<int32_t>{3}))};
-  auto engine = fb::CreateEngine(
-      fbb, 0, fbb.CreateString("cpu"), fbb.CreateVector(values), fbb.CreateVector(weights),
-      fbb.CreateVector(slots), fbb.CreateVector(symbols), fbb.CreateVector(steps),
-      fbb.CreateVector(std::vector<int32_t>{0}), fbb.CreateVector(std::vector<int32_t>{3}), 0,
-      fbb.CreateVectorOfStrings(std::vector<std::string>{"logits"}));
-  fb::FinishEngineBuffer(fbb, engine);
-  std::vector<uint8_t> blob(72, 0);
-  int64_t depth = kVocab;
-  float on_off[2] = {0.0f, 1.0f};
-  std::memcpy(blob.data(), &depth, 8);
-  std::memcpy(blob.data() + 64, on_off, 8);
-  std::vector<uint8_t> file;
-  assembleEngineFile({fbb.GetBufferPointer(), fbb.GetSize()}, blob, &file);
-  std::shared_ptr<const Engine> loaded;
-  Status status = Engine::loadFromMemory(file, "one_hot.engine", &loaded);
-  EXPECT_TRUE(status.ok()) << status.toString();
-  return loaded;
-}
+constexpr int64_t kVocab = testing::kOneHotVocab;
+constexpr int64_t kMaxSeq = testing::kOneHotMaxSeq;
+using testing::oneHotEngine;
 
 // A session's step observer (what calibration collects statistics with) sees every step's
 // node, kernel and tensors; the CUDA backend refuses one.
