@@ -8,6 +8,8 @@
 // and input sets; gpu-check.sh points LLMC_GPU_MODELS there. Skipped without a GPU or without
 // that directory. Every test also counts where the steps ran (Session::lastRunSteps): the CPU
 // fallback gives the same outputs, so only the counts show that the GPU did the work.
+#include "llmc/engine.h"
+
 #include <dirent.h>
 
 #include <algorithm>
@@ -18,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "core/internal_access.h"
 #include "core/plan.h"
 #include "cuda_test_util.h"
 #include "llm/llm_runner.h"
-#include "llmc/engine.h"
 #include "llmc/generator.h"
 #include "llmc/session.h"
 #include "llmc/tensor_io.h"
@@ -75,7 +77,7 @@ std::vector<NamedTensor> readInputSet(const std::string& dir, const nlohmann::js
 // quantized), norms and, over the KV cache, attention. The CPU fallback is for shape arithmetic
 // and small host kernels; one of these there means a device kernel declined or failed over.
 int64_t stepsForTheGpu(const Engine& engine, bool over_kv_cache) {
-  const Plan& plan = engine.plan();
+  const Plan& plan = InternalAccess::plan(engine);
   auto value = [&](int index) -> const PlanValue* {
     return index >= 0 ? &plan.values[static_cast<size_t>(index)] : nullptr;
   };

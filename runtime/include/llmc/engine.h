@@ -13,7 +13,8 @@
 
 namespace llmc {
 
-struct Plan;  // the verified execution plan (runtime/src/core/plan.h)
+struct Plan;  // the verified execution plan (internal: runtime/src/core/plan.h)
+class InternalAccess;
 
 // One dimension of a declared shape.
 struct DimInfo {
@@ -97,9 +98,8 @@ class Engine {
   // The language-model configuration; null when the engine runs as a plain graph.
   const LlmConfig* llmConfig() const;
 
-  const Plan& plan() const { return *plan_; }
-
  private:
+  friend class InternalAccess;  // the plan, for the runtime itself (core/internal_access.h)
   Engine();
   struct Mapping;
   std::unique_ptr<Mapping> mapping_;

@@ -14,6 +14,7 @@
 namespace llmc {
 
 struct LlmStepContext;  // internal: a language-model step's ragged batch and KV cache
+class InternalAccess;
 
 struct NamedTensor {
   std::string name;
@@ -65,10 +66,6 @@ class Session {
   // symbols' min/max), runs every step, and returns the engine outputs in engine order.
   // Output tensors own their memory.
   Status run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs);
-  // The same, for one step of a language model over the paged KV cache (the Generator's
-  // path; `step` null is the plain run).
-  Status run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
-             LlmStepContext* step);
 
   // Current arena size; grows when a run needs more than the plan's planning shapes.
   uint64_t arenaBytes() const;
@@ -84,10 +81,14 @@ class Session {
   StepCounts lastRunSteps() const;
   const Engine& engine() const { return *engine_; }
 
-  struct State;  // arena and slot capacities (session.cpp)
-
  private:
+  friend class InternalAccess;  // runStep, for the Generator's KV-cache path
   Session() = default;
+  // run() for one step of a language model over the paged KV cache (`step` null: the plain
+  // run). Internal: the step context is the runtime's own type.
+  Status runStep(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                 LlmStepContext* step);
+  struct State;  // arena and slot capacities (session.cpp)
   std::shared_ptr<const Engine> engine_;
   std::unique_ptr<State> state_;
 };

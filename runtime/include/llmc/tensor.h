@@ -1,5 +1,6 @@
 // llmc::Tensor: a dense, row-major tensor that either owns its bytes or borrows them
-// (a view of engine weights, of the session arena, or of caller memory).
+// (a view of engine weights, of the session arena, or of caller memory). Copies share storage;
+// clone() is the deep copy.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +52,12 @@ bool checkedNumElements(const Shape& shape, int64_t* count);
 // "[2, 3, 4]"
 std::string shapeToString(const Shape& shape);
 
+// A Tensor is a handle: copying one (copy construction, assignment, passing or returning by
+// value, NamedTensor copies) never copies elements. The copy refers to the same bytes: an
+// owning tensor's storage is reference-counted and freed with its last copy, a view's copies
+// borrow the same memory. A write through any copy is seen by all of them. clone() is the deep
+// copy, with storage of its own. Copies may be read from several threads at once; writes need
+// the caller's synchronization, as for any shared memory.
 class Tensor {
  public:
   Tensor() = default;

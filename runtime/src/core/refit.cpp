@@ -9,6 +9,7 @@
 
 #include "core/api_guard.h"
 #include "core/engine_file.h"
+#include "core/internal_access.h"
 #include "core/kernel.h"
 #include "core/plan.h"
 #include "llmc/engine.h"
@@ -136,7 +137,7 @@ Status refitEngine(std::span<const uint8_t> engine_bytes, const std::string& wha
     std::shared_ptr<const Engine> engine;
     LLMC_RETURN_IF_ERROR(
         Engine::loadFromMemory(engine_bytes, what, &engine));  // verifies everything
-    const Plan& plan = engine->plan();
+    const Plan& plan = InternalAccess::plan(*engine);
     EngineFileHeader header;
     LLMC_RETURN_IF_ERROR(
         checkEngineHeader(engine_bytes.data(), engine_bytes.size(), what, &header));

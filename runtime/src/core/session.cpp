@@ -9,6 +9,7 @@
 #include <new>
 
 #include "core/api_guard.h"
+#include "core/internal_access.h"
 #include "core/plan.h"
 #include "llm/step_context.h"
 #ifdef LLMC_HAVE_CUDA
@@ -127,8 +128,14 @@ namespace {
 class StepContext : public KernelContext {
  public:
   StepContext(const Plan& plan, const PlanStep& step, std::vector<Tensor>& values,
-              Session::State& state, bool& grew, LlmStepContext* llm_step)
-      : plan_(plan), step_(step), values_(values), state_(state), grew_(grew), llm_step_(llm_step) {}
+              ArenaLayout& slots, std::byte* arena, bool& grew, LlmStepContext* llm_step)
+      : plan_(plan),
+        step_(step),
+        values_(values),
+        slots_(slots),
+        arena_(arena),
+        grew_(grew),
+        llm_step_(llm_step) {}
 
   size_t numInputs() const override { return step_.inputs.size(); }
   const Tensor* input(size_t i) const override {
@@ -141,11 +148,11 @@ class StepContext : public KernelContext {
     LLMC_RETURN_IF_ERROR(checkPlannedOutput(plan_, step_, i, dtype, shape, &bytes));
     const size_t index = static_cast<size_t>(step_.outputs[i]);
     const PlanValue& value = plan_.values[index];
-    const bool fits = state_.slots.fits(value.slot, bytes);
-    if (fits && state_.arena) {
-      values_[index] = Tensor::view(
-          dtype, shape,
-          static_cast<void*>(state_.arena.get() + state_.slots.offset[static_cast<size_t>(value.slot)]));
+    const bool fits = slots_.fits(value.slot, bytes);
+    if (fits && arena_) {
+      values_[index] =
+          Tensor::view(dtype, shape,
+                       static_cast<void*>(arena_ + slots_.offset[static_cast<size_t>(value.slot)]));
     } else {
       // Larger than planned: a private buffer for this run; the arena grows before the next.
       try {
@@ -168,7 +175,8 @@ class StepContext : public KernelContext {
   const Plan& plan_;
   const PlanStep& step_;
   std::vector<Tensor>& values_;
-  Session::State& state_;
+  ArenaLayout& slots_;
+  std::byte* arena_;
   bool& grew_;
   LlmStepContext* llm_step_;
 };
@@ -185,7 +193,7 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
                        std::unique_ptr<Session>* out) {
   return guardApi("Session::create", [&]() -> Status {
     if (!engine) return invalidArgument("Session::create: null engine");
-    const Plan& plan = engine->plan();
+    const Plan& plan = InternalAccess::plan(*engine);
     if (plan.stripped_weights > 0)
       return failedPrecondition(plan.path + ": " + std::to_string(plan.stripped_weights) +
                                 " weights were stripped (--strip-weights); fill them with "
@@ -252,12 +260,12 @@ Session::StepCounts Session::lastRunSteps() const {
 }
 
 Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
-  return guardApi("Session::run", [&] { return run(inputs, outputs, nullptr); });
+  return guardApi("Session::run", [&] { return runStep(inputs, outputs, nullptr); });
 }
 
-Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
-                    LlmStepContext* llm_step) {
-  const Plan& plan = engine_->plan();
+Status Session::runStep(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs,
+                        LlmStepContext* llm_step) {
+  const Plan& plan = InternalAccess::plan(*engine_);
   const std::string& what = plan.path;
   std::vector<Tensor> values(plan.values.size());
   for (size_t i = 0; i < plan.values.size(); ++i)
@@ -334,7 +342,7 @@ Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTen
 #endif
   bool grew = false;
   for (const PlanStep& step : plan.steps) {
-    StepContext ctx(plan, step, values, *state_, grew, llm_step);
+    StepContext ctx(plan, step, values, state_->slots, state_->arena.get(), grew, llm_step);
     Status status;
     try {  // no exception crosses the library boundary, whatever a kernel's containers do
       status = step.kernel->fn(ctx);

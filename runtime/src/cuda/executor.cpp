@@ -11,12 +11,13 @@
 #include <mutex>
 #include <new>
 
+#include "core/half.h"
+#include "core/internal_access.h"
 #include "cuda/cublas_status.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device.h"
 #include "cuda/flash_attention.h"
 #include "cuda/kernels.h"
-#include "core/half.h"
 #include "llm/kv_cache.h"
 #include "llm/step_context.h"
 
@@ -1206,7 +1207,7 @@ Status Executor::create(std::shared_ptr<const Engine> engine, const ExecutorOpti
   DeviceInfo device;
   LLMC_RETURN_IF_ERROR(probeDevice(&device));
   if (engine->target() != "cpu") LLMC_RETURN_IF_ERROR(checkTarget(device, engine->target()));
-  const Plan& plan = engine->plan();
+  const Plan& plan = InternalAccess::plan(*engine);
   std::unique_ptr<Executor> executor(new Executor());
   executor->impl_ = std::make_unique<Impl>(plan);
   Impl& impl = *executor->impl_;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "core/internal_access.h"
 
 namespace llmc {
 
@@ -134,7 +135,8 @@ Status LlmRunner::step(const std::vector<Work>& work, DeviceSampling* sampling,
   }
   std::vector<NamedTensor> outputs;
   ctx.sampling = sampling;
-  Status run = session_->run({{config().input_ids, std::move(input)}}, &outputs, &ctx);
+  Status run =
+      InternalAccess::runStep(*session_, {{config().input_ids, std::move(input)}}, &outputs, &ctx);
   ctx.sampling = nullptr;
   LLMC_RETURN_IF_ERROR(run);
   if (sampling && sampling->done) {
