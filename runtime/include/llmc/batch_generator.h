@@ -4,8 +4,12 @@
 // and retires finished requests, whose KV blocks go back to the pool at once. A request's
 // tokens are exactly what Generator::generate would produce for it alone.
 //
-// Needs an engine compiled as a language model (Engine::llmConfig()). Not thread-safe: one
-// thread (the serving loop) calls submit/step; callbacks run on it.
+// Needs an engine compiled as a language model (Engine::llmConfig()).
+//
+// Threads: a BatchGenerator is used by one thread at a time (the serving loop calls submit,
+// step and the queries; requests from other threads reach it through the caller's own queue).
+// Callbacks run on the thread that called step(). BatchGenerators of one Engine on different
+// threads run at the same time.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,9 @@
-// llmc::Engine: a loaded, verified, immutable engine file. Shareable across threads; every
-// Session of an engine shares its weights (mmapped, never copied).
+// llmc::Engine: a loaded, verified, immutable engine file. Every Session of an engine shares its
+// weights (mmapped, never copied).
+//
+// Threads: an Engine never changes after loading. One Engine (a shared_ptr<const Engine>) may
+// be used from any number of threads at once: its methods, and Sessions, Generators and
+// BatchGenerators created from it on different threads, all at the same time.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,11 @@
 // Any other engine runs by full recomputation: every step runs the whole sequence
 // (`input_ids` [1, n], with `attention_mask` ones and `position_ids` 0..n-1 when the engine
 // has those inputs) and samples from the last position's logits.
+//
+// Threads: a Generator (its Session, KV cache and prefix cache) is used by one thread at a
+// time, every method included. Generators of one Engine on different threads run at the same
+// time, and may share one Tokenizer (setTokenizer). The token callback runs on the thread that
+// called generate().
 #pragma once
 
 #include <cstdint>

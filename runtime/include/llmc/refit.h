@@ -3,6 +3,7 @@
 // engine (the runtime kernels the compiler applied: transposes, concatenations from fusion,
 // reshapes, scalings), so refit recomputes it exactly as a fresh compile of the same weights
 // would: the output is byte-identical to compiling the model with those initializers.
+// The functions keep no state: they may run on several threads at once.
 #pragma once
 
 #include <cstdint>

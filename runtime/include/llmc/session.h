@@ -1,5 +1,10 @@
-// llmc::Session: a per-thread execution context for an engine (its arena and bindings).
-// Create one per thread; an Engine is shared by all of them.
+// llmc::Session: an execution context for an engine (its arena and bindings).
+//
+// Threads: a Session is used by one thread at a time (every run rewrites its arena); it may
+// move between threads with the caller's synchronization. For parallel runs create one Session
+// per thread: Sessions of one Engine run concurrently and share only the engine (on the CUDA
+// backend each has its own stream; the engine's uploaded weights are shared under a lock). A
+// step observer runs on the thread that called run().
 #pragma once
 
 #include <functional>

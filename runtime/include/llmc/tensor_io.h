@@ -1,5 +1,7 @@
 // Reading and writing tensors as files: NumPy .npy and ONNX TensorProto (.pb), the formats
 // of test inputs, reference outputs and the ONNX backend tests. Every input is untrusted.
+// The functions keep no state: they may run on several threads at once (on different files
+// and output tensors).
 #pragma once
 
 #include <cstddef>

@@ -21,7 +21,12 @@ class TokenizerImpl;
 // Loads the tokenizer.json files of GPT-2, RoBERTa, Llama 2/3, Mistral, Qwen and BERT style
 // tokenizers (test/models/tokenizers/README.md lists the supported components); a component it
 // does not know is a kUnimplemented error naming it. Truncation and padding settings in the file
-// are ignored. A Tokenizer is immutable after loading and safe to share between threads.
+// are ignored.
+//
+// Threads: a Tokenizer does not change after loading (encode's word cache is internal and
+// locked): its const methods may be called from any number of threads at once, on one shared
+// Tokenizer. A StreamDecoder holds one stream's state: one thread at a time, one per stream; it
+// refers to its Tokenizer, which must outlive it.
 class Tokenizer {
  public:
   // Parses a tokenizer.json. Unknown component types are kUnimplemented errors naming them.

@@ -26,8 +26,10 @@ constexpr int64_t kRowBlock = 64;
 constexpr int64_t kColumnTile = 512;
 
 // Built twice, for AVX2/FMA (Haswell and later; the loader picks it where the CPU has it) and
-// for the baseline x86-64 the rest of the runtime targets.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// for the baseline x86-64 the rest of the runtime targets. Not under ThreadSanitizer: it
+// instruments the clones' ifunc resolver, which the loader runs before TSan's runtime is up
+// (a crash at startup).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define LLMC_CPU_CLONES __attribute__((target_clones("arch=haswell", "default")))
 #else
 #define LLMC_CPU_CLONES
