@@ -112,8 +112,10 @@ Status KvCache::create(const KvCacheSpec& spec, std::unique_ptr<KvCache>* cache)
                              " blocks of " + std::to_string(spec.bytesPerBlock()) + " bytes");
   }
   std::memset(storage, 0, rounded);
-  cache->reset(new (std::nothrow) KvCache(spec, static_cast<std::byte*>(storage)));
-  if (*cache == nullptr) {
+  // The constructor allocates the block tables too: a failure there must free the storage.
+  try {
+    cache->reset(new KvCache(spec, static_cast<std::byte*>(storage)));
+  } catch (const std::bad_alloc&) {
     std::free(storage);
     return resourceExhausted("cannot allocate the KV cache's bookkeeping");
   }
