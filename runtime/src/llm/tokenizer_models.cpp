@@ -38,10 +38,8 @@ class VocabTable {
         return invalidArgument("tokenizer.json: " + where + " has a token that is not UTF-8");
       }
       vocab_[it.key()] = static_cast<int32_t>(id);
-      if (static_cast<size_t>(id) >= reverse_.size()) reverse_.resize(id + 1);
-      reverse_[id] = it.key();
-      if (static_cast<size_t>(id) >= present_.size()) present_.resize(id + 1, false);
-      present_[id] = true;
+      reverse_[static_cast<int32_t>(id)] = it.key();
+      id_limit_ = std::max(id_limit_, static_cast<int32_t>(id) + 1);
     }
     return okStatus();
   }
@@ -52,15 +50,17 @@ class VocabTable {
     return it->second;
   }
   const std::string* token(int32_t id) const {
-    if (id < 0 || static_cast<size_t>(id) >= present_.size() || !present_[id]) return nullptr;
-    return &reverse_[id];
+    auto it = reverse_.find(id);
+    return it == reverse_.end() ? nullptr : &it->second;
   }
-  int32_t idLimit() const { return static_cast<int32_t>(present_.size()); }
+  int32_t idLimit() const { return id_limit_; }
 
  private:
   Vocab vocab_;
-  std::vector<std::string> reverse_;
-  std::vector<bool> present_;
+  // By id, in a hash map: sized by the entries, not by the largest id (a vector indexed by id
+  // made a 70-byte tokenizer.json with one id near 2^30 allocate 32 GB).
+  std::unordered_map<int32_t, std::string> reverse_;
+  int32_t id_limit_ = 0;
 };
 
 std::optional<std::string> optionalString(const Json& json, const char* key) {
