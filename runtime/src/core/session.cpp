@@ -9,12 +9,10 @@
 #include <new>
 
 #include "core/api_guard.h"
+#include "core/device_executor.h"
 #include "core/internal_access.h"
 #include "core/plan.h"
 #include "llm/step_context.h"
-#ifdef LLMC_HAVE_CUDA
-#include "cuda/executor.h"
-#endif
 
 namespace llmc {
 
@@ -108,9 +106,7 @@ struct Session::State {
   std::unique_ptr<std::byte, AlignedDeleter> arena;
   Backend backend = Backend::kCpu;
   std::function<void(const StepObservation&)> observer;
-#ifdef LLMC_HAVE_CUDA
-  std::unique_ptr<cuda::Executor> device;
-#endif
+  std::unique_ptr<DeviceExecutor> device;  // a backend that runs the whole plan (CUDA)
 
   Status layout() {
     const uint64_t total = slots.layout();
@@ -219,12 +215,12 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
                              " weights are a CUDA backend option; this session runs on the CPU");
     if (backend == Backend::kCuda) {
 #ifdef LLMC_HAVE_CUDA
-      cuda::ExecutorOptions device_options;
+      DeviceExecutorOptions device_options;
       device_options.allow_tf32 = options.allow_tf32;
       device_options.weight_dtype = options.gpu_weight_dtype;
       device_options.cuda_graphs = options.cuda_graphs;
       device_options.cuda_graph_max_batch = options.cuda_graph_max_batch;
-      LLMC_RETURN_IF_ERROR(cuda::Executor::create(engine, device_options, &session->state_->device)
+      LLMC_RETURN_IF_ERROR(createCudaExecutor(engine, device_options, &session->state_->device)
                                .withContext(plan.path));
 #else
       return failedPrecondition(plan.path + ": the CUDA backend was asked for, but this runtime "
@@ -241,21 +237,14 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
 }
 
 uint64_t Session::arenaBytes() const {
-#ifdef LLMC_HAVE_CUDA
   if (state_->device) return state_->device->arenaBytes();
-#endif
   return state_->slots.total;
 }
 
 Backend Session::backend() const { return state_->backend; }
 
 Session::StepCounts Session::lastRunSteps() const {
-#ifdef LLMC_HAVE_CUDA
-  if (state_->device) {
-    const cuda::RunCounts& counts = state_->device->lastRun();
-    return {counts.device_steps, counts.host_steps, counts.graph_replays > 0};
-  }
-#endif
+  if (state_->device) return state_->device->lastRun();
   return {};
 }
 
@@ -336,10 +325,7 @@ Status Session::runStep(const std::vector<NamedTensor>& inputs, std::vector<Name
   if (plan.llm) LLMC_RETURN_IF_ERROR(checkContext(*plan.llm, inputs, llm_step).withContext(what));
 
   // Execute.
-#ifdef LLMC_HAVE_CUDA
-  if (state_->device)
-    return state_->device->run(values, llm_step, outputs).withContext(what);
-#endif
+  if (state_->device) return state_->device->run(values, llm_step, outputs).withContext(what);
   bool grew = false;
   for (const PlanStep& step : plan.steps) {
     StepContext ctx(plan, step, values, state_->slots, state_->arena.get(), grew, llm_step);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <new>
 
+#include "core/device_executor.h"
 #include "core/half.h"
 #include "core/internal_access.h"
 #include "cuda/cublas_status.h"
@@ -1534,3 +1535,43 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
 }
 
 }  // namespace llmc::cuda
+
+namespace llmc {
+namespace {
+
+// The CUDA executor behind core's DeviceExecutor interface.
+class CudaDeviceExecutor final : public DeviceExecutor {
+ public:
+  explicit CudaDeviceExecutor(std::unique_ptr<cuda::Executor> executor)
+      : executor_(std::move(executor)) {}
+  Status run(std::vector<Tensor>& values, LlmStepContext* llm_step,
+             std::vector<NamedTensor>* outputs) override {
+    return executor_->run(values, llm_step, outputs);
+  }
+  uint64_t arenaBytes() const override { return executor_->arenaBytes(); }
+  Session::StepCounts lastRun() const override {
+    const cuda::RunCounts& counts = executor_->lastRun();
+    return {counts.device_steps, counts.host_steps, counts.graph_replays > 0};
+  }
+
+ private:
+  std::unique_ptr<cuda::Executor> executor_;
+};
+
+}  // namespace
+
+Status createCudaExecutor(std::shared_ptr<const Engine> engine,
+                          const DeviceExecutorOptions& options,
+                          std::unique_ptr<DeviceExecutor>* out) {
+  cuda::ExecutorOptions cuda_options;
+  cuda_options.allow_tf32 = options.allow_tf32;
+  cuda_options.weight_dtype = options.weight_dtype;
+  cuda_options.cuda_graphs = options.cuda_graphs;
+  cuda_options.cuda_graph_max_batch = options.cuda_graph_max_batch;
+  std::unique_ptr<cuda::Executor> executor;
+  LLMC_RETURN_IF_ERROR(cuda::Executor::create(std::move(engine), cuda_options, &executor));
+  *out = std::make_unique<CudaDeviceExecutor>(std::move(executor));
+  return okStatus();
+}
+
+}  // namespace llmc
