@@ -111,7 +111,6 @@ DenseElementsAttr convertTensor(MLIRContext* context, const onnx::TensorProto& t
   } else if (tensor.has_raw_data()) {
     raw = &tensor.raw_data();
   }
-  std::vector<char> bytes(static_cast<size_t>(count) * element_size);
   auto mismatch = [&](size_t have) {
     *error = "tensor '" + tensor.name() + "' declares shape " +
              shapeToString(Shape(shape.begin(), shape.end())) + " (" + std::to_string(count) +
@@ -119,8 +118,18 @@ DenseElementsAttr convertTensor(MLIRContext* context, const onnx::TensorProto& t
              (raw ? " bytes" : " values");
     return DenseElementsAttr();
   };
+  // The data is checked against the shape before the buffer is allocated: a few bytes of model
+  // can declare any shape (an allocation of exabytes aborted the compiler).
+  size_t size_bytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(count), element_size, &size_bytes))
+    return mismatch(raw ? raw->size() : 0);
+  const size_t values = static_cast<size_t>(tensor.float_data_size()) + tensor.double_data_size() +
+                        tensor.int32_data_size() + tensor.int64_data_size() +
+                        tensor.uint64_data_size();
+  if (raw ? raw->size() != size_bytes : static_cast<size_t>(count) > values)
+    return mismatch(raw ? raw->size() : values);
+  std::vector<char> bytes(size_bytes);
   if (raw) {
-    if (raw->size() != bytes.size()) return mismatch(raw->size());
     if (!bytes.empty()) std::memcpy(bytes.data(), raw->data(), bytes.size());
   } else {
     auto fill = [&](const auto& field, auto convert) -> bool {
