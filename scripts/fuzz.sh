@@ -96,12 +96,15 @@ for name in "${targets[@]}"; do
   dir="$WORK_DIR/$name"
   mkdir -p "$dir/corpus" "$dir/artifacts" "$dir/tmp"
   log="$dir/fuzz.log"
-  options=(-print_final_stats=1 -timeout=30 -rss_limit_mb=4096 -artifact_prefix="$dir/artifacts/")
+  # -malloc_limit_mb: one allocation over 1 GiB is a finding (no seed needs it; a parser that
+  # trusts a declared size shows up here before it shows up as memory).
+  options=(-print_final_stats=1 -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=1024
+           -artifact_prefix="$dir/artifacts/")
   read -r -a target_options <<<"${options_of[$name]}"  # the target's own, from its CMake
   options+=("${target_options[@]}")
   ((seconds > 0)) && options+=(-max_total_time="$seconds")
   [[ -n $runs ]] && options+=(-runs="$runs")
-  echo "== $name: ${binary_of[$name]#"$ROOT/"} ${options[*]:4} =="
+  echo "== $name: ${binary_of[$name]#"$ROOT/"} ${options[*]:5} =="
   start=$(date +%s)
   status=0
   # New inputs go to the first directory (the work corpus); the seeds are only read. Scratch
