@@ -281,7 +281,7 @@ Status sequenceInputs(const Engine& engine, const std::string& input_ids,
         case DType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(value); break;
         case DType::kBool: t.data<bool>()[i] = true; break;
         case DType::kFloat32: t.data<float>()[i] = mask ? 1.0f : 0.0f; break;
-        default: t.data<float>();  // unreachable: past tensors are empty
+        default: break;  // the past tensors, which are empty
       }
     }
     out->push_back(NamedTensor{info.name, std::move(t)});
