@@ -3,7 +3,8 @@
 # fuzz replays. The suite runs twice: on an ASan/UBSan build (build/asan) and on the
 # Release build users get (build/). A third build, the runtime alone without MLIR/LLVM/
 # protobuf (build/runtime-only), is checked for its dependencies; a fourth (build/tsan) runs
-# the API tests (test/api: threads, exceptions) under ThreadSanitizer. The last lines are
+# the API tests (test/api: threads, exceptions) and the thread tests (test/threads: the CPU
+# backend's pool and threaded kernels) under ThreadSanitizer. The last lines are
 # ctest's summary with the number of tests run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,24 +32,26 @@ if [[ ! -f build/runtime-only/build.ninja ]]; then
 fi
 ninja -C build/runtime-only -j "$JOBS" llmc
 
-# The API tests (thread safety, exceptions) under ThreadSanitizer: the runtime and that one
-# binary, no compiler: a cold build is 2.5 min (the runtime alone) to 5 min (with the tests,
-# on a loaded machine) on 2 cores; ccache makes a rebuild after a change take seconds.
-echo "== build: API tests under ThreadSanitizer (build/tsan) =="
+# The API and thread tests under ThreadSanitizer: the runtime and those two binaries, no
+# compiler: a cold build is 2.5 min (the runtime alone) to 5 min (with the tests, on a loaded
+# machine) on 2 cores; ccache makes a rebuild after a change take seconds.
+echo "== build: API and thread tests under ThreadSanitizer (build/tsan) =="
 if [[ ! -f build/tsan/build.ninja ]]; then
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLLMC_SANITIZE=thread -DLLMC_ENABLE_CUDA=OFF -DLLMC_BUILD_COMPILER=OFF \
     -DLLMC_PYTHON="$ROOT/.venv/bin/python" >/dev/null
 fi
-ninja -C build/tsan -j "$JOBS" llmc_api_tests
+ninja -C build/tsan -j "$JOBS" llmc_api_tests llmc_thread_tests
 echo "builds took $(( $(date +%s) - start )) s"
 
 # Any data race fails the run (TSan exits 66 after a report).
-echo "== API tests under ThreadSanitizer (build/tsan) =="
+echo "== API and thread tests under ThreadSanitizer (build/tsan) =="
 tsan_status=0
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/test/llmc_api_tests \
-  > build/tsan/api-tests.log 2>&1 || tsan_status=$?
-tail -n 3 build/tsan/api-tests.log
+for binary in api thread; do
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/test/llmc_${binary}_tests \
+    > build/tsan/${binary}-tests.log 2>&1 || tsan_status=$?
+  tail -n 3 build/tsan/${binary}-tests.log
+done
 
 # Each run's output is kept so that the very last lines can repeat both of ctest's counts
 # (ctest ends with the list of skipped GPU tests, which would otherwise bury them).
@@ -65,9 +68,11 @@ release_status=0
 echo "== summary =="
 echo "ASan + UBSan (build/asan): $(grep -E 'tests passed|tests failed out of' build/asan/ctest-summary.log | tail -n 1)"
 echo "Release (build/):          $(grep -E 'tests passed|tests failed out of' build/ctest-summary.log | tail -n 1)"
-echo "ThreadSanitizer (build/tsan): $(grep -E '^\[  (PASSED|FAILED)  \]' build/tsan/api-tests.log | head -n 1 || echo "no result (exit $tsan_status)")"
+for binary in api thread; do
+  echo "ThreadSanitizer, ${binary} tests (build/tsan): $(grep -E '^\[  (PASSED|FAILED)  \]' build/tsan/${binary}-tests.log | head -n 1 || echo "no result")"
+done
 if [[ $tsan_status -ne 0 ]]; then
-  echo "FAILED: the API tests under ThreadSanitizer (build/tsan) failed; see build/tsan/api-tests.log"
+  echo "FAILED: tests under ThreadSanitizer (build/tsan) failed (exit $tsan_status); see build/tsan/api-tests.log and build/tsan/thread-tests.log"
   exit 1
 fi
 if [[ $asan_status -ne 0 ]]; then

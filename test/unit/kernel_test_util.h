@@ -25,6 +25,7 @@ class TestKernelContext : public KernelContext {
   size_t num_outputs = 1;
   bool shape_only = false;
   std::string node_name = "test_node";
+  ThreadPool* pool = nullptr;  // the threads the kernel may use (none: the caller alone)
 
   size_t numInputs() const override { return inputs.size(); }
   const Tensor* input(size_t i) const override {
@@ -42,6 +43,7 @@ class TestKernelContext : public KernelContext {
   const KernelParams& params() const override { return kernel_params; }
   const std::string& nodeName() const override { return node_name; }
   bool shapeOnly() const override { return shape_only; }
+  ThreadPool* threadPool() const override { return pool; }
 
   Status run(const std::string& kernel) {
     const KernelDef* def = KernelRegistry::cpuReference().find(kernel);

@@ -68,9 +68,9 @@ inline constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 inline constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 
-// The backend options of run, generate and bench: `--backend auto|cpu|cuda`, `--precision
-// fp32|tf32|bf16|fp16` (the GPU's products), `--tf32` (= --precision tf32) and
-// `--no-cuda-graphs`. Returns true
+// The backend options of run, generate, bench and eval: `--backend auto|cpu|cuda`, `--threads
+// N` (the CPU backend's threads; 0 = every physical core), `--precision fp32|tf32|bf16|fp16`
+// (the GPU's products), `--tf32` (= --precision tf32) and `--no-cuda-graphs`. Returns true
 // when args[*i] is one of them (consuming its value); *error is set when the value is bad.
 inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
                              SessionOptions* options, std::string* error) {
@@ -81,6 +81,12 @@ inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
   }
   if (arg == "--no-cuda-graphs") {
     options->cuda_graphs = false;
+    return true;
+  }
+  if (arg == "--threads") {
+    // 0: every physical core this process may use (SessionOptions::threads).
+    const Status status = intOption(args, i, 0, 256, &options->threads);
+    if (!status.ok()) *error = status.message();
     return true;
   }
   if (arg == "--precision") {

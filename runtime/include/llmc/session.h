@@ -44,6 +44,11 @@ struct StepObservation {
 
 struct SessionOptions {
   Backend backend = Backend::kAuto;
+  // CPU: the threads this session's kernels run on, counting the one that calls run() (the
+  // session starts threads - 1 of its own). 0: the physical cores this process may use (its
+  // affinity mask and cgroup CPU quota; SMT siblings count once). Results are identical for
+  // every thread count. At most 256.
+  int threads = 0;
   // CUDA: float32 products through the tensor cores' tf32 mode (about 1e-3 relative error).
   bool allow_tf32 = false;
   // CUDA: kBFloat16 or kFloat16 keeps the products' float32 weights on the GPU in that type
@@ -76,6 +81,9 @@ class Session {
   uint64_t arenaBytes() const;
   // The backend this session runs on (never kAuto).
   Backend backend() const;
+  // The threads its CPU kernels run on (SessionOptions::threads, resolved; 1 on CUDA, whose
+  // host steps run on the caller).
+  int threads() const;
   // CUDA: how many steps of the last run ran on the GPU and how many on the CPU fallback
   // (both 0 on the CPU backend).
   struct StepCounts {

@@ -23,6 +23,7 @@
 namespace llmc {
 
 struct LlmStepContext;  // a language-model step's ragged batch (llm/step_context.h)
+class ThreadPool;       // the session's threads (core/thread_pool.h)
 
 // A kernel's typed parameters (ONNX attributes after the importer normalized them).
 struct KernelParam {
@@ -71,6 +72,9 @@ class KernelContext {
   // The ragged-batch context of a language-model step, or null (a plain run, or the
   // compiler): llm kernels then treat every batch row as one fresh sequence.
   virtual LlmStepContext* llmStep() const { return nullptr; }
+  // The threads the kernel may split its work over (parallelFor in core/thread_pool.h), or
+  // null: run on the caller alone. A kernel's result must not depend on it.
+  virtual ThreadPool* threadPool() const { return nullptr; }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx);

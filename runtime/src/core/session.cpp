@@ -12,6 +12,7 @@
 #include "core/device_executor.h"
 #include "core/internal_access.h"
 #include "core/plan.h"
+#include "core/thread_pool.h"
 #include "llm/step_context.h"
 
 namespace llmc {
@@ -107,6 +108,7 @@ struct Session::State {
   Backend backend = Backend::kCpu;
   std::function<void(const StepObservation&)> observer;
   std::unique_ptr<DeviceExecutor> device;  // a backend that runs the whole plan (CUDA)
+  std::unique_ptr<ThreadPool> pool;        // the CPU kernels' threads
 
   Status layout() {
     const uint64_t total = slots.layout();
@@ -124,14 +126,16 @@ namespace {
 class StepContext : public KernelContext {
  public:
   StepContext(const Plan& plan, const PlanStep& step, std::vector<Tensor>& values,
-              ArenaLayout& slots, std::byte* arena, bool& grew, LlmStepContext* llm_step)
+              ArenaLayout& slots, std::byte* arena, bool& grew, LlmStepContext* llm_step,
+              ThreadPool* pool)
       : plan_(plan),
         step_(step),
         values_(values),
         slots_(slots),
         arena_(arena),
         grew_(grew),
-        llm_step_(llm_step) {}
+        llm_step_(llm_step),
+        pool_(pool) {}
 
   size_t numInputs() const override { return step_.inputs.size(); }
   const Tensor* input(size_t i) const override {
@@ -166,6 +170,7 @@ class StepContext : public KernelContext {
   const KernelParams& params() const override { return step_.params; }
   const std::string& nodeName() const override { return step_.node; }
   LlmStepContext* llmStep() const override { return llm_step_; }
+  ThreadPool* threadPool() const override { return pool_; }
 
  private:
   const Plan& plan_;
@@ -175,6 +180,7 @@ class StepContext : public KernelContext {
   std::byte* arena_;
   bool& grew_;
   LlmStepContext* llm_step_;
+  ThreadPool* pool_;
 };
 
 }  // namespace
@@ -204,6 +210,10 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
     session->state_ = std::make_unique<State>(plan);
     session->state_->backend = backend;
     session->state_->observer = options.observer;
+    if (options.threads < 0 || options.threads > kMaxThreads)
+      return invalidArgument(plan.path + ": threads must be 0 (every core) to " +
+                             std::to_string(kMaxThreads) + ", got " +
+                             std::to_string(options.threads));
     if (backend == Backend::kCuda && options.observer)
       return invalidArgument(plan.path + ": step observers run on the CPU backend only");
     if (options.gpu_weight_dtype != DType::kFloat32 &&
@@ -229,6 +239,8 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
 #endif
     } else {
       LLMC_RETURN_IF_ERROR(session->state_->layout());
+      session->state_->pool = std::make_unique<ThreadPool>(
+          options.threads > 0 ? options.threads : defaultThreadCount());
     }
     session->engine_ = std::move(engine);
     *out = std::move(session);
@@ -242,6 +254,8 @@ uint64_t Session::arenaBytes() const {
 }
 
 Backend Session::backend() const { return state_->backend; }
+
+int Session::threads() const { return state_->pool ? state_->pool->threads() : 1; }
 
 Session::StepCounts Session::lastRunSteps() const {
   if (state_->device) return state_->device->lastRun();
@@ -328,7 +342,8 @@ Status Session::runStep(const std::vector<NamedTensor>& inputs, std::vector<Name
   if (state_->device) return state_->device->run(values, llm_step, outputs).withContext(what);
   bool grew = false;
   for (const PlanStep& step : plan.steps) {
-    StepContext ctx(plan, step, values, state_->slots, state_->arena.get(), grew, llm_step);
+    StepContext ctx(plan, step, values, state_->slots, state_->arena.get(), grew, llm_step,
+                    state_->pool.get());
     Status status;
     try {  // no exception crosses the library boundary, whatever a kernel's containers do
       status = step.kernel->fn(ctx);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/kernel.h"
+#include "core/thread_pool.h"
 #include "cpu/attend.h"
 #include "cpu/epilogue.h"
 #include "cpu/gemm.h"
@@ -17,13 +18,20 @@
 namespace llmc {
 namespace {
 
-// Rows of a·b for up to kRowBlock rows of `a` at a time: acc[r * n_size + n] =
-// sum_k a[r][k] * b(k, n), ascending k like the reference MatMul. b is [K, N], or [N, K] when
-// trans_b. In prefill the weights do not fit in cache, so each is read once per block of rows:
-// 64 rows (the weight read once per 64 tokens), in tiles of kColumnTile columns whose four
-// weight rows stay in L1 while every row of the block uses them.
+// Rows of a·b: acc[r * ldc + n] = sum_k a[r][k] * b(k, n) for r < rows, n < n_size, ascending
+// k like the reference MatMul; b(k, n) is b[k * ldb + n], or b[n * ldb + k] when trans_b. Every
+// sum is computed the same way whatever the block's rows and columns, so products split over
+// threads by rows and columns give the same bits (test/unit/cpu/threads_test.cpp).
+//
+// Prefill: the weights do not fit in cache, so each is read once per block of kRowBlock rows
+// (the weight read once per 64 tokens), in tiles of kColumnTile columns whose four weight rows
+// stay in L1 while every row of the block uses them. Decode (one row) streams the weight.
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kColumnTile = 512;
+// Columns per task of a threaded product: one task reads kTaskColumns x K weights (192 KiB at
+// K = 768 in decode), few enough tasks that claiming one costs nothing next to it, enough that
+// two to eight threads share a 768-wide product evenly.
+constexpr int64_t kTaskColumns = 64;
 
 // Built twice, for AVX2/FMA (Haswell and later; the loader picks it where the CPU has it) and
 // for the baseline x86-64 the rest of the runtime targets. Not under ThreadSanitizer: it
@@ -35,21 +43,23 @@ constexpr int64_t kColumnTile = 512;
 #define LLMC_CPU_CLONES
 #endif
 
-LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t n_size,
-                    bool trans_b, float* acc) {
+LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b,
+                                    int64_t ldb, int64_t n_size, bool trans_b, float* acc,
+                                    int64_t ldc) {
   if (trans_b) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t n = 0; n < n_size; ++n) {
         const float* a_row = a + r * k_size;
-        const float* b_row = b + n * k_size;
+        const float* b_row = b + n * ldb;
         float sum = 0;
         for (int64_t k = 0; k < k_size; ++k) sum += a_row[k] * b_row[k];
-        acc[r * n_size + n] = sum;
+        acc[r * ldc + n] = sum;
       }
     return;
   }
-  if (rows >= 4 && packedGemmAvailable()) return packedGemm(a, rows, k_size, b, n_size, acc);
-  std::fill(acc, acc + rows * n_size, 0.0f);
+  if (rows >= 4 && packedGemmAvailable())
+    return packedGemm(a, rows, k_size, b, ldb, n_size, acc, ldc);
+  for (int64_t r = 0; r < rows; ++r) std::fill(acc + r * ldc, acc + r * ldc + n_size, 0.0f);
   // One row (decode) streams the weight in order; several (on CPUs without AVX2) go over it in
   // column tiles.
   const int64_t tile = rows >= 4 ? kColumnTile : n_size;
@@ -59,14 +69,14 @@ LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size
     // with a quarter of the loads and stores of acc.
     int64_t k = 0;
     for (; k + 4 <= k_size; k += 4) {
-      const float* __restrict b0 = b + k * n_size + n0;
-      const float* __restrict b1 = b0 + n_size;
-      const float* __restrict b2 = b1 + n_size;
-      const float* __restrict b3 = b2 + n_size;
+      const float* __restrict b0 = b + k * ldb + n0;
+      const float* __restrict b1 = b0 + ldb;
+      const float* __restrict b2 = b1 + ldb;
+      const float* __restrict b3 = b2 + ldb;
       for (int64_t r = 0; r < rows; ++r) {
         const float* a_row = a + r * k_size + k;
         const float a0 = a_row[0], a1 = a_row[1], a2 = a_row[2], a3 = a_row[3];
-        float* __restrict acc_row = acc + r * n_size + n0;
+        float* __restrict acc_row = acc + r * ldc + n0;
         for (int64_t n = 0; n < width; ++n) {
           float sum = acc_row[n];
           sum += a0 * b0[n];
@@ -78,14 +88,26 @@ LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size
       }
     }
     for (; k < k_size; ++k) {
-      const float* __restrict b_row = b + k * n_size + n0;
+      const float* __restrict b_row = b + k * ldb + n0;
       for (int64_t r = 0; r < rows; ++r) {
         const float a_value = a[r * k_size + k];
-        float* __restrict acc_row = acc + r * n_size + n0;
+        float* __restrict acc_row = acc + r * ldc + n0;
         for (int64_t n = 0; n < width; ++n) acc_row[n] += a_value * b_row[n];
       }
     }
   }
+}
+
+// Calls task(row0, rows, n0, columns) for every block of up to kRowBlock rows and kTaskColumns
+// columns of a [rows x n_size] result, spread over the pool.
+template <typename Task>
+void forEachBlock(ThreadPool* pool, int64_t rows, int64_t n_size, Task&& task) {
+  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int64_t column_blocks = (n_size + kTaskColumns - 1) / kTaskColumns;
+  parallelFor(pool, row_blocks * column_blocks, [&](int64_t i) {
+    const int64_t row0 = (i / column_blocks) * kRowBlock, n0 = (i % column_blocks) * kTaskColumns;
+    task(row0, std::min(kRowBlock, rows - row0), n0, std::min(kTaskColumns, n_size - n0));
+  });
 }
 
 Status checkFloat32(const KernelContext& ctx, std::initializer_list<const Tensor*> tensors) {
@@ -123,14 +145,19 @@ Status fusedMatMul(KernelContext& ctx) {
   const int64_t rows = k_size == 0 ? out->numElements() / std::max<int64_t>(n_size, 1)
                                    : a->numElements() / k_size;
   const float* bias_data = bias ? bias->data<float>() : nullptr;
+  const float* x = a->data<float>();
+  const float* w = b->data<float>();
   float* y = out->data<float>();
-  for (int64_t row = 0; row < rows; row += kRowBlock) {
-    const int64_t block = std::min(kRowBlock, rows - row);
-    float* acc = y + row * n_size;
-    matMulRowBlock(a->data<float>() + row * k_size, block, k_size, b->data<float>(), n_size,
-                   trans_b, acc);
-    applyEpilogue(acc, block, n_size, alpha, bias_data, activation);
-  }
+  forEachBlock(ctx.threadPool(), rows, n_size,
+               [&](int64_t row0, int64_t count, int64_t n0, int64_t columns) {
+                 float* acc = y + row0 * n_size + n0;
+                 matMulRowBlock(x + row0 * k_size, count, k_size,
+                                trans_b ? w + n0 * k_size : w + n0, trans_b ? k_size : n_size,
+                                columns, trans_b, acc, n_size);
+                 for (int64_t r = 0; r < count; ++r)
+                   applyEpilogue(acc + r * n_size, 1, columns, alpha,
+                                 bias_data ? bias_data + n0 : nullptr, activation);
+               });
   return okStatus();
 }
 
@@ -153,18 +180,23 @@ Status gatedMlp(KernelContext& ctx) {
   LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, out_shape, &out));
   if (ctx.shapeOnly()) return okStatus();
   const int64_t rows = out->numElements() / std::max<int64_t>(f_size, 1);
-  std::vector<float> acc(static_cast<size_t>(kRowBlock * width));
+  const float* xd = x->data<float>();
+  const float* wd = w->data<float>();
   float* y = out->data<float>();
-  for (int64_t row = 0; row < rows; row += kRowBlock) {
-    const int64_t block = std::min(kRowBlock, rows - row);
-    matMulRowBlock(x->data<float>() + row * k_size, block, k_size, w->data<float>(), width, false,
-                   acc.data());
-    for (int64_t r = 0; r < block; ++r) {
-      const float* h = acc.data() + r * width;
-      float* y_row = y + (row + r) * f_size;
-      for (int64_t f = 0; f < f_size; ++f) y_row[f] = activate(activation, h[f]) * h[f_size + f];
-    }
-  }
+  // A task computes its columns of the gate and of the up projection, then their product.
+  forEachBlock(ctx.threadPool(), rows, f_size,
+               [&](int64_t row0, int64_t count, int64_t f0, int64_t columns) {
+                 float gate[kRowBlock * kTaskColumns], up[kRowBlock * kTaskColumns];
+                 matMulRowBlock(xd + row0 * k_size, count, k_size, wd + f0, width, columns, false,
+                                gate, columns);
+                 matMulRowBlock(xd + row0 * k_size, count, k_size, wd + f_size + f0, width, columns,
+                                false, up, columns);
+                 for (int64_t r = 0; r < count; ++r) {
+                   float* y_row = y + (row0 + r) * f_size + f0;
+                   for (int64_t f = 0; f < columns; ++f)
+                     y_row[f] = activate(activation, gate[r * columns + f]) * up[r * columns + f];
+                 }
+               });
   return okStatus();
 }
 
@@ -192,34 +224,39 @@ Status norm(KernelContext& ctx) {
   if (ctx.shapeOnly()) return okStatus();
   const float epsilon = static_cast<float>(ctx.params().getFloat("epsilon", 1e-5));
   const int64_t rows = width == 0 ? 0 : x->numElements() / width;
-  std::vector<float> row_sum(static_cast<size_t>(width));
   const float* gamma = scale->data<float>();
   const float* beta = bias ? bias->data<float>() : nullptr;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x->data<float>() + r * width;
-    const float* s = xr;
-    if (residual) {
-      const float* rr = residual->data<float>() + r * width;
-      float* sr = sum ? sum->data<float>() + r * width : row_sum.data();
-      for (int64_t i = 0; i < width; ++i) sr[i] = xr[i] + rr[i];
-      s = sr;
+  // Rows are independent: tasks of kNormRows rows (a decode step's one row runs alone).
+  constexpr int64_t kNormRows = 16;
+  parallelFor(ctx.threadPool(), (rows + kNormRows - 1) / kNormRows, [&](int64_t task) {
+    std::vector<float> row_sum(residual && !sum ? static_cast<size_t>(width) : 0);
+    for (int64_t r = task * kNormRows; r < std::min(rows, (task + 1) * kNormRows); ++r) {
+      const float* xr = x->data<float>() + r * width;
+      const float* s = xr;
+      if (residual) {
+        const float* rr = residual->data<float>() + r * width;
+        float* sr = sum ? sum->data<float>() + r * width : row_sum.data();
+        for (int64_t i = 0; i < width; ++i) sr[i] = xr[i] + rr[i];
+        s = sr;
+      }
+      float mean = 0;
+      if (!rms) {
+        double total = 0;
+        for (int64_t i = 0; i < width; ++i) total += s[i];
+        mean = static_cast<float>(total / static_cast<double>(width));
+      }
+      double squares = 0;
+      for (int64_t i = 0; i < width; ++i) {
+        const float d = s[i] - mean;
+        squares += static_cast<double>(d) * d;
+      }
+      const float inv =
+          1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(width)) + epsilon);
+      float* y = out->data<float>() + r * width;
+      for (int64_t i = 0; i < width; ++i)
+        y[i] = (s[i] - mean) * inv * gamma[i] + (beta ? beta[i] : 0.0f);
     }
-    float mean = 0;
-    if (!rms) {
-      double total = 0;
-      for (int64_t i = 0; i < width; ++i) total += s[i];
-      mean = static_cast<float>(total / static_cast<double>(width));
-    }
-    double squares = 0;
-    for (int64_t i = 0; i < width; ++i) {
-      const float d = s[i] - mean;
-      squares += static_cast<double>(d) * d;
-    }
-    const float inv = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(width)) + epsilon);
-    float* y = out->data<float>() + r * width;
-    for (int64_t i = 0; i < width; ++i)
-      y[i] = (s[i] - mean) * inv * gamma[i] + (beta ? beta[i] : 0.0f);
-  }
+  });
   return okStatus();
 }
 
@@ -326,58 +363,64 @@ Status elementwise(KernelContext& ctx) {
     }
   }
   constexpr int64_t kChunk = 256;
+  // Tasks of kTaskChunks chunks, each with its own registers; small tensors run in one task.
+  constexpr int64_t kTaskChunks = 32;
   // Registers: inputs, then one per instruction, then one per immediate (filled once).
   const int64_t constant_base = registers;
-  std::vector<float> regs(static_cast<size_t>((registers + constants.size()) * kChunk));
-  for (size_t j = 0; j < constants.size(); ++j)
-    std::fill_n(&regs[static_cast<size_t>((constant_base + j) * kChunk)], kChunk,
-                static_cast<float>(constants[j]));
-  auto reg = [&](int64_t operand) {
-    const int64_t index = operand < 0 ? constant_base + (-1 - operand) : operand;
-    return &regs[static_cast<size_t>(index * kChunk)];
-  };
   float* y = out->data<float>();
-  for (int64_t base = 0; base < total; base += kChunk) {
-    const int64_t len = std::min(kChunk, total - base);
-    for (int64_t i = 0; i < inputs; ++i) {
-      const InputReader& reader = readers[static_cast<size_t>(i)];
-      float* dst = reg(i);
-      switch (reader.kind) {
-        case InputReader::Kind::kFull:
-          std::memcpy(dst, reader.data + base, static_cast<size_t>(len) * sizeof(float));
-          break;
-        case InputReader::Kind::kScalar: std::fill(dst, dst + len, reader.data[0]); break;
-        case InputReader::Kind::kSuffix: {
-          int64_t offset = base % reader.period;
-          for (int64_t e = 0; e < len; ++e) {
-            dst[e] = reader.data[offset];
-            if (++offset == reader.period) offset = 0;
-          }
-          break;
-        }
-        case InputReader::Kind::kStrided:
-          for (int64_t e = 0; e < len; ++e) {
-            int64_t flat = base + e, offset = 0;
-            for (size_t d = 0; d < shape.size(); ++d) {
-              offset += (flat / out_strides[d]) * reader.strides[d];
-              flat %= out_strides[d];
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  parallelFor(ctx.threadPool(), (chunks + kTaskChunks - 1) / kTaskChunks, [&](int64_t task) {
+    std::vector<float> regs(static_cast<size_t>((registers + constants.size()) * kChunk));
+    for (size_t j = 0; j < constants.size(); ++j)
+      std::fill_n(&regs[static_cast<size_t>((constant_base + j) * kChunk)], kChunk,
+                  static_cast<float>(constants[j]));
+    auto reg = [&](int64_t operand) {
+      const int64_t index = operand < 0 ? constant_base + (-1 - operand) : operand;
+      return &regs[static_cast<size_t>(index * kChunk)];
+    };
+    const int64_t end = std::min(total, (task + 1) * kTaskChunks * kChunk);
+    for (int64_t base = task * kTaskChunks * kChunk; base < end; base += kChunk) {
+      const int64_t len = std::min(kChunk, total - base);
+      for (int64_t i = 0; i < inputs; ++i) {
+        const InputReader& reader = readers[static_cast<size_t>(i)];
+        float* dst = reg(i);
+        switch (reader.kind) {
+          case InputReader::Kind::kFull:
+            std::memcpy(dst, reader.data + base, static_cast<size_t>(len) * sizeof(float));
+            break;
+          case InputReader::Kind::kScalar: std::fill(dst, dst + len, reader.data[0]); break;
+          case InputReader::Kind::kSuffix: {
+            int64_t offset = base % reader.period;
+            for (int64_t e = 0; e < len; ++e) {
+              dst[e] = reader.data[offset];
+              if (++offset == reader.period) offset = 0;
             }
-            dst[e] = reader.data[offset];
+            break;
           }
-          break;
+          case InputReader::Kind::kStrided:
+            for (int64_t e = 0; e < len; ++e) {
+              int64_t flat = base + e, offset = 0;
+              for (size_t d = 0; d < shape.size(); ++d) {
+                offset += (flat / out_strides[d]) * reader.strides[d];
+                flat %= out_strides[d];
+              }
+              dst[e] = reader.data[offset];
+            }
+            break;
+        }
       }
+      int64_t target = inputs;
+      for (size_t i = 0; i < program.size(); i += 3, ++target) {
+        const int64_t opcode = program[i];
+        if (opcode < 16)
+          applyBinary(opcode, reg(program[i + 1]), reg(program[i + 2]), reg(target), len);
+        else
+          applyUnary(opcode, reg(program[i + 1]), reg(target), len);
+      }
+      std::memcpy(y + base, &regs[static_cast<size_t>((registers - 1) * kChunk)],
+                  static_cast<size_t>(len) * sizeof(float));
     }
-    int64_t target = inputs;
-    for (size_t i = 0; i < program.size(); i += 3, ++target) {
-      const int64_t opcode = program[i];
-      if (opcode < 16)
-        applyBinary(opcode, reg(program[i + 1]), reg(program[i + 2]), reg(target), len);
-      else
-        applyUnary(opcode, reg(program[i + 1]), reg(target), len);
-    }
-    std::memcpy(y + base, &regs[static_cast<size_t>((registers - 1) * kChunk)],
-                static_cast<size_t>(len) * sizeof(float));
-  }
+  });
   return okStatus();
 }
 
@@ -437,23 +480,24 @@ Status sdpa(KernelContext& ctx) {
   const float scale = static_cast<float>(
       ctx.params().getFloat("scale", 1.0 / std::sqrt(static_cast<double>(head_dim))));
   const int64_t group = heads / kv_heads;
-  std::vector<float> scores(static_cast<size_t>(keys));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t kvh = h / group;
-      for (int64_t i = 0; i < seq; ++i) {
-        const float* qi = q->data<float>() + q_layout.at(b, h, i);
-        const float* bias = mask ? mask->data<float>() + b * mask_strides[0] +
-                                       h * mask_strides[1] + i * mask_strides[2]
-                                 : nullptr;
-        attendOne(
-            qi, keys, head_dim, v_dim, scale,
-            [&](int64_t j) { return k->data<float>() + k_layout.at(b, kvh, j); },
-            [&](int64_t j) { return v->data<float>() + v_layout.at(b, kvh, j); },
-            [&](int64_t j) { return bias ? bias[j * mask_strides[3]] : 0.0f; }, scores,
-            out->data<float>() + out_layout.at(b, h, i));
-      }
+  // One task per (batch row, head): each query row's result is the same on any thread.
+  parallelFor(ctx.threadPool(), batch * heads, [&](int64_t task) {
+    const int64_t b = task / heads, h = task % heads;
+    std::vector<float> scores(static_cast<size_t>(keys));
+    const int64_t kvh = h / group;
+    for (int64_t i = 0; i < seq; ++i) {
+      const float* qi = q->data<float>() + q_layout.at(b, h, i);
+      const float* bias = mask ? mask->data<float>() + b * mask_strides[0] + h * mask_strides[1] +
+                                     i * mask_strides[2]
+                               : nullptr;
+      attendOne(
+          qi, keys, head_dim, v_dim, scale,
+          [&](int64_t j) { return k->data<float>() + k_layout.at(b, kvh, j); },
+          [&](int64_t j) { return v->data<float>() + v_layout.at(b, kvh, j); },
+          [&](int64_t j) { return bias ? bias[j * mask_strides[3]] : 0.0f; }, scores,
+          out->data<float>() + out_layout.at(b, h, i));
     }
+  });
   return okStatus();
 }
 

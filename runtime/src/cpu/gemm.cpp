@@ -24,14 +24,14 @@ constexpr int kTileRows = 4;
 
 // Copies b[k0 .. k0+kc, n0 .. n0+nc] into strips, zero-padding the last strip's columns. Row by
 // row, so that b is read in order (it comes from memory; the panel is in cache).
-void packPanel(const float* b, int64_t n_size, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+void packPanel(const float* b, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                float* panel) {
   constexpr int64_t kRowsAhead = 8;  // rows of b asked for ahead: each is a separate 1 KiB run
   for (int64_t k = 0; k < kc; ++k) {
-    const float* from = b + (k0 + k) * n_size + n0;
+    const float* from = b + (k0 + k) * ldb + n0;
     if (k + kRowsAhead < kc)
       for (int64_t line = 0; line < nc; line += 16)
-        __builtin_prefetch(from + kRowsAhead * n_size + line);
+        __builtin_prefetch(from + kRowsAhead * ldb + line);
     for (int64_t s = 0; s * kStrip < nc; ++s) {
       const int64_t cols = std::min(kStrip, nc - s * kStrip);
       float* to = panel + (s * kPanelK + k) * kStrip;
@@ -94,14 +94,14 @@ bool packedGemmAvailable() {
   return has;
 }
 
-void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t n_size,
-                float* sums) {
+void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
+                int64_t n_size, float* sums, int64_t ldc) {
   // One panel's buffer per thread, reused: a fresh 256 KiB allocation per call would be mapped
   // and faulted in every time.
   thread_local std::vector<float> panel;
   panel.resize(static_cast<size_t>(kPanelK * kPanelN));
   if (k_size == 0) {
-    std::fill(sums, sums + rows * n_size, 0.0f);
+    for (int64_t r = 0; r < rows; ++r) std::fill(sums + r * ldc, sums + r * ldc + n_size, 0.0f);
     return;
   }
   for (int64_t n0 = 0; n0 < n_size; n0 += kPanelN) {
@@ -109,12 +109,12 @@ void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, in
     // K in panels, in order: every sum still adds its products in ascending k.
     for (int64_t k0 = 0; k0 < k_size; k0 += kPanelK) {
       const int64_t kc = std::min(kPanelK, k_size - k0);
-      packPanel(b, n_size, k0, kc, n0, nc, panel.data());
+      packPanel(b, ldb, k0, kc, n0, nc, panel.data());
       for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
         const int64_t tile_rows = std::min<int64_t>(kTileRows, rows - r0);
         for (int64_t s = 0; s * kStrip < nc; ++s)
           kTiles[tile_rows](a + r0 * k_size + k0, k_size, panel.data() + s * kPanelK * kStrip, kc,
-                            sums + r0 * n_size + n0 + s * kStrip, n_size,
+                            sums + r0 * ldc + n0 + s * kStrip, ldc,
                             std::min(kStrip, nc - s * kStrip), k0 > 0);
       }
     }
@@ -122,7 +122,7 @@ void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, in
 }
 #else
 bool packedGemmAvailable() { return false; }
-void packedGemm(const float*, int64_t, int64_t, const float*, int64_t, float*) {}
+void packedGemm(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {}
 #endif
 
 }  // namespace llmc

@@ -8,11 +8,13 @@ namespace llmc {
 
 // Whether this CPU runs packedGemm (AVX2 and FMA).
 bool packedGemmAvailable();
-// sums[r * n_size + n] = Σ_k a[r * k_size + k] * b[k * n_size + n] for r < rows, each sum in
-// ascending k (as the reference MatMul adds). b is copied 256 x 256 at a time into a panel of
+// sums[r * ldc + n] = Σ_k a[r * k_size + k] * b[k * ldb + n] for r < rows and n < n_size, each
+// sum in ascending k (as the reference MatMul adds), one fused multiply-add per product: a sum
+// does not depend on how many rows or columns one call covers, so callers split the columns
+// and rows over threads and get the same bits. b is copied 256 x 256 at a time into a panel of
 // 16-column strips that stays in L2, and a 4-row x 16-column tile of sums stays in registers:
 // each weight is read from memory once per call, each panel element once per 4 rows.
-void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t n_size,
-                float* sums);
+void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
+                int64_t n_size, float* sums, int64_t ldc);
 
 }  // namespace llmc

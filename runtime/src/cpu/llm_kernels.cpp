@@ -8,8 +8,9 @@
 
 #include "core/fp8.h"
 #include "core/half.h"
-#include "core/scale.h"
 #include "core/kernel.h"
+#include "core/scale.h"
+#include "core/thread_pool.h"
 #include "cpu/attend.h"
 #include "cpu/head_layout.h"
 #include "cpu/rotary.h"
@@ -76,7 +77,6 @@ Status llmAttention(KernelContext& ctx) {
   const float* kd = k->data<float>();
   const float* vd = v->data<float>();
   float* od = out->data<float>();
-  std::vector<float> scores;
   auto q_at = [&](int64_t b, int64_t h, int64_t t) { return q_layout.at(b, h, t); };
   auto o_at = [&](int64_t b, int64_t h, int64_t t) { return out_layout.at(b, h, t); };
   auto k_at = [&](int64_t b, int64_t h, int64_t t) { return k_layout.at(b, h, t); };
@@ -84,17 +84,20 @@ Status llmAttention(KernelContext& ctx) {
 
   LlmStepContext* step = ctx.llmStep();
   if (!step) {
-    // Every batch row is one sequence starting at position 0: causal self-attention.
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t t = 0; t < tokens; ++t) {
-          const int64_t kvh = h / group, first = first_visible(t);
-          attendOne(
-              qd + q_at(b, h, t), t + 1 - first, head_dim, head_dim, scale,
-              [&](int64_t j) { return kd + k_at(b, kvh, first + j); },
-              [&](int64_t j) { return vd + v_at(b, kvh, first + j); }, noBias, scores,
-              od + o_at(b, h, t));
-        }
+    // Every batch row is one sequence starting at position 0: causal self-attention. One task
+    // per (batch row, head).
+    parallelFor(ctx.threadPool(), batch * heads, [&](int64_t task) {
+      const int64_t b = task / heads, h = task % heads, kvh = h / group;
+      std::vector<float> scores;
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t first = first_visible(t);
+        attendOne(
+            qd + q_at(b, h, t), t + 1 - first, head_dim, head_dim, scale,
+            [&](int64_t j) { return kd + k_at(b, kvh, first + j); },
+            [&](int64_t j) { return vd + v_at(b, kvh, first + j); }, noBias, scores,
+            od + o_at(b, h, t));
+      }
+    });
     return okStatus();
   }
 
@@ -186,8 +189,10 @@ Status llmAttention(KernelContext& ctx) {
       store_row(vc, h * block_size + slot.offset, vd + v_at(0, h, t));
     }
   }
-  // 2. Per sequence: gather its cached K/V into contiguous [kv_head][position][head_dim]
-  // scratch once, then each of its tokens attends to positions 0..its own.
+  // 2. Each token attends to the visible positions of its sequence, read from the cache's
+  // blocks: float32 in place, the other dtypes converted per (sequence, KV head) into scratch
+  // once for the heads that share it. Tasks: (sequence, KV head, chunk of kTokenChunk of its
+  // tokens); every (token, head) is computed the same way by whichever task runs it.
   std::vector<std::vector<int64_t>> tokens_of(step->block_tables.size());
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t w = step->token_sequence[t];
@@ -197,43 +202,95 @@ Status llmAttention(KernelContext& ctx) {
                                   std::to_string(tokens_of.size()));
     tokens_of[static_cast<size_t>(w)].push_back(t);
   }
-  std::vector<float> keys, values;
+  struct Task {
+    int64_t sequence, kv_head, first_token, last_token;  // tokens_of[sequence][first, last)
+  };
+  constexpr int64_t kTokenChunk = 32;
+  std::vector<int64_t> lengths(tokens_of.size(), 0);
+  std::vector<Task> tasks;
   for (size_t w = 0; w < tokens_of.size(); ++w) {
-    int64_t length = 0;
-    for (int64_t t : tokens_of[w]) length = std::max(length, step->token_position[t] + 1);
-    if (length == 0) continue;
+    for (int64_t t : tokens_of[w]) lengths[w] = std::max(lengths[w], step->token_position[t] + 1);
+    if (lengths[w] == 0) continue;
     const std::vector<int32_t>& table = step->block_tables[w];
-    if ((length + block_size - 1) / block_size > static_cast<int64_t>(table.size()))
+    if ((lengths[w] + block_size - 1) / block_size > static_cast<int64_t>(table.size()))
       return kernelError(ctx, "sequence " + std::to_string(w) + " of the step needs " +
-                                  std::to_string(length) + " positions, its block table holds " +
+                                  std::to_string(lengths[w]) +
+                                  " positions, its block table holds " +
                                   std::to_string(table.size() * block_size));
-    keys.resize(static_cast<size_t>(kv_heads * length * head_dim));
-    values.resize(keys.size());
-    for (int64_t start = 0; start < length; start += block_size) {
-      int32_t block = table[static_cast<size_t>(start / block_size)];
-      int64_t n = std::min(block_size, length - start);
-      const auto* kc =
-          static_cast<const uint8_t*>(cache.keyData(block, static_cast<int32_t>(layer)));
-      const auto* vc =
-          static_cast<const uint8_t*>(cache.valueData(block, static_cast<int32_t>(layer)));
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        load_rows(&keys[(h * length + start) * head_dim], kc, h * block_size, n);
-        load_rows(&values[(h * length + start) * head_dim], vc, h * block_size, n);
+    const int64_t count = static_cast<int64_t>(tokens_of[w].size());
+    for (int64_t h = 0; h < kv_heads; ++h)
+      for (int64_t c = 0; c < count; c += kTokenChunk)
+        tasks.push_back({static_cast<int64_t>(w), h, c, std::min(count, c + kTokenChunk)});
+  }
+  const bool in_place = cache_dtype == DType::kFloat32;
+  parallelFor(ctx.threadPool(), static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+    const Task& task = tasks[static_cast<size_t>(i)];
+    const size_t w = static_cast<size_t>(task.sequence);
+    const std::vector<int32_t>& table = step->block_tables[w];
+    const std::vector<int64_t>& own = tokens_of[w];
+    // The positions this task's tokens see: [lowest first visible, length of the last).
+    int64_t from = INT64_MAX, to = 0;
+    for (int64_t c = task.first_token; c < task.last_token; ++c) {
+      const int64_t position = step->token_position[own[static_cast<size_t>(c)]];
+      from = std::min(from, first_visible(position));
+      to = std::max(to, position + 1);
+    }
+    std::vector<float> keys, values, scores;
+    std::vector<const float*> key_blocks, value_blocks;
+    if (in_place) {
+      for (int64_t b = from / block_size; b * block_size < to; ++b) {
+        const int32_t block = table[static_cast<size_t>(b)];
+        key_blocks.push_back(
+            static_cast<const float*>(cache.keyData(block, static_cast<int32_t>(layer))) +
+            task.kv_head * block_size * head_dim);
+        value_blocks.push_back(
+            static_cast<const float*>(cache.valueData(block, static_cast<int32_t>(layer))) +
+            task.kv_head * block_size * head_dim);
+      }
+    } else {
+      // Scratch rows for positions [from_block * block_size, to).
+      const int64_t base = from / block_size * block_size;
+      keys.resize(static_cast<size_t>((to - base) * head_dim));
+      values.resize(keys.size());
+      for (int64_t start = base; start < to; start += block_size) {
+        const int32_t block = table[static_cast<size_t>(start / block_size)];
+        const int64_t n = std::min(block_size, to - start);
+        const auto* kc =
+            static_cast<const uint8_t*>(cache.keyData(block, static_cast<int32_t>(layer)));
+        const auto* vc =
+            static_cast<const uint8_t*>(cache.valueData(block, static_cast<int32_t>(layer)));
+        load_rows(&keys[static_cast<size_t>((start - base) * head_dim)], kc,
+                  task.kv_head * block_size, n);
+        load_rows(&values[static_cast<size_t>((start - base) * head_dim)], vc,
+                  task.kv_head * block_size, n);
       }
     }
-    for (int64_t t : tokens_of[w]) {
+    const int64_t base_block = from / block_size;
+    auto key_at = [&](int64_t position) {
+      if (!in_place)
+        return static_cast<const float*>(
+            &keys[static_cast<size_t>((position - base_block * block_size) * head_dim)]);
+      return key_blocks[static_cast<size_t>(position / block_size - base_block)] +
+             (position % block_size) * head_dim;
+    };
+    auto value_at = [&](int64_t position) {
+      if (!in_place)
+        return static_cast<const float*>(
+            &values[static_cast<size_t>((position - base_block * block_size) * head_dim)]);
+      return value_blocks[static_cast<size_t>(position / block_size - base_block)] +
+             (position % block_size) * head_dim;
+    };
+    for (int64_t c = task.first_token; c < task.last_token; ++c) {
+      const int64_t t = own[static_cast<size_t>(c)];
       const int64_t first = first_visible(step->token_position[t]);
       const int64_t count = step->token_position[t] + 1 - first;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float* kh = &keys[((h / group) * length + first) * head_dim];
-        const float* vh = &values[((h / group) * length + first) * head_dim];
+      for (int64_t h = task.kv_head * group; h < (task.kv_head + 1) * group; ++h)
         attendOne(
             qd + q_at(0, h, t), count, head_dim, head_dim, scale,
-            [&](int64_t j) { return kh + j * head_dim; },
-            [&](int64_t j) { return vh + j * head_dim; }, noBias, scores, od + o_at(0, h, t));
-      }
+            [&](int64_t j) { return key_at(first + j); },
+            [&](int64_t j) { return value_at(first + j); }, noBias, scores, od + o_at(0, h, t));
     }
-  }
+  });
   return okStatus();
 }
 

@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "core/kernel.h"
 #include "core/fp8.h"
+#include "core/kernel.h"
 #include "core/quant.h"
 #include "core/scale.h"
+#include "core/thread_pool.h"
 #include "cpu/epilogue.h"
 #include "cpu/quant_dot.h"
 
@@ -88,12 +89,15 @@ Status quantMatMulKernel(KernelContext& ctx) {
   LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, out_shape, &out));
   if (ctx.shapeOnly()) return okStatus();
   const int64_t rows = x->numElements() / k;
-  std::vector<float> scaled(input_scales ? static_cast<size_t>(k) : 0);
-  auto input_row = [&](int64_t r) {
+  ThreadPool* pool = ctx.threadPool();
+  // Row r of the activations, through `scaled` (k floats of the caller's) when the weight has
+  // input scales: activation-aware or smoothed, x * s per channel, the weight's rows hold 1 / s.
+  auto input_row = [&](int64_t r, std::vector<float>& scaled) {
     const float* row = x->data<float>() + r * k;
     if (!input_scales) return row;
-    // Activation-aware or smoothed: x * s per channel, the weight's rows hold 1 / s.
-    for (int64_t j = 0; j < k; ++j) scaled[static_cast<size_t>(j)] = row[j] * input_scales->data<float>()[j];
+    scaled.resize(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j)
+      scaled[static_cast<size_t>(j)] = row[j] * input_scales->data<float>()[j];
     return static_cast<const float*>(scaled.data());
   };
   std::vector<float> gate_up;
@@ -103,68 +107,99 @@ Status quantMatMulKernel(KernelContext& ctx) {
     h = gate_up.data();
   }
   // The integer paths take output channels in tiles, rows inner: a tile's weight rows serve
-  // every row (prefill) from cache.
+  // every row (prefill) from cache. A task is kTaskTiles tiles; each channel's sum is the same
+  // whichever task computes it.
   constexpr int64_t kChannelTile = 16;
+  constexpr int64_t kTaskTiles = 4;
+  const int64_t channel_tasks = (w.n + kChannelTile * kTaskTiles - 1) / (kChannelTile * kTaskTiles);
+  auto for_each_tile = [&](auto&& tile) {
+    parallelFor(pool, channel_tasks, [&](int64_t task) {
+      const int64_t end = std::min(w.n, (task + 1) * kChannelTile * kTaskTiles);
+      for (int64_t n0 = task * kChannelTile * kTaskTiles; n0 < end; n0 += kChannelTile)
+        tile(n0, std::min(kChannelTile, w.n - n0));
+    });
+  };
+  // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.
+  constexpr int64_t kRowTask = 8;
+  auto for_each_row = [&](auto&& row_fn) {
+    parallelFor(pool, (rows + kRowTask - 1) / kRowTask, [&](int64_t task) {
+      std::vector<float> scaled;
+      for (int64_t r = task * kRowTask; r < std::min(rows, (task + 1) * kRowTask); ++r)
+        row_fn(r, input_row(r, scaled));
+    });
+  };
   if (traits->e4m3) {
     // fp8: the activations (all rows) as E4M3 with one scale, the products of the decoded
     // values summed in float (each product of two E4M3 values is exact in float32), then the
     // two scales. The reference the GPU's FP8 products are tested against; not tuned.
     float amax = 0;
+    std::vector<float> scaled;
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = input_row(r);
+      const float* row = input_row(r, scaled);
       for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(row[j]));
     }
     const float a_scale = amax / kE4M3Max;
     const float inverse = inverseScale(a_scale);
-    std::vector<float> a(static_cast<size_t>(rows * k)), wrow(static_cast<size_t>(k));
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = input_row(r);
-      for (int64_t j = 0; j < k; ++j) a[static_cast<size_t>(r * k + j)] = e4m3ToFloat(floatToE4M3(row[j] * inverse));
-    }
+    std::vector<float> a(static_cast<size_t>(rows * k));
+    for_each_row([&](int64_t r, const float* row) {
+      for (int64_t j = 0; j < k; ++j)
+        a[static_cast<size_t>(r * k + j)] = e4m3ToFloat(floatToE4M3(row[j] * inverse));
+    });
     const uint8_t* wq = static_cast<const uint8_t*>(w.data);
-    for (int64_t n = 0; n < w.n; ++n) {
-      for (int64_t j = 0; j < k; ++j) wrow[static_cast<size_t>(j)] = e4m3ToFloat(wq[n * k + j]);
-      const float w_scale = w.scale(n, 0);
-      for (int64_t r = 0; r < rows; ++r) {
-        float sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += a[static_cast<size_t>(r * k + j)] * wrow[static_cast<size_t>(j)];
-        h[r * w.n + n] = sum * a_scale * w_scale;
+    for_each_tile([&](int64_t n0, int64_t count) {
+      std::vector<float> wrow(static_cast<size_t>(k));
+      for (int64_t n = n0; n < n0 + count; ++n) {
+        for (int64_t j = 0; j < k; ++j) wrow[static_cast<size_t>(j)] = e4m3ToFloat(wq[n * k + j]);
+        const float w_scale = w.scale(n, 0);
+        for (int64_t r = 0; r < rows; ++r) {
+          float sum = 0;
+          for (int64_t j = 0; j < k; ++j)
+            sum += a[static_cast<size_t>(r * k + j)] * wrow[static_cast<size_t>(j)];
+          h[r * w.n + n] = sum * a_scale * w_scale;
+        }
       }
-    }
+    });
   } else if (traits->per_token_activations) {
     // w8a8: one int8 scale per row, exact int32 sums over K, two float multiplies per output.
     if (k > kMaxPerTokenK) return kernelError(ctx, "w8a8 takes K up to " + std::to_string(kMaxPerTokenK));
     std::vector<int8_t> aq(static_cast<size_t>(rows * k));
     std::vector<float> row_scales(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) row_scales[r] = quantizeRowPerToken(input_row(r), k, aq.data() + r * k);
+    for_each_row([&](int64_t r, const float* row) {
+      row_scales[r] = quantizeRowPerToken(row, k, aq.data() + r * k);
+    });
     const int8_t* wq = static_cast<const int8_t*>(w.data);
-    int32_t sums[kChannelTile];
-    for (int64_t n0 = 0; n0 < w.n; n0 += kChannelTile) {
-      const int64_t count = std::min(kChannelTile, w.n - n0);
+    for_each_tile([&](int64_t n0, int64_t count) {
+      int32_t sums[kChannelTile];
       for (int64_t r = 0; r < rows; ++r) {
         dotInt8Rows(aq.data() + r * k, wq + n0 * k, k, count, sums, channelsPerPass(rows));
         for (int64_t i = 0; i < count; ++i)
           h[r * w.n + n0 + i] = static_cast<float>(sums[i]) * row_scales[r] * w.scale(n0 + i, 0);
       }
-    }
+    });
   } else {
     std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r)
-      quantizeActivations(input_row(r), k, w.group, activationBits(*traits), &activations[r]);
-    for (int64_t n = 0; n < w.n; n += kChannelTile)
+    for_each_row([&](int64_t r, const float* row) {
+      quantizeActivations(row, k, w.group, activationBits(*traits), &activations[r]);
+    });
+    for_each_tile([&](int64_t n0, int64_t count) {
       for (int64_t r = 0; r < rows; ++r)
-        quantDotRows(w, n, std::min(w.n, n + kChannelTile), activations[static_cast<size_t>(r)], h + r * w.n + n,
+        quantDotRows(w, n0, n0 + count, activations[static_cast<size_t>(r)], h + r * w.n + n0,
                      channelsPerPass(rows));
-  }
-  if (!gated) {
-    applyEpilogue(h, rows, w.n, static_cast<float>(ctx.params().getFloat("alpha", 1.0)),
-                  bias ? bias->data<float>() : nullptr, activation);
-    return okStatus();
+    });
   }
   float* y = out->data<float>();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t f = 0; f < out_n; ++f)
-      y[r * out_n + f] = activate(activation, h[r * w.n + f]) * h[r * w.n + out_n + f];
+  const float alpha = static_cast<float>(ctx.params().getFloat("alpha", 1.0));
+  parallelFor(pool, (rows + kRowTask - 1) / kRowTask, [&](int64_t task) {
+    const int64_t r0 = task * kRowTask, count = std::min(kRowTask, rows - r0);
+    if (!gated) {
+      applyEpilogue(h + r0 * w.n, count, w.n, alpha, bias ? bias->data<float>() : nullptr,
+                    activation);
+      return;
+    }
+    for (int64_t r = r0; r < r0 + count; ++r)
+      for (int64_t f = 0; f < out_n; ++f)
+        y[r * out_n + f] = activate(activation, h[r * w.n + f]) * h[r * w.n + out_n + f];
+  });
   return okStatus();
 }
 

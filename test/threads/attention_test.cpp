@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "llm/kv_cache.h"
 #include "llm/step_context.h"
@@ -39,7 +40,8 @@ Tensor rows(const Tensor& t, int64_t first, int64_t count) {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t r = 0; r < count; ++r)
       for (int64_t d = 0; d < dim; ++d)
-        out.data<float>()[(h * count + r) * dim + d] = t.data<float>()[(h * n + first + r) * dim + d];
+        out.data<float>()[(h * count + r) * dim + d] =
+            t.data<float>()[(h * n + first + r) * dim + d];
   return out;
 }
 
@@ -74,14 +76,15 @@ KvCacheSpec floatSpec(int32_t layers, int64_t blocks, DType dtype = DType::kFloa
 struct Sequence {
   int64_t id;
   int64_t length;
-  Tensor q, k, v;    // whole sequence, [1, heads, length, dim]
-  Tensor expected;   // causal attention over it, no cache
+  Tensor q, k, v;   // whole sequence, [1, heads, length, dim]
+  Tensor expected;  // causal attention over it, no cache
 };
 
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, LlmStepContext* step,
-              int64_t layer, Status* status) {
+              int64_t layer, Status* status, ThreadPool* pool = nullptr) {
   StepKernelContext ctx;
   ctx.step = step;
+  ctx.pool = pool;
   ctx.inputs = {q, k, v};
   KernelParam layer_param;
   layer_param.kind = KernelParam::Kind::kInt;
@@ -96,11 +99,13 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, LlmStepContext*
 }
 
 // Mixed prefill/decode steps of three sequences through a cache storing `dtype`; the result
-// must match whole-sequence attention within `tolerance`.
+// must match whole-sequence attention within `tolerance`, and be the same bits on 2, 3 and 7
+// threads as on one.
 void checkRaggedSteps(DType dtype, double tolerance) {
+  ThreadPool pools[] = {ThreadPool(2), ThreadPool(3), ThreadPool(7)};
   std::mt19937 rng(7);
-  std::vector<Sequence> seqs = {{11, 37, {}, {}, {}, {}}, {12, 5, {}, {}, {}, {}},
-                                {13, 18, {}, {}, {}, {}}};
+  std::vector<Sequence> seqs = {
+      {11, 37, {}, {}, {}, {}}, {12, 5, {}, {}, {}, {}}, {13, 18, {}, {}, {}, {}}};
   for (Sequence& s : seqs) {
     s.q = makeFloat({1, kHeads, s.length, kDim}, randomValues(kHeads * s.length * kDim, rng));
     s.k = makeFloat({1, kKvHeads, s.length, kDim}, randomValues(kKvHeads * s.length * kDim, rng));
@@ -114,9 +119,9 @@ void checkRaggedSteps(DType dtype, double tolerance) {
 
   // Steps as (sequence, first, count): chunked prefill mixed with decode, in both layers.
   std::vector<std::vector<std::array<int64_t, 3>>> steps = {
-      {{0, 0, 20}, {1, 0, 3}},             // prefill A (crosses a block), B partly
-      {{1, 3, 2}, {0, 20, 1}, {2, 0, 18}}, // B finishes, A decodes, C prefills
-      {{0, 21, 16}, {2, 18, 0}},           // A: a chunk ending exactly at 37; C idle
+      {{0, 0, 20}, {1, 0, 3}},              // prefill A (crosses a block), B partly
+      {{1, 3, 2}, {0, 20, 1}, {2, 0, 18}},  // B finishes, A decodes, C prefills
+      {{0, 21, 16}, {2, 18, 0}},            // A: a chunk ending exactly at 37; C idle
   };
   std::vector<int64_t> registered(seqs.size(), 0);
   std::vector<Tensor> got_parts[3][kLayers];
@@ -158,6 +163,12 @@ void checkRaggedSteps(DType dtype, double tolerance) {
       Status status;
       Tensor out = attend(q, k, v, &ctx, layer, &status);
       ASSERT_OK(status);
+      for (ThreadPool& pool : pools) {
+        Tensor threaded = attend(q, k, v, &ctx, layer, &status, &pool);
+        ASSERT_OK(status);
+        ASSERT_EQ(std::memcmp(threaded.data(), out.data(), out.sizeBytes()), 0)
+            << pool.threads() << " threads changed the result of layer " << layer;
+      }
       int64_t offset = 0;
       for (const auto& [index, first, count] : items) {
         if (count == 0) continue;
@@ -197,7 +208,8 @@ TEST(LlmAttention, EightBitCacheStaysClose) {
   checkRaggedSteps(DType::kInt8, 2e-2);
   checkRaggedSteps(DType::kUInt8, 8e-2);  // fp8
   KvCacheSpec spec;
-  spec.num_layers = 2, spec.num_kv_heads = 3, spec.head_dim = 10, spec.block_size = 16, spec.num_blocks = 4;
+  spec.num_layers = 2, spec.num_kv_heads = 3, spec.head_dim = 10, spec.block_size = 16,
+  spec.num_blocks = 4;
   spec.dtype = DType::kInt8;
   EXPECT_EQ(spec.kvScaleOffset(), 3 * 16 * 10);
   EXPECT_EQ(spec.bytesPerLayerKv(), 3 * 16 * 10 + 3 * 16 * 4);
