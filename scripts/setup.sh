@@ -19,6 +19,7 @@ APT_PACKAGES=(
   bible-kjv
   python3 python3-venv
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: clang and libFuzzer (only recommended by clang)
+  qemu-user  # test/isa/emulated_host.py: tests on an emulated AVX2-only CPU
 )
 
 missing=()
