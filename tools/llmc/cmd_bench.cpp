@@ -6,6 +6,8 @@
 #include <random>
 
 #include "cli.h"
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
 #include "llmc/batch_generator.h"
 #include "llmc/engine.h"
 #include "llmc/generator.h"
@@ -160,6 +162,8 @@ int runBench(const std::vector<std::string>& args) {
                             static_cast<int>(batch_requests), static_cast<int>(repeat), &batched);
   if (!status.ok()) return reportError("bench", status);
 
+  const int threads = session_options.threads > 0 ? session_options.threads : defaultThreadCount();
+  std::printf("cpu: %s; %d thread%s\n", cpuSummary().c_str(), threads, threads == 1 ? "" : "s");
   std::printf("engine %s: %d layers, %d/%d heads of %d, vocab %lld\n", engine_path.c_str(),
               llm->num_layers, llm->num_heads, llm->num_kv_heads, llm->head_dim,
               static_cast<long long>(llm->vocab_size));

@@ -3,6 +3,8 @@
 #include <map>
 
 #include "cli.h"
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
 #include "llmc/engine.h"
 
 namespace llmc::cli {
@@ -193,6 +195,7 @@ int runInspect(const std::vector<std::string>& args) {
   std::printf("\n");
   std::printf("arena:    %llu bytes (at the planning shapes)\n",
               static_cast<unsigned long long>(engine->arenaBytes()));
+  std::printf("this cpu: %s; %d threads by default\n", cpuSummary().c_str(), defaultThreadCount());
   return kExitOk;
 }
 

@@ -1,4 +1,4 @@
-// The threads a CPU session's kernels run on (one pool per Session; docs/threads.md).
+// The threads a CPU session's kernels run on (one pool per Session; docs/cpu.md).
 //
 // A kernel splits its work into tasks, each of which writes its own part of the outputs with
 // the same arithmetic whatever thread runs it, so results are bit-identical for every thread

@@ -10,16 +10,23 @@
 
 namespace llmc {
 
+// The row operations of attention for the CPU's ISA level (cpu/attend.cpp): dot(a, b, n) = Σ
+// a[d] * b[d] over d < n in eight interleaved partial sums (d mod 8) added pairwise at the end,
+// the order vector units take; add_scaled(out, p, v, n): out[d] += p * v[d].
+struct RowOps {
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*add_scaled)(float* out, float p, const float* v, int64_t n);
+};
+const RowOps& rowOps();
+
 template <typename KeyFn, typename ValueFn, typename BiasFn>
 void attendOne(const float* q, int64_t count, int64_t qk_dim, int64_t v_dim, float scale,
                KeyFn key, ValueFn value, BiasFn bias, std::vector<float>& scores, float* out) {
+  const RowOps& ops = rowOps();
   scores.resize(static_cast<size_t>(count));
   float max_score = -INFINITY;
   for (int64_t j = 0; j < count; ++j) {
-    const float* k = key(j);
-    float dot = 0;
-    for (int64_t d = 0; d < qk_dim; ++d) dot += q[d] * k[d];
-    scores[j] = dot * scale + bias(j);
+    scores[j] = ops.dot(q, key(j), qk_dim) * scale + bias(j);
     max_score = std::max(max_score, scores[j]);
   }
   std::fill(out, out + v_dim, 0.0f);
@@ -30,9 +37,7 @@ void attendOne(const float* q, int64_t count, int64_t qk_dim, int64_t v_dim, flo
     sum += scores[j];
   }
   for (int64_t j = 0; j < count; ++j) {
-    const float* v = value(j);
-    const float p = scores[j] / sum;
-    for (int64_t d = 0; d < v_dim; ++d) out[d] += p * v[d];
+    ops.add_scaled(out, scores[j] / sum, value(j), v_dim);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "cpu/epilogue.h"
 #include "cpu/gemm.h"
 #include "cpu/head_layout.h"
+#include "cpu/isa.h"
 
 namespace llmc {
 namespace {
@@ -21,31 +22,22 @@ namespace {
 // Rows of a·b: acc[r * ldc + n] = sum_k a[r][k] * b(k, n) for r < rows, n < n_size, ascending
 // k like the reference MatMul; b(k, n) is b[k * ldb + n], or b[n * ldb + k] when trans_b. Every
 // sum is computed the same way whatever the block's rows and columns, so products split over
-// threads by rows and columns give the same bits (test/unit/cpu/threads_test.cpp).
+// threads by rows and columns give the same bits (test/threads/threads_test.cpp).
 //
 // Prefill: the weights do not fit in cache, so each is read once per block of kRowBlock rows
-// (the weight read once per 64 tokens), in tiles of kColumnTile columns whose four weight rows
-// stay in L1 while every row of the block uses them. Decode (one row) streams the weight.
-constexpr int64_t kRowBlock = 64;
+// (once per 256 tokens; packedGemm packs each panel of it once per block), in tiles of
+// kColumnTile columns whose four weight rows stay in L1 while every row of the block uses them
+// where the CPU lacks AVX2. Decode (one row) streams the weight.
+constexpr int64_t kRowBlock = 256;
 constexpr int64_t kColumnTile = 512;
 // Columns per task of a threaded product: one task reads kTaskColumns x K weights (192 KiB at
 // K = 768 in decode), few enough tasks that claiming one costs nothing next to it, enough that
 // two to eight threads share a 768-wide product evenly.
 constexpr int64_t kTaskColumns = 64;
 
-// Built twice, for AVX2/FMA (Haswell and later; the loader picks it where the CPU has it) and
-// for the baseline x86-64 the rest of the runtime targets. Not under ThreadSanitizer: it
-// instruments the clones' ifunc resolver, which the loader runs before TSan's runtime is up
-// (a crash at startup).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define LLMC_CPU_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define LLMC_CPU_CLONES
-#endif
-
-LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b,
-                                    int64_t ldb, int64_t n_size, bool trans_b, float* acc,
-                                    int64_t ldc) {
+LLMC_ISA_INLINE void matMulRowBlockBody(const float* a, int64_t rows, int64_t k_size,
+                                        const float* b, int64_t ldb, int64_t n_size, bool trans_b,
+                                        float* acc, int64_t ldc) {
   if (trans_b) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t n = 0; n < n_size; ++n) {
@@ -96,6 +88,21 @@ LLMC_CPU_CLONES void matMulRowBlock(const float* a, int64_t rows, int64_t k_size
       }
     }
   }
+}
+
+LLMC_TARGET_AVX2 void matMulRowBlockAvx2(const float* a, int64_t rows, int64_t k_size,
+                                         const float* b, int64_t ldb, int64_t n_size, bool trans_b,
+                                         float* acc, int64_t ldc) {
+  matMulRowBlockBody(a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
+}
+void matMulRowBlockBaseline(const float* a, int64_t rows, int64_t k_size, const float* b,
+                            int64_t ldb, int64_t n_size, bool trans_b, float* acc, int64_t ldc) {
+  matMulRowBlockBody(a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
+}
+void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
+                    int64_t n_size, bool trans_b, float* acc, int64_t ldc) {
+  (cpuIsa() >= CpuIsa::kAvx2 ? matMulRowBlockAvx2 : matMulRowBlockBaseline)(
+      a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
 }
 
 // Calls task(row0, rows, n0, columns) for every block of up to kRowBlock rows and kTaskColumns
@@ -186,11 +193,13 @@ Status gatedMlp(KernelContext& ctx) {
   // A task computes its columns of the gate and of the up projection, then their product.
   forEachBlock(ctx.threadPool(), rows, f_size,
                [&](int64_t row0, int64_t count, int64_t f0, int64_t columns) {
-                 float gate[kRowBlock * kTaskColumns], up[kRowBlock * kTaskColumns];
+                 thread_local std::vector<float> gate, up;
+                 gate.resize(static_cast<size_t>(count * columns));
+                 up.resize(gate.size());
                  matMulRowBlock(xd + row0 * k_size, count, k_size, wd + f0, width, columns, false,
-                                gate, columns);
+                                gate.data(), columns);
                  matMulRowBlock(xd + row0 * k_size, count, k_size, wd + f_size + f0, width, columns,
-                                false, up, columns);
+                                false, up.data(), columns);
                  for (int64_t r = 0; r < count; ++r) {
                    float* y_row = y + (row0 + r) * f_size + f0;
                    for (int64_t f = 0; f < columns; ++f)

@@ -7,10 +7,10 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
+#include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/scale.h"
 #include "cpu/quant_dot.h"
@@ -312,16 +312,7 @@ float quantDotAvx2(const QuantWeight& w, int64_t row, const QuantizedActivations
   return out;
 }
 
-bool quantDotHasAvx2() {
-  // F16C from CPUID (leaf 1, ECX): clang before 15 does not take "f16c" in
-  // __builtin_cpu_supports, and the fuzz build (scripts/fuzz.sh) uses Debian's clang 14.
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-  }();
-  return has;
-}
+bool quantDotHasAvx2() { return cpuIsa() >= CpuIsa::kAvx2; }
 
 bool quantDotRowsTiled(const QuantWeight& w, const QuantizedActivations& a) {
   if (!quantDotHasAvx2()) return false;

@@ -1,0 +1,150 @@
+// This CPU's float32 FMA peak per core (a loop of independent fused multiply-adds, AVX2 and
+// AVX-512) and packedGemm's throughput at each ISA level on prefill-sized products, one thread:
+// the "share of peak" figures of docs/performance.md.
+//
+//   build/bench/llmc_kernel_bench [--rounds N]
+//
+// Prints the CPU and its flags first; each figure is the median of N rounds [min, max].
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "cpu/gemm.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Twelve independent accumulators: more than FMA latency x units, so the loop is throughput
+// bound. Returns GFLOP/s (2 per lane per FMA).
+__attribute__((target("avx2,fma"))) double peakAvx2(long iterations) {
+  // Distinct starting values: equal chains would be merged into one by the compiler.
+  __m256 c0 = _mm256_set1_ps(1), c1 = _mm256_set1_ps(2), c2 = _mm256_set1_ps(3),
+         c3 = _mm256_set1_ps(4), c4 = _mm256_set1_ps(5), c5 = _mm256_set1_ps(6),
+         c6 = _mm256_set1_ps(7), c7 = _mm256_set1_ps(8), c8 = _mm256_set1_ps(9),
+         c9 = _mm256_set1_ps(10), c10 = _mm256_set1_ps(11), c11 = _mm256_set1_ps(12);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  const auto start = Clock::now();
+  for (long i = 0; i < iterations; ++i) {
+    c0 = _mm256_fmadd_ps(c0, a, b), c1 = _mm256_fmadd_ps(c1, a, b), c2 = _mm256_fmadd_ps(c2, a, b);
+    c3 = _mm256_fmadd_ps(c3, a, b), c4 = _mm256_fmadd_ps(c4, a, b), c5 = _mm256_fmadd_ps(c5, a, b);
+    c6 = _mm256_fmadd_ps(c6, a, b), c7 = _mm256_fmadd_ps(c7, a, b), c8 = _mm256_fmadd_ps(c8, a, b);
+    c9 = _mm256_fmadd_ps(c9, a, b), c10 = _mm256_fmadd_ps(c10, a, b),
+    c11 = _mm256_fmadd_ps(c11, a, b);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  float sink[8];
+  _mm256_storeu_ps(
+      sink,
+      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+                    _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)),
+                                  _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)))));
+  if (sink[0] == 42.0f) std::puts("");
+  return static_cast<double>(iterations) * 12 * 16 / seconds / 1e9;
+}
+
+__attribute__((target("avx512f"))) double peakAvx512(long iterations) {
+  __m512 c0 = _mm512_set1_ps(1), c1 = _mm512_set1_ps(2), c2 = _mm512_set1_ps(3),
+         c3 = _mm512_set1_ps(4), c4 = _mm512_set1_ps(5), c5 = _mm512_set1_ps(6),
+         c6 = _mm512_set1_ps(7), c7 = _mm512_set1_ps(8), c8 = _mm512_set1_ps(9),
+         c9 = _mm512_set1_ps(10), c10 = _mm512_set1_ps(11), c11 = _mm512_set1_ps(12);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  const auto start = Clock::now();
+  for (long i = 0; i < iterations; ++i) {
+    c0 = _mm512_fmadd_ps(c0, a, b), c1 = _mm512_fmadd_ps(c1, a, b), c2 = _mm512_fmadd_ps(c2, a, b);
+    c3 = _mm512_fmadd_ps(c3, a, b), c4 = _mm512_fmadd_ps(c4, a, b), c5 = _mm512_fmadd_ps(c5, a, b);
+    c6 = _mm512_fmadd_ps(c6, a, b), c7 = _mm512_fmadd_ps(c7, a, b), c8 = _mm512_fmadd_ps(c8, a, b);
+    c9 = _mm512_fmadd_ps(c9, a, b), c10 = _mm512_fmadd_ps(c10, a, b),
+    c11 = _mm512_fmadd_ps(c11, a, b);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const __m512 all =
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                                  _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7))),
+                    _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)));
+  float sink[16];
+  _mm512_storeu_ps(sink, all);
+  if (sink[0] == 42.0f) std::puts("");
+  return static_cast<double>(iterations) * 12 * 32 / seconds / 1e9;
+}
+
+struct Stat {
+  double median, low, high;
+};
+Stat summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 7;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: llmc_kernel_bench [--rounds N]\n");
+      return 2;
+    }
+  }
+  using namespace llmc;
+  std::printf("cpu: %s\n", cpuSummary().c_str());
+  const CpuIsa supported = cpuIsaSupported();
+  std::vector<CpuIsa> levels;
+  if (supported >= CpuIsa::kAvx2) levels.push_back(CpuIsa::kAvx2);
+  if (supported >= CpuIsa::kAvx512) levels.push_back(CpuIsa::kAvx512);
+  if (levels.empty()) {
+    std::printf("no AVX2: only the scalar kernels run here\n");
+    return 0;
+  }
+  std::printf("\n| level | FMA peak, one core (GFLOP/s) |\n|---|---|\n");
+  std::vector<double> peak(4, 0);
+  for (CpuIsa level : levels) {
+    std::vector<double> runs;
+    for (int r = 0; r < rounds; ++r)
+      runs.push_back(level == CpuIsa::kAvx2 ? peakAvx2(50000000) : peakAvx512(25000000));
+    const Stat s = summarize(runs);
+    peak[static_cast<size_t>(level)] = s.median;
+    std::printf("| %s | %.1f [%.1f, %.1f] |\n", cpuIsaName(level), s.median, s.low, s.high);
+  }
+  std::printf(
+      "\n| level | rows x K x N | packedGemm (GFLOP/s) | share of peak |\n|---|---|---|---|\n");
+  struct Shape {
+    int64_t rows, k, n;
+  };
+  for (const Shape& shape : {Shape{512, 768, 768}, Shape{512, 768, 2048}, Shape{512, 2048, 768},
+                             Shape{2048, 768, 768}}) {
+    std::vector<float> a(static_cast<size_t>(shape.rows * shape.k)),
+        b(static_cast<size_t>(shape.k * shape.n)), c(static_cast<size_t>(shape.rows * shape.n));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    for (float& x : a) x = normal(rng);
+    for (float& x : b) x = normal(rng);
+    for (CpuIsa level : levels) {
+      setCpuIsaCapForTesting(level);
+      std::vector<double> runs;
+      for (int r = 0; r < rounds; ++r) {
+        const auto start = Clock::now();
+        packedGemm(a.data(), shape.rows, shape.k, b.data(), shape.n, shape.n, c.data(), shape.n);
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        runs.push_back(2.0 * static_cast<double>(shape.rows * shape.k * shape.n) / seconds / 1e9);
+      }
+      const Stat s = summarize(runs);
+      std::printf("| %s | %lld x %lld x %lld | %.1f [%.1f, %.1f] | %.0f%% |\n", cpuIsaName(level),
+                  static_cast<long long>(shape.rows), static_cast<long long>(shape.k),
+                  static_cast<long long>(shape.n), s.median, s.low, s.high,
+                  100 * s.median / peak[static_cast<size_t>(level)]);
+    }
+  }
+  setCpuIsaCapForTesting(CpuIsa::kAvx512Vnni);
+  return 0;
+}

@@ -1,0 +1,50 @@
+// The CPU the runtime runs on: its features (cpuid, and the OS's support for the vector
+// registers through xgetbv), read once, and the ISA level the CPU kernels dispatch on.
+//
+// One binary runs on any x86-64: each optimized kernel exists per level and the dispatch picks
+// the highest level the CPU and the OS support. LLMC_CPU_ISA=scalar|avx2|avx512|avx512_vnni in
+// the environment caps the level (to compare kernels, or to run as a smaller CPU would), as
+// oneDNN's ONEDNN_MAX_CPU_ISA does; it never raises it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llmc {
+
+struct CpuFeatures {
+  std::string vendor;      // "GenuineIntel", "AuthenticAMD", ...
+  std::string model;       // the brand string, e.g. "AMD EPYC 9R14 96-Core Processor"
+  bool os_avx = false;     // XCR0: the OS saves the YMM state
+  bool os_avx512 = false;  // XCR0: the OS saves the opmask and ZMM state
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false;
+};
+
+// The kernel levels, each a superset of the one before.
+enum class CpuIsa : uint8_t {
+  kScalar = 0,      // baseline x86-64 (SSE2): the reference loops
+  kAvx2 = 1,        // AVX2 + FMA + F16C
+  kAvx512 = 2,      // AVX-512 F/BW/VL/DQ
+  kAvx512Vnni = 3,  // and AVX-512 VNNI (int8/int16 dot products in one instruction)
+};
+
+// Read once (thread-safe).
+const CpuFeatures& cpuFeatures();
+// The highest level this CPU and OS support, before any cap.
+CpuIsa cpuIsaSupported();
+// The level the kernels use: cpuIsaSupported(), capped by LLMC_CPU_ISA and by
+// setCpuIsaCapForTesting.
+CpuIsa cpuIsa();
+// Tests run each kernel at every level the host supports: cap the level (a value above the
+// supported one is clamped), or pass the supported level back to lift the cap.
+void setCpuIsaCapForTesting(CpuIsa cap);
+const char* cpuIsaName(CpuIsa isa);
+// "avx2" etc. into *isa; false for anything else.
+bool parseCpuIsa(const std::string& name, CpuIsa* isa);
+// One line for benchmarks and `llmc inspect`: the model, the flags that matter here, and the
+// level in use ("..., kernels: avx512_vnni" or "..., kernels: avx2 (LLMC_CPU_ISA=avx2)").
+std::string cpuSummary();
+
+}  // namespace llmc
