@@ -4,7 +4,7 @@
 For each model in test/models/ (or --model NAME), compiles it with llmc, then alternates
 rounds of `llmc run --repeat R` and R ONNX Runtime runs on the same inputs, and reports
 medians with their spread and the ratio llmc / ORT. Both sides use one thread (ORT's
-intra_op_num_threads=1; llmc's reference kernels are single-threaded). Not a test: no time
+intra_op_num_threads=1; llmc's --threads 1). Not a test: no time
 is asserted. Run:
     .venv/bin/python bench/compare_ort.py --llmc build/tools/llmc/llmc [--model NAME] [--rounds 5]
 """
@@ -24,8 +24,8 @@ import onnxruntime as ort
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models")
 
 
-def llmc_median_ms(llmc, engine, inputs, repeat):
-    argv = [llmc, "run", engine, "--repeat", str(repeat)]
+def llmc_median_ms(llmc, engine, inputs, repeat, threads=1):
+    argv = [llmc, "run", engine, "--repeat", str(repeat), "--threads", str(threads)]
     for name, path in inputs.items():
         argv += ["--input", f"{name}={path}"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
@@ -33,11 +33,12 @@ def llmc_median_ms(llmc, engine, inputs, repeat):
     return float(m.group(1))
 
 
-def llmc_kv_bench(llmc, engine, context, new_tokens, repeat):
-    """`llmc bench --kv-only`: time to first token (ms) and decode tokens/s, each as
-    (median, min, max) over `repeat` runs."""
+def llmc_kv_bench(llmc, engine, context, new_tokens, repeat, threads=1):
+    """`llmc bench --kv-only` on `threads` threads: time to first token (ms) and decode tokens/s,
+    each as (median, min, max) over `repeat` runs."""
     out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", str(context), "--new-tokens",
-                          str(new_tokens), "--repeat", str(repeat)], capture_output=True, text=True, check=True).stdout
+                          str(new_tokens), "--repeat", str(repeat), "--threads", str(threads)],
+                         capture_output=True, text=True, check=True).stdout
     m = re.search(r"paged KV cache\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]",
                   out)
     values = [float(g) for g in m.groups()]
@@ -54,7 +55,7 @@ def ort_median_ms(session, feeds, repeat):
 
 
 def ort_session(model):
-    """ONNX Runtime on one thread, as llmc's kernels run."""
+    """ONNX Runtime on one thread, as llmc runs here (--threads 1)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
