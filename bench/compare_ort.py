@@ -54,10 +54,11 @@ def ort_median_ms(session, feeds, repeat):
     return statistics.median(times)
 
 
-def ort_session(model):
-    """ONNX Runtime on one thread, as llmc runs here (--threads 1)."""
+def ort_session(model, threads=1):
+    """ONNX Runtime on `threads` intra-op threads (one by default, as llmc runs here with
+    --threads 1)."""
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 

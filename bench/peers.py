@@ -15,12 +15,17 @@ not committed), saved with save_pretrained. From that one checkpoint:
   from the checkpoint (F32, Q8_0) and Q4_0 quantized from the F32 GGUF with every tensor Q4_0
   (`pure`, as llmc quantizes the head and the embedding too).
 
-Each side runs one thread, a 64-token prompt and 32 greedy tokens, three runs after a warm-up,
-in alternated rounds (this VM's speed drifts); the table gives decode tokens/s and time to first
-token as median [min, max] over rounds, and llmc's ratio to each peer at the same bit width.
-A check that the three run one model: the greedy continuation of the float32 runs, compared.
+Each side runs the same thread counts (--threads, default 1: ONNX Runtime's intra-op threads,
+llama.cpp's n_threads and n_threads_batch, llmc's --threads), the same prompt lengths
+(--prompts, default 64) and 32 greedy tokens, three runs after a warm-up, in alternated rounds
+(this VM's speed drifts); the tables give decode tokens/s and time to first token as median
+[min, max] over rounds per thread count and prompt length, and llmc's speed over each peer's at
+the same bit width (decode: llmc's rate over theirs; first token: their time over llmc's; above
+1 llmc is faster). The CPU's model and flags head the output. A check that the three run one
+model: the greedy continuation of the float32 runs, compared.
 
     .venv-gen/bin/python bench/peers.py --llmc build/tools/llmc/llmc --llama-cpp DIR [--rounds 5]
+        [--threads 1,2] [--prompts 64,512]
 
 DIR is a llama.cpp source tree (for convert_hf_to_gguf.py and its gguf-py); bench/README.md says
 how to get the one llama-cpp-python was built from.
@@ -37,9 +42,8 @@ import time
 import numpy as np
 
 CONFIG = dict(vocab_size=16000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-              num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=1024,
+              num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=4096,
               rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.02)
-PROMPT_TOKENS = 64
 CHECK_TOKENS = 8
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -120,15 +124,15 @@ def llmc_engines(llmc, onnx_path, out_dir):
     return engines
 
 
-def run_llmc(llmc, engine, new_tokens):
+def run_llmc(llmc, engine, prompt_tokens, new_tokens, threads):
     """Median decode tokens/s and time to first token (ms) of `llmc bench` over three runs."""
-    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, PROMPT_TOKENS, new_tokens, 3)
+    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, prompt_tokens, new_tokens, 3, threads)
     return tokens_per_s[0], ttft[0]
 
 
 class OrtRunner:
-    def __init__(self, path):
-        self.session = ort_session(path)
+    def __init__(self, path, threads):
+        self.session = ort_session(path, threads)
         self.past = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
         self.outputs = [o.name for o in self.session.get_outputs()]
 
@@ -154,11 +158,11 @@ class OrtRunner:
 
 
 class LlamaCppRunner:
-    def __init__(self, path):
+    def __init__(self, path, threads, context, batch):
         import llama_cpp
 
-        self.llm = llama_cpp.Llama(path, n_ctx=256, n_batch=PROMPT_TOKENS, n_threads=1, n_threads_batch=1,
-                                   verbose=False)
+        self.llm = llama_cpp.Llama(path, n_ctx=context, n_batch=batch, n_threads=threads,
+                                   n_threads_batch=threads, verbose=False)
         self.vocab = self.llm.n_vocab()
         self.last_logits = lambda: np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1),
                                                          shape=(self.vocab,))
@@ -193,14 +197,34 @@ def summary(values):
     return f"{statistics.median(values):7.1f} [{min(values):6.1f}, {max(values):6.1f}]"
 
 
+def cpu_line():
+    """The CPU's model and the flags that matter for these kernels, from /proc/cpuinfo."""
+    model, flags = "unknown CPU", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
+              "avx512_bf16", "avx512_fp16", "amx_int8"]
+    return f"{model}; {os.cpu_count()} CPUs; " + " ".join(f for f in wanted if f in flags)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llmc", required=True)
     parser.add_argument("--llama-cpp", required=True, help="llama.cpp source tree (convert_hf_to_gguf.py)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2")
+    parser.add_argument("--prompts", default="64", help="comma-separated prompt lengths, e.g. 64,512")
     args = parser.parse_args()
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    prompt_lengths = [int(p) for p in args.prompts.split(",")]
+    context = max(prompt_lengths) + args.new_tokens + 8
     llmc = os.path.abspath(args.llmc)
+    print(f"cpu: {cpu_line()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="llmc-peers-") as tmp:
         hf_dir, onnx_dir = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
         params = make_checkpoint(hf_dir)
@@ -216,47 +240,56 @@ def main():
                   + "   (llmc, ONNX Runtime, llama.cpp)")
 
         rng = np.random.default_rng(3)
-        prompt = [int(t) for t in rng.integers(3, 1000, size=PROMPT_TOKENS)]
-        ort_runners = {name: OrtRunner(path) for name, path in ort_paths.items()}
-        gguf_runners = {name: LlamaCppRunner(path) for name, path in gguf_paths.items()}
-        ort_tokens = ort_runners["float32"].generate(prompt, CHECK_TOKENS)[0]
-        gguf_tokens = gguf_runners["float32"].generate(prompt, CHECK_TOKENS)[0]
+        prompts = {n: [int(t) for t in rng.integers(3, 1000, size=n)] for n in prompt_lengths}
+        ort_runners = {(name, t): OrtRunner(path, t) for name, path in ort_paths.items() for t in thread_counts}
+        gguf_runners = {(name, t): LlamaCppRunner(path, t, context, max(prompt_lengths))
+                        for name, path in gguf_paths.items() for t in thread_counts}
+        check = prompts[prompt_lengths[0]]
+        ort_tokens = ort_runners[("float32", thread_counts[0])].generate(check, CHECK_TOKENS)[0]
+        gguf_tokens = gguf_runners[("float32", thread_counts[0])].generate(check, CHECK_TOKENS)[0]
         same = sum(a == b for a, b in zip(ort_tokens, gguf_tokens))
         print(f"\nfloat32 greedy tokens, ONNX Runtime {ort_tokens}, llama.cpp {gguf_tokens}: {same}/{CHECK_TOKENS} agree")
 
-        results = {}  # (side, mode) -> ([decode tok/s], [ttft ms])
+        results = {}  # (side, mode, threads, prompt) -> ([decode tok/s], [ttft ms])
         for _ in range(args.rounds):
-            for name in engines:
-                sides = [("llmc", lambda n=name: run_llmc(llmc, engines[n], args.new_tokens))]
-                if name in ort_runners:
-                    sides.append(("ONNX Runtime", lambda n=name: timed(ort_runners[n], prompt, args.new_tokens)))
-                if name in gguf_runners:
-                    sides.append(("llama.cpp", lambda n=name: timed(gguf_runners[n], prompt, args.new_tokens)))
-                for side, measure in sides:
-                    decode, ttft = measure()
-                    entry = results.setdefault((side, name), ([], []))
-                    entry[0].append(decode)
-                    entry[1].append(ttft)
+            for threads in thread_counts:
+                for length in prompt_lengths:
+                    prompt = prompts[length]
+                    for name in engines:
+                        sides = [("llmc", lambda n=name: run_llmc(llmc, engines[n], length, args.new_tokens, threads))]
+                        if (name, threads) in ort_runners:
+                            sides.append(("ONNX Runtime",
+                                          lambda n=name: timed(ort_runners[(n, threads)], prompt, args.new_tokens)))
+                        if (name, threads) in gguf_runners:
+                            sides.append(("llama.cpp",
+                                          lambda n=name: timed(gguf_runners[(n, threads)], prompt, args.new_tokens)))
+                        for side, measure in sides:
+                            decode, ttft = measure()
+                            entry = results.setdefault((side, name, threads, length), ([], []))
+                            entry[0].append(decode)
+                            entry[1].append(ttft)
 
-        print(f"\ndecode tokens/s, median [min, max] over {args.rounds} rounds (one thread, {PROMPT_TOKENS}-token prompt,"
-              f" {args.new_tokens} new tokens)")
-        print(f"{'mode':11} {'llmc':>24} {'ONNX Runtime':>24} {'llama.cpp':>24} {'llmc/ORT':>9} {'llmc/llama.cpp':>15}")
-        for name in engines:
-            row = f"{name:11}"
-            for side in ("llmc", "ONNX Runtime", "llama.cpp"):
-                row += f" {summary(results[(side, name)][0]):>24}" if (side, name) in results else f" {'':>24}"
-            ours = statistics.median(results[("llmc", name)][0])
-            for side, width in (("ONNX Runtime", 9), ("llama.cpp", 15)):
-                key = (side, name) if (side, name) in results else (side, name.split(" ")[0])
-                ratio = ours / statistics.median(results[key][0]) if key in results else None
-                row += f" {ratio:>{width - 1}.2f}x" if ratio else f" {'':>{width}}"
-            print(row)
-        print(f"\ntime to first token (ms, {PROMPT_TOKENS} tokens), median [min, max]")
-        for name in engines:
-            row = f"{name:11}"
-            for side in ("llmc", "ONNX Runtime", "llama.cpp"):
-                row += f" {summary(results[(side, name)][1]):>24}" if (side, name) in results else f" {'':>24}"
-            print(row)
+        for threads in thread_counts:
+            for length in prompt_lengths:
+                for what, index, unit in (("decode", 0, "tokens/s"), ("time to first token", 1, "ms")):
+                    print(f"\n{what} ({unit}), median [min, max] over {args.rounds} rounds: {threads} thread"
+                          f"{'s' if threads > 1 else ''}, {length}-token prompt, {args.new_tokens} new tokens")
+                    print(f"{'mode':11} {'llmc':>24} {'ONNX Runtime':>24} {'llama.cpp':>24} {'vs ORT':>8} {'vs llama.cpp':>13}")
+                    for name in engines:
+                        row = f"{name:11}"
+                        for side in ("llmc", "ONNX Runtime", "llama.cpp"):
+                            key = (side, name, threads, length)
+                            row += f" {summary(results[key][index]):>24}" if key in results else f" {'':>24}"
+                        ours = statistics.median(results[("llmc", name, threads, length)][index])
+                        for side, width in (("ONNX Runtime", 8), ("llama.cpp", 13)):
+                            key = (side, name, threads, length)
+                            if key not in results:
+                                key = (side, name.split(" ")[0], threads, length)
+                            theirs = statistics.median(results[key][index]) if key in results else None
+                            # Speed-up of llmc: a rate ratio for decode, a time ratio inverted for TTFT.
+                            ratio = (ours / theirs if index == 0 else theirs / ours) if theirs else None
+                            row += f" {ratio:>{width - 1}.2f}x" if ratio else f" {'':>{width}}"
+                        print(row)
     return 0
 
 

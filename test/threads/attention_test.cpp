@@ -6,10 +6,10 @@
 
 #include <random>
 
+#include "core/step_context.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "llm/kv_cache.h"
-#include "llm/step_context.h"
 #include "status_test_util.h"
 
 namespace llmc {

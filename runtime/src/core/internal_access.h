@@ -13,6 +13,7 @@ namespace llmc {
 
 struct Plan;
 struct LlmStepContext;
+struct BackendInfo;
 
 class InternalAccess {
  public:
@@ -23,6 +24,8 @@ class InternalAccess {
                         std::vector<NamedTensor>* outputs, LlmStepContext* step) {
     return session.runStep(inputs, outputs, step);
   }
+  // The backend the session runs on, with its capabilities (core/backend.h).
+  static const BackendInfo& backend(const Session& session);
 };
 
 }  // namespace llmc

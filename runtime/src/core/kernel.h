@@ -22,7 +22,7 @@
 
 namespace llmc {
 
-struct LlmStepContext;  // a language-model step's ragged batch (llm/step_context.h)
+struct LlmStepContext;  // a language-model step's ragged batch (core/step_context.h)
 class ThreadPool;       // the session's threads (core/thread_pool.h)
 
 // A kernel's typed parameters (ONNX attributes after the importer normalized them).

@@ -92,20 +92,6 @@ inline bool isKnownTarget(const std::string& target) {
   return target == "cpu" || target == "cuda-sm80" || target == "cuda-sm90";
 }
 
-// Why this runtime cannot execute an engine of `target` on the backend its target names
-// (empty when it can). A plan is the same for every target, so Backend::kCpu runs any engine.
-inline std::string targetRefusal(const std::string& target) {
-  if (target == "cpu") return "";
-#ifdef LLMC_HAVE_CUDA
-  return "";
-#else
-  return "engine targets '" + target +
-         "': this runtime was built without CUDA (configure with -DLLMC_ENABLE_CUDA=ON where "
-         "nvcc is installed); run it on the CPU backend (llmc run --backend cpu) or compile "
-         "with --target cpu";
-#endif
-}
-
 // The byte offsets of the plan's memory slots in one arena (host or device). A slot grows
 // when a run produces a larger value than the planning shapes gave; the next layout() uses
 // the new capacities.

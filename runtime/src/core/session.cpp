@@ -1,5 +1,6 @@
-// Session: binds inputs, resolves symbolic dimensions, and runs the plan's steps with the
-// registered kernels over one arena whose slots the compiler assigned by liveness.
+// Session: binds inputs, resolves symbolic dimensions, checks the engine's limits, and hands
+// the run to the session's backend (core/backend.h), chosen by SessionOptions::backend or the
+// engine's target.
 #include "llmc/session.h"
 
 #include <cstdlib>
@@ -9,17 +10,15 @@
 #include <new>
 
 #include "core/api_guard.h"
-#include "core/device_executor.h"
+#include "core/backend.h"
 #include "core/internal_access.h"
 #include "core/plan.h"
+#include "core/step_context.h"
 #include "core/thread_pool.h"
-#include "llm/step_context.h"
 
 namespace llmc {
 
 namespace {
-constexpr uint64_t kAlign = 64;
-
 // The context a language-model engine declares, for every caller (llmc run, Generator,
 // BatchGenerator, the C++ API): a plain run holds one sequence per row of input_ids
 // [batch, seq]; a step over the KV cache holds the tokens of several sequences, each at its
@@ -46,144 +45,12 @@ Status checkContext(const LlmConfig& llm, const std::vector<NamedTensor>& inputs
   return okStatus();
 }
 
-uint64_t alignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-struct AlignedDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
-};
 }  // namespace
-
-ArenaLayout::ArenaLayout(const std::vector<PlanSlot>& slots) {
-  for (const PlanSlot& slot : slots) capacity.push_back(slot.size_bytes);
-}
-
-uint64_t ArenaLayout::layout() {
-  total = 0;
-  offset.resize(capacity.size());
-  laid_out = capacity;
-  for (size_t i = 0; i < capacity.size(); ++i) {
-    offset[i] = total;
-    total += alignUp(capacity[i]);
-  }
-  return total;
-}
-
-bool ArenaLayout::fits(int slot, uint64_t bytes) {
-  const size_t s = static_cast<size_t>(slot);
-  if (bytes <= laid_out[s]) return true;
-  if (bytes > capacity[s]) capacity[s] = bytes;
-  return false;
-}
-
-Status checkPlannedOutput(const Plan& plan, const PlanStep& step, size_t i, DType dtype,
-                          const Shape& shape, uint64_t* bytes) {
-  if (i >= step.outputs.size())
-    return internalError("node '" + step.node + "': output index out of range");
-  const PlanValue& value = plan.values[static_cast<size_t>(step.outputs[i])];
-  // The compiler's inferred dtype and static dims must agree with what the kernel computes.
-  if (dtype != value.dtype || (value.ranked && shape.size() != value.dims.size()))
-    return internalError("node '" + step.node + "': kernel " + step.kernel_name + " produced " +
-                         dtypeName(dtype) + shapeToString(shape) + " for '" + value.name +
-                         "', the plan declares " + dtypeName(value.dtype) + " of rank " +
-                         std::to_string(value.dims.size()));
-  for (size_t d = 0; value.ranked && d < shape.size(); ++d) {
-    if (value.dims[d].size >= 0 && value.dims[d].size != shape[d])
-      return internalError("node '" + step.node + "': kernel " + step.kernel_name +
-                           " produced shape " + shapeToString(shape) + " for '" + value.name +
-                           "', the plan declares dim " + std::to_string(d) + " = " +
-                           std::to_string(value.dims[d].size));
-  }
-  int64_t count = 0;
-  if (!checkedNumElements(shape, &count))
-    return invalidArgument("node '" + step.node + "': output shape " + shapeToString(shape) +
-                           " is too large");
-  *bytes = static_cast<uint64_t>(count) * dtypeSize(dtype);
-  return okStatus();
-}
 
 struct Session::State {
-  explicit State(const Plan& plan) : slots(plan.slots) {}
-  ArenaLayout slots;
-  std::unique_ptr<std::byte, AlignedDeleter> arena;
-  Backend backend = Backend::kCpu;
-  std::function<void(const StepObservation&)> observer;
-  std::unique_ptr<DeviceExecutor> device;  // a backend that runs the whole plan (CUDA)
-  std::unique_ptr<ThreadPool> pool;        // the CPU kernels' threads
-
-  Status layout() {
-    const uint64_t total = slots.layout();
-    arena.reset();
-    if (total == 0) return okStatus();
-    void* p = std::aligned_alloc(kAlign, total);
-    if (!p) return resourceExhausted("cannot allocate a " + std::to_string(total) + "-byte arena");
-    arena.reset(static_cast<std::byte*>(p));
-    return okStatus();
-  }
+  const BackendInfo* backend = nullptr;
+  std::unique_ptr<BackendExecutor> executor;
 };
-
-namespace {
-
-class StepContext : public KernelContext {
- public:
-  StepContext(const Plan& plan, const PlanStep& step, std::vector<Tensor>& values,
-              ArenaLayout& slots, std::byte* arena, bool& grew, LlmStepContext* llm_step,
-              ThreadPool* pool)
-      : plan_(plan),
-        step_(step),
-        values_(values),
-        slots_(slots),
-        arena_(arena),
-        grew_(grew),
-        llm_step_(llm_step),
-        pool_(pool) {}
-
-  size_t numInputs() const override { return step_.inputs.size(); }
-  const Tensor* input(size_t i) const override {
-    if (i >= step_.inputs.size() || step_.inputs[i] < 0) return nullptr;
-    return &values_[static_cast<size_t>(step_.inputs[i])];
-  }
-  size_t numOutputs() const override { return step_.outputs.size(); }
-  Status allocateOutput(size_t i, DType dtype, const Shape& shape, Tensor** out) override {
-    uint64_t bytes = 0;
-    LLMC_RETURN_IF_ERROR(checkPlannedOutput(plan_, step_, i, dtype, shape, &bytes));
-    const size_t index = static_cast<size_t>(step_.outputs[i]);
-    const PlanValue& value = plan_.values[index];
-    const bool fits = slots_.fits(value.slot, bytes);
-    if (fits && arena_) {
-      values_[index] =
-          Tensor::view(dtype, shape,
-                       static_cast<void*>(arena_ + slots_.offset[static_cast<size_t>(value.slot)]));
-    } else {
-      // Larger than planned: a private buffer for this run; the arena grows before the next.
-      try {
-        values_[index] = Tensor::allocate(dtype, shape);
-      } catch (const std::bad_alloc&) {
-        return resourceExhausted("node '" + step_.node + "': cannot allocate " +
-                                 std::to_string(bytes) + " bytes for '" + value.name + "' " +
-                                 shapeToString(shape));
-      }
-      grew_ = grew_ || !fits;
-    }
-    *out = &values_[index];
-    return okStatus();
-  }
-  const KernelParams& params() const override { return step_.params; }
-  const std::string& nodeName() const override { return step_.node; }
-  LlmStepContext* llmStep() const override { return llm_step_; }
-  ThreadPool* threadPool() const override { return pool_; }
-
- private:
-  const Plan& plan_;
-  const PlanStep& step_;
-  std::vector<Tensor>& values_;
-  ArenaLayout& slots_;
-  std::byte* arena_;
-  bool& grew_;
-  LlmStepContext* llm_step_;
-  ThreadPool* pool_;
-};
-
-}  // namespace
 
 Session::~Session() = default;
 
@@ -200,67 +67,64 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
       return failedPrecondition(plan.path + ": " + std::to_string(plan.stripped_weights) +
                                 " weights were stripped (--strip-weights); fill them with "
                                 "`llmc refit ENGINE --weights FILE.safetensors -o OUT.engine`");
-    Backend backend = options.backend;
-    if (backend == Backend::kAuto) {
-      const std::string refusal = targetRefusal(engine->target());
-      if (!refusal.empty()) return failedPrecondition(plan.path + ": " + refusal);
-      backend = engine->target() == "cpu" ? Backend::kCpu : Backend::kCuda;
+    const BackendInfo* backend = nullptr;
+    if (options.backend == Backend::kAuto) {
+      backend = backendForTarget(engine->target());
+      if (!backend)
+        return failedPrecondition(plan.path + ": engine targets '" + engine->target() +
+                                  "', which no backend of this runtime runs; run it on the CPU "
+                                  "backend (llmc run --backend cpu) or compile with --target cpu");
+    } else {
+      backend = findBackend(options.backend);
+      if (!backend) return failedPrecondition(plan.path + ": no such backend in this runtime");
     }
-    std::unique_ptr<Session> session(new Session());
-    session->state_ = std::make_unique<State>(plan);
-    session->state_->backend = backend;
-    session->state_->observer = options.observer;
+    if (!backend->create)
+      return failedPrecondition(plan.path + ": the " + backend->name + " backend" +
+                                (options.backend == Backend::kAuto
+                                     ? " (engine target '" + engine->target() + "')"
+                                     : std::string()) +
+                                " is not in this runtime: " + backend->unavailable +
+                                (options.backend == Backend::kAuto
+                                     ? "; run it on the CPU backend (llmc run --backend cpu) or "
+                                       "compile with --target cpu"
+                                     : ""));
     if (options.threads < 0 || options.threads > kMaxThreads)
       return invalidArgument(plan.path + ": threads must be 0 (every core) to " +
                              std::to_string(kMaxThreads) + ", got " +
                              std::to_string(options.threads));
-    if (backend == Backend::kCuda && options.observer)
-      return invalidArgument(plan.path + ": step observers run on the CPU backend only");
+    if (options.observer && !backend->step_observer)
+      return invalidArgument(plan.path + ": the " + backend->name +
+                             " backend does not run step observers (the cpu backend does)");
     if (options.gpu_weight_dtype != DType::kFloat32 &&
         options.gpu_weight_dtype != DType::kBFloat16 && options.gpu_weight_dtype != DType::kFloat16)
       return invalidArgument(plan.path + ": GPU weights are float32, bfloat16 or float16, not " +
                              dtypeName(options.gpu_weight_dtype));
-    if (backend != Backend::kCuda && options.gpu_weight_dtype != DType::kFloat32)
+    if (options.gpu_weight_dtype != DType::kFloat32 && !backend->half_weights)
       return invalidArgument(plan.path + ": " + dtypeName(options.gpu_weight_dtype) +
-                             " weights are a CUDA backend option; this session runs on the CPU");
-    if (backend == Backend::kCuda) {
-#ifdef LLMC_HAVE_CUDA
-      DeviceExecutorOptions device_options;
-      device_options.allow_tf32 = options.allow_tf32;
-      device_options.weight_dtype = options.gpu_weight_dtype;
-      device_options.cuda_graphs = options.cuda_graphs;
-      device_options.cuda_graph_max_batch = options.cuda_graph_max_batch;
-      LLMC_RETURN_IF_ERROR(createCudaExecutor(engine, device_options, &session->state_->device)
-                               .withContext(plan.path));
-#else
-      return failedPrecondition(plan.path + ": the CUDA backend was asked for, but this runtime "
-                                "was built without CUDA (configure with -DLLMC_ENABLE_CUDA=ON "
-                                "where nvcc is installed)");
-#endif
-    } else {
-      LLMC_RETURN_IF_ERROR(session->state_->layout());
-      session->state_->pool = std::make_unique<ThreadPool>(
-          options.threads > 0 ? options.threads : defaultThreadCount());
-    }
+                             " weights are a GPU backend option; this session runs on the " +
+                             backend->name + " backend");
+    std::unique_ptr<Session> session(new Session());
+    session->state_ = std::make_unique<State>();
+    session->state_->backend = backend;
+    LLMC_RETURN_IF_ERROR(
+        backend->create(engine, options, &session->state_->executor).withContext(plan.path));
     session->engine_ = std::move(engine);
     *out = std::move(session);
     return okStatus();
   });
 }
 
-uint64_t Session::arenaBytes() const {
-  if (state_->device) return state_->device->arenaBytes();
-  return state_->slots.total;
+uint64_t Session::arenaBytes() const { return state_->executor->arenaBytes(); }
+
+Backend Session::backend() const { return state_->backend->kind; }
+
+const BackendInfo& InternalAccess::backend(const Session& session) {
+  return *session.state_->backend;
 }
 
-Backend Session::backend() const { return state_->backend; }
+int Session::threads() const { return state_->executor->threads(); }
 
-int Session::threads() const { return state_->pool ? state_->pool->threads() : 1; }
-
-Session::StepCounts Session::lastRunSteps() const {
-  if (state_->device) return state_->device->lastRun();
-  return {};
-}
+Session::StepCounts Session::lastRunSteps() const { return state_->executor->lastRun(); }
 
 Status Session::run(const std::vector<NamedTensor>& inputs, std::vector<NamedTensor>* outputs) {
   return guardApi("Session::run", [&] { return runStep(inputs, outputs, nullptr); });
@@ -338,49 +202,7 @@ Status Session::runStep(const std::vector<NamedTensor>& inputs, std::vector<Name
   }
   if (plan.llm) LLMC_RETURN_IF_ERROR(checkContext(*plan.llm, inputs, llm_step).withContext(what));
 
-  // Execute.
-  if (state_->device) return state_->device->run(values, llm_step, outputs).withContext(what);
-  bool grew = false;
-  for (const PlanStep& step : plan.steps) {
-    StepContext ctx(plan, step, values, state_->slots, state_->arena.get(), grew, llm_step,
-                    state_->pool.get());
-    Status status;
-    try {  // no exception crosses the library boundary, whatever a kernel's containers do
-      status = step.kernel->fn(ctx);
-    } catch (const std::bad_alloc&) {
-      status = resourceExhausted("node '" + step.node + "': out of memory");
-    } catch (const std::exception& e) {
-      status = internalError("node '" + step.node + "': " + e.what());
-    }
-    if (!status.ok()) return status.withContext(what + ": step " + step.kernel_name);
-    for (size_t i = 0; i < step.outputs.size(); ++i) {
-      if (values[static_cast<size_t>(step.outputs[i])].dtype() == DType::kUndefined)
-        return internalError(what + ": node '" + step.node + "': kernel " + step.kernel_name +
-                             " did not produce output " + std::to_string(i));
-    }
-    if (state_->observer) {
-      StepObservation observation{step.node, step.kernel_name, {}, {}};
-      for (int index : step.inputs)
-        observation.inputs.push_back(index < 0 ? nullptr : &values[static_cast<size_t>(index)]);
-      for (int index : step.outputs) observation.outputs.push_back(&values[static_cast<size_t>(index)]);
-      Status observed = callUserCode("the step observer", [&] { state_->observer(observation); });
-      if (!observed.ok()) return observed.withContext(what + ": node '" + step.node + "'");
-    }
-    for (int index : step.last_use) values[static_cast<size_t>(index)] = Tensor();
-  }
-
-  outputs->clear();
-  for (size_t i = 0; i < plan.outputs.size(); ++i) {
-    const Tensor& value = values[static_cast<size_t>(plan.outputs[i])];
-    try {
-      outputs->push_back({plan.output_infos[i].name, value.clone()});
-    } catch (const std::bad_alloc&) {
-      return resourceExhausted(what + ": out of memory copying output '" +
-                               plan.output_infos[i].name + "'");
-    }
-  }
-  if (grew) LLMC_RETURN_IF_ERROR(state_->layout());
-  return okStatus();
+  return state_->executor->run(values, llm_step, outputs).withContext(what);
 }
 
 }  // namespace llmc

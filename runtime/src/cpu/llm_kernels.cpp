@@ -10,11 +10,11 @@
 #include "core/half.h"
 #include "core/kernel.h"
 #include "core/scale.h"
+#include "core/step_context.h"
 #include "core/thread_pool.h"
 #include "cpu/attend.h"
 #include "cpu/head_layout.h"
 #include "cpu/rotary.h"
-#include "llm/step_context.h"
 
 namespace llmc {
 namespace {
@@ -101,7 +101,7 @@ Status llmAttention(KernelContext& ctx) {
     return okStatus();
   }
 
-  KvCache& cache = *step->cache;
+  KvStorage& cache = *step->cache;
   const KvCacheSpec& spec = cache.spec();
   if (batch != 1 || static_cast<size_t>(tokens) != step->token_position.size())
     return kernelError(ctx, "a ragged step runs [1, " +

@@ -11,16 +11,15 @@
 #include <mutex>
 #include <new>
 
-#include "core/device_executor.h"
+#include "core/backend.h"
 #include "core/half.h"
 #include "core/internal_access.h"
+#include "core/step_context.h"
 #include "cuda/cublas_status.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device.h"
 #include "cuda/flash_attention.h"
 #include "cuda/kernels.h"
-#include "llm/kv_cache.h"
-#include "llm/step_context.h"
 
 namespace llmc::cuda {
 namespace {
@@ -222,7 +221,7 @@ struct Executor::Impl {
   // (PagedKvParams' layout), allocated when a step over `kv_host` first runs. On this backend the
   // device pools hold the K/V; the host cache keeps the block tables and prefix index, and
   // reports its copies on write, which are repeated here.
-  const KvCache* kv_host = nullptr;
+  const KvStorage* kv_host = nullptr;
   float* key_pool = nullptr;
   float* value_pool = nullptr;
   PagedKvParams kv_step;  // this run's step metadata on the device (pools, tables, slots)
@@ -389,8 +388,8 @@ struct Executor::Impl {
   }
 
   Status prepareKv(LlmStepContext& step);
-  Status ensureKvPools(KvCache& cache);
-  Status copyKvBlocks(KvCache& cache);
+  Status ensureKvPools(KvStorage& cache);
+  Status copyKvBlocks(KvStorage& cache);
   std::vector<int32_t> kvMetadata(const LlmStepContext& step, int64_t* max_blocks) const;
   Status sampleOnDevice(int index, LlmStepContext& step, bool* sampled);
   void bindValues(const std::vector<Tensor>& bound);
@@ -994,7 +993,7 @@ const std::vector<std::string>& deviceKernelNames() {
 
 // The device pools of `cache`: allocated (zeroed) when a step over a new cache first runs, with
 // one block more than the cache has: padding tokens of a graph's bucket write their K/V there.
-Status Executor::Impl::ensureKvPools(KvCache& cache) {
+Status Executor::Impl::ensureKvPools(KvStorage& cache) {
   if (kv_host == &cache) return okStatus();
   graphs.clear();  // they address the old pools
   const KvCacheSpec& spec = cache.spec();
@@ -1018,7 +1017,7 @@ Status Executor::Impl::ensureKvPools(KvCache& cache) {
 
 // The cache's copies on write since the last step, in order (outside any graph: they differ
 // from step to step).
-Status Executor::Impl::copyKvBlocks(KvCache& cache) {
+Status Executor::Impl::copyKvBlocks(KvStorage& cache) {
   const KvCacheSpec& spec = cache.spec();
   const uint64_t block_floats = static_cast<uint64_t>(spec.num_layers) * spec.num_kv_heads *
                                 spec.block_size * spec.head_dim;
@@ -1063,7 +1062,7 @@ std::vector<int32_t> Executor::Impl::kvMetadata(const LlmStepContext& step, int6
 
 Status Executor::Impl::prepareKv(LlmStepContext& step) {
   if (kv_step_ready) return okStatus();
-  KvCache& cache = *step.cache;
+  KvStorage& cache = *step.cache;
   const KvCacheSpec& spec = cache.spec();
   LLMC_RETURN_IF_ERROR(ensureKvPools(cache));
   LLMC_RETURN_IF_ERROR(copyKvBlocks(cache));
@@ -1539,10 +1538,10 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
 namespace llmc {
 namespace {
 
-// The CUDA executor behind core's DeviceExecutor interface.
-class CudaDeviceExecutor final : public DeviceExecutor {
+// The CUDA executor behind core's BackendExecutor interface.
+class CudaBackendExecutor final : public BackendExecutor {
  public:
-  explicit CudaDeviceExecutor(std::unique_ptr<cuda::Executor> executor)
+  explicit CudaBackendExecutor(std::unique_ptr<cuda::Executor> executor)
       : executor_(std::move(executor)) {}
   Status run(std::vector<Tensor>& values, LlmStepContext* llm_step,
              std::vector<NamedTensor>* outputs) override {
@@ -1558,20 +1557,33 @@ class CudaDeviceExecutor final : public DeviceExecutor {
   std::unique_ptr<cuda::Executor> executor_;
 };
 
-}  // namespace
-
-Status createCudaExecutor(std::shared_ptr<const Engine> engine,
-                          const DeviceExecutorOptions& options,
-                          std::unique_ptr<DeviceExecutor>* out) {
+// Probes the device, checks the engine's target and uploads (or shares) its weights.
+Status createCudaExecutor(std::shared_ptr<const Engine> engine, const SessionOptions& options,
+                          std::unique_ptr<BackendExecutor>* out) {
   cuda::ExecutorOptions cuda_options;
   cuda_options.allow_tf32 = options.allow_tf32;
-  cuda_options.weight_dtype = options.weight_dtype;
+  cuda_options.weight_dtype = options.gpu_weight_dtype;
   cuda_options.cuda_graphs = options.cuda_graphs;
   cuda_options.cuda_graph_max_batch = options.cuda_graph_max_batch;
   std::unique_ptr<cuda::Executor> executor;
   LLMC_RETURN_IF_ERROR(cuda::Executor::create(std::move(engine), cuda_options, &executor));
-  *out = std::make_unique<CudaDeviceExecutor>(std::move(executor));
+  *out = std::make_unique<CudaBackendExecutor>(std::move(executor));
   return okStatus();
+}
+
+}  // namespace
+
+// Registered through runtime/src/backends.cpp.
+void registerCudaBackend() {
+  BackendInfo info;
+  info.kind = Backend::kCuda;
+  info.name = "cuda";
+  info.target = "cuda-";
+  info.half_weights = true;
+  info.samples_on_device = true;
+  info.device_kv_dtype = DType::kFloat32;  // the device pools (docs/cuda.md)
+  info.create = createCudaExecutor;
+  registerBackend(info);
 }
 
 }  // namespace llmc

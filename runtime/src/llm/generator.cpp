@@ -255,7 +255,8 @@ Status Generator::generateUnguarded(std::span<const int32_t> prompt,
   // could not sample (its logits ended on the host) falls back to the host sampler.
   std::unique_ptr<DeviceSampling> device;
   std::unique_ptr<Xoshiro256> device_rng;
-  if (s.runner && s.sample_on_device && s.runner->onDevice() && sampleableOnDevice(options.sampling)) {
+  if (s.runner && s.sample_on_device && s.runner->samplesOnDevice() &&
+      sampleableOnDevice(options.sampling)) {
     device = std::make_unique<DeviceSampling>();
     device->temperature = options.sampling.temperature;
     device->top_k = options.sampling.top_k;

@@ -11,8 +11,6 @@
 namespace llmc {
 namespace {
 
-constexpr size_t kStorageAlignment = 64;
-constexpr int32_t kMaxDim = 1 << 16;
 constexpr uint64_t kRootHash = 0x6c6c6d632d6b7600ull;  // the parent hash of a first block
 
 uint64_t mix64(uint64_t x) {  // splitmix64's finalizer
@@ -30,66 +28,13 @@ uint64_t defaultBlockHash(uint64_t parent_hash, std::span<const int32_t> tokens)
   return mix64(hash ^ tokens.size());
 }
 
-Status checkDim(const char* name, int64_t value, int64_t max) {
-  if (value < 1 || value > max) {
-    return invalidArgument("KvCacheSpec: " + std::string(name) + " is " + std::to_string(value) +
-                           ", expected 1.." + std::to_string(max));
-  }
-  return okStatus();
-}
-
-Status checkShape(const KvCacheSpec& spec) {
-  LLMC_RETURN_IF_ERROR(checkDim("num_layers", spec.num_layers, kMaxDim));
-  LLMC_RETURN_IF_ERROR(checkDim("num_kv_heads", spec.num_kv_heads, kMaxDim));
-  LLMC_RETURN_IF_ERROR(checkDim("head_dim", spec.head_dim, kMaxDim));
-  LLMC_RETURN_IF_ERROR(checkDim("block_size", spec.block_size, 4096));
-  if (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat16 &&
-      spec.dtype != DType::kBFloat16 && !isQuantizedKvDType(spec.dtype)) {
-    return invalidArgument("KvCacheSpec: dtype " + std::string(dtypeName(spec.dtype)) +
-                           " is not supported, expected float32, float16, bfloat16, int8 or fp8");
-  }
-  return okStatus();
-}
-
 }  // namespace
-
-// ---- KvCacheSpec
-
-const char* kvDTypeName(DType dtype) {
-  if (dtype == DType::kUInt8) return "fp8";
-  return dtypeName(dtype);
-}
-
-int64_t KvCacheSpec::kvScaleOffset() const {
-  return (int64_t{num_kv_heads} * block_size * head_dim + 3) / 4 * 4;
-}
-
-int64_t KvCacheSpec::bytesPerLayerKv() const {
-  if (isQuantizedKvDType(dtype)) return kvScaleOffset() + int64_t{num_kv_heads} * block_size * 4;
-  return int64_t{num_kv_heads} * block_size * head_dim * static_cast<int64_t>(dtypeSize(dtype));
-}
-
-int64_t KvCacheSpec::bytesPerBlock() const { return int64_t{num_layers} * 2 * bytesPerLayerKv(); }
-
-Status KvCacheSpec::validate() const {
-  LLMC_RETURN_IF_ERROR(checkShape(*this));
-  LLMC_RETURN_IF_ERROR(checkDim("num_blocks", num_blocks, std::numeric_limits<int32_t>::max()));
-  // Each of the four shape fields is below 2^16 (block_size 2^12, element 2^2), so one block
-  // is below 2^63; the total is what can overflow.
-  const int64_t max_bytes = static_cast<int64_t>(
-      std::min<uint64_t>(std::numeric_limits<int64_t>::max(), std::numeric_limits<size_t>::max()));
-  if (bytesPerBlock() > max_bytes / num_blocks) {
-    return invalidArgument("KvCacheSpec: " + std::to_string(num_blocks) + " blocks of " +
-                           std::to_string(bytesPerBlock()) + " bytes overflow the address space");
-  }
-  return okStatus();
-}
 
 // ---- Creation
 
 Status KvCache::numBlocksForBudget(const KvCacheSpec& spec, int64_t budget_bytes,
                                    int64_t* num_blocks) {
-  LLMC_RETURN_IF_ERROR(checkShape(spec));
+  LLMC_RETURN_IF_ERROR(spec.validateShape());
   const int64_t block_bytes = spec.bytesPerBlock();
   const int64_t count = budget_bytes < 0 ? 0 : budget_bytes / block_bytes;
   if (count < 1) {
@@ -102,29 +47,20 @@ Status KvCache::numBlocksForBudget(const KvCacheSpec& spec, int64_t budget_bytes
 
 Status KvCache::create(const KvCacheSpec& spec, std::unique_ptr<KvCache>* cache) {
   LLMC_RETURN_IF_ERROR(spec.validate());
-  const size_t bytes = static_cast<size_t>(spec.bytesPerBlock() * spec.num_blocks);
-  // aligned_alloc wants a multiple of the alignment.
-  const size_t rounded = (bytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
-  if (rounded < bytes) return resourceExhausted("KV cache of " + std::to_string(bytes) + " bytes");
-  void* storage = std::aligned_alloc(kStorageAlignment, rounded);
-  if (storage == nullptr) {
-    return resourceExhausted("cannot allocate the KV cache: " + std::to_string(spec.num_blocks) +
-                             " blocks of " + std::to_string(spec.bytesPerBlock()) + " bytes");
-  }
-  std::memset(storage, 0, rounded);
-  // The constructor allocates the block tables too: a failure there must free the storage.
+  StoragePtr storage;
+  LLMC_RETURN_IF_ERROR(allocate(spec, &storage));
+  // The constructor allocates the block tables too; whatever fails, the storage is freed once
+  // (by `storage` before the KvStorage base takes it, by the base after).
   try {
-    cache->reset(new KvCache(spec, static_cast<std::byte*>(storage)));
+    cache->reset(new KvCache(spec, storage));
   } catch (const std::bad_alloc&) {
-    std::free(storage);
     return resourceExhausted("cannot allocate the KV cache's bookkeeping");
   }
   return okStatus();
 }
 
-KvCache::KvCache(const KvCacheSpec& spec, std::byte* storage)
-    : spec_(spec),
-      storage_(storage),
+KvCache::KvCache(const KvCacheSpec& spec, StoragePtr& storage)
+    : KvStorage(spec, storage),
       blocks_(static_cast<size_t>(spec.num_blocks)),
       block_tokens_(static_cast<size_t>(spec.num_blocks * spec.block_size), 0),
       hash_fn_(defaultBlockHash) {
@@ -134,8 +70,6 @@ KvCache::KvCache(const KvCacheSpec& spec, std::byte* storage)
     free_blocks_.push_back(static_cast<int32_t>(b));
   counters_.num_blocks = spec.num_blocks;
 }
-
-KvCache::~KvCache() { std::free(storage_); }
 
 // ---- Helpers
 
@@ -247,14 +181,11 @@ void KvCache::releaseBlock(int32_t block) {
 void KvCache::copyBlock(int32_t from, int32_t to) {
   // The whole block, unused slots included: simpler than per-head slices, and a copy on
   // write is rare (a fork followed by a write into the shared partial block).
-  const size_t bytes = static_cast<size_t>(spec_.bytesPerBlock());
-  std::memcpy(storage_ + static_cast<size_t>(to) * bytes,
-              storage_ + static_cast<size_t>(from) * bytes, bytes);
+  copyBlockStorage(from, to);
   std::span<const int32_t> tokens = blockTokens(from);
   std::copy(tokens.begin(), tokens.end(),
             block_tokens_.begin() + static_cast<ptrdiff_t>(to) * spec_.block_size);
   ++counters_.copy_on_writes;
-  if (record_copies_) block_copies_.emplace_back(from, to);
 }
 
 // ---- Prefix index
@@ -561,25 +492,6 @@ KvCacheStats KvCache::stats() const {
   stats.cached_blocks = num_cached_;
   stats.used_blocks = spec_.num_blocks - stats.free_blocks - stats.cached_blocks;
   return stats;
-}
-
-// ---- Storage
-
-void* KvCache::keyData(int32_t block, int32_t layer) {
-  return storage_ + block * spec_.bytesPerBlock() + (2 * int64_t{layer}) * spec_.bytesPerLayerKv();
-}
-
-void* KvCache::valueData(int32_t block, int32_t layer) {
-  return storage_ + block * spec_.bytesPerBlock() +
-         (2 * int64_t{layer} + 1) * spec_.bytesPerLayerKv();
-}
-
-const void* KvCache::keyData(int32_t block, int32_t layer) const {
-  return const_cast<KvCache*>(this)->keyData(block, layer);
-}
-
-const void* KvCache::valueData(int32_t block, int32_t layer) const {
-  return const_cast<KvCache*>(this)->valueData(block, layer);
 }
 
 // ---- Introspection

@@ -1,5 +1,6 @@
-// The paged KV cache: fixed-size blocks of K/V storage, a block table per sequence,
-// reference-counted blocks shared through a prefix index, and LRU eviction. See docs/kv-cache.md.
+// The paged KV cache: fixed-size blocks of K/V storage (core/kv_storage.h, what backends see), a
+// block table per sequence, reference-counted blocks shared through a prefix index, and LRU
+// eviction. See docs/kv-cache.md.
 //
 // Not thread-safe: one owner (the scheduler) calls it; kernels read and write K/V through the
 // pointers it hands out between calls.
@@ -13,45 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/kv_storage.h"
 #include "llmc/status.h"
 #include "llmc/tensor.h"
 
 namespace llmc {
-
-// The shape of the cache. Storage per block is laid out [layer][k|v][kv_head][slot][head_dim]
-// (slot < block_size), so one block holds block_size tokens of every layer. The 8-bit formats
-// (dtype int8, or uint8 holding FP8 E4M3 codes: llmc has no float8 dtype) follow each layer's
-// K (or V) codes with one float32 scale per (kv_head, slot) row: kvScaleOffset() bytes in.
-struct KvCacheSpec {
-  int32_t num_layers = 0;
-  int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;
-  DType dtype = DType::kFloat16;  // float32, float16, bfloat16, int8, or uint8 (FP8 E4M3 codes)
-  int32_t block_size = 16;        // tokens per block
-  int64_t num_blocks = 0;
-
-  // Checks every field, including that the whole storage size fits in int64 and size_t.
-  Status validate() const;
-  // Bytes of one block (all layers, K and V). Meaningful only for a spec whose shape fields
-  // are valid.
-  int64_t bytesPerBlock() const;
-  // Bytes of K (or of V) of one layer of one block: num_kv_heads * block_size * head_dim
-  // elements, and for the 8-bit formats their row scales.
-  int64_t bytesPerLayerKv() const;
-  // The 8-bit formats: where the row scales start in a layer's K (or V), 4-byte aligned.
-  int64_t kvScaleOffset() const;
-};
-
-// int8, or FP8 E4M3 codes in uint8: stored 8-bit with a scale per row.
-inline bool isQuantizedKvDType(DType dtype) { return dtype == DType::kInt8 || dtype == DType::kUInt8; }
-// "int8", "fp8" or the dtype's name: how messages and the CLI name a cache's storage.
-const char* kvDTypeName(DType dtype);
-
-// Where a token's K/V lives.
-struct KvSlot {
-  int32_t block = -1;
-  int32_t offset = -1;  // slot inside the block, < block_size
-};
 
 struct KvCacheStats {
   int64_t num_blocks = 0;
@@ -64,7 +31,7 @@ struct KvCacheStats {
   int64_t copy_on_writes = 0;       // blocks copied because a write hit a shared block
 };
 
-class KvCache {
+class KvCache : public KvStorage {
  public:
   // Hash of a block given its parent's hash and its tokens; replaceable for tests.
   using BlockHashFn = uint64_t (*)(uint64_t parent_hash, std::span<const int32_t> tokens);
@@ -76,11 +43,7 @@ class KvCache {
   static Status numBlocksForBudget(const KvCacheSpec& spec, int64_t budget_bytes,
                                    int64_t* num_blocks);
 
-  ~KvCache();
-  KvCache(const KvCache&) = delete;
-  KvCache& operator=(const KvCache&) = delete;
-
-  const KvCacheSpec& spec() const { return spec_; }
+  ~KvCache() = default;
 
   // ---- Sequence operations. Each one either succeeds or leaves the cache exactly as it was.
 
@@ -118,21 +81,7 @@ class KvCache {
   KvCacheStats stats() const;
   int64_t numSequences() const { return static_cast<int64_t>(sequences_.size()); }
 
-  // ---- Storage. `block` and `layer` must be in range (they come from blockTable()).
-
-  // K (or V) of one layer of one block: [num_kv_heads][block_size][head_dim] elements.
-  void* keyData(int32_t block, int32_t layer);
-  void* valueData(int32_t block, int32_t layer);
-  const void* keyData(int32_t block, int32_t layer) const;
-  const void* valueData(int32_t block, int32_t layer) const;
-  void* storage() { return storage_; }
-
-  // ---- A mirror of the storage elsewhere (the CUDA backend's device pools) repeats the
-  // copies on write the cache makes. Once recording is on, every copy (from, to) is kept until
-  // takeBlockCopies() hands them over, in order.
-  void recordBlockCopies() { record_copies_ = true; }
-  std::vector<std::pair<int32_t, int32_t>> takeBlockCopies() { return std::move(block_copies_); }
-  int64_t storageBytes() const { return spec_.bytesPerBlock() * spec_.num_blocks; }
+  // ---- Storage: keyData(), valueData(), storage(), the copy log (KvStorage).
 
   // ---- Introspection for tests and debugging.
 
@@ -163,7 +112,7 @@ class KvCache {
     int64_t num_committed = 0;
   };
 
-  KvCache(const KvCacheSpec& spec, std::byte* storage);
+  KvCache(const KvCacheSpec& spec, StoragePtr& storage);
 
   Status findSequence(int64_t id, const char* operation, Sequence** sequence);
   Status findSequence(int64_t id, const char* operation, const Sequence** sequence) const;
@@ -187,14 +136,9 @@ class KvCache {
                       std::span<const int32_t> tokens) const;
   std::span<const int32_t> blockTokens(int32_t block) const;
 
-  bool record_copies_ = false;
-  std::vector<std::pair<int32_t, int32_t>> block_copies_;
-
   void lruPushBack(int32_t block);
   void lruRemove(int32_t block);
 
-  KvCacheSpec spec_;
-  std::byte* storage_ = nullptr;
   std::vector<Block> blocks_;  // [num_blocks]
   // Token ids held by each block's slots, [num_blocks][block_size]; what a prefix hit is
   // verified against.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/backend.h"
 #include "core/half.h"
 #include "core/internal_access.h"
 
@@ -49,10 +50,11 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
   spec.block_size = 16;
   LLMC_RETURN_IF_ERROR(Session::create(engine, session_options, &runner->session_));
   if (kv_cache_tokens <= 0) {
-    // The CUDA backend's device pools hold float32 whatever the host cache stores: the budget
-    // is theirs there.
+    // A backend with its own copy of the cache (the CUDA backend's device pools: float32
+    // whatever the host cache stores) sets the budget in its dtype.
     KvCacheSpec budget_spec = spec;
-    if (runner->session_->backend() == Backend::kCuda) budget_spec.dtype = DType::kFloat32;
+    const DType device_kv = InternalAccess::backend(*runner->session_).device_kv_dtype;
+    if (device_kv != DType::kUndefined) budget_spec.dtype = device_kv;
     int64_t budget_blocks = 0;
     LLMC_RETURN_IF_ERROR(KvCache::numBlocksForBudget(budget_spec, int64_t{1} << 30, &budget_blocks));
     kv_cache_tokens = std::min(4 * config.max_context, budget_blocks * spec.block_size);
@@ -164,6 +166,10 @@ Status LlmRunner::step(const std::vector<Work>& work, DeviceSampling* sampling,
   for (const Work& item : work)
     LLMC_RETURN_IF_ERROR(cache_->commitTokens(item.id, item.first + item.count));
   return okStatus();
+}
+
+bool LlmRunner::samplesOnDevice() const {
+  return InternalAccess::backend(*session_).samples_on_device;
 }
 
 }  // namespace llmc

@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "core/step_context.h"
 #include "llm/kv_cache.h"
-#include "llm/step_context.h"
 #include "llmc/engine.h"
 #include "llmc/session.h"
 
@@ -53,8 +53,8 @@ class LlmRunner {
   // (`sampling`, step_context.h). When it did, sampling->done is set, sampling->ids and
   // ->logprobs hold the choices and `logits` holds empty rows; otherwise `logits` as above.
   Status step(const std::vector<Work>& work, DeviceSampling* sampling, std::vector<std::vector<float>>* logits);
-  // Whether the session runs on the GPU (where step() can sample).
-  bool onDevice() const { return session_->backend() == Backend::kCuda; }
+  // Whether the session's backend chooses tokens where the logits are (step() can sample).
+  bool samplesOnDevice() const;
   const Session& session() const { return *session_; }
 
  private:

@@ -1,12 +1,14 @@
-// What one language-model step hands its llm kernels: the ragged batch (every sequence's new
-// tokens flattened into one [1, tokens] row), each token's position and KV-cache slot, and
-// each sequence's block table. Built by LlmRunner, read by LlmAttention and LlmPositions.
+// What one language-model step hands a backend and its llm kernels: the ragged batch (every
+// sequence's new tokens flattened into one [1, tokens] row), each token's position and KV-cache
+// slot, each sequence's block table, and the cache's storage. Built by the language-model layer
+// (llm/llm_runner.cpp), read by LlmAttention and LlmPositions and by device backends; core owns
+// the type so that a backend needs nothing from llm/.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "llm/kv_cache.h"
+#include "core/kv_storage.h"
 
 namespace llmc {
 
@@ -27,7 +29,7 @@ struct DeviceSampling {
 };
 
 struct LlmStepContext {
-  KvCache* cache = nullptr;
+  KvStorage* cache = nullptr;  // the paged KV cache's blocks (a KvCache, llm/kv_cache.h)
   // Per token of the step, in input order.
   std::vector<int32_t> token_sequence;  // index into block_tables
   std::vector<int64_t> token_position;  // position in its sequence
