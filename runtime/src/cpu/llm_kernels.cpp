@@ -236,48 +236,35 @@ Status llmAttention(KernelContext& ctx) {
       to = std::max(to, position + 1);
     }
     std::vector<float> keys, values, scores;
-    std::vector<const float*> key_blocks, value_blocks;
-    if (in_place) {
-      for (int64_t b = from / block_size; b * block_size < to; ++b) {
-        const int32_t block = table[static_cast<size_t>(b)];
-        key_blocks.push_back(
-            static_cast<const float*>(cache.keyData(block, static_cast<int32_t>(layer))) +
-            task.kv_head * block_size * head_dim);
-        value_blocks.push_back(
-            static_cast<const float*>(cache.valueData(block, static_cast<int32_t>(layer))) +
-            task.kv_head * block_size * head_dim);
-      }
-    } else {
-      // Scratch rows for positions [from_block * block_size, to).
-      const int64_t base = from / block_size * block_size;
-      keys.resize(static_cast<size_t>((to - base) * head_dim));
-      values.resize(keys.size());
-      for (int64_t start = base; start < to; start += block_size) {
-        const int32_t block = table[static_cast<size_t>(start / block_size)];
-        const int64_t n = std::min(block_size, to - start);
-        const auto* kc =
-            static_cast<const uint8_t*>(cache.keyData(block, static_cast<int32_t>(layer)));
-        const auto* vc =
-            static_cast<const uint8_t*>(cache.valueData(block, static_cast<int32_t>(layer)));
-        load_rows(&keys[static_cast<size_t>((start - base) * head_dim)], kc,
-                  task.kv_head * block_size, n);
-        load_rows(&values[static_cast<size_t>((start - base) * head_dim)], vc,
-                  task.kv_head * block_size, n);
-      }
-    }
+    // Per block from `from`'s on: where its rows of this KV head are, in the cache (float32)
+    // or in scratch the other dtypes are converted into once.
     const int64_t base_block = from / block_size;
-    auto key_at = [&](int64_t position) {
-      if (!in_place)
-        return static_cast<const float*>(
-            &keys[static_cast<size_t>((position - base_block * block_size) * head_dim)]);
-      return key_blocks[static_cast<size_t>(position / block_size - base_block)] +
-             (position % block_size) * head_dim;
-    };
-    auto value_at = [&](int64_t position) {
-      if (!in_place)
-        return static_cast<const float*>(
-            &values[static_cast<size_t>((position - base_block * block_size) * head_dim)]);
-      return value_blocks[static_cast<size_t>(position / block_size - base_block)] +
+    const int64_t blocks = (to + block_size - 1) / block_size - base_block;
+    const int64_t block_rows = block_size * head_dim;
+    if (!in_place) {
+      keys.resize(static_cast<size_t>(blocks * block_rows));
+      values.resize(keys.size());
+    }
+    std::vector<const float*> key_blocks, value_blocks;
+    for (int64_t i = 0; i < blocks; ++i) {
+      const int32_t block = table[static_cast<size_t>(base_block + i)];
+      const void* kc = cache.keyData(block, static_cast<int32_t>(layer));
+      const void* vc = cache.valueData(block, static_cast<int32_t>(layer));
+      if (in_place) {
+        key_blocks.push_back(static_cast<const float*>(kc) + task.kv_head * block_rows);
+        value_blocks.push_back(static_cast<const float*>(vc) + task.kv_head * block_rows);
+        continue;
+      }
+      const int64_t n = std::min(block_size, to - (base_block + i) * block_size);
+      float* k_rows = &keys[static_cast<size_t>(i * block_rows)];
+      float* v_rows = &values[static_cast<size_t>(i * block_rows)];
+      load_rows(k_rows, static_cast<const uint8_t*>(kc), task.kv_head * block_size, n);
+      load_rows(v_rows, static_cast<const uint8_t*>(vc), task.kv_head * block_size, n);
+      key_blocks.push_back(k_rows);
+      value_blocks.push_back(v_rows);
+    }
+    auto row_at = [&](const std::vector<const float*>& rows, int64_t position) {
+      return rows[static_cast<size_t>(position / block_size - base_block)] +
              (position % block_size) * head_dim;
     };
     for (int64_t c = task.first_token; c < task.last_token; ++c) {
@@ -287,8 +274,8 @@ Status llmAttention(KernelContext& ctx) {
       for (int64_t h = task.kv_head * group; h < (task.kv_head + 1) * group; ++h)
         attendOne(
             qd + q_at(0, h, t), count, head_dim, head_dim, scale,
-            [&](int64_t j) { return key_at(first + j); },
-            [&](int64_t j) { return value_at(first + j); }, noBias, scores, od + o_at(0, h, t));
+            [&](int64_t j) { return row_at(key_blocks, first + j); },
+            [&](int64_t j) { return row_at(value_blocks, first + j); }, noBias, scores, od + o_at(0, h, t));
     }
   });
   return okStatus();
