@@ -17,7 +17,8 @@ not committed), saved with save_pretrained. From that one checkpoint:
 
 Each side runs the same thread counts (--threads, default 1: ONNX Runtime's intra-op threads,
 llama.cpp's n_threads and n_threads_batch, llmc's --threads), the same prompt lengths
-(--prompts, default 64) and 32 greedy tokens, three runs after a warm-up, in alternated rounds
+(--prompts, default 64) and greedy tokens (--new-tokens, default 32), --runs runs (default 3) after
+a warm-up, in alternated rounds
 (this VM's speed drifts); the tables give decode tokens/s and time to first token as median
 [min, max] over rounds per thread count and prompt length, and llmc's speed over each peer's at
 the same bit width (decode: llmc's rate over theirs; first token: their time over llmc's; above
@@ -25,14 +26,16 @@ the same bit width (decode: llmc's rate over theirs; first token: their time ove
 model: the greedy continuation of the float32 runs, compared.
 
     .venv-gen/bin/python bench/peers.py --llmc build/tools/llmc/llmc --llama-cpp DIR [--rounds 5]
-        [--threads 1,2] [--prompts 64,512]
+        [--threads 1,2] [--prompts 64,512,2048] [--new-tokens 32] [--runs 3] [--modes float32,8-bit,4-bit]
 
 DIR is a llama.cpp source tree (for convert_hf_to_gguf.py and its gguf-py); bench/README.md says
 how to get the one llama-cpp-python was built from.
 """
 import argparse
+import faulthandler
 import glob
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -114,20 +117,31 @@ def gguf_models(llama_cpp_dir, hf_dir, out_dir):
     return paths
 
 
-def llmc_engines(llmc, onnx_path, out_dir):
+def llmc_engines(llmc, onnx_path, out_dir, wanted):
     modes = {"float32": [], "8-bit": ["--quantize", "int8"], "4-bit": ["--quantize", "int4", "--quant-group", "32"],
              "4-bit g128": ["--quantize", "int4", "--quant-group", "128"]}
     engines = {}
     for name, flags in modes.items():
+        if name not in wanted:
+            continue
         engines[name] = os.path.join(out_dir, name.replace(" ", "_") + ".engine")
         subprocess.run([llmc, "compile", onnx_path, "-o", engines[name], *flags], check=True, capture_output=True)
     return engines
 
 
-def run_llmc(llmc, engine, prompt_tokens, new_tokens, threads):
-    """Median decode tokens/s and time to first token (ms) of `llmc bench` over three runs."""
-    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, prompt_tokens, new_tokens, 3, threads)
+def run_llmc(llmc, engine, prompt_tokens, new_tokens, threads, runs):
+    """Median decode tokens/s and time to first token (ms) of `llmc bench` over `runs` runs."""
+    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, prompt_tokens, new_tokens, runs, threads)
     return tokens_per_s[0], ttft[0]
+
+
+def llmc_cold_start(llmc, engine, threads):
+    """`llmc bench`'s cold start line: engine load, session creation and the first run's time to
+    first token (ms), 64-token prompt."""
+    out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", "64", "--new-tokens", "2", "--repeat",
+                          "1", "--threads", str(threads)], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"engine load ([0-9.]+) ms, session ([0-9.]+) ms, first token ([0-9.]+) ms", out)
+    return tuple(float(g) for g in m.groups())
 
 
 class OrtRunner:
@@ -182,11 +196,11 @@ class LlamaCppRunner:
         return tokens, first - start, time.perf_counter() - first
 
 
-def timed(runner, prompt, new_tokens):
-    """Median decode tokens/s and time to first token (ms) over three runs after a warm-up."""
+def timed(runner, prompt, new_tokens, runs):
+    """Median decode tokens/s and time to first token (ms) over `runs` runs after a warm-up."""
     runner.generate(prompt, new_tokens)
     decode, ttft = [], []
-    for _ in range(3):
+    for _ in range(runs):
         _, first, rest = runner.generate(prompt, new_tokens)
         decode.append((new_tokens - 1) / rest)
         ttft.append(first * 1000)
@@ -219,7 +233,11 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2")
     parser.add_argument("--prompts", default="64", help="comma-separated prompt lengths, e.g. 64,512")
+    parser.add_argument("--runs", type=int, default=3, help="measured runs per side and round (after a warm-up)")
+    parser.add_argument("--modes", default="float32,8-bit,4-bit,4-bit g128",
+                        help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128")
     args = parser.parse_args()
+    faulthandler.enable()  # a crash inside a peer's native code prints where it was
     thread_counts = [int(t) for t in args.threads.split(",")]
     prompt_lengths = [int(p) for p in args.prompts.split(",")]
     context = max(prompt_lengths) + args.new_tokens + 8
@@ -230,7 +248,7 @@ def main():
         params = make_checkpoint(hf_dir)
         print(f"checkpoint: LlamaForCausalLM, {params / 1e6:.1f} M parameters", flush=True)
         onnx_path = export_onnx(hf_dir, onnx_dir)
-        engines = llmc_engines(llmc, onnx_path, tmp)
+        engines = llmc_engines(llmc, onnx_path, tmp, args.modes.split(","))
         ort_paths = ort_models(onnx_path, tmp)
         gguf_paths = gguf_models(args.llama_cpp, hf_dir, tmp)
         print("\nmodel files (MiB):")
@@ -241,14 +259,34 @@ def main():
 
         rng = np.random.default_rng(3)
         prompts = {n: [int(t) for t in rng.integers(3, 1000, size=n)] for n in prompt_lengths}
-        ort_runners = {(name, t): OrtRunner(path, t) for name, path in ort_paths.items() for t in thread_counts}
-        gguf_runners = {(name, t): LlamaCppRunner(path, t, context, max(prompt_lengths))
-                        for name, path in gguf_paths.items() for t in thread_counts}
-        check = prompts[prompt_lengths[0]]
-        ort_tokens = ort_runners[("float32", thread_counts[0])].generate(check, CHECK_TOKENS)[0]
-        gguf_tokens = gguf_runners[("float32", thread_counts[0])].generate(check, CHECK_TOKENS)[0]
-        same = sum(a == b for a, b in zip(ort_tokens, gguf_tokens))
-        print(f"\nfloat32 greedy tokens, ONNX Runtime {ort_tokens}, llama.cpp {gguf_tokens}: {same}/{CHECK_TOKENS} agree")
+        load_ms = {}  # (side, mode) -> ms to load the model and be ready to run, one thread
+
+        def loaded(side, name, threads, make):
+            start = time.perf_counter()
+            runner = make()
+            if threads == thread_counts[0]:
+                load_ms[(side, name)] = (time.perf_counter() - start) * 1000
+            return runner
+
+        ort_runners = {(name, t): loaded("ONNX Runtime", name, t, lambda p=path, t=t: OrtRunner(p, t))
+                       for name, path in ort_paths.items() if name in engines for t in thread_counts}
+        gguf_runners = {(name, t): loaded("llama.cpp", name, t,
+                                          lambda p=path, t=t: LlamaCppRunner(p, t, context, max(prompt_lengths)))
+                        for name, path in gguf_paths.items() if name in engines for t in thread_counts}
+        print(f"\ncold start, {thread_counts[0]} thread(s): load until ready to run (ms); llmc: engine load + "
+              "session, and the first run's time to first token (64-token prompt)")
+        for name in engines:
+            engine_ms, session_ms, first_ms = llmc_cold_start(llmc, engines[name], thread_counts[0])
+            peers = "".join(f"   {side} {load_ms[(side, name)]:.0f}" for side in ("ONNX Runtime", "llama.cpp")
+                            if (side, name) in load_ms)
+            print(f"  {name:11} llmc {engine_ms:.1f} + {session_ms:.1f}, first token {first_ms:.0f}{peers}")
+        if "float32" in engines:
+            check = prompts[prompt_lengths[0]]
+            ort_tokens = ort_runners[("float32", thread_counts[0])].generate(check, CHECK_TOKENS)[0]
+            gguf_tokens = gguf_runners[("float32", thread_counts[0])].generate(check, CHECK_TOKENS)[0]
+            same = sum(a == b for a, b in zip(ort_tokens, gguf_tokens))
+            print(f"\nfloat32 greedy tokens, ONNX Runtime {ort_tokens}, llama.cpp {gguf_tokens}: "
+                  f"{same}/{CHECK_TOKENS} agree")
 
         results = {}  # (side, mode, threads, prompt) -> ([decode tok/s], [ttft ms])
         for _ in range(args.rounds):
@@ -256,13 +294,14 @@ def main():
                 for length in prompt_lengths:
                     prompt = prompts[length]
                     for name in engines:
-                        sides = [("llmc", lambda n=name: run_llmc(llmc, engines[n], length, args.new_tokens, threads))]
+                        sides = [("llmc", lambda n=name: run_llmc(llmc, engines[n], length, args.new_tokens, threads,
+                                                                  args.runs))]
                         if (name, threads) in ort_runners:
-                            sides.append(("ONNX Runtime",
-                                          lambda n=name: timed(ort_runners[(n, threads)], prompt, args.new_tokens)))
+                            sides.append(("ONNX Runtime", lambda n=name: timed(ort_runners[(n, threads)], prompt,
+                                                                               args.new_tokens, args.runs)))
                         if (name, threads) in gguf_runners:
-                            sides.append(("llama.cpp",
-                                          lambda n=name: timed(gguf_runners[(n, threads)], prompt, args.new_tokens)))
+                            sides.append(("llama.cpp", lambda n=name: timed(gguf_runners[(n, threads)], prompt,
+                                                                            args.new_tokens, args.runs)))
                         for side, measure in sides:
                             decode, ttft = measure()
                             entry = results.setdefault((side, name, threads, length), ([], []))

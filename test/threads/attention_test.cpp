@@ -4,6 +4,7 @@
 // without a step context.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "core/step_context.h"
@@ -62,12 +63,12 @@ Tensor concatTokens(const std::vector<Tensor>& parts) {
   return out;
 }
 
-// A float32 cache of kKvHeads heads of kDim.
-KvCacheSpec floatSpec(int32_t layers, int64_t blocks, DType dtype = DType::kFloat32) {
+// A cache of kKvHeads heads of `dim`.
+KvCacheSpec floatSpec(int32_t layers, int64_t blocks, DType dtype = DType::kFloat32, int64_t dim = kDim) {
   KvCacheSpec spec;
   spec.num_layers = layers;
   spec.num_kv_heads = kKvHeads;
-  spec.head_dim = kDim;
+  spec.head_dim = static_cast<int32_t>(dim);
   spec.dtype = dtype;
   spec.num_blocks = blocks;
   return spec;
@@ -98,24 +99,24 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, LlmStepContext*
   return status->ok() ? ctx.outputs[0] : Tensor();
 }
 
-// Mixed prefill/decode steps of three sequences through a cache storing `dtype`; the result
+// Mixed prefill/decode steps of three sequences (heads of `dim`) through a cache storing `dtype`; the result
 // must match whole-sequence attention within `tolerance`, and be the same bits on 2, 3 and 7
 // threads as on one.
-void checkRaggedSteps(DType dtype, double tolerance) {
+void checkRaggedSteps(DType dtype, double tolerance, int64_t dim = kDim) {
   ThreadPool pools[] = {ThreadPool(2), ThreadPool(3), ThreadPool(7)};
   std::mt19937 rng(7);
   std::vector<Sequence> seqs = {
       {11, 37, {}, {}, {}, {}}, {12, 5, {}, {}, {}, {}}, {13, 18, {}, {}, {}, {}}};
   for (Sequence& s : seqs) {
-    s.q = makeFloat({1, kHeads, s.length, kDim}, randomValues(kHeads * s.length * kDim, rng));
-    s.k = makeFloat({1, kKvHeads, s.length, kDim}, randomValues(kKvHeads * s.length * kDim, rng));
-    s.v = makeFloat({1, kKvHeads, s.length, kDim}, randomValues(kKvHeads * s.length * kDim, rng));
+    s.q = makeFloat({1, kHeads, s.length, dim}, randomValues(kHeads * s.length * dim, rng));
+    s.k = makeFloat({1, kKvHeads, s.length, dim}, randomValues(kKvHeads * s.length * dim, rng));
+    s.v = makeFloat({1, kKvHeads, s.length, dim}, randomValues(kKvHeads * s.length * dim, rng));
     Status status;
     s.expected = attend(s.q, s.k, s.v, nullptr, 0, &status);
     ASSERT_OK(status);
   }
   std::unique_ptr<KvCache> cache;
-  ASSERT_OK(KvCache::create(floatSpec(kLayers, 16, dtype), &cache));
+  ASSERT_OK(KvCache::create(floatSpec(kLayers, 16, dtype, dim), &cache));
 
   // Steps as (sequence, first, count): chunked prefill mixed with decode, in both layers.
   std::vector<std::vector<std::array<int64_t, 3>>> steps = {
@@ -193,6 +194,17 @@ void checkRaggedSteps(DType dtype, double tolerance) {
 
 TEST(LlmAttention, RaggedStepsOverTheCacheEqualWholeSequenceAttention) {
   checkRaggedSteps(DType::kFloat32, 1e-5);
+}
+
+// Heads of 64 and 128, where AVX-512 hosts take the chunked kernel (attendChunk) both over the
+// cache's blocks (read in place, or converted) and for the whole sequences.
+TEST(LlmAttention, WideHeadsOverTheCacheEqualWholeSequenceAttention) {
+  for (int64_t dim : {64, 128}) {
+    SCOPED_TRACE("head_dim " + std::to_string(dim));
+    checkRaggedSteps(DType::kFloat32, 1e-5, dim);
+    // float16's error in a score grows with the square root of its terms (as the test below).
+    checkRaggedSteps(DType::kFloat16, 5e-3 * std::sqrt(dim / 8.0), dim);
+  }
 }
 
 // Half-precision storage: K/V rounded to 11 (float16) or 8 (bfloat16) significant bits.

@@ -8,10 +8,12 @@
 #include <limits>
 #include <string>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace llmc {
 namespace {
 
-constexpr size_t kStorageAlignment = 64;
 constexpr int32_t kMaxDim = 1 << 16;
 
 Status checkDim(const char* name, int64_t value, int64_t max) {
@@ -69,20 +71,25 @@ Status KvCacheSpec::validate() const {
 
 Status KvStorage::allocate(const KvCacheSpec& spec, StoragePtr* storage) {
   const size_t bytes = static_cast<size_t>(spec.bytesPerBlock() * spec.num_blocks);
-  // aligned_alloc wants a multiple of the alignment.
-  const size_t rounded = (bytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
+  // Whole pages (and so aligned far beyond what the kernels need); zero until written.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t rounded = (bytes + page - 1) / page * page;
   if (rounded < bytes) return resourceExhausted("KV cache of " + std::to_string(bytes) + " bytes");
-  void* memory = std::aligned_alloc(kStorageAlignment, rounded);
-  if (memory == nullptr) {
+  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
     return resourceExhausted("cannot allocate the KV cache: " + std::to_string(spec.num_blocks) +
                              " blocks of " + std::to_string(spec.bytesPerBlock()) + " bytes");
   }
-  std::memset(memory, 0, rounded);
   storage->reset(static_cast<std::byte*>(memory));
+  storage->get_deleter().bytes = rounded;
   return okStatus();
 }
 
-KvStorage::~KvStorage() { std::free(storage_); }
+void KvStorage::FreeBytes::operator()(std::byte* p) const {
+  if (p) munmap(p, bytes);
+}
+
+KvStorage::~KvStorage() { FreeBytes{storage_bytes_}(storage_); }
 
 void KvStorage::copyBlockStorage(int32_t from, int32_t to) {
   const size_t bytes = static_cast<size_t>(spec_.bytesPerBlock());

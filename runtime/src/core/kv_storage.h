@@ -56,8 +56,8 @@ struct KvSlot {
   int32_t offset = -1;  // slot inside the block, < block_size
 };
 
-// The block storage: num_blocks blocks of spec.bytesPerBlock() bytes, one 64-byte aligned,
-// zero-filled allocation. `block` and `layer` passed here must be in range.
+// The block storage: num_blocks blocks of spec.bytesPerBlock() bytes in one page-aligned
+// anonymous mapping (zero until written). `block` and `layer` passed here must be in range.
 class KvStorage {
  public:
   KvStorage(const KvStorage&) = delete;
@@ -89,8 +89,11 @@ class KvStorage {
   std::vector<std::pair<int32_t, int32_t>> takeBlockCopies() { return std::move(block_copies_); }
 
  protected:
+  // The storage is an anonymous mapping: its pages are zero until written and take memory only
+  // once touched, so a session sized for a long context costs little until it is used.
   struct FreeBytes {
-    void operator()(std::byte* p) const { std::free(p); }
+    size_t bytes = 0;
+    void operator()(std::byte* p) const;
   };
   using StoragePtr = std::unique_ptr<std::byte, FreeBytes>;
   // Allocates the storage for a validated spec; kResourceExhausted when it cannot.
@@ -99,12 +102,13 @@ class KvStorage {
   // storage is freed exactly once whether the derived object's allocation or construction
   // fails.
   KvStorage(const KvCacheSpec& spec, StoragePtr& storage)
-      : spec_(spec), storage_(storage.release()) {}
+      : spec_(spec), storage_bytes_(storage.get_deleter().bytes), storage_(storage.release()) {}
   ~KvStorage();
   // Copies block `from` onto block `to` (every layer), logging it when recording.
   void copyBlockStorage(int32_t from, int32_t to);
 
   KvCacheSpec spec_;
+  size_t storage_bytes_ = 0;
   std::byte* storage_ = nullptr;
 
  private:

@@ -44,4 +44,30 @@ void attendOne(const float* q, int64_t count, int64_t qk_dim, int64_t v_dim, flo
 // attendOne without a bias.
 inline float noBias(int64_t) { return 0.0f; }
 
+// The keys and values one KV head's queries see, in blocks of `block_rows` rows (a paged cache's
+// blocks, or one block holding a whole sequence): row j is row j % block_rows of block
+// j / block_rows, and rows inside a block are `row_stride` floats apart.
+struct KvRows {
+  const float* const* key_blocks = nullptr;
+  const float* const* value_blocks = nullptr;
+  int64_t block_rows = 0, row_stride = 0;
+};
+
+// Several query rows of one head at once (a chunk of a prompt): query i attends to rows
+// [0, counts[i]) of `kv` and writes head_dim floats to out[i]. The same softmax as attendOne, with
+// the work blocked so that each key and value row is loaded once for several queries:
+// scores are dot products of 8 interleaved partial sums added pairwise (as attendOne's), times
+// `scale`; the exponentials come from a polynomial (within 2 ulp of exp over the softmax's range,
+// x <= 0) instead of libm's, and their sum runs in 16 interleaved partial sums; each output is
+// Σ_j p_j v_j accumulated in j order with fused multiply-adds. So a query's result does not
+// depend on which rows share its chunk; it can differ from attendOne's in the last bits.
+// Only where attendChunkSupported(head_dim) (AVX-512, head_dim 64 or 128); the caller runs
+// attendOne elsewhere.
+bool attendChunkSupported(int64_t head_dim);
+void attendChunk(const float* const* queries, const int64_t* counts, int64_t rows, int64_t head_dim,
+                 float scale, const KvRows& kv, float* const* out, std::vector<float>& scratch);
+// attendChunk's exponential of one value (x <= 0), for the test that bounds it over its range;
+// only where attendChunkSupported.
+float attendExpForTesting(float x);
+
 }  // namespace llmc

@@ -107,13 +107,24 @@ void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b
 
 // Calls task(row0, rows, n0, columns) for every block of up to kRowBlock rows and kTaskColumns
 // columns of a [rows x n_size] result, spread over the pool.
+// Decode (fewer than 4 rows, a [K, N] weight streamed from memory) takes one column range per
+// thread instead: each of the weight's rows is then read in runs of N / threads floats rather
+// than of kTaskColumns, which the hardware prefetchers follow (on one thread the whole weight in
+// order; 16.3 against 20+ tokens/s for a 110M float32 Llama, one thread). Each sum is the same
+// whichever columns a task covers.
 template <typename Task>
 void forEachBlock(ThreadPool* pool, int64_t rows, int64_t n_size, Task&& task) {
+  int64_t task_columns = kTaskColumns;
+  if (rows < 4) {
+    const int64_t threads = pool ? pool->threads() : 1;
+    task_columns = std::max(kTaskColumns, ((n_size + threads - 1) / threads + kTaskColumns - 1) /
+                                              kTaskColumns * kTaskColumns);
+  }
   const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
-  const int64_t column_blocks = (n_size + kTaskColumns - 1) / kTaskColumns;
+  const int64_t column_blocks = (n_size + task_columns - 1) / task_columns;
   parallelFor(pool, row_blocks * column_blocks, [&](int64_t i) {
-    const int64_t row0 = (i / column_blocks) * kRowBlock, n0 = (i % column_blocks) * kTaskColumns;
-    task(row0, std::min(kRowBlock, rows - row0), n0, std::min(kTaskColumns, n_size - n0));
+    const int64_t row0 = (i / column_blocks) * kRowBlock, n0 = (i % column_blocks) * task_columns;
+    task(row0, std::min(kRowBlock, rows - row0), n0, std::min(task_columns, n_size - n0));
   });
 }
 

@@ -89,6 +89,30 @@ Status llmAttention(KernelContext& ctx) {
     parallelFor(ctx.threadPool(), batch * heads, [&](int64_t task) {
       const int64_t b = task / heads, h = task % heads, kvh = h / group;
       std::vector<float> scores;
+      if (window == 0 && attendChunkSupported(head_dim)) {
+        // The sequence's rows as one block, queries in chunks of kChunkQueries.
+        const float* key_rows = kd + k_at(b, kvh, 0);
+        const float* value_rows = vd + v_at(b, kvh, 0);
+        const int64_t key_stride = tokens > 1 ? k_at(b, kvh, 1) - k_at(b, kvh, 0) : head_dim;
+        const int64_t value_stride = tokens > 1 ? v_at(b, kvh, 1) - v_at(b, kvh, 0) : head_dim;
+        if (key_stride == value_stride) {
+          const KvRows rows{&key_rows, &value_rows, tokens, key_stride};
+          constexpr int64_t kChunkQueries = 32;
+          const float* queries[kChunkQueries];
+          float* outs[kChunkQueries];
+          int64_t counts[kChunkQueries];
+          for (int64_t t0 = 0; t0 < tokens; t0 += kChunkQueries) {
+            const int64_t m = std::min(kChunkQueries, tokens - t0);
+            for (int64_t i = 0; i < m; ++i) {
+              queries[i] = qd + q_at(b, h, t0 + i);
+              outs[i] = od + o_at(b, h, t0 + i);
+              counts[i] = t0 + i + 1;
+            }
+            attendChunk(queries, counts, m, head_dim, scale, rows, outs, scores);
+          }
+          return;
+        }
+      }
       for (int64_t t = 0; t < tokens; ++t) {
         const int64_t first = first_visible(t);
         attendOne(
@@ -262,6 +286,26 @@ Status llmAttention(KernelContext& ctx) {
       load_rows(v_rows, static_cast<const uint8_t*>(vc), task.kv_head * block_size, n);
       key_blocks.push_back(k_rows);
       value_blocks.push_back(v_rows);
+    }
+    if (window == 0 && attendChunkSupported(head_dim)) {
+      // Every token sees positions from 0 (from == 0): block i of the lists is the sequence's
+      // block i. The chunk's queries per head at once.
+      const KvRows rows{key_blocks.data(), value_blocks.data(), block_size, head_dim};
+      const size_t m = static_cast<size_t>(task.last_token - task.first_token);
+      std::vector<const float*> queries(m);
+      std::vector<float*> outs(m);
+      std::vector<int64_t> counts(m);
+      for (int64_t h = task.kv_head * group; h < (task.kv_head + 1) * group; ++h) {
+        for (size_t i = 0; i < m; ++i) {
+          const int64_t t = own[static_cast<size_t>(task.first_token) + i];
+          queries[i] = qd + q_at(0, h, t);
+          outs[i] = od + o_at(0, h, t);
+          counts[i] = step->token_position[t] + 1;
+        }
+        attendChunk(queries.data(), counts.data(), static_cast<int64_t>(m), head_dim, scale, rows,
+                    outs.data(), scores);
+      }
+      return;
     }
     auto row_at = [&](const std::vector<const float*>& rows, int64_t position) {
       return rows[static_cast<size_t>(position / block_size - base_block)] +

@@ -345,6 +345,20 @@ void quantDotRows(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedA
 }
 #endif
 
+void quantDotRowBlock(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations* rows,
+                      int64_t row_count, float* out, int64_t out_stride, int channels_per_pass) {
+  // One row of 4-bit weights (decode) streams the weight once: the AVX2 kernel reads it at the
+  // rate memory gives (the AVX-512 tiles unpack each channel ahead of its rows, which pays only
+  // when several rows share it).
+  const bool streamed = row_count == 1 && w.traits->bits != 8;
+  if (row_count > 0 && !streamed && quantDotHasAvx512() && quantDotRowsTiled(w, rows[0])) {
+    quantDotTileAvx512(w, n0, n1, rows, row_count, out, out_stride, channels_per_pass);
+    return;
+  }
+  for (int64_t r = 0; r < row_count; ++r)
+    quantDotRows(w, n0, n1, rows[r], out + r * out_stride, channels_per_pass);
+}
+
 float quantizeRowPerToken(const float* x, int64_t k, int8_t* q) {
   float amax = 0;
   for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));

@@ -182,9 +182,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
       quantizeActivations(row, k, w.group, activationBits(*traits), &activations[r]);
     });
     for_each_tile([&](int64_t n0, int64_t count) {
-      for (int64_t r = 0; r < rows; ++r)
-        quantDotRows(w, n0, n0 + count, activations[static_cast<size_t>(r)], h + r * w.n + n0,
-                     channelsPerPass(rows));
+      quantDotRowBlock(w, n0, n0 + count, activations.data(), rows, h + n0, w.n, channelsPerPass(rows));
     });
   }
   float* y = out->data<float>();

@@ -4,8 +4,10 @@
 // without AVX-512, where the AVX2 kernels are the highest level.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -125,6 +127,108 @@ TEST(IsaKernelsTest, AttentionRowOperationsOnEveryLevel) {
             << cpuIsaName(level);
     }
   }
+}
+
+// attendChunk's exponential against exp in double over its whole domain, x in [-104, 0] (every
+// fifth float of it: some 2e8 values) and at the edges: within 2 units in the last place of
+// float32 where the result is normal, within 2 of the smallest subnormal below that, 0 past
+// -104, NaN for NaN.
+TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
+  if (!attendChunkSupported(64)) GTEST_SKIP() << "attendChunk needs AVX-512";
+  const uint32_t lowest = 0xC2D00000u;  // -104.0f
+  double worst = 0;
+  float worst_at = 0;
+  auto check = [&](float x) {
+    const float got = attendExpForTesting(x);
+    const double want = std::exp(static_cast<double>(x));
+    const double ulp = want < std::ldexp(1.0, -126) ? std::ldexp(1.0, -149)
+                                                     : std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+    const double error = std::fabs(got - want) / ulp;
+    if (!(error <= worst)) worst = error, worst_at = x;
+  };
+  for (uint32_t bits = 0x80000000u; bits <= lowest; bits += 5) {
+    float x;
+    std::memcpy(&x, &bits, sizeof(x));
+    check(x);
+  }
+  for (float x : {0.0f, -0.0f, -104.0f, -87.33f, -88.0f, -103.9f, -1e-30f, -0.34657359f, -0.34657362f})
+    check(x);
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_at;
+  EXPECT_EQ(attendExpForTesting(-104.5f), 0.0f);
+  EXPECT_EQ(attendExpForTesting(-INFINITY), 0.0f);
+  EXPECT_TRUE(std::isnan(attendExpForTesting(std::nanf(""))));
+}
+
+// attendChunk against softmax attention in double, for both head sizes, keys in blocks of 16
+// and of 5 (tiles of four keys crossing nothing, and remainders), rows inside a block one
+// head_dim apart or spread (a token-major tensor), chunks of 1 to 33 queries with counts that
+// rise, repeat and fall (every query finishes its own rows after the shared ones). The bound:
+// float32's rounding of the scores, carried through exp, plus that of the weighted sum.
+TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
+  if (!attendChunkSupported(64)) GTEST_SKIP() << "attendChunk needs AVX-512";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t head_dim : {64, 128})
+    for (int64_t block_rows : {16, 5})
+      for (int64_t spread : {1, 3})
+        for (int64_t rows : {1, 2, 7, 33}) {
+          SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", blocks of " + std::to_string(block_rows) +
+                       ", stride x" + std::to_string(spread) + ", " + std::to_string(rows) + " queries");
+          std::vector<int64_t> counts(static_cast<size_t>(rows));
+          for (int64_t i = 0; i < rows; ++i) counts[i] = i % 5 == 4 ? 3 : 40 + i;  // mostly rising
+          const int64_t longest = *std::max_element(counts.begin(), counts.end());
+          const int64_t blocks = (longest + block_rows - 1) / block_rows, stride = head_dim * spread;
+          std::vector<float> keys(static_cast<size_t>(blocks * block_rows * stride)), values(keys.size());
+          for (float& x : keys) x = normal(rng);
+          for (float& x : values) x = normal(rng);
+          std::vector<const float*> key_blocks, value_blocks;
+          for (int64_t b = 0; b < blocks; ++b) {
+            key_blocks.push_back(keys.data() + b * block_rows * stride);
+            value_blocks.push_back(values.data() + b * block_rows * stride);
+          }
+          auto key = [&](int64_t j) { return key_blocks[j / block_rows] + (j % block_rows) * stride; };
+          auto value = [&](int64_t j) { return value_blocks[j / block_rows] + (j % block_rows) * stride; };
+          std::vector<float> q(static_cast<size_t>(rows * head_dim)), out(q.size(), -7.0f);
+          for (float& x : q) x = normal(rng);
+          std::vector<const float*> queries;
+          std::vector<float*> outs;
+          for (int64_t i = 0; i < rows; ++i) {
+            queries.push_back(q.data() + i * head_dim);
+            outs.push_back(out.data() + i * head_dim);
+          }
+          const float scale = 0.125f;
+          std::vector<float> scratch;
+          attendChunk(queries.data(), counts.data(), rows, head_dim, scale,
+                      KvRows{key_blocks.data(), value_blocks.data(), block_rows, stride}, outs.data(), scratch);
+          for (int64_t i = 0; i < rows; ++i) {
+            std::vector<double> scores(static_cast<size_t>(counts[i]));
+            double max = -INFINITY, score_error = 0;
+            for (int64_t j = 0; j < counts[i]; ++j) {
+              double dot = 0, magnitude = 0;
+              for (int64_t d = 0; d < head_dim; ++d) {
+                dot += static_cast<double>(queries[i][d]) * key(j)[d];
+                magnitude += std::fabs(static_cast<double>(queries[i][d]) * key(j)[d]);
+              }
+              scores[j] = dot * scale;
+              score_error = std::max(score_error, (head_dim + 2) * std::ldexp(1.0, -24) * magnitude * scale);
+              max = std::max(max, scores[j]);
+            }
+            double sum = 0;
+            for (double& s : scores) sum += (s = std::exp(s - max));
+            for (int64_t d = 0; d < head_dim; ++d) {
+              double want = 0, magnitude = 0;
+              for (int64_t j = 0; j < counts[i]; ++j) {
+                want += scores[j] / sum * value(j)[d];
+                magnitude += scores[j] / sum * std::fabs(value(j)[d]);
+              }
+              // A score off by e moves each weight by a factor within exp(+-2e); then float32's
+              // exp, sum and division (a few ulp), and the weighted sum (counts[i] roundings).
+              const double bound = magnitude * (std::expm1(2 * score_error) + 1e-6 +
+                                                (counts[i] + 2) * std::ldexp(1.0, -24));
+              EXPECT_NEAR(outs[i][d], want, bound) << "query " << i << " element " << d;
+            }
+          }
+        }
 }
 
 }  // namespace

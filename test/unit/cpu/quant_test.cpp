@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/cpu_features.h"
 #include "core/fp8.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -360,6 +361,71 @@ TEST(QuantDotRowsTest, EqualsScalarDotsForEveryShape) {
             << "channel " << r << ", " << per_pass << " per pass";
       }
     }
+  }
+}
+
+// Rows of activations at a time (prefill's path), on every ISA level the host supports: the
+// AVX-512 tiles (up to 4 rows x 4 channels, remainders of both) and the per-row kernels below
+// them compute the scalar dot products up to float summation order. The bound is float32's for
+// some 40 roundings over the magnitudes the kernels add: |x| times |w| plus, for 4-bit formats,
+// the zero point's term, which the AVX-512 tiles take off per lane.
+TEST(QuantDotRowsTest, RowBlocksOnEveryLevelEqualScalarDots) {
+  struct Case {
+    const char* format;
+    int64_t k, group;
+  };
+  const Case cases[] = {{"int8", 512, 512}, {"int4", 512, 32},  {"int4", 512, 128}, {"int4", 448, 128},
+                        {"int4_zp", 512, 64}, {"int4_zp", 256, 32}, {"int4", 576, 96}};
+  const int64_t n = 11, rows = 7;
+  const CpuIsa supported = cpuIsaSupported();
+  for (const Case& c : cases) {
+    Tensor w = randomFloat({n, c.k}, 53), x = randomFloat({rows, c.k}, 54);
+    Quantized q = quantize(w, true, c.format, c.group);
+    std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      quantizeActivations(x.data<float>() + r * c.k, c.k, c.group, activationBits(*q.weight.traits), &a[r]);
+    // The reference and each output's bound.
+    std::vector<float> want(static_cast<size_t>(rows * n)), bound(want.size()), wrow(static_cast<size_t>(c.k));
+    for (int64_t ch = 0; ch < n; ++ch) {
+      dequantizeRow(q.weight, ch, wrow.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const QuantizedActivations& ar = a[static_cast<size_t>(r)];
+        double magnitude = 0;
+        for (int64_t i = 0; i < c.k; ++i) {
+          const int64_t g = i / c.group;
+          const double code = ar.q16.empty() ? ar.q[i] : ar.q16[i];
+          const double zero = q.weight.traits->bits == 8 ? 0 : q.weight.zeros ? q.weight.zeros[ch * q.weight.groupsPerRow() + g] : 8;
+          magnitude += std::fabs(code * ar.scales[i / kQuantBlock]) *
+                       (std::fabs(wrow[i]) + zero * std::fabs(q.weight.scale(ch, g)));
+        }
+        want[r * n + ch] = quantDotScalar(q.weight, ch, ar);
+        bound[r * n + ch] = static_cast<float>(1e-5 * magnitude + 1e-30);
+      }
+    }
+    for (CpuIsa level : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+      if (level > supported) continue;
+      setCpuIsaCapForTesting(level);
+      for (int64_t row_count : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}})
+        for (int per_pass : {4, 1}) {
+          SCOPED_TRACE(std::string(c.format) + " K " + std::to_string(c.k) + " group " + std::to_string(c.group) +
+                       ", level " + cpuIsaName(level) + ", " + std::to_string(row_count) + " rows, " +
+                       std::to_string(per_pass) + " per pass");
+          // Channels 1..10 of rows 0..row_count-1 into a [rows, n + 1] block; the rest untouched.
+          const int64_t stride = n + 1;
+          std::vector<float> out(static_cast<size_t>(rows * stride), -1.0f);
+          quantDotRowBlock(q.weight, 1, n, a.data(), row_count, out.data() + 1, stride, per_pass);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t ch = 0; ch <= n; ++ch) {
+              const float got = out[static_cast<size_t>(r * stride + ch)];
+              if (r >= row_count || ch == 0 || ch == n) {
+                EXPECT_EQ(got, -1.0f) << "row " << r << " column " << ch << " was written";
+                continue;
+              }
+              EXPECT_NEAR(got, want[r * n + ch], bound[r * n + ch]) << "row " << r << " channel " << ch;
+            }
+        }
+    }
+    setCpuIsaCapForTesting(supported);
   }
 }
 

@@ -1,0 +1,221 @@
+// attendChunk (cpu/attend.h): attention of several query rows of one head at once, with AVX-512.
+// Three passes per chunk, each blocked for reuse from registers:
+// 1. scores, two queries x four keys per tile: each key row is loaded once for both queries
+//    and each query slice once for the four keys; every dot product keeps attendOne's eight
+//    partial sums (d mod 8, one fused multiply-add chain each) and its pairwise sum, done for
+//    the tile's eight products at once by two permutes and three horizontal adds;
+// 2. softmax per query: max, the exponentials (a polynomial, below), their sum in 16 lanes;
+// 3. the weighted sum of the values, four queries (two for head_dim 128) per tile: each value
+//    row is loaded once for them, each output accumulated in key order.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/cpu_features.h"
+#include "cpu/attend.h"
+
+namespace llmc {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#if !defined(__clang__)
+// GCC 12's AVX-512 reductions start from _mm512_undefined_ps(), which -Wuninitialized reports.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#endif
+namespace {
+
+// exp(x) for x <= 0 (and NaN): 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 in two steps
+// (Cody and Waite), |r| <= ln 2 / 2, and p the degree-7 Taylor polynomial (truncation below
+// 6e-9 relative there). x below -104 gives 0, as exp does in float32.
+inline __m512 expNonPositive(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // NaN stays NaN (max returns its second operand)
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// The sums of eight 8-lane accumulators, each ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)) as attendOne's
+// dot products add their lanes, returned in the order a[0], a[2], a[4], a[6], a[1], a[3], a[5],
+// a[7].
+inline __m256 sumLanes8(const __m256* a) {
+  __m256 s[4];
+  for (int i = 0; i < 4; ++i)  // [l_k + l_{k+4} of a[2i] | of a[2i+1]], k < 4
+    s[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20),
+                         _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
+  return _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
+}
+
+inline float sumLanes1(__m256 a) {
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 h = _mm_hadd_ps(t, t);
+  return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+// Scores of queries q0 and q1 against rows [0, n) of the keys, times `scale`, into s0 and s1.
+void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, float scale,
+               const KvRows& kv, float* s0, float* s1) {
+  const __m256 scales = _mm256_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
+    const float* block = kv.key_blocks[j0 / kv.block_rows];
+    const int64_t rows = std::min(kv.block_rows, n - j0);
+    int64_t j = 0;
+    for (; j + 4 <= rows; j += 4) {
+      // acc[2k + q]: query q against key k of the four, so that sumLanes8 returns
+      // q0·k0..k3 then q1·k0..k3.
+      __m256 acc[8];
+      for (__m256& a : acc) a = _mm256_setzero_ps();
+      const float* k = block + j * kv.row_stride;
+      for (int64_t d = 0; d < head_dim; d += 8) {
+        const __m256 a0 = _mm256_loadu_ps(q0 + d), a1 = _mm256_loadu_ps(q1 + d);
+        for (int r = 0; r < 4; ++r) {
+          const __m256 key = _mm256_loadu_ps(k + r * kv.row_stride + d);
+          acc[2 * r] = _mm256_fmadd_ps(a0, key, acc[2 * r]);
+          acc[2 * r + 1] = _mm256_fmadd_ps(a1, key, acc[2 * r + 1]);
+        }
+      }
+      const __m256 sums = _mm256_mul_ps(sumLanes8(acc), scales);
+      _mm_storeu_ps(s0 + j0 + j, _mm256_castps256_ps128(sums));
+      _mm_storeu_ps(s1 + j0 + j, _mm256_extractf128_ps(sums, 1));
+    }
+    for (; j < rows; ++j) {
+      const float* k = block + j * kv.row_stride;
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      for (int64_t d = 0; d < head_dim; d += 8) {
+        const __m256 key = _mm256_loadu_ps(k + d);
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), key, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), key, acc1);
+      }
+      s0[j0 + j] = sumLanes1(acc0) * scale;
+      s1[j0 + j] = sumLanes1(acc1) * scale;
+    }
+  }
+}
+
+// s[j] = exp(s[j] - max) / Σ exp over j < n.
+void softmaxRow(float* s, int64_t n) {
+  __m512 top = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    top = _mm512_mask_max_ps(top, m, top, _mm512_maskz_loadu_ps(m, s + j));
+  }
+  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 e = expNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), max));
+    _mm512_mask_storeu_ps(s + j, m, e);
+    sum = _mm512_mask_add_ps(sum, m, sum, e);
+  }
+  const __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(s + j, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, s + j), total));
+  }
+}
+
+// out[r] = Σ_j p[r][j] v_j over j < counts[r], for kRows rows, head_dim = 16 * kVectors: the
+// rows share the value loads for the keys they all see, then each finishes its own.
+template <int kRows, int kVectors>
+void weightedValues(const float* const* p, const int64_t* counts, const KvRows& kv,
+                    float* const* out) {
+  __m512 acc[kRows][kVectors];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_setzero_ps();
+  int64_t shared = counts[0];
+  for (int r = 1; r < kRows; ++r) shared = std::min(shared, counts[r]);
+  auto add_rows = [&](int r0, int r1, int64_t from, int64_t to) {
+    for (int64_t j0 = from - from % kv.block_rows; j0 < to; j0 += kv.block_rows) {
+      const float* block = kv.value_blocks[j0 / kv.block_rows];
+      for (int64_t j = std::max(j0, from); j < std::min(j0 + kv.block_rows, to); ++j) {
+        const float* row = block + (j - j0) * kv.row_stride;
+        __m512 values[kVectors];
+        for (int v = 0; v < kVectors; ++v) values[v] = _mm512_loadu_ps(row + 16 * v);
+        for (int r = r0; r < r1; ++r) {
+          const __m512 weight = _mm512_set1_ps(p[r][j]);
+          for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_fmadd_ps(weight, values[v], acc[r][v]);
+        }
+      }
+    }
+  };
+  add_rows(0, kRows, 0, shared);
+  for (int r = 0; r < kRows; ++r) add_rows(r, r + 1, shared, counts[r]);
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(out[r] + 16 * v, acc[r][v]);
+}
+
+float expOne(float x) { return _mm512_cvtss_f32(expNonPositive(_mm512_set1_ps(x))); }
+
+}  // namespace
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+bool attendChunkSupported(int64_t head_dim) {
+  return cpuIsa() >= CpuIsa::kAvx512 && (head_dim == 64 || head_dim == 128);
+}
+
+void attendChunk(const float* const* queries, const int64_t* counts, int64_t rows, int64_t head_dim,
+                 float scale, const KvRows& kv, float* const* out, std::vector<float>& scratch) {
+  int64_t longest = 0;
+  for (int64_t i = 0; i < rows; ++i) longest = std::max(longest, counts[i]);
+  const int64_t stride = (longest + 15) / 16 * 16 + 4;  // + 4: scorePair stores four at a time
+  scratch.resize(static_cast<size_t>(rows * stride));
+  std::vector<const float*> p(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; i += 2) {
+    const int64_t second = std::min(i + 1, rows - 1);  // an odd last query pairs with itself
+    float* s0 = scratch.data() + i * stride;
+    float* s1 = scratch.data() + second * stride;
+    scorePair(queries[i], queries[second], std::max(counts[i], counts[second]), head_dim, scale, kv, s0, s1);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    softmaxRow(scratch.data() + i * stride, counts[i]);
+    p[static_cast<size_t>(i)] = scratch.data() + i * stride;
+  }
+  const int tile = head_dim == 64 ? 4 : 2;
+  int64_t i = 0;
+  for (; i + tile <= rows; i += tile) {
+    if (head_dim == 64)
+      weightedValues<4, 4>(p.data() + i, counts + i, kv, out + i);
+    else
+      weightedValues<2, 8>(p.data() + i, counts + i, kv, out + i);
+  }
+  for (; i < rows; ++i) {
+    if (head_dim == 64)
+      weightedValues<1, 4>(p.data() + i, counts + i, kv, out + i);
+    else
+      weightedValues<1, 8>(p.data() + i, counts + i, kv, out + i);
+  }
+}
+
+float attendExpForTesting(float x) { return expOne(x); }
+#else
+bool attendChunkSupported(int64_t) { return false; }
+void attendChunk(const float* const*, const int64_t*, int64_t, int64_t, float, const KvRows&,
+                 float* const*, std::vector<float>&) {}
+float attendExpForTesting(float x) { return x; }
+#endif
+
+}  // namespace llmc

@@ -1,0 +1,98 @@
+// The AVX-512 forms of the quantized products (cpu/quant_dot.h): tiles of up to 4 activation
+// rows x 4 output channels, so that in prefill each weight block is loaded and unpacked once for
+// four rows and each activation block once for four channels (the AVX2 kernels share only the
+// activations). Per block the integer dot products are exact, as in the scalar reference; the
+// float sums over blocks run in 16 lanes and so differ from AVX2's 8 in rounding only
+// (test/unit/cpu/quant_test.cpp bounds every level against the scalar dot products).
+//
+// - int8 weights, int16 activations: vpmovsxbw widens a block of 32 weights into one register,
+//   vpmaddwd gives 16 int32 pair sums (|sum| <= 2 * 32767 * 127), then float and the block's
+//   activation scale; the channel's scale at the end.
+// - 4-bit weights, int8 activations, over pairs of blocks: the 32 packed bytes of a pair become
+//   64 unsigned nibbles in one register (low nibbles in the lower half, high in the upper: the
+//   order of QuantizedActivations::q_pairs), and vpdpbusd (AVX-512 VNNI) or vpmaddubsw +
+//   vpmaddwd (without) sums 4 products per int32 lane; lanes 0-3 and 8-11 hold block 2p, 4-7
+//   and 12-15 block 2p + 1. The zero point (8 for the symmetric formats) comes off per lane
+//   against an eighth of each block's activation sum, so groups of 32 and groups that are a
+//   multiple of 64 take the same loop.
+//
+// The kernels are written once (quant_dot_avx512.inc) and compiled under two target pragmas.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "cpu/quant_dot.h"
+
+namespace llmc {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#if !defined(__clang__)
+// GCC 12's _mm512_cvtepi32_ps and _mm512_reduce_add_ps start from _mm512_undefined_ps(), which
+// -Wuninitialized reports at every inlined use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+namespace {
+
+// As in the AVX2 kernels: decode streams every weight once, and asks for lines this far ahead.
+constexpr int64_t kPrefetchBytes = 4096;
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#endif
+namespace bw {
+#define LLMC_QUANT_VNNI 0
+#include "cpu/quant_dot_avx512.inc"
+#undef LLMC_QUANT_VNNI
+}  // namespace bw
+#if defined(__clang__)
+#pragma clang attribute pop
+#pragma clang attribute push(                                                                    \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
+    apply_to = function)
+#else
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
+namespace vnni {
+#define LLMC_QUANT_VNNI 1
+#include "cpu/quant_dot_avx512.inc"
+#undef LLMC_QUANT_VNNI
+}  // namespace vnni
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+}  // namespace
+
+bool quantDotHasAvx512() { return cpuIsa() >= CpuIsa::kAvx512; }
+
+void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations* rows,
+                        int64_t row_count, float* out, int64_t out_stride, int channels_per_pass) {
+  const bool vnni = cpuIsa() >= CpuIsa::kAvx512Vnni;
+  int64_t n = n0;
+  if (channels_per_pass == 4)
+    (vnni ? vnni::channelTiles<4> : bw::channelTiles<4>)(w, n, n1, rows, row_count, out, out_stride, &n);
+  (vnni ? vnni::channelTiles<1> : bw::channelTiles<1>)(w, n, n1, rows, row_count, out + (n - n0), out_stride,
+                                                        &n);
+}
+#else
+bool quantDotHasAvx512() { return false; }
+void quantDotTileAvx512(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*, int64_t,
+                        float*, int64_t, int) {}
+#endif
+
+}  // namespace llmc
