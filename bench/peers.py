@@ -27,11 +27,17 @@ model: the greedy continuation of the float32 runs, compared.
 
     .venv-gen/bin/python bench/peers.py --llmc build/tools/llmc/llmc --llama-cpp DIR [--rounds 5]
         [--threads 1,2] [--prompts 64,512,2048] [--new-tokens 32] [--runs 3] [--modes float32,8-bit,4-bit]
+        [--batch 8] [--work DIR]
+
+--batch N adds N sequences at once at the shortest prompt: llmc's continuous batching (`llmc bench
+--batch`) against llama.cpp's parallel sequences in one context, new tokens per second of the
+whole run, prefill included.
 
 DIR is a llama.cpp source tree (for convert_hf_to_gguf.py and its gguf-py); bench/README.md says
 how to get the one llama-cpp-python was built from.
 """
 import argparse
+import contextlib
 import faulthandler
 import glob
 import os
@@ -60,6 +66,9 @@ def make_checkpoint(hf_dir):
     import torch
     import transformers
 
+    if os.path.exists(os.path.join(hf_dir, "tokenizer.model")):
+        return transformers.LlamaForCausalLM.from_pretrained(hf_dir).num_parameters()
+
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
     model.save_pretrained(hf_dir, safe_serialization=True)
@@ -76,6 +85,8 @@ def make_checkpoint(hf_dir):
 def export_onnx(hf_dir, onnx_dir):
     from optimum.exporters.onnx import main_export
 
+    if os.path.exists(os.path.join(onnx_dir, "model.onnx")):
+        return os.path.join(onnx_dir, "model.onnx")
     main_export(hf_dir, onnx_dir, task="text-generation-with-past", opset=18, device="cpu",
                 no_post_process=True, do_validation=False)
     return os.path.join(onnx_dir, "model.onnx")
@@ -87,8 +98,10 @@ def ort_models(onnx_path, out_dir):
     import onnx
 
     int8 = os.path.join(out_dir, "ort_int8.onnx")
-    quantize_dynamic(onnx_path, int8, per_channel=True, weight_type=QuantType.QInt8)
     int4 = os.path.join(out_dir, "ort_int4.onnx")
+    if os.path.exists(int4):
+        return {"float32": onnx_path, "8-bit": int8, "4-bit": int4}
+    quantize_dynamic(onnx_path, int8, per_channel=True, weight_type=QuantType.QInt8)
     config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=4)
     quantizer = MatMulNBitsQuantizer(onnx.load(onnx_path), algo_config=config)
     quantizer.process()
@@ -104,9 +117,13 @@ def gguf_models(llama_cpp_dir, hf_dir, out_dir):
     paths = {}
     for name, outtype in (("float32", "f32"), ("8-bit", "q8_0")):
         paths[name] = os.path.join(out_dir, f"model-{outtype}.gguf")
+        if os.path.exists(paths[name]):
+            continue
         subprocess.run([sys.executable, converter, hf_dir, "--outtype", outtype, "--outfile", paths[name]],
                        check=True, capture_output=True)
     paths["4-bit"] = os.path.join(out_dir, "model-q4_0.gguf")
+    if os.path.exists(paths["4-bit"]):
+        return paths
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
     params.pure = True
@@ -125,7 +142,9 @@ def llmc_engines(llmc, onnx_path, out_dir, wanted):
         if name not in wanted:
             continue
         engines[name] = os.path.join(out_dir, name.replace(" ", "_") + ".engine")
-        subprocess.run([llmc, "compile", onnx_path, "-o", engines[name], *flags], check=True, capture_output=True)
+        # The checkpoint's 4,096 positions (llmc's default is 2,048).
+        subprocess.run([llmc, "compile", onnx_path, "-o", engines[name], "--max-context",
+                        str(CONFIG["max_position_embeddings"]), *flags], check=True, capture_output=True)
     return engines
 
 
@@ -196,6 +215,57 @@ class LlamaCppRunner:
         return tokens, first - start, time.perf_counter() - first
 
 
+class LlamaCppBatched:
+    """`sequences` prompts decoded together in one llama.cpp context (its parallel sequences, as
+    llama.cpp's batched example runs them): each prompt prefilled, then one batch per step with
+    every sequence's next token; greedy. Measures new tokens per second of the whole run, prefill
+    included, as `llmc bench --batch` does for its continuous batching."""
+
+    def __init__(self, path, threads, prompt_length, new_tokens, sequences):
+        import llama_cpp
+
+        self.lib, self.sequences = llama_cpp, sequences
+        self.model = llama_cpp.llama_model_load_from_file(path.encode(), llama_cpp.llama_model_default_params())
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = sequences * (prompt_length + new_tokens + 8)
+        params.n_batch = params.n_ubatch = max(prompt_length, sequences)
+        params.n_seq_max = sequences
+        params.n_threads = params.n_threads_batch = threads
+        self.ctx = llama_cpp.llama_init_from_model(self.model, params)
+        self.vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self.model))
+        self.batch = llama_cpp.llama_batch_init(max(prompt_length, sequences), 0, 1)
+
+    def _decode(self, items):
+        """items: (token, position, sequence, wants logits); returns the argmax of each wanted row."""
+        b = self.batch
+        b.n_tokens = len(items)
+        for i, (token, position, sequence, logits) in enumerate(items):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, position, 1, int(logits)
+            b.seq_id[i][0] = sequence
+        if self.lib.llama_decode(self.ctx, b) != 0:
+            raise RuntimeError("llama_decode failed")
+        return [int(np.argmax(np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, i), shape=(self.vocab,))))
+                for i, item in enumerate(items) if item[3]]
+
+    def tokens_per_s(self, prompt, new_tokens):
+        self.lib.llama_memory_clear(self.lib.llama_get_memory(self.ctx), True)
+        start, last = time.perf_counter(), []
+        for s in range(self.sequences):
+            p = [prompt[0] + 1 + s] + list(prompt[1:])  # distinct prompts: nothing shared
+            last += self._decode([(t, i, s, i == len(p) - 1) for i, t in enumerate(p)])
+        for step in range(1, new_tokens):
+            last = self._decode([(last[s], len(prompt) + step - 1, s, True) for s in range(self.sequences)])
+        return self.sequences * new_tokens / (time.perf_counter() - start)
+
+
+def llmc_batched(llmc, engine, prompt_tokens, new_tokens, threads, sequences):
+    """`llmc bench --batch`: new tokens per second of `sequences` requests run together."""
+    out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", str(prompt_tokens), "--new-tokens",
+                          str(new_tokens), "--repeat", "1", "--threads", str(threads), "--batch", str(sequences)],
+                         capture_output=True, text=True, check=True).stdout
+    return float(re.search(r"requests at once: ([0-9.]+)", out).group(1))
+
+
 def timed(runner, prompt, new_tokens, runs):
     """Median decode tokens/s and time to first token (ms) over `runs` runs after a warm-up."""
     runner.generate(prompt, new_tokens)
@@ -234,6 +304,10 @@ def main():
     parser.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2")
     parser.add_argument("--prompts", default="64", help="comma-separated prompt lengths, e.g. 64,512")
     parser.add_argument("--runs", type=int, default=3, help="measured runs per side and round (after a warm-up)")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="also N sequences at once (llmc's continuous batching, llama.cpp's parallel sequences)"
+                        " at the shortest prompt")
+    parser.add_argument("--work", help="directory that keeps the models between runs (default: a temporary one)")
     parser.add_argument("--modes", default="float32,8-bit,4-bit,4-bit g128",
                         help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128")
     args = parser.parse_args()
@@ -243,7 +317,11 @@ def main():
     context = max(prompt_lengths) + args.new_tokens + 8
     llmc = os.path.abspath(args.llmc)
     print(f"cpu: {cpu_line()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="llmc-peers-") as tmp:
+    with contextlib.ExitStack() as stack:
+        # --work keeps the checkpoint and every converted model for the next run (each step is
+        # skipped when its output is there; llmc's engines are always compiled again).
+        tmp = args.work or stack.enter_context(tempfile.TemporaryDirectory(prefix="llmc-peers-"))
+        os.makedirs(tmp, exist_ok=True)
         hf_dir, onnx_dir = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
         params = make_checkpoint(hf_dir)
         print(f"checkpoint: LlamaForCausalLM, {params / 1e6:.1f} M parameters", flush=True)
@@ -289,6 +367,13 @@ def main():
                   f"{same}/{CHECK_TOKENS} agree")
 
         results = {}  # (side, mode, threads, prompt) -> ([decode tok/s], [ttft ms])
+        batched = {}  # (mode, threads) -> ([llmc tok/s], [llama.cpp tok/s])
+        batch_runners = {}
+        if args.batch:
+            batch_runners = {(name, t): LlamaCppBatched(path, t, min(prompt_lengths), args.new_tokens, args.batch)
+                             for name, path in gguf_paths.items() if name in engines for t in thread_counts}
+            for runner in batch_runners.values():  # warm-up
+                runner.tokens_per_s(prompts[min(prompt_lengths)], 4)
         for _ in range(args.rounds):
             for threads in thread_counts:
                 for length in prompt_lengths:
@@ -307,6 +392,14 @@ def main():
                             entry = results.setdefault((side, name, threads, length), ([], []))
                             entry[0].append(decode)
                             entry[1].append(ttft)
+                if args.batch:
+                    length = min(prompt_lengths)
+                    for name in engines:
+                        rates = batched.setdefault((name, threads), ([], []))
+                        rates[0].append(llmc_batched(llmc, engines[name], length, args.new_tokens, threads, args.batch))
+                        if (name, threads) in batch_runners:
+                            rates[1].append(batch_runners[(name, threads)].tokens_per_s(prompts[length],
+                                                                                      args.new_tokens))
 
         for threads in thread_counts:
             for length in prompt_lengths:
@@ -329,6 +422,16 @@ def main():
                             ratio = (ours / theirs if index == 0 else theirs / ours) if theirs else None
                             row += f" {ratio:>{width - 1}.2f}x" if ratio else f" {'':>{width}}"
                         print(row)
+        if args.batch:
+            print(f"\n{args.batch} sequences at once ({min(prompt_lengths)}-token prompts, {args.new_tokens} new tokens "
+                  f"each): new tokens/s of the whole run, prefill included, median [min, max] over {args.rounds} rounds")
+            print(f"{'mode':11} {'threads':>7} {'llmc':>24} {'llama.cpp':>24} {'vs llama.cpp':>13}")
+            for name in engines:
+                for threads in thread_counts:
+                    ours, theirs = batched[(name, threads)]
+                    ratio = statistics.median(ours) / statistics.median(theirs) if theirs else None
+                    print(f"{name:11} {threads:>7} {summary(ours):>24} {summary(theirs) if theirs else '':>24}"
+                          + (f" {ratio:>12.2f}x" if ratio else ""))
     return 0
 
 

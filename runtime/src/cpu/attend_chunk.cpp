@@ -1,12 +1,14 @@
 // attendChunk (cpu/attend.h): attention of several query rows of one head at once, with AVX-512.
 // Three passes per chunk, each blocked for reuse from registers:
-// 1. scores, two queries x four keys per tile: each key row is loaded once for both queries
-//    and each query slice once for the four keys; every dot product keeps attendOne's eight
-//    partial sums (d mod 8, one fused multiply-add chain each) and its pairwise sum, done for
-//    the tile's eight products at once by two permutes and three horizontal adds;
+// 1. scores, two queries x four keys per tile (one query x eight keys for a lone query, as in
+//    decode): each key row is loaded once for both queries and each query slice once for the
+//    four keys; every dot product keeps attendOne's eight partial sums (d mod 8, one fused
+//    multiply-add chain each) and its pairwise sum, done for the tile's eight products at once
+//    by two permutes and three horizontal adds;
 // 2. softmax per query: max, the exponentials (a polynomial, below), their sum in 16 lanes;
 // 3. the weighted sum of the values, four queries (two for head_dim 128) per tile: each value
 //    row is loaded once for them, each output accumulated in key order.
+// A paged cache's next block is asked for while the current one is read.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -72,6 +74,19 @@ inline float sumLanes1(__m256 a) {
   return _mm_cvtss_f32(_mm_hadd_ps(h, h));
 }
 
+// The rows of the block after the one at j0 (if it holds any of rows [0, n)), asked for ahead:
+// a paged cache's blocks lie apart in memory, where the hardware's prefetchers do not follow.
+inline void prefetchNextBlock(const float* const* blocks, const KvRows& kv, int64_t j0, int64_t n,
+                              int64_t head_dim) {
+  const int64_t next = j0 + kv.block_rows;
+  if (next >= n) return;
+  const float* block = blocks[next / kv.block_rows];
+  const int64_t rows = std::min(kv.block_rows, n - next);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < head_dim; d += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(block + r * kv.row_stride + d), _MM_HINT_T0);
+}
+
 // Scores of queries q0 and q1 against rows [0, n) of the keys, times `scale`, into s0 and s1.
 void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, float scale,
                const KvRows& kv, float* s0, float* s1) {
@@ -79,6 +94,7 @@ void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, fl
   for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
     const float* block = kv.key_blocks[j0 / kv.block_rows];
     const int64_t rows = std::min(kv.block_rows, n - j0);
+    prefetchNextBlock(kv.key_blocks, kv, j0, n, head_dim);
     int64_t j = 0;
     for (; j + 4 <= rows; j += 4) {
       // acc[2k + q]: query q against key k of the four, so that sumLanes8 returns
@@ -108,6 +124,39 @@ void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, fl
       }
       s0[j0 + j] = sumLanes1(acc0) * scale;
       s1[j0 + j] = sumLanes1(acc1) * scale;
+    }
+  }
+}
+
+// Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
+// keys per tile, each product computed as in scorePair (the same bits).
+void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const KvRows& kv, float* s) {
+  const __m256 scales = _mm256_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
+    const float* block = kv.key_blocks[j0 / kv.block_rows];
+    const int64_t rows = std::min(kv.block_rows, n - j0);
+    prefetchNextBlock(kv.key_blocks, kv, j0, n, head_dim);
+    int64_t j = 0;
+    for (; j + 8 <= rows; j += 8) {
+      // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
+      __m256 acc[8];
+      for (__m256& a : acc) a = _mm256_setzero_ps();
+      const float* k = block + j * kv.row_stride;
+      for (int64_t d = 0; d < head_dim; d += 8) {
+        const __m256 a = _mm256_loadu_ps(q + d);
+        for (int i = 0; i < 8; ++i) {
+          const int at = i < 4 ? 2 * i : 2 * (i - 4) + 1;
+          acc[at] = _mm256_fmadd_ps(a, _mm256_loadu_ps(k + i * kv.row_stride + d), acc[at]);
+        }
+      }
+      _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
+    }
+    for (; j < rows; ++j) {
+      const float* k = block + j * kv.row_stride;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < head_dim; d += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
+      s[j0 + j] = sumLanes1(acc) * scale;
     }
   }
 }
@@ -147,6 +196,7 @@ void weightedValues(const float* const* p, const int64_t* counts, const KvRows& 
   auto add_rows = [&](int r0, int r1, int64_t from, int64_t to) {
     for (int64_t j0 = from - from % kv.block_rows; j0 < to; j0 += kv.block_rows) {
       const float* block = kv.value_blocks[j0 / kv.block_rows];
+      prefetchNextBlock(kv.value_blocks, kv, j0, to, 16 * kVectors);
       for (int64_t j = std::max(j0, from); j < std::min(j0 + kv.block_rows, to); ++j) {
         const float* row = block + (j - j0) * kv.row_stride;
         __m512 values[kVectors];
@@ -184,19 +234,17 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   const int64_t stride = (longest + 15) / 16 * 16 + 4;  // + 4: scorePair stores four at a time
   scratch.resize(static_cast<size_t>(rows * stride));
   std::vector<const float*> p(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; i += 2) {
-    const int64_t second = std::min(i + 1, rows - 1);  // an odd last query pairs with itself
-    float* s0 = scratch.data() + i * stride;
-    float* s1 = scratch.data() + second * stride;
-    scorePair(queries[i], queries[second], std::max(counts[i], counts[second]), head_dim, scale, kv, s0, s1);
-  }
+  int64_t i = 0;
+  for (; i + 2 <= rows; i += 2)
+    scorePair(queries[i], queries[i + 1], std::max(counts[i], counts[i + 1]), head_dim, scale, kv,
+              scratch.data() + i * stride, scratch.data() + (i + 1) * stride);
+  if (i < rows) scoreOne(queries[i], counts[i], head_dim, scale, kv, scratch.data() + i * stride);
   for (int64_t i = 0; i < rows; ++i) {
     softmaxRow(scratch.data() + i * stride, counts[i]);
     p[static_cast<size_t>(i)] = scratch.data() + i * stride;
   }
   const int tile = head_dim == 64 ? 4 : 2;
-  int64_t i = 0;
-  for (; i + tile <= rows; i += tile) {
+  for (i = 0; i + tile <= rows; i += tile) {
     if (head_dim == 64)
       weightedValues<4, 4>(p.data() + i, counts + i, kv, out + i);
     else

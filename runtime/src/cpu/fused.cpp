@@ -110,8 +110,8 @@ void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b
 // Decode (fewer than 4 rows, a [K, N] weight streamed from memory) takes one column range per
 // thread instead: each of the weight's rows is then read in runs of N / threads floats rather
 // than of kTaskColumns, which the hardware prefetchers follow (on one thread the whole weight in
-// order; 16.3 against 20+ tokens/s for a 110M float32 Llama, one thread). Each sum is the same
-// whichever columns a task covers.
+// order: a 110M float32 Llama decoded 31 tokens/s on one thread against 16.3 with 64-column
+// tasks). Each sum is the same whichever columns a task covers.
 template <typename Task>
 void forEachBlock(ThreadPool* pool, int64_t rows, int64_t n_size, Task&& task) {
   int64_t task_columns = kTaskColumns;

@@ -12,9 +12,9 @@
 //   64 unsigned nibbles in one register (low nibbles in the lower half, high in the upper: the
 //   order of QuantizedActivations::q_pairs), and vpdpbusd (AVX-512 VNNI) or vpmaddubsw +
 //   vpmaddwd (without) sums 4 products per int32 lane; lanes 0-3 and 8-11 hold block 2p, 4-7
-//   and 12-15 block 2p + 1. The zero point (8 for the symmetric formats) comes off per lane
-//   against an eighth of each block's activation sum, so groups of 32 and groups that are a
-//   multiple of 64 take the same loop.
+//   and 12-15 block 2p + 1, each lane scaled by its block's activation and weight scales. The
+//   zero point (8 for the symmetric formats) comes off once per group against the group's
+//   activation sum, so groups of 32 and groups that are a multiple of 64 take the same loop.
 //
 // The kernels are written once (quant_dot_avx512.inc) and compiled under two target pragmas.
 #include <algorithm>
