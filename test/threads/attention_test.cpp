@@ -64,7 +64,8 @@ Tensor concatTokens(const std::vector<Tensor>& parts) {
 }
 
 // A cache of kKvHeads heads of `dim`.
-KvCacheSpec floatSpec(int32_t layers, int64_t blocks, DType dtype = DType::kFloat32, int64_t dim = kDim) {
+KvCacheSpec floatSpec(int32_t layers, int64_t blocks, DType dtype = DType::kFloat32,
+                      int64_t dim = kDim) {
   KvCacheSpec spec;
   spec.num_layers = layers;
   spec.num_kv_heads = kKvHeads;
@@ -99,9 +100,9 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, LlmStepContext*
   return status->ok() ? ctx.outputs[0] : Tensor();
 }
 
-// Mixed prefill/decode steps of three sequences (heads of `dim`) through a cache storing `dtype`; the result
-// must match whole-sequence attention within `tolerance`, and be the same bits on 2, 3 and 7
-// threads as on one.
+// Mixed prefill/decode steps of three sequences (heads of `dim`) through a cache storing `dtype`;
+// the result must match whole-sequence attention within `tolerance`, and be the same bits on 2, 3
+// and 7 threads as on one.
 void checkRaggedSteps(DType dtype, double tolerance, int64_t dim = kDim) {
   ThreadPool pools[] = {ThreadPool(2), ThreadPool(3), ThreadPool(7)};
   std::mt19937 rng(7);

@@ -20,8 +20,8 @@ struct RowOps {
 const RowOps& rowOps();
 
 template <typename KeyFn, typename ValueFn, typename BiasFn>
-void attendOne(const float* q, int64_t count, int64_t qk_dim, int64_t v_dim, float scale,
-               KeyFn key, ValueFn value, BiasFn bias, std::vector<float>& scores, float* out) {
+void attendOne(const float* q, int64_t count, int64_t qk_dim, int64_t v_dim, float scale, KeyFn key,
+               ValueFn value, BiasFn bias, std::vector<float>& scores, float* out) {
   const RowOps& ops = rowOps();
   scores.resize(static_cast<size_t>(count));
   float max_score = -INFINITY;

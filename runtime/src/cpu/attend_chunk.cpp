@@ -29,8 +29,8 @@ namespace llmc {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), \
-                             apply_to = function)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
@@ -68,8 +68,12 @@ inline __m256 sumLanes8(const __m256* a) {
   return _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
 }
 
-inline float sumLanes1(__m256 a) {
-  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+// One key's dot product in the same order: for the keys left after the tiles.
+inline float dot(const float* q, const float* k, int64_t head_dim) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t d = 0; d < head_dim; d += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   const __m128 h = _mm_hadd_ps(t, t);
   return _mm_cvtss_f32(_mm_hadd_ps(h, h));
 }
@@ -115,22 +119,16 @@ void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, fl
       _mm_storeu_ps(s1 + j0 + j, _mm256_extractf128_ps(sums, 1));
     }
     for (; j < rows; ++j) {
-      const float* k = block + j * kv.row_stride;
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-      for (int64_t d = 0; d < head_dim; d += 8) {
-        const __m256 key = _mm256_loadu_ps(k + d);
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), key, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), key, acc1);
-      }
-      s0[j0 + j] = sumLanes1(acc0) * scale;
-      s1[j0 + j] = sumLanes1(acc1) * scale;
+      s0[j0 + j] = dot(q0, block + j * kv.row_stride, head_dim) * scale;
+      s1[j0 + j] = dot(q1, block + j * kv.row_stride, head_dim) * scale;
     }
   }
 }
 
 // Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
 // keys per tile, each product computed as in scorePair (the same bits).
-void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const KvRows& kv, float* s) {
+void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const KvRows& kv,
+              float* s) {
   const __m256 scales = _mm256_set1_ps(scale);
   for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
     const float* block = kv.key_blocks[j0 / kv.block_rows];
@@ -151,13 +149,7 @@ void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const Kv
       }
       _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
     }
-    for (; j < rows; ++j) {
-      const float* k = block + j * kv.row_stride;
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t d = 0; d < head_dim; d += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
-      s[j0 + j] = sumLanes1(acc) * scale;
-    }
+    for (; j < rows; ++j) s[j0 + j] = dot(q, block + j * kv.row_stride, head_dim) * scale;
   }
 }
 
@@ -203,7 +195,8 @@ void weightedValues(const float* const* p, const int64_t* counts, const KvRows& 
         for (int v = 0; v < kVectors; ++v) values[v] = _mm512_loadu_ps(row + 16 * v);
         for (int r = r0; r < r1; ++r) {
           const __m512 weight = _mm512_set1_ps(p[r][j]);
-          for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_fmadd_ps(weight, values[v], acc[r][v]);
+          for (int v = 0; v < kVectors; ++v)
+            acc[r][v] = _mm512_fmadd_ps(weight, values[v], acc[r][v]);
         }
       }
     }

@@ -168,8 +168,10 @@ void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, in
       const bool has_next = next_n0 < n_size;
       const int64_t next_kc = std::min(kPanelK, k_size - next_k0);
       const int64_t next_nc = has_next ? std::min(kPanelN, n_size - next_n0) : 0;
-      const int64_t lines_per_row = (next_nc + 15) / 16, next_lines = has_next ? next_kc * lines_per_row : 0;
-      const int64_t calls = (rows + kernels.max_rows - 1) / kernels.max_rows * ((nc + strip - 1) / strip);
+      const int64_t lines_per_row = (next_nc + 15) / 16,
+                    next_lines = has_next ? next_kc * lines_per_row : 0;
+      const int64_t calls =
+          (rows + kernels.max_rows - 1) / kernels.max_rows * ((nc + strip - 1) / strip);
       const int64_t per_call = (next_lines + calls - 1) / calls;
       int64_t line = 0;
       // Row tile by row tile, each over every strip of the panel (in L2); the tile's rows of
@@ -179,7 +181,9 @@ void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, in
         const int64_t tile_rows = std::min<int64_t>(kernels.max_rows, rows - r0);
         for (int64_t s = 0; s * strip < nc; ++s) {
           for (const int64_t end = std::min(next_lines, line + per_call); line < end; ++line)
-            __builtin_prefetch(b + (next_k0 + line / lines_per_row) * ldb + next_n0 + (line % lines_per_row) * 16, 0, 2);
+            __builtin_prefetch(
+                b + (next_k0 + line / lines_per_row) * ldb + next_n0 + (line % lines_per_row) * 16,
+                0, 2);
           kernels.tiles[tile_rows](a + r0 * k_size + k0, k_size, panel.data() + s * kPanelK * strip,
                                    kc, sums + r0 * ldc + n0 + s * strip, ldc,
                                    std::min(strip, nc - s * strip), k0 > 0);

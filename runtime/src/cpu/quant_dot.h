@@ -52,12 +52,14 @@ bool quantDotRowsTiled(const QuantWeight& w, const QuantizedActivations& a);
 // kQuantTileRows rows x `channels_per_pass` channels share each weight load and unpack across
 // the rows (cpu/quant_dot_avx512.cpp); elsewhere quantDotRows for each row.
 constexpr int64_t kQuantTileRows = 4;
-void quantDotRowBlock(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations* rows,
-                      int64_t row_count, float* out, int64_t out_stride, int channels_per_pass);
+void quantDotRowBlock(const QuantWeight& w, int64_t n0, int64_t n1,
+                      const QuantizedActivations* rows, int64_t row_count, float* out,
+                      int64_t out_stride, int channels_per_pass);
 bool quantDotHasAvx512();
 // The AVX-512 tiles themselves; only where quantDotHasAvx512() and quantDotRowsTiled().
-void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations* rows,
-                        int64_t row_count, float* out, int64_t out_stride, int channels_per_pass);
+void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
+                        const QuantizedActivations* rows, int64_t row_count, float* out,
+                        int64_t out_stride, int channels_per_pass);
 
 // w8a8: a row of activations as int8 with one scale (absmax / 127), and exact int32 dot
 // products over K (K <= kMaxPerTokenK keeps the sum inside int32).

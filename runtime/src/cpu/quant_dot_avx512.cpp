@@ -44,8 +44,9 @@ namespace {
 constexpr int64_t kPrefetchBytes = 4096;
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
-                             apply_to = function)
+#pragma clang attribute push(                                                    \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
+    apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
@@ -57,7 +58,7 @@ namespace bw {
 }  // namespace bw
 #if defined(__clang__)
 #pragma clang attribute pop
-#pragma clang attribute push(                                                                    \
+#pragma clang attribute push(                                                               \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
     apply_to = function)
 #else
@@ -80,14 +81,16 @@ namespace vnni {
 
 bool quantDotHasAvx512() { return cpuIsa() >= CpuIsa::kAvx512; }
 
-void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations* rows,
-                        int64_t row_count, float* out, int64_t out_stride, int channels_per_pass) {
+void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
+                        const QuantizedActivations* rows, int64_t row_count, float* out,
+                        int64_t out_stride, int channels_per_pass) {
   const bool vnni = cpuIsa() >= CpuIsa::kAvx512Vnni;
   int64_t n = n0;
   if (channels_per_pass == 4)
-    (vnni ? vnni::channelTiles<4> : bw::channelTiles<4>)(w, n, n1, rows, row_count, out, out_stride, &n);
-  (vnni ? vnni::channelTiles<1> : bw::channelTiles<1>)(w, n, n1, rows, row_count, out + (n - n0), out_stride,
-                                                        &n);
+    (vnni ? vnni::channelTiles<4> : bw::channelTiles<4>)(w, n, n1, rows, row_count, out, out_stride,
+                                                         &n);
+  (vnni ? vnni::channelTiles<1> : bw::channelTiles<1>)(w, n, n1, rows, row_count, out + (n - n0),
+                                                       out_stride, &n);
 }
 #else
 bool quantDotHasAvx512() { return false; }

@@ -141,8 +141,9 @@ TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
   auto check = [&](float x) {
     const float got = attendExpForTesting(x);
     const double want = std::exp(static_cast<double>(x));
-    const double ulp = want < std::ldexp(1.0, -126) ? std::ldexp(1.0, -149)
-                                                     : std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+    const double ulp = want < std::ldexp(1.0, -126)
+                           ? std::ldexp(1.0, -149)
+                           : std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
     const double error = std::fabs(got - want) / ulp;
     if (!(error <= worst)) worst = error, worst_at = x;
   };
@@ -151,7 +152,8 @@ TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
     std::memcpy(&x, &bits, sizeof(x));
     check(x);
   }
-  for (float x : {0.0f, -0.0f, -104.0f, -87.33f, -88.0f, -103.9f, -1e-30f, -0.34657359f, -0.34657362f})
+  for (float x :
+       {0.0f, -0.0f, -104.0f, -87.33f, -88.0f, -103.9f, -1e-30f, -0.34657359f, -0.34657362f})
     check(x);
   EXPECT_LE(worst, 2.0) << "at x = " << worst_at;
   EXPECT_EQ(attendExpForTesting(-104.5f), 0.0f);
@@ -172,13 +174,16 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
     for (int64_t block_rows : {16, 5})
       for (int64_t spread : {1, 3})
         for (int64_t rows : {1, 2, 7, 33}) {
-          SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", blocks of " + std::to_string(block_rows) +
-                       ", stride x" + std::to_string(spread) + ", " + std::to_string(rows) + " queries");
+          SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", blocks of " +
+                       std::to_string(block_rows) + ", stride x" + std::to_string(spread) + ", " +
+                       std::to_string(rows) + " queries");
           std::vector<int64_t> counts(static_cast<size_t>(rows));
           for (int64_t i = 0; i < rows; ++i) counts[i] = i % 5 == 4 ? 3 : 40 + i;  // mostly rising
           const int64_t longest = *std::max_element(counts.begin(), counts.end());
-          const int64_t blocks = (longest + block_rows - 1) / block_rows, stride = head_dim * spread;
-          std::vector<float> keys(static_cast<size_t>(blocks * block_rows * stride)), values(keys.size());
+          const int64_t blocks = (longest + block_rows - 1) / block_rows,
+                        stride = head_dim * spread;
+          std::vector<float> keys(static_cast<size_t>(blocks * block_rows * stride)),
+              values(keys.size());
           for (float& x : keys) x = normal(rng);
           for (float& x : values) x = normal(rng);
           std::vector<const float*> key_blocks, value_blocks;
@@ -186,8 +191,12 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
             key_blocks.push_back(keys.data() + b * block_rows * stride);
             value_blocks.push_back(values.data() + b * block_rows * stride);
           }
-          auto key = [&](int64_t j) { return key_blocks[j / block_rows] + (j % block_rows) * stride; };
-          auto value = [&](int64_t j) { return value_blocks[j / block_rows] + (j % block_rows) * stride; };
+          auto key = [&](int64_t j) {
+            return key_blocks[j / block_rows] + (j % block_rows) * stride;
+          };
+          auto value = [&](int64_t j) {
+            return value_blocks[j / block_rows] + (j % block_rows) * stride;
+          };
           std::vector<float> q(static_cast<size_t>(rows * head_dim)), out(q.size(), -7.0f);
           for (float& x : q) x = normal(rng);
           std::vector<const float*> queries;
@@ -199,7 +208,8 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
           const float scale = 0.125f;
           std::vector<float> scratch;
           attendChunk(queries.data(), counts.data(), rows, head_dim, scale,
-                      KvRows{key_blocks.data(), value_blocks.data(), block_rows, stride}, outs.data(), scratch);
+                      KvRows{key_blocks.data(), value_blocks.data(), block_rows, stride},
+                      outs.data(), scratch);
           for (int64_t i = 0; i < rows; ++i) {
             std::vector<double> scores(static_cast<size_t>(counts[i]));
             double max = -INFINITY, score_error = 0;
@@ -210,7 +220,8 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
                 magnitude += std::fabs(static_cast<double>(queries[i][d]) * key(j)[d]);
               }
               scores[j] = dot * scale;
-              score_error = std::max(score_error, (head_dim + 2) * std::ldexp(1.0, -24) * magnitude * scale);
+              score_error =
+                  std::max(score_error, (head_dim + 2) * std::ldexp(1.0, -24) * magnitude * scale);
               max = std::max(max, scores[j]);
             }
             double sum = 0;
