@@ -91,14 +91,21 @@ inline void prefetchNextBlock(const float* const* blocks, const KvRows& kv, int6
       _mm_prefetch(reinterpret_cast<const char*>(block + r * kv.row_stride + d), _MM_HINT_T0);
 }
 
+// Calls tile(block, j0, rows) for each block of the keys holding rows [0, n): its first row,
+// the index of that row, and how many of its rows are below n; the next block is prefetched.
+template <typename Tile>
+inline void forEachKeyBlock(const KvRows& kv, int64_t n, int64_t head_dim, Tile&& tile) {
+  for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
+    prefetchNextBlock(kv.key_blocks, kv, j0, n, head_dim);
+    tile(kv.key_blocks[j0 / kv.block_rows], j0, std::min(kv.block_rows, n - j0));
+  }
+}
+
 // Scores of queries q0 and q1 against rows [0, n) of the keys, times `scale`, into s0 and s1.
 void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, float scale,
                const KvRows& kv, float* s0, float* s1) {
   const __m256 scales = _mm256_set1_ps(scale);
-  for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
-    const float* block = kv.key_blocks[j0 / kv.block_rows];
-    const int64_t rows = std::min(kv.block_rows, n - j0);
-    prefetchNextBlock(kv.key_blocks, kv, j0, n, head_dim);
+  forEachKeyBlock(kv, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
     for (; j + 4 <= rows; j += 4) {
       // acc[2k + q]: query q against key k of the four, so that sumLanes8 returns
@@ -122,7 +129,7 @@ void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, fl
       s0[j0 + j] = dot(q0, block + j * kv.row_stride, head_dim) * scale;
       s1[j0 + j] = dot(q1, block + j * kv.row_stride, head_dim) * scale;
     }
-  }
+  });
 }
 
 // Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
@@ -130,10 +137,7 @@ void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, fl
 void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const KvRows& kv,
               float* s) {
   const __m256 scales = _mm256_set1_ps(scale);
-  for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
-    const float* block = kv.key_blocks[j0 / kv.block_rows];
-    const int64_t rows = std::min(kv.block_rows, n - j0);
-    prefetchNextBlock(kv.key_blocks, kv, j0, n, head_dim);
+  forEachKeyBlock(kv, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
     for (; j + 8 <= rows; j += 8) {
       // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
@@ -150,7 +154,7 @@ void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const Kv
       _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
     }
     for (; j < rows; ++j) s[j0 + j] = dot(q, block + j * kv.row_stride, head_dim) * scale;
-  }
+  });
 }
 
 // s[j] = exp(s[j] - max) / Σ exp over j < n.
