@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "llmc/generator.h"
 #include "llmc/session.h"
 #include "llmc/status.h"
 #include "llmc/tokenizer.h"
@@ -105,6 +106,19 @@ inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
   else if (value == "cuda") options->backend = Backend::kCuda;
   else *error = "--backend takes auto, cpu or cuda, got '" + value + "'";
   return true;
+}
+
+// `--kv-cache-dtype f32|f16|bf16|int8|fp8` (generate, bench): the KV cache's storage.
+inline Status kvCacheDtypeOption(const std::vector<std::string>& args, size_t* i, DType* out) {
+  const std::string option = args[*i];
+  const std::string value = *i + 1 < args.size() ? args[++*i] : "";
+  if (value == "f32") *out = DType::kFloat32;
+  else if (value == "f16") *out = DType::kFloat16;
+  else if (value == "bf16") *out = DType::kBFloat16;
+  else if (value == "int8") *out = DType::kInt8;
+  else if (value == "fp8") *out = kKvCacheFp8;
+  else return invalidArgument(option + " takes f32, f16, bf16, int8 or fp8, got '" + value + "'");
+  return okStatus();
 }
 
 int runCompile(const std::vector<std::string>& args);

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "core/cpu_features.h"
+#include "core/kv_storage.h"
 #include "core/thread_pool.h"
 #include "llmc/batch_generator.h"
 #include "llmc/engine.h"
@@ -43,10 +44,11 @@ double millisecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 Status measure(std::shared_ptr<const Engine> engine, const SessionOptions& session, bool kv_cache,
-               const std::vector<int32_t>& prompt, int32_t new_tokens, int repeat,
+               DType kv_dtype, const std::vector<int32_t>& prompt, int32_t new_tokens, int repeat,
                Measured* out) {
   GeneratorConfig config;
   config.use_kv_cache = kv_cache;
+  config.kv_cache_dtype = kv_dtype;
   config.session = session;
   std::unique_ptr<Generator> generator;
   const auto start = std::chrono::steady_clock::now();
@@ -77,11 +79,12 @@ Status measure(std::shared_ptr<const Engine> engine, const SessionOptions& sessi
 // Aggregate decode throughput of `requests` concurrent requests through continuous batching
 // (new tokens of all requests per second of the whole run, prefill included).
 Status measureBatched(std::shared_ptr<const Engine> engine, const SessionOptions& session,
-                      const std::vector<int32_t>& prompt,
+                      DType kv_dtype, const std::vector<int32_t>& prompt,
                       int32_t new_tokens, int requests, int repeat, std::vector<double>* tps) {
   for (int r = 0; r <= repeat; ++r) {
     BatchConfig config;
     config.max_running = requests;
+    config.kv_cache_dtype = kv_dtype;
     config.session = session;
     std::unique_ptr<BatchGenerator> batch;
     LLMC_RETURN_IF_ERROR(BatchGenerator::create(engine, config, &batch));
@@ -118,6 +121,7 @@ int runBench(const std::vector<std::string>& args) {
   bool skip_full = false;
   int64_t batch_requests = 0;
   SessionOptions session_options;
+  DType kv_dtype = DType::kFloat32;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     Status value;
@@ -129,6 +133,8 @@ int runBench(const std::vector<std::string>& args) {
       value = intOption(args, &i, 1, kInt32Max, &repeat);
     } else if (arg == "--batch") {
       value = intOption(args, &i, 1, 256, &batch_requests);
+    } else if (arg == "--kv-cache-dtype") {
+      value = kvCacheDtypeOption(args, &i, &kv_dtype);
     } else if (arg == "--kv-only") {
       skip_full = true;
     } else if (std::string flag_error; parseSessionFlag(args, &i, &session_options, &flag_error)) {
@@ -165,14 +171,14 @@ int runBench(const std::vector<std::string>& args) {
   for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
 
   Measured kv, full;
-  status = measure(engine, session_options, true, prompt, static_cast<int32_t>(new_tokens),
+  status = measure(engine, session_options, true, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
                    static_cast<int>(repeat), &kv);
   if (status.ok() && !skip_full)
-    status = measure(engine, session_options, false, prompt, static_cast<int32_t>(new_tokens),
+    status = measure(engine, session_options, false, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
                      static_cast<int>(repeat), &full);
   std::vector<double> batched;
   if (status.ok() && batch_requests > 0)
-    status = measureBatched(engine, session_options, prompt, static_cast<int32_t>(new_tokens),
+    status = measureBatched(engine, session_options, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
                             static_cast<int>(batch_requests), static_cast<int>(repeat), &batched);
   if (!status.ok()) return reportError("bench", status);
 
@@ -181,10 +187,10 @@ int runBench(const std::vector<std::string>& args) {
   std::printf("engine %s: %d layers, %d/%d heads of %d, vocab %lld\n", engine_path.c_str(),
               llm->num_layers, llm->num_heads, llm->num_kv_heads, llm->head_dim,
               static_cast<long long>(llm->vocab_size));
-  std::printf("prompt %lld tokens, %lld new tokens (greedy), %lld runs after one warm-up; "
-              "median [min, max]\n",
+  std::printf("prompt %lld tokens, %lld new tokens (greedy), %lld runs after one warm-up; KV "
+              "cache %s; median [min, max]\n",
               static_cast<long long>(context), static_cast<long long>(new_tokens),
-              static_cast<long long>(repeat));
+              static_cast<long long>(repeat), kvDTypeName(kv_dtype));
   std::printf("%-20s %28s %30s\n", "mode", "time to first token (ms)", "decode (tokens/s)");
   auto row = [](const char* name, const Measured& m) {
     Summary t = summarize(m.ttft_ms), d = summarize(m.decode_tps);

@@ -87,13 +87,7 @@ int runGenerate(const std::vector<std::string>& args) {
     } else if (std::string flag_error; parseSessionFlag(args, &i, &config.session, &flag_error)) {
       if (!flag_error.empty()) return usageError("generate", flag_error);
     } else if (arg == "--kv-cache-dtype" || arg == "--kv-cache") {
-      const std::string* v = next();
-      if (v && *v == "f32") config.kv_cache_dtype = DType::kFloat32;
-      else if (v && *v == "f16") config.kv_cache_dtype = DType::kFloat16;
-      else if (v && *v == "bf16") config.kv_cache_dtype = DType::kBFloat16;
-      else if (v && *v == "int8") config.kv_cache_dtype = DType::kInt8;
-      else if (v && *v == "fp8") config.kv_cache_dtype = kKvCacheFp8;
-      else return usageError("generate", arg + " takes f32, f16, bf16, int8 or fp8");
+      value = kvCacheDtypeOption(args, &i, &config.kv_cache_dtype);
     } else if (arg == "--no-kv-cache") {
       config.use_kv_cache = false;
     } else if (arg == "--kv-cache-tokens") {  // bounded so that rounding to blocks cannot overflow

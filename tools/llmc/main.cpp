@@ -61,7 +61,7 @@ const char kUsage[] =
     "          [--kv-cache-dtype f32|f16|bf16|int8|fp8] [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
     "      generate tokens from a decoder language model (temperature 0, the default, is greedy)\n"
     "  bench ENGINE [--context N] [--new-tokens N] [--repeat N] [--kv-only] [--batch N]\n"
-    "          [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
+    "          [--kv-cache-dtype f32|f16|bf16|int8|fp8] [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
     "      time to first token and decode tokens/s over the KV cache and by full recomputation\n"
     "  verify MODEL.onnx [compile options] [--engine FILE] [--input NAME=FILE ...] [--length N]\n"
     "          [--rtol R] [--atol A] [--seed S]\n"

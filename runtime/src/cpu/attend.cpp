@@ -2,6 +2,15 @@
 // chosen by cpuIsa() once per attendOne call.
 #include "cpu/attend.h"
 
+#include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/fp8.h"
+#include "core/half.h"
 #include "cpu/isa.h"
 
 namespace llmc {
@@ -34,7 +43,111 @@ void addScaledRowBaseline(float* out, float p, const float* v, int64_t n) {
   addScaledRowBody(out, p, v, n);
 }
 
+// The float value of each FP8 E4M3 code.
+const std::array<float, 256>& e4m3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = e4m3ToFloat(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
+void rowToFloatScalar(DType dtype, const void* row, float scale, int64_t dim, float* dst) {
+  switch (dtype) {
+    case DType::kFloat16:
+      for (int64_t d = 0; d < dim; ++d) dst[d] = toFloat(static_cast<const Float16*>(row)[d]);
+      break;
+    case DType::kBFloat16:
+      for (int64_t d = 0; d < dim; ++d) dst[d] = toFloat(static_cast<const BFloat16*>(row)[d]);
+      break;
+    case DType::kInt8:
+      for (int64_t d = 0; d < dim; ++d)
+        dst[d] = static_cast<float>(static_cast<const int8_t*>(row)[d]) * scale;
+      break;
+    case DType::kUInt8: {
+      const std::array<float, 256>& table = e4m3Table();
+      for (int64_t d = 0; d < dim; ++d) dst[d] = table[static_cast<const uint8_t*>(row)[d]] * scale;
+      break;
+    }
+    default:
+      std::memcpy(dst, row, static_cast<size_t>(dim) * sizeof(float));
+  }
+}
+
+#if defined(__x86_64__)
+// Eight values at a time; the tail (dim % 8) through the scalar loop.
+LLMC_TARGET_AVX2 void rowToFloatAvx2(DType dtype, const void* row, float scale, int64_t dim,
+                                     float* dst) {
+  const int64_t whole = dim / 8 * 8;
+  const __m256 scales = _mm256_set1_ps(scale);
+  switch (dtype) {
+    case DType::kFloat16:
+      for (int64_t d = 0; d < whole; d += 8)
+        _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(
+                                          static_cast<const uint16_t*>(row) + d))));
+      break;
+    case DType::kBFloat16:
+      for (int64_t d = 0; d < whole; d += 8) {
+        const __m256i wide = _mm256_cvtepu16_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + d)));
+        _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+      }
+      break;
+    case DType::kInt8:
+      for (int64_t d = 0; d < whole; d += 8) {
+        const __m256i wide = _mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row) + d)));
+        _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_cvtepi32_ps(wide), scales));
+      }
+      break;
+    case DType::kUInt8: {
+      const float* table = e4m3Table().data();
+      for (int64_t d = 0; d < whole; d += 8) {
+        const __m256i codes = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(row) + d)));
+        _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_i32gather_ps(table, codes, 4), scales));
+      }
+      break;
+    }
+    default:
+      std::memcpy(dst, row, static_cast<size_t>(whole) * sizeof(float));
+  }
+  if (whole < dim) {
+    rowToFloatScalar(dtype, static_cast<const uint8_t*>(row) + whole * dtypeSize(dtype), scale,
+                     dim - whole, dst + whole);
+  }
+}
+#endif
+
+template <typename Row>
+void rowsToFloat(Row convert, DType dtype, const void* rows, int64_t row_stride,
+                 const float* scales, int64_t count, int64_t dim, float* dst) {
+  const bool scaled = dtype == DType::kInt8 || dtype == DType::kUInt8;
+  const size_t row_bytes = static_cast<size_t>(row_stride) * dtypeSize(dtype);
+  for (int64_t r = 0; r < count; ++r)
+    convert(dtype, static_cast<const uint8_t*>(rows) + r * row_bytes, scaled ? scales[r] : 1.0f,
+            dim, dst + r * dim);
+}
+
 }  // namespace
+
+void kvRowsToFloatScalar(DType dtype, const void* rows, int64_t row_stride, const float* scales,
+                         int64_t count, int64_t dim, float* dst) {
+  rowsToFloat(rowToFloatScalar, dtype, rows, row_stride, scales, count, dim, dst);
+}
+
+void kvRowsToFloat(DType dtype, const void* rows, int64_t row_stride, const float* scales,
+                   int64_t count, int64_t dim, float* dst) {
+#if defined(__x86_64__)
+  if (cpuIsa() >= CpuIsa::kAvx2) {
+    rowsToFloat(rowToFloatAvx2, dtype, rows, row_stride, scales, count, dim, dst);
+    return;
+  }
+#endif
+  kvRowsToFloatScalar(dtype, rows, row_stride, scales, count, dim, dst);
+}
 
 const RowOps& rowOps() {
   static const RowOps avx2{dotRowAvx2, addScaledRowAvx2};

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmc/tensor.h"
+
 namespace llmc {
 
 // The row operations of attention for the CPU's ISA level (cpu/attend.cpp): dot(a, b, n) = Σ
@@ -46,12 +48,29 @@ inline float noBias(int64_t) { return 0.0f; }
 
 // The keys and values one KV head's queries see, in blocks of `block_rows` rows (a paged cache's
 // blocks, or one block holding a whole sequence): row j is row j % block_rows of block
-// j / block_rows, and rows inside a block are `row_stride` floats apart.
+// j / block_rows, and rows inside a block are `row_stride` elements apart. Float32 rows are read
+// in place; the other storage dtypes of the KV cache (float16, bfloat16, int8, FP8 E4M3 codes in
+// uint8) are converted to float a block at a time as they are read (kvRowsToFloat: exact, so the
+// result is the one over the same values stored as float32), with row_stride = head_dim and the
+// 8-bit formats' float32 row scales `scale_offset` bytes after each block's first row.
 struct KvRows {
-  const float* const* key_blocks = nullptr;
-  const float* const* value_blocks = nullptr;
+  const void* const* key_blocks = nullptr;
+  const void* const* value_blocks = nullptr;
   int64_t block_rows = 0, row_stride = 0;
+  DType dtype = DType::kFloat32;
+  int64_t scale_offset = 0;
 };
+
+// dst[r * dim + d] = row r (r < count, rows `row_stride` elements apart) of `rows` as float:
+// float16 and bfloat16 widened, int8 codes times scales[r], uint8 as FP8 E4M3 codes times
+// scales[r] (scales is unused for the others), float32 copied. Every value is the one the scalar
+// conversions of core/half.h and core/fp8.h give (a NaN may come back quiet); vectorized for
+// AVX2/F16C where the CPU has it.
+void kvRowsToFloat(DType dtype, const void* rows, int64_t row_stride, const float* scales,
+                   int64_t count, int64_t dim, float* dst);
+// The same through the scalar conversions, whatever the CPU (the tests' reference).
+void kvRowsToFloatScalar(DType dtype, const void* rows, int64_t row_stride, const float* scales,
+                         int64_t count, int64_t dim, float* dst);
 
 // Several query rows of one head at once (a chunk of a prompt): query i attends to rows
 // [0, counts[i]) of `kv` and writes head_dim floats to out[i]. The same softmax as attendOne, with

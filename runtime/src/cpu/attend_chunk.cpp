@@ -80,32 +80,101 @@ inline float dot(const float* q, const float* k, int64_t head_dim) {
 
 // The rows of the block after the one at j0 (if it holds any of rows [0, n)), asked for ahead:
 // a paged cache's blocks lie apart in memory, where the hardware's prefetchers do not follow.
-inline void prefetchNextBlock(const float* const* blocks, const KvRows& kv, int64_t j0, int64_t n,
+inline void prefetchNextBlock(const void* const* blocks, const KvRows& kv, int64_t j0, int64_t n,
                               int64_t head_dim) {
   const int64_t next = j0 + kv.block_rows;
   if (next >= n) return;
-  const float* block = blocks[next / kv.block_rows];
+  const auto* block = static_cast<const char*>(blocks[next / kv.block_rows]);
   const int64_t rows = std::min(kv.block_rows, n - next);
+  const int64_t element = static_cast<int64_t>(dtypeSize(kv.dtype));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < head_dim; d += 16)
-      _mm_prefetch(reinterpret_cast<const char*>(block + r * kv.row_stride + d), _MM_HINT_T0);
+    for (int64_t byte = 0; byte < head_dim * element; byte += 64)
+      _mm_prefetch(block + (r * kv.row_stride) * element + byte, _MM_HINT_T0);
 }
 
-// Calls tile(block, j0, rows) for each block of the keys holding rows [0, n): its first row,
-// the index of that row, and how many of its rows are below n; the next block is prefetched.
+// rows x head_dim values of the other dtypes, rows contiguous (row_stride = head_dim), to float
+// in dst, 16 at a time (head_dim is a multiple of 16): the values kvRowsToFloat gives.
+void convertRows(DType dtype, const void* src, const float* scales, int64_t rows,
+                 int64_t head_dim, float* dst) {
+  const int64_t n = rows * head_dim;
+  switch (dtype) {
+    case DType::kFloat16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i*>(h + i))));
+      break;
+    }
+    case DType::kBFloat16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                      _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i*>(h + i))),
+                                      16)));
+      break;
+    }
+    case DType::kInt8: {
+      const auto* c = static_cast<const int8_t*>(src);
+      for (int64_t r = 0; r < rows; ++r) {
+        const __m512 scale = _mm512_set1_ps(scales[r]);
+        for (int64_t d = 0; d < head_dim; d += 16) {
+          const int64_t i = r * head_dim + d;
+          const __m512i wide =
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i)));
+          _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(wide), scale));
+        }
+      }
+      break;
+    }
+    default:  // FP8 E4M3 codes: a table lookup per value
+      kvRowsToFloat(dtype, src, head_dim, scales, rows, head_dim, dst);
+  }
+}
+
+// Block b of `blocks` (keys or values) as float rows: in place for float32, else its first
+// `rows` rows converted into `buffer` (row_stride = head_dim then).
+class BlockReader {
+ public:
+  BlockReader(const KvRows& kv, int64_t head_dim, std::vector<float>& buffer)
+      : kv_(kv), head_dim_(head_dim), buffer_(buffer) {
+    if (kv.dtype != DType::kFloat32) buffer.resize(static_cast<size_t>(kv.block_rows * head_dim));
+  }
+  const KvRows& kv() const { return kv_; }
+  const float* rows(const void* const* blocks, int64_t b, int64_t rows) const {
+    const void* block = blocks[b];
+    if (kv_.dtype == DType::kFloat32) return static_cast<const float*>(block);
+    const auto* scales =
+        reinterpret_cast<const float*>(static_cast<const char*>(block) + kv_.scale_offset);
+    convertRows(kv_.dtype, block, scales, rows, head_dim_, buffer_.data());
+    return buffer_.data();
+  }
+
+ private:
+  const KvRows& kv_;
+  int64_t head_dim_;
+  std::vector<float>& buffer_;
+};
+
+// Calls tile(block, j0, rows) for each block of the keys holding rows [0, n): its first row (as
+// float), the index of that row, and how many of its rows are below n; the next block is
+// prefetched.
 template <typename Tile>
-inline void forEachKeyBlock(const KvRows& kv, int64_t n, int64_t head_dim, Tile&& tile) {
+inline void forEachKeyBlock(const BlockReader& reader, int64_t n, int64_t head_dim, Tile&& tile) {
+  const KvRows& kv = reader.kv();
   for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
     prefetchNextBlock(kv.key_blocks, kv, j0, n, head_dim);
-    tile(kv.key_blocks[j0 / kv.block_rows], j0, std::min(kv.block_rows, n - j0));
+    const int64_t rows = std::min(kv.block_rows, n - j0);
+    tile(reader.rows(kv.key_blocks, j0 / kv.block_rows, rows), j0, rows);
   }
 }
 
 // Scores of queries q0 and q1 against rows [0, n) of the keys, times `scale`, into s0 and s1.
 void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, float scale,
-               const KvRows& kv, float* s0, float* s1) {
+               const BlockReader& reader, float* s0, float* s1) {
+  const KvRows& kv = reader.kv();
   const __m256 scales = _mm256_set1_ps(scale);
-  forEachKeyBlock(kv, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
+  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
     for (; j + 4 <= rows; j += 4) {
       // acc[2k + q]: query q against key k of the four, so that sumLanes8 returns
@@ -134,10 +203,11 @@ void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, fl
 
 // Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
 // keys per tile, each product computed as in scorePair (the same bits).
-void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const KvRows& kv,
-              float* s) {
+void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale,
+              const BlockReader& reader, float* s) {
+  const KvRows& kv = reader.kv();
   const __m256 scales = _mm256_set1_ps(scale);
-  forEachKeyBlock(kv, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
+  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
     for (; j + 8 <= rows; j += 8) {
       // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
@@ -182,8 +252,9 @@ void softmaxRow(float* s, int64_t n) {
 // out[r] = Σ_j p[r][j] v_j over j < counts[r], for kRows rows, head_dim = 16 * kVectors: the
 // rows share the value loads for the keys they all see, then each finishes its own.
 template <int kRows, int kVectors>
-void weightedValues(const float* const* p, const int64_t* counts, const KvRows& kv,
+void weightedValues(const float* const* p, const int64_t* counts, const BlockReader& reader,
                     float* const* out) {
+  const KvRows& kv = reader.kv();
   __m512 acc[kRows][kVectors];
   for (int r = 0; r < kRows; ++r)
     for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -191,8 +262,9 @@ void weightedValues(const float* const* p, const int64_t* counts, const KvRows& 
   for (int r = 1; r < kRows; ++r) shared = std::min(shared, counts[r]);
   auto add_rows = [&](int r0, int r1, int64_t from, int64_t to) {
     for (int64_t j0 = from - from % kv.block_rows; j0 < to; j0 += kv.block_rows) {
-      const float* block = kv.value_blocks[j0 / kv.block_rows];
       prefetchNextBlock(kv.value_blocks, kv, j0, to, 16 * kVectors);
+      const float* block = reader.rows(kv.value_blocks, j0 / kv.block_rows,
+                                       std::min(kv.block_rows, to - j0));
       for (int64_t j = std::max(j0, from); j < std::min(j0 + kv.block_rows, to); ++j) {
         const float* row = block + (j - j0) * kv.row_stride;
         __m512 values[kVectors];
@@ -231,11 +303,14 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   const int64_t stride = (longest + 15) / 16 * 16 + 4;  // + 4: scorePair stores four at a time
   scratch.resize(static_cast<size_t>(rows * stride));
   std::vector<const float*> p(static_cast<size_t>(rows));
+  thread_local std::vector<float> converted;  // a block of the other dtypes as float
+  const BlockReader reader(kv, head_dim, converted);
   int64_t i = 0;
   for (; i + 2 <= rows; i += 2)
-    scorePair(queries[i], queries[i + 1], std::max(counts[i], counts[i + 1]), head_dim, scale, kv,
-              scratch.data() + i * stride, scratch.data() + (i + 1) * stride);
-  if (i < rows) scoreOne(queries[i], counts[i], head_dim, scale, kv, scratch.data() + i * stride);
+    scorePair(queries[i], queries[i + 1], std::max(counts[i], counts[i + 1]), head_dim, scale,
+              reader, scratch.data() + i * stride, scratch.data() + (i + 1) * stride);
+  if (i < rows)
+    scoreOne(queries[i], counts[i], head_dim, scale, reader, scratch.data() + i * stride);
   for (int64_t i = 0; i < rows; ++i) {
     softmaxRow(scratch.data() + i * stride, counts[i]);
     p[static_cast<size_t>(i)] = scratch.data() + i * stride;
@@ -243,15 +318,15 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   const int tile = head_dim == 64 ? 4 : 2;
   for (i = 0; i + tile <= rows; i += tile) {
     if (head_dim == 64)
-      weightedValues<4, 4>(p.data() + i, counts + i, kv, out + i);
+      weightedValues<4, 4>(p.data() + i, counts + i, reader, out + i);
     else
-      weightedValues<2, 8>(p.data() + i, counts + i, kv, out + i);
+      weightedValues<2, 8>(p.data() + i, counts + i, reader, out + i);
   }
   for (; i < rows; ++i) {
     if (head_dim == 64)
-      weightedValues<1, 4>(p.data() + i, counts + i, kv, out + i);
+      weightedValues<1, 4>(p.data() + i, counts + i, reader, out + i);
     else
-      weightedValues<1, 8>(p.data() + i, counts + i, kv, out + i);
+      weightedValues<1, 8>(p.data() + i, counts + i, reader, out + i);
   }
 }
 

@@ -91,8 +91,8 @@ Status llmAttention(KernelContext& ctx) {
       std::vector<float> scores;
       if (window == 0 && attendChunkSupported(head_dim)) {
         // The sequence's rows as one block, queries in chunks of kChunkQueries.
-        const float* key_rows = kd + k_at(b, kvh, 0);
-        const float* value_rows = vd + v_at(b, kvh, 0);
+        const void* key_rows = kd + k_at(b, kvh, 0);
+        const void* value_rows = vd + v_at(b, kvh, 0);
         const int64_t key_stride = tokens > 1 ? k_at(b, kvh, 1) - k_at(b, kvh, 0) : head_dim;
         const int64_t value_stride = tokens > 1 ? v_at(b, kvh, 1) - v_at(b, kvh, 0) : head_dim;
         if (key_stride == value_stride) {
@@ -176,33 +176,10 @@ Status llmAttention(KernelContext& ctx) {
         std::memcpy(dst, src, head_dim * sizeof(float));
     }
   };
-  // `count` rows from row `row` on.
+  // `count` rows from row `row` on, as float.
   auto load_rows = [&](float* dst, const uint8_t* base, int64_t row, int64_t count) {
-    const void* src = base + static_cast<size_t>(row * head_dim) * element;
-    const int64_t n = count * head_dim;
-    switch (cache_dtype) {
-      case DType::kFloat16:
-        for (int64_t i = 0; i < n; ++i) dst[i] = toFloat(static_cast<const Float16*>(src)[i]);
-        break;
-      case DType::kBFloat16:
-        for (int64_t i = 0; i < n; ++i) dst[i] = toFloat(static_cast<const BFloat16*>(src)[i]);
-        break;
-      case DType::kInt8:
-      case DType::kUInt8:
-        for (int64_t r = 0; r < count; ++r) {
-          float row_scale = 0;
-          std::memcpy(&row_scale, base + scale_offset + (row + r) * 4, 4);
-          for (int64_t d = 0; d < head_dim; ++d) {
-            const int64_t i = r * head_dim + d;
-            dst[i] = (cache_dtype == DType::kInt8 ? static_cast<float>(static_cast<const int8_t*>(src)[i])
-                                                  : e4m3ToFloat(static_cast<const uint8_t*>(src)[i])) *
-                     row_scale;
-          }
-        }
-        break;
-      default:
-        std::memcpy(dst, src, n * sizeof(float));
-    }
+    kvRowsToFloat(cache_dtype, base + static_cast<size_t>(row * head_dim) * element, head_dim,
+                  reinterpret_cast<const float*>(base + scale_offset) + row, count, head_dim, dst);
   };
   for (int64_t t = 0; t < tokens; ++t) {
     const KvSlot& slot = step->token_slot[t];
@@ -214,9 +191,12 @@ Status llmAttention(KernelContext& ctx) {
     }
   }
   // 2. Each token attends to the visible positions of its sequence, read from the cache's
-  // blocks: float32 in place, the other dtypes converted per (sequence, KV head) into scratch
-  // once for the heads that share it. Tasks: (sequence, KV head, chunk of kTokenChunk of its
-  // tokens); every (token, head) is computed the same way by whichever task runs it.
+  // blocks: float32 in place; the other dtypes converted to float (exactly), by attendChunk a
+  // block at a time as it reads them where a task has at most kConvertInChunk tokens (decode:
+  // each row is read once), else per (sequence, KV head) into scratch once for all the task's
+  // tokens and the heads that share it. Either way the same floats, so the same result. Tasks:
+  // (sequence, KV head, chunk of kTokenChunk of its tokens); every (token, head) is computed the
+  // same way by whichever task runs it.
   std::vector<std::vector<int64_t>> tokens_of(step->block_tables.size());
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t w = step->token_sequence[t];
@@ -246,7 +226,9 @@ Status llmAttention(KernelContext& ctx) {
       for (int64_t c = 0; c < count; c += kTokenChunk)
         tasks.push_back({static_cast<int64_t>(w), h, c, std::min(count, c + kTokenChunk)});
   }
-  const bool in_place = cache_dtype == DType::kFloat32;
+  constexpr int64_t kConvertInChunk = 2;
+  const bool chunked = window == 0 && attendChunkSupported(head_dim);
+  const int64_t element_bytes = static_cast<int64_t>(element);
   parallelFor(ctx.threadPool(), static_cast<int64_t>(tasks.size()), [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
     const size_t w = static_cast<size_t>(task.sequence);
@@ -259,9 +241,10 @@ Status llmAttention(KernelContext& ctx) {
       from = std::min(from, first_visible(position));
       to = std::max(to, position + 1);
     }
+    const bool in_place = cache_dtype == DType::kFloat32 ||
+                          (chunked && task.last_token - task.first_token <= kConvertInChunk);
     std::vector<float> keys, values, scores;
-    // Per block from `from`'s on: where its rows of this KV head are, in the cache (float32)
-    // or in scratch the other dtypes are converted into once.
+    // Per block from `from`'s on: where its rows of this KV head are, in the cache or in scratch.
     const int64_t base_block = from / block_size;
     const int64_t blocks = (to + block_size - 1) / block_size - base_block;
     const int64_t block_rows = block_size * head_dim;
@@ -269,28 +252,33 @@ Status llmAttention(KernelContext& ctx) {
       keys.resize(static_cast<size_t>(blocks * block_rows));
       values.resize(keys.size());
     }
-    std::vector<const float*> key_blocks, value_blocks;
+    std::vector<const void*> key_blocks, value_blocks;
     for (int64_t i = 0; i < blocks; ++i) {
       const int32_t block = table[static_cast<size_t>(base_block + i)];
-      const void* kc = cache.keyData(block, static_cast<int32_t>(layer));
-      const void* vc = cache.valueData(block, static_cast<int32_t>(layer));
+      const auto* kc = static_cast<const uint8_t*>(cache.keyData(block, static_cast<int32_t>(layer)));
+      const auto* vc = static_cast<const uint8_t*>(cache.valueData(block, static_cast<int32_t>(layer)));
       if (in_place) {
-        key_blocks.push_back(static_cast<const float*>(kc) + task.kv_head * block_rows);
-        value_blocks.push_back(static_cast<const float*>(vc) + task.kv_head * block_rows);
+        key_blocks.push_back(kc + task.kv_head * block_rows * element_bytes);
+        value_blocks.push_back(vc + task.kv_head * block_rows * element_bytes);
         continue;
       }
       const int64_t n = std::min(block_size, to - (base_block + i) * block_size);
       float* k_rows = &keys[static_cast<size_t>(i * block_rows)];
       float* v_rows = &values[static_cast<size_t>(i * block_rows)];
-      load_rows(k_rows, static_cast<const uint8_t*>(kc), task.kv_head * block_size, n);
-      load_rows(v_rows, static_cast<const uint8_t*>(vc), task.kv_head * block_size, n);
+      load_rows(k_rows, kc, task.kv_head * block_size, n);
+      load_rows(v_rows, vc, task.kv_head * block_size, n);
       key_blocks.push_back(k_rows);
       value_blocks.push_back(v_rows);
     }
-    if (window == 0 && attendChunkSupported(head_dim)) {
+    if (chunked) {
       // Every token sees positions from 0 (from == 0): block i of the lists is the sequence's
-      // block i. The chunk's queries per head at once.
-      const KvRows rows{key_blocks.data(), value_blocks.data(), block_size, head_dim};
+      // block i. The chunk's queries per head at once. The 8-bit formats' row scales follow
+      // the layer's codes: scale_offset bytes from the layer's start, 4 per row.
+      KvRows rows{key_blocks.data(), value_blocks.data(), block_size, head_dim};
+      if (in_place && cache_dtype != DType::kFloat32) {
+        rows.dtype = cache_dtype;
+        rows.scale_offset = scale_offset + task.kv_head * block_size * (4 - head_dim * element_bytes);
+      }
       const size_t m = static_cast<size_t>(task.last_token - task.first_token);
       std::vector<const float*> queries(m);
       std::vector<float*> outs(m);
@@ -307,8 +295,8 @@ Status llmAttention(KernelContext& ctx) {
       }
       return;
     }
-    auto row_at = [&](const std::vector<const float*>& rows, int64_t position) {
-      return rows[static_cast<size_t>(position / block_size - base_block)] +
+    auto row_at = [&](const std::vector<const void*>& rows, int64_t position) {
+      return static_cast<const float*>(rows[static_cast<size_t>(position / block_size - base_block)]) +
              (position % block_size) * head_dim;
     };
     for (int64_t c = task.first_token; c < task.last_token; ++c) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/half.h"
 #include "cpu/attend.h"
 #include "cpu/gemm.h"
 #include "kernel_test_util.h"
@@ -186,16 +187,16 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
               values(keys.size());
           for (float& x : keys) x = normal(rng);
           for (float& x : values) x = normal(rng);
-          std::vector<const float*> key_blocks, value_blocks;
+          std::vector<const void*> key_blocks, value_blocks;
           for (int64_t b = 0; b < blocks; ++b) {
             key_blocks.push_back(keys.data() + b * block_rows * stride);
             value_blocks.push_back(values.data() + b * block_rows * stride);
           }
           auto key = [&](int64_t j) {
-            return key_blocks[j / block_rows] + (j % block_rows) * stride;
+            return keys.data() + (j / block_rows * block_rows + j % block_rows) * stride;
           };
           auto value = [&](int64_t j) {
-            return value_blocks[j / block_rows] + (j % block_rows) * stride;
+            return values.data() + (j / block_rows * block_rows + j % block_rows) * stride;
           };
           std::vector<float> q(static_cast<size_t>(rows * head_dim)), out(q.size(), -7.0f);
           for (float& x : q) x = normal(rng);
@@ -239,6 +240,134 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
               EXPECT_NEAR(outs[i][d], want, bound) << "query " << i << " element " << d;
             }
           }
+        }
+}
+
+// The conversion of stored KV rows to float, over every code of every 16- and 8-bit format and
+// float32 specials, with row scales from zero to large and a row length (67) that leaves a tail
+// after the vectors: each ISA level gives the scalar conversion's bits (NaN for NaN).
+TEST(IsaKernelsTest, KvRowsToFloatEveryCodeEveryLevel) {
+  constexpr int64_t kDim = 67;
+  const std::vector<float> row_scales = {0.0f, 1.0f, 0.0078125f, 3.5e-3f, 1e-30f, 12345.678f};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8,
+                      DType::kFloat32}) {
+    SCOPED_TRACE(dtypeName(dtype));
+    const size_t element = dtypeSize(dtype);
+    const int64_t codes = element == 1 ? 256 : element == 2 ? 65536 : 4096;
+    const int64_t count = (codes + kDim - 1) / kDim;
+    std::vector<uint8_t> rows(static_cast<size_t>(count * kDim) * element);
+    std::mt19937 rng(11);
+    for (int64_t i = 0; i < count * kDim; ++i) {
+      uint32_t code = static_cast<uint32_t>(i % codes);
+      if (element == 4) code = i < 8 ? std::vector<uint32_t>{0x7f800000u, 0xff800000u, 0x7fc00001u,
+                                                             0x00000001u, 0x80000000u, 0x3f800000u,
+                                                             0x7f7fffffu, 0x00800000u}[i]
+                                     : static_cast<uint32_t>(rng());
+      std::memcpy(rows.data() + i * element, &code, element);  // little-endian: the low bytes
+    }
+    std::vector<float> scales(static_cast<size_t>(count));
+    for (int64_t r = 0; r < count; ++r) scales[r] = row_scales[r % row_scales.size()];
+    std::vector<float> want(static_cast<size_t>(count * kDim));
+    kvRowsToFloatScalar(dtype, rows.data(), kDim, scales.data(), count, kDim, want.data());
+    for (CpuIsa level : supportedLevels()) {
+      IsaCap cap(level);
+      std::vector<float> got(want.size(), -1.0f);
+      kvRowsToFloat(dtype, rows.data(), kDim, scales.data(), count, kDim, got.data());
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << "level " << static_cast<int>(level) << " value " << i;
+          continue;
+        }
+        uint32_t a, b;
+        std::memcpy(&a, &got[i], 4);
+        std::memcpy(&b, &want[i], 4);
+        ASSERT_EQ(a, b) << "level " << static_cast<int>(level) << " value " << i;
+      }
+    }
+  }
+}
+
+// attendChunk over stored codes (float16, bfloat16, int8 and FP8 with row scales after each
+// block's codes), converted a block at a time as it reads them, gives the bits it gives over the
+// same values converted to float32 beforehand: what lets the paged cache convert in either place.
+TEST(IsaKernelsTest, ChunkedAttentionOverStoredCodes) {
+  if (!attendChunkSupported(64)) GTEST_SKIP() << "attendChunk needs AVX-512";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8})
+    for (int64_t head_dim : {64, 128})
+      for (int64_t block_rows : {16, 5})
+        for (int64_t rows : {1, 2, 7}) {
+          SCOPED_TRACE(std::string(dtypeName(dtype)) + ", head_dim " + std::to_string(head_dim) +
+                       ", blocks of " + std::to_string(block_rows) + ", " +
+                       std::to_string(rows) + " queries");
+          const size_t element = dtypeSize(dtype);
+          const int64_t longest = 37 + rows, blocks = (longest + block_rows - 1) / block_rows;
+          const int64_t code_bytes = block_rows * head_dim * static_cast<int64_t>(element);
+          const int64_t block_bytes = code_bytes + block_rows * 4;  // codes, then row scales
+          std::vector<uint8_t> keys(static_cast<size_t>(blocks * block_bytes)),
+              values(keys.size());
+          for (std::vector<uint8_t>* store : {&keys, &values})
+            for (int64_t b = 0; b < blocks; ++b)
+              for (int64_t r = 0; r < block_rows; ++r) {
+                uint8_t* row = store->data() + b * block_bytes;
+                const float scale = 0.01f + 0.001f * static_cast<float>(r);
+                std::memcpy(row + code_bytes + r * 4, &scale, 4);
+                for (int64_t d = 0; d < head_dim; ++d) {
+                  const float x = normal(rng);
+                  uint8_t* at = row + (r * head_dim + d) * static_cast<int64_t>(element);
+                  if (dtype == DType::kFloat16) {
+                    const Float16 h = toFloat16(x);
+                    std::memcpy(at, &h, 2);
+                  } else if (dtype == DType::kBFloat16) {
+                    const BFloat16 h = toBFloat16(x);
+                    std::memcpy(at, &h, 2);
+                  } else {
+                    *at = static_cast<uint8_t>(rng());  // any code, FP8 NaNs aside
+                    if (dtype == DType::kUInt8 && (*at & 0x7f) == 0x7f) *at = 0;
+                  }
+                }
+              }
+          std::vector<float> float_keys(static_cast<size_t>(blocks * block_rows * head_dim)),
+              float_values(float_keys.size());
+          std::vector<const void*> code_k, code_v, float_k, float_v;
+          for (int64_t b = 0; b < blocks; ++b) {
+            const uint8_t* kb = keys.data() + b * block_bytes;
+            const uint8_t* vb = values.data() + b * block_bytes;
+            float* fk = float_keys.data() + b * block_rows * head_dim;
+            float* fv = float_values.data() + b * block_rows * head_dim;
+            kvRowsToFloatScalar(dtype, kb, head_dim, reinterpret_cast<const float*>(kb + code_bytes),
+                                block_rows, head_dim, fk);
+            kvRowsToFloatScalar(dtype, vb, head_dim, reinterpret_cast<const float*>(vb + code_bytes),
+                                block_rows, head_dim, fv);
+            code_k.push_back(kb);
+            code_v.push_back(vb);
+            float_k.push_back(fk);
+            float_v.push_back(fv);
+          }
+          std::vector<float> q(static_cast<size_t>(rows * head_dim));
+          for (float& x : q) x = normal(rng);
+          std::vector<int64_t> counts(static_cast<size_t>(rows));
+          for (int64_t i = 0; i < rows; ++i) counts[i] = longest - (i % 3) * 7;
+          std::vector<float> from_codes(q.size(), -7.0f), from_floats(q.size(), 7.0f);
+          std::vector<const float*> queries;
+          std::vector<float*> out_codes, out_floats;
+          for (int64_t i = 0; i < rows; ++i) {
+            queries.push_back(q.data() + i * head_dim);
+            out_codes.push_back(from_codes.data() + i * head_dim);
+            out_floats.push_back(from_floats.data() + i * head_dim);
+          }
+          KvRows stored{code_k.data(), code_v.data(), block_rows, head_dim};
+          stored.dtype = dtype;
+          stored.scale_offset = code_bytes;
+          std::vector<float> scratch;
+          attendChunk(queries.data(), counts.data(), rows, head_dim, 0.125f, stored,
+                      out_codes.data(), scratch);
+          attendChunk(queries.data(), counts.data(), rows, head_dim, 0.125f,
+                      KvRows{float_k.data(), float_v.data(), block_rows, head_dim},
+                      out_floats.data(), scratch);
+          EXPECT_EQ(0, std::memcmp(from_codes.data(), from_floats.data(),
+                                   from_codes.size() * sizeof(float)));
         }
 }
 
