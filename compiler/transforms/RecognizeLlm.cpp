@@ -298,16 +298,28 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       for (Operation* user : v.getUsers()) {
         StringRef name = user->getName().getStringRef();
         if (name == "nn.unsqueeze" || name == "nn.reshape" || name == "nn.cast" ||
-            name == "nn.squeeze" || name == "nn.expand") {
+            name == "nn.squeeze" || name == "nn.expand" || name == "nn.tile") {
           if (user->getOperand(0) == v) work.push_back(user->getResult(0));
         } else if (name == "nn.gather" && user->getOperand(1) == v) {
           auto table = dyn_cast_or_null<nn::ConstantOp>(user->getOperand(0).getDefiningOp());
           auto type = table ? dyn_cast<RankedTensorType>(table.getType()) : RankedTensorType();
-          if (type && type.getRank() >= 1 && (!max_positions_ || type.getDimSize(0) < *max_positions_))
-            max_positions_ = type.getDimSize(0);
+          if (type && type.getRank() >= 1) notePositionRows(type.getDimSize(0));
+        } else if (name == "nn.gather_elements" && user->getOperand(1) == v) {
+          // GPT-J's sin/cos table, tiled over the batch and gathered along its position axis.
+          auto type = dyn_cast<RankedTensorType>(user->getOperand(0).getType());
+          auto axis_attr = user->getAttrOfType<IntegerAttr>("axis");
+          int64_t axis = axis_attr ? axis_attr.getInt() : 0;
+          if (type && axis < 0) axis += type.getRank();
+          if (type && axis >= 0 && axis < type.getRank()) notePositionRows(type.getDimSize(axis));
         }
       }
     }
+  }
+
+  // A table of `rows` positions (static) bounds the context.
+  void notePositionRows(int64_t rows) {
+    if (!ShapedType::isDynamic(rows) && (!max_positions_ || rows < *max_positions_))
+      max_positions_ = rows;
   }
 
   LogicalResult inferShapes(func::FuncOp func) {
@@ -735,6 +747,11 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         "nn.tanh", "nn.erf", "nn.sigmoid", "nn.relu", "nn.neg", "nn.abs", "nn.reciprocal",
         "nn.cast", "nn.gelu", "nn.softplus", "nn.max", "nn.min", "nn.where", "nn.clip",
         "nn.identity", "nn.sin", "nn.cos", "nn.leaky_relu", "nn.hard_sigmoid", "nn.mish"};
+    // Same shape out as in, computed along an axis (and those after it, for the norms): the
+    // token axis stays where it was unless the op runs along it (checked below).
+    static const std::set<std::string> kAlongAxis = {
+        "nn.layer_normalization", "nn.simplified_layer_normalization", "nn.rms_normalization",
+        "nn.softmax", "nn.log_softmax"};
     llvm::DenseMap<Value, int> axis_of;  // token axis; absent or -1: none
     auto token_axis = [&](Value v) {
       auto it = axis_of.find(v);
@@ -811,6 +828,9 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
             out_axis = 0;
           } else if (kElementwise.count(name.str()) && in_axis < out_type.getRank()) {
             out_axis = in_axis;  // elementwise: the (aligned) token axis stays
+          } else if (kAlongAxis.count(name.str()) && token_input == op.getOperand(0) &&
+                     out_type.getRank() == in_type.getRank()) {
+            out_axis = in_axis;  // per row along other axes: checked against the axis below
           } else if (out_type.getRank() == in_type.getRank() && in_axis < in_type.getRank() - 1 &&
                      (
                       ((name == "nn.gemm" || name == "nn.matmul") &&
@@ -836,14 +856,18 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         }
       }
       if (name == "nn.softmax" || name == "nn.log_softmax" || name == "nn.hardmax" ||
-          name == "nn.cum_sum" || name == "nn.layer_normalization") {
+          name == "nn.cum_sum" || name == "nn.layer_normalization" ||
+          name == "nn.simplified_layer_normalization" || name == "nn.rms_normalization") {
         auto axis_attr = op.getAttrOfType<IntegerAttr>("axis");
         auto type = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
         int64_t rank = type ? type.getRank() : 0;
         int64_t axis = axis_attr ? axis_attr.getInt() : -1;
         if (name == "nn.cum_sum") axis = scalarConstant(op.getOperand(1)).value_or(0);
         if (axis < 0) axis += rank;
-        bool hits = name == "nn.layer_normalization" ? in_axis >= axis : in_axis == axis;
+        const bool norm = name == "nn.layer_normalization" ||
+                          name == "nn.simplified_layer_normalization" ||
+                          name == "nn.rms_normalization";
+        bool hits = norm ? in_axis >= axis : in_axis == axis;
         if (hits) {
           fail(&op, "runs along the sequence");
           return;
