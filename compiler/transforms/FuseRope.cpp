@@ -49,6 +49,51 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
       if (isOp(&op, "nn.add")) adds.push_back(&op);
     for (Operation* add : adds) fuse(func, add);
     eraseDeadOps(func.getBody().front());
+    std::vector<Operation*> concats;
+    for (Operation& op : func.getBody().front())
+      if (isOp(&op, "nn.concat")) concats.push_back(&op);
+    for (Operation* concat : concats) fusePartial(func, concat);
+    eraseDeadOps(func.getBody().front());
+  }
+
+  /// Partial rotary (GPT-NeoX, Phi-2, StableLM): concat(llm.rope(x[..., :R], cos, sin),
+  /// x[..., R:]) on the last axis -> llm.rope(x, none, cos, sin) with the [.., R] tables, which
+  /// rotates the first R values of each head and passes the rest through.
+  void fusePartial(func::FuncOp func, Operation* concat) {
+    if (concat->getNumOperands() != 2) return;
+    Operation* rope = singleUseDef(concat->getOperand(0), "llm.rope");
+    Operation* pass = singleUseDef(concat->getOperand(1), "nn.slice");
+    if (!rope || !pass || !isa<NoneType>(rope->getOperand(1).getType())) return;
+    Operation* head = singleUseDef(rope->getOperand(0), "nn.slice");
+    if (!head || head->getOperand(0) != pass->getOperand(0)) return;
+    Value x = head->getOperand(0);
+    std::vector<Operation*> ops{head, pass, rope, concat};
+    auto miss = [&](const std::string& why) {
+      logFusion(func, {false, kPass, "partial rope", nodeNames(ops), why});
+    };
+    auto type = dyn_cast<RankedTensorType>(x.getType());
+    if (!type || type.getRank() != 4 || !isFloat32Tensor(type) || type.isDynamicDim(3))
+      return miss("x is not a float32 [batch, heads, tokens, head_dim] with a static head_dim");
+    const int64_t d = type.getDimSize(3);
+    auto axis = concat->getAttrOfType<IntegerAttr>("axis");
+    if (!axis || (axis.getInt() != -1 && axis.getInt() != 3)) return miss("the concat is not on the last axis");
+    auto rotated = lastAxisSlice(head, x, d);
+    auto passed = lastAxisSlice(pass, x, d);
+    if (!rotated || !passed || rotated->first != 0 || passed->first != rotated->second ||
+        passed->second != d || rotated->second < 2 || rotated->second % 2 != 0)
+      return miss("the slices are not x[..., :R] and x[..., R:] with R even");
+    auto table = dyn_cast<RankedTensorType>(rope->getOperand(2).getType());
+    if (!table || table.getRank() != 4 || table.getDimSize(3) != rotated->second)
+      return miss("the tables are not as wide as the rotated part");
+    if (concat->getResult(0).getType() != type) return miss("the result is not x's shape");
+    OpBuilder b(concat);
+    Value y = createOp(b, fusedLoc(func.getContext(), ops), "llm.rope",
+                       {x, rope->getOperand(1), rope->getOperand(2), rope->getOperand(3)}, type);
+    carryNames(concat, y.getDefiningOp());
+    concat->getResult(0).replaceAllUsesWith(y);
+    logFusion(func, {true, kPass, "partial rope", nodeNames(ops), ""});
+    for (Operation* op : {concat, rope, head, pass})
+      if (op->use_empty()) op->erase();
   }
 
   /// add(mul(x, cos), mul(concat(neg(x[D/2:]), x[:D/2]), sin)) -> llm.rope(x, none, cos, sin).

@@ -116,6 +116,15 @@ LogicalResult RopeOp::verify() {
   if (tables ? cos.getRank() != 4 : cos.getRank() != 2)
     return emitOpError() << (tables ? "per-token cos/sin tables must be [batch | 1, 1, tokens, head_dim]"
                                     : "cos/sin caches must be [max_positions, head_dim / 2]");
+  if (tables) {
+    const int64_t head = getNumHeadsAttr() ? *getHeadDim() : x.getDimSize(3);
+    const int64_t width = cos.getDimSize(3);
+    if (!ShapedType::isDynamic(width) &&
+        (width < 2 || width % 2 != 0 || (!ShapedType::isDynamic(head) && width > head)))
+      return emitOpError() << "per-token tables of " << width
+                           << " values per token do not rotate an even part of heads of "
+                           << head;
+  }
   if (getOutput().getType() != x) return emitOpError() << "result must have x's type";
   return success();
 }

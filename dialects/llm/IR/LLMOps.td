@@ -88,8 +88,10 @@ def LLM_RopeOp : LLM_Op<"rope", [Pure]> {
     - `positions` `[tokens]` (from `llm.positions`) with `cos`/`sin` caches
       `[max_positions, head_dim / 2]`;
     - `positions` absent (`none`) with per-token tables `cos`/`sin` of rank 4
-      `[batch | 1, 1, tokens, head_dim]`, as models compute them (`--llmc-fuse-rope`
-      writes this form for `x * cos + rotate_half(x) * sin`; halves only).
+      `[batch | 1, 1, tokens, R]`, as models compute them (`--llmc-fuse-rope`
+      writes this form for `x * cos + rotate_half(x) * sin`; halves only): the first R
+      values of each head (R even, at most head_dim; R < head_dim is partial rotary)
+      rotate in halves of R / 2, the rest pass through.
     `x` is `[batch, heads, tokens, head_dim]`, or token-major `[batch, tokens, width]`
     with `num_heads` and `head_dim` set: the first `num_heads` heads of each row are
     rotated and the other columns pass through (a packed QKV's q and k, not its v).

@@ -397,14 +397,17 @@ Status llmRope(KernelContext& ctx) {
     if (x->rank() != 4) return kernelError(ctx, "x must be [batch, heads, tokens, head_dim]");
     batch = x->dim(0), heads = x->dim(1), tokens = x->dim(2), head_dim = x->dim(3);
   }
-  const int64_t half = head_dim / 2;
+  int64_t half = head_dim / 2;
   const bool tables = positions == nullptr;
   if (tables) {
-    // [batch | 1, 1, tokens, head_dim] per-token tables.
+    // [batch | 1, 1, tokens, rotary_dim] per-token tables: the first rotary_dim values of each
+    // head rotate (halves of rotary_dim / 2), the rest pass through (partial rotary).
     if (cos->rank() != 4 || (cos->dim(0) != 1 && cos->dim(0) != batch) || cos->dim(1) != 1 ||
-        cos->dim(2) != tokens || cos->dim(3) != head_dim)
+        cos->dim(2) != tokens || cos->dim(3) < 2 || cos->dim(3) % 2 != 0 ||
+        cos->dim(3) > head_dim)
       return kernelError(ctx, "cos/sin tables " + shapeToString(cos->shape()) + " do not fit x " +
                                   shapeToString(x->shape()));
+    half = cos->dim(3) / 2;
   } else if (cos->rank() != 2 || cos->dim(1) * 2 != head_dim || positions->numElements() != tokens) {
     return kernelError(ctx, "x " + shapeToString(x->shape()) + ", positions " +
                                 shapeToString(positions->shape()) + " and cos " +
@@ -428,7 +431,8 @@ Status llmRope(KernelContext& ctx) {
   float* y = out->data<float>();
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t table_row = ((cos->rank() == 4 && cos->dim(0) == batch ? b : 0) * tokens + t) * head_dim;
+      const int64_t table_row =
+          tables ? ((cos->dim(0) == batch ? b : 0) * tokens + t) * cos->dim(3) : 0;
       for (int64_t h = 0; h < heads; ++h) {
         float* head = y + (token_major ? (b * tokens + t) * width + h * head_dim
                                        : ((b * heads + h) * tokens + t) * head_dim);

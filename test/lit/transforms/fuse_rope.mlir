@@ -43,3 +43,59 @@ func.func @not_rope(%x: tensor<1x4x5x16xf32>, %cos: tensor<1x1x5x16xf32>, %sin: 
   %y = nn.add(%a, %b) : (tensor<1x4x5x16xf32>, tensor<1x4x5x16xf32>) -> tensor<1x4x5x16xf32>
   return %y : tensor<1x4x5x16xf32>
 }
+
+// -----
+
+// Tests that partial rotary, concat(rope(x[..., :4]), x[..., 4:]) with [.., 4] tables (GPT-NeoX),
+// becomes one llm.rope of the whole head with the narrow tables.
+// CHECK-LABEL: func @partial_rope
+// CHECK-SAME: (%[[X:.+]]: tensor<1x4x5x16xf32>, %[[COS:.+]]: tensor<1x1x5x4xf32>, %[[SIN:.+]]: tensor<1x1x5x4xf32>)
+func.func @partial_rope(%x: tensor<1x4x5x16xf32>, %cos: tensor<1x1x5x4xf32>, %sin: tensor<1x1x5x4xf32>) -> tensor<1x4x5x16xf32> {
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %four = nn.constant dense<[4]> : tensor<1xi64>
+  %end = nn.constant dense<[9223372036854775807]> : tensor<1xi64>
+  %axis = nn.constant dense<[3]> : tensor<1xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  // CHECK: %[[R:.+]] = llm.rope(%[[X]], %{{.+}}, %[[COS]], %[[SIN]]) : (tensor<1x4x5x16xf32>, none, tensor<1x1x5x4xf32>, tensor<1x1x5x4xf32>) -> tensor<1x4x5x16xf32>
+  // CHECK-NOT: nn.concat
+  %xr = nn.slice(%x, %zero, %four, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x4xf32>
+  %xp = nn.slice(%x, %four, %end, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x12xf32>
+  %a = nn.mul(%xr, %cos) : (tensor<1x4x5x4xf32>, tensor<1x1x5x4xf32>) -> tensor<1x4x5x4xf32>
+  %x1 = nn.slice(%xr, %zero, %two, %axis, %one) : (tensor<1x4x5x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x2xf32>
+  %x2 = nn.slice(%xr, %two, %end, %axis, %one) : (tensor<1x4x5x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x2xf32>
+  %n = nn.neg(%x2) : (tensor<1x4x5x2xf32>) -> tensor<1x4x5x2xf32>
+  %rot = nn.concat(%n, %x1) {axis = -1 : i64} : (tensor<1x4x5x2xf32>, tensor<1x4x5x2xf32>) -> tensor<1x4x5x4xf32>
+  %b = nn.mul(%rot, %sin) : (tensor<1x4x5x4xf32>, tensor<1x1x5x4xf32>) -> tensor<1x4x5x4xf32>
+  %r = nn.add(%a, %b) : (tensor<1x4x5x4xf32>, tensor<1x4x5x4xf32>) -> tensor<1x4x5x4xf32>
+  %y = nn.concat(%r, %xp) {axis = -1 : i64} : (tensor<1x4x5x4xf32>, tensor<1x4x5x12xf32>) -> tensor<1x4x5x16xf32>
+  // CHECK: return %[[R]]
+  return %y : tensor<1x4x5x16xf32>
+}
+
+// -----
+
+// Tests that a pass-through part that does not start where the rotated part ends stays apart.
+// CHECK-LABEL: func @not_partial_rope
+func.func @not_partial_rope(%x: tensor<1x4x5x16xf32>, %cos: tensor<1x1x5x4xf32>, %sin: tensor<1x1x5x4xf32>) -> tensor<1x4x5x16xf32> {
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %four = nn.constant dense<[4]> : tensor<1xi64>
+  %end = nn.constant dense<[9223372036854775807]> : tensor<1xi64>
+  %axis = nn.constant dense<[3]> : tensor<1xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  %xr = nn.slice(%x, %zero, %four, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x4xf32>
+  %xp = nn.slice(%x, %zero, %end, %axis, %one) : (tensor<1x4x5x16xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x16xf32>
+  %a = nn.mul(%xr, %cos) : (tensor<1x4x5x4xf32>, tensor<1x1x5x4xf32>) -> tensor<1x4x5x4xf32>
+  %x1 = nn.slice(%xr, %zero, %two, %axis, %one) : (tensor<1x4x5x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x2xf32>
+  %x2 = nn.slice(%xr, %two, %end, %axis, %one) : (tensor<1x4x5x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x2xf32>
+  %n = nn.neg(%x2) : (tensor<1x4x5x2xf32>) -> tensor<1x4x5x2xf32>
+  %rot = nn.concat(%n, %x1) {axis = -1 : i64} : (tensor<1x4x5x2xf32>, tensor<1x4x5x2xf32>) -> tensor<1x4x5x4xf32>
+  %b = nn.mul(%rot, %sin) : (tensor<1x4x5x4xf32>, tensor<1x1x5x4xf32>) -> tensor<1x4x5x4xf32>
+  %r = nn.add(%a, %b) : (tensor<1x4x5x4xf32>, tensor<1x4x5x4xf32>) -> tensor<1x4x5x4xf32>
+  // CHECK: %[[R:.+]] = llm.rope
+  // CHECK: nn.concat(%[[R]]
+  %y = nn.concat(%r, %xp) {axis = -1 : i64} : (tensor<1x4x5x4xf32>, tensor<1x4x5x16xf32>) -> tensor<1x4x5x20xf32>
+  %t = nn.slice(%y, %zero, %end, %axis, %one) : (tensor<1x4x5x20xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x16xf32>
+  return %t : tensor<1x4x5x16xf32>
+}

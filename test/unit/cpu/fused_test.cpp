@@ -210,6 +210,51 @@ TEST(RopeTest, TablesMatchFormulaAndTokenMajorMatchesHeadMajor) {
   EXPECT_LT(relativeError(got, want_rows), 1e-6);
 }
 
+// Partial rotary (GPT-NeoX, Phi-2, StableLM): tables of R < head_dim values rotate the first R
+// values of each head in halves of R / 2 and pass the rest through bit for bit; in both layouts,
+// with per-batch tables. Tables wider than the head, or of an odd width, are refused.
+TEST(RopeTest, PartialTablesRotateTheFirstValuesOnly) {
+  const int64_t b = 2, h = 3, s = 5, d = 16;
+  for (int64_t rotary : {2, 4, 10, 16}) {
+    SCOPED_TRACE("rotary " + std::to_string(rotary));
+    Tensor x = randomFloat({b, h, s, d}, 510);
+    Tensor cos = randomFloat({b, 1, s, rotary}, 511), sin = randomFloat({b, 1, s, rotary}, 512);
+    Tensor want = Tensor::allocate(DType::kFloat32, x.shape());
+    const int64_t half = rotary / 2;
+    for (int64_t r = 0; r < b * h; ++r)
+      for (int64_t t = 0; t < s; ++t) {
+        const float* v = x.data<float>() + (r * s + t) * d;
+        const int64_t row = ((r / h) * s + t) * rotary;
+        for (int64_t i = 0; i < d; ++i) {
+          float& out = want.data<float>()[(r * s + t) * d + i];
+          if (i >= rotary) {
+            out = v[i];
+            continue;
+          }
+          const float rotated = i < half ? -v[i + half] : v[i - half];
+          out = v[i] * cos.data<float>()[row + i] + rotated * sin.data<float>()[row + i];
+        }
+      }
+    Tensor head_major = runKernel("LlmRope", {x, std::nullopt, cos, sin});
+    EXPECT_LT(relativeError(head_major, want), 1e-6);
+    for (int64_t i = 0; i < x.numElements(); ++i)
+      if (i % d >= rotary) {
+        ASSERT_EQ(head_major.data<float>()[i], x.data<float>()[i]) << i;
+      }
+    Tensor rows = toTokenMajor(x, 5, 513);
+    Tensor got = runKernel("LlmRope", {rows, std::nullopt, cos, sin},
+                           params({{"num_heads", intParam(h)}, {"head_dim", intParam(d)}}));
+    EXPECT_LT(relativeError(got, toTokenMajor(want, 5, 513)), 1e-6);
+  }
+  Tensor x = randomFloat({1, 2, 3, 8}, 520);
+  for (int64_t width : {10, 5}) {
+    Tensor table = randomFloat({1, 1, 3, width}, 521);
+    TestKernelContext ctx;
+    ctx.inputs = {x, std::nullopt, table, table};
+    EXPECT_FALSE(ctx.run("LlmRope").ok()) << "tables of " << width << " for heads of 8";
+  }
+}
+
 TEST(LlmAttentionTest, TokenMajorPackedMatchesHeadMajor) {
   const int64_t b = 2, heads = 4, kv_heads = 2, s = 6, d = 8;
   Tensor q = randomFloat({b, heads, s, d}, 600), k = randomFloat({b, kv_heads, s, d}, 601),
