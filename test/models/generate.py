@@ -8,6 +8,7 @@ Deterministic: fixed seeds, one torch thread; rerunning rewrites byte-identical 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -16,6 +17,7 @@ import tokenizers
 import torch
 import transformers
 
+import families
 from export_util import InputSet, export_model
 
 MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -347,6 +349,23 @@ def make_demo(out_dir: str) -> None:
     np.save(os.path.join(out_dir, "input_ids.npy"), prompt)
 
 
+# Decoder families Optimum 1.25.3 does not export (docs/models.md): exported here as users do
+# then, by torch.onnx without a cache, from families.py's seeded models.
+FULL_SEQUENCE_FAMILIES = ["qwen3", "stablelm"]
+
+
+def make_family_tiny(family: str, out_dir: str) -> None:
+    model = families.build(family)
+    _make_tiny_lm(
+        out_dir,
+        model,
+        f"transformers {type(model).__name__} ({family}; families.py: hidden {families.HIDDEN}, "
+        f"{families.LAYERS} layers, {families.HEADS} heads, vocab {families.VOCAB}), random seeded "
+        "weights; exported by torch.onnx without a cache (Optimum 1.25.3 refuses the architecture); "
+        "right-padded attention_mask.",
+    )
+
+
 MODELS = {
     "mlp": make_mlp,
     "bert_tiny": make_bert_tiny,
@@ -355,6 +374,7 @@ MODELS = {
     "qwen2_tiny": make_qwen2_tiny,
     "mistral_tiny": make_mistral_tiny,
     "demo": make_demo,
+    **{f"{family}_tiny": functools.partial(make_family_tiny, family) for family in FULL_SEQUENCE_FAMILIES},
 }
 
 

@@ -19,6 +19,7 @@ Nothing but generation.json is written. Deterministic: fixed seeds, one torch th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ import onnxruntime as ort
 import torch
 import transformers
 
+import families
 import generate
 import generate_past
 from export_util import _ort_session
@@ -41,6 +43,7 @@ BUILDERS = {
     "qwen2_tiny": generate.build_qwen2_tiny,
     "mistral_tiny": generate.build_mistral_tiny,
     "demo": generate.build_demo,
+    **{f"{family}_tiny": functools.partial(families.build, family) for family in generate.FULL_SEQUENCE_FAMILIES},
     # The cache exports (generate_past.py) of the same torch models: the same references.
     **{name: builder for name, (_, builder, _) in generate_past.PAST_MODELS.items()},
 }

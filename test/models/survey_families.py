@@ -38,8 +38,30 @@ def export(family: str, work: str, layers: int = families.LAYERS) -> tuple[str |
             main_export(tmp, onnx_dir, task="text-generation-with-past", opset=18, device="cpu",
                         no_post_process=True, do_validation=False)
         except Exception as error:  # noqa: BLE001 - the message is the result
-            return None, f"Optimum: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            refused = f"Optimum: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
+            return export_full_sequence(family, onnx_dir, layers, refused)
     return model_path, "exported"
+
+
+def export_full_sequence(family: str, onnx_dir: str, layers: int, refused: str) -> tuple[str | None, str]:
+    """What a user does where Optimum refuses: torch.onnx.export of the model without a cache
+    (logits of input_ids and attention_mask, batch and seq dynamic), as generate.py's models."""
+    import onnx
+
+    import generate
+    from export_util import _export_to_proto
+
+    model = families.build(family, layers=layers).eval()
+    example = generate._lm_input_sets(model.config.vocab_size, [(1, 7)], with_mask=True)[0]
+    try:
+        proto = _export_to_proto(generate.CausalLmLogits(model), example, ["logits"],
+                                 {**generate.LM_AXES, **generate.LOGITS_AXES}, opset=18)
+    except Exception as error:  # noqa: BLE001
+        return None, f"{refused}; torch.onnx: {type(error).__name__}: {str(error)[:120]}"
+    os.makedirs(onnx_dir, exist_ok=True)
+    model_path = os.path.join(onnx_dir, "model.onnx")
+    onnx.save_model(proto, model_path)
+    return model_path, "torch.onnx, no cache (Optimum refuses it)"
 
 
 def count_steps(llmc: str, model_path: str, engine: str) -> int | None:
