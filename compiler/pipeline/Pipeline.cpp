@@ -112,7 +112,7 @@ CompileOptions floatCompileOptions(const CompileOptions& options) {
 const std::vector<std::string>& fusionPassNames() {
   static const std::vector<std::string> names = {
       "fuse-norms", "fuse-matmul", "fuse-gated-mlp", "fuse-rope",
-      "fuse-attention", "fuse-qkv", "fuse-elementwise", "lower-matmul-nbits"};
+      "fuse-attention", "fuse-qkv", "fuse-elementwise", "share-shapes", "lower-matmul-nbits"};
   return names;
 }
 
@@ -296,6 +296,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
         {"fuse-elementwise", [] { return createFuseElementwise(); }}};
     for (const auto& [name, create] : fusions)
       if (!disabled.count(name)) fpm.addPass(create());
+    if (!disabled.count("share-shapes")) fpm.addPass(createShareShapes());
     if (!disabled.count("lower-matmul-nbits")) {
       LowerMatMulNBitsOptions nbits;
       nbits.int8Activations = !options.quantize.empty();

@@ -222,6 +222,17 @@ def FuseElementwise : Pass<"llmc-fuse-elementwise", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
 
+def ShareShapes : Pass<"llmc-share-shapes", "mlir::func::FuncOp"> {
+  let summary = "One Shape per proven-equal shape, so that per-layer shape arithmetic merges";
+  let description = [{
+    A `nn.shape` of a value whose shape is proven equal to that of an earlier `nn.shape`'s
+    input (the same static sizes and the same symbols) is replaced by the earlier result;
+    the pipeline's CSE then merges the arithmetic computed from it, so the shapes every layer
+    computes from its own activations are computed once per step.
+  }];
+  let dependentDialects = ["::llmc::nn::NNDialect"];
+}
+
 def LowerToExec : Pass<"llmc-lower-to-exec", "mlir::func::FuncOp"> {
   let summary = "Lower nn ops to exec kernel calls for the CPU target";
   let description = [{

@@ -288,38 +288,48 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
   std::string seq_, batch_;
   llvm::DenseMap<Value, MaskProof> proofs_;  // per round: a mask shared by layers is proven once
 
-  // Positions that index a table of learned position embeddings (GPT-2's wpe) bound the
-  // context: the smallest such table's row count.
+  // Positions that index a table of learned position embeddings (GPT-2's wpe; OPT's, two rows
+  // ahead; GPT-J's sin/cos table) bound the context: the smallest such table's row count, less
+  // the constant added to the positions on the way (OPT's offset of 2).
   void noteLearnedPositions(Value positions) {
-    std::vector<Value> work = {positions};
+    std::vector<std::pair<Value, int64_t>> work = {{positions, 0}};  // (value, added so far)
     while (!work.empty()) {
-      Value v = work.back();
+      auto [v, offset] = work.back();
       work.pop_back();
       for (Operation* user : v.getUsers()) {
         StringRef name = user->getName().getStringRef();
         if (name == "nn.unsqueeze" || name == "nn.reshape" || name == "nn.cast" ||
             name == "nn.squeeze" || name == "nn.expand" || name == "nn.tile") {
-          if (user->getOperand(0) == v) work.push_back(user->getResult(0));
+          if (user->getOperand(0) == v) work.push_back({user->getResult(0), offset});
+        } else if (name == "nn.add" || name == "nn.sub") {
+          // positions + c (either side), positions - c.
+          const bool first = user->getOperand(0) == v;
+          auto c = scalarConstant(user->getOperand(first ? 1 : 0));
+          if (c && (name == "nn.add" || first) && *c == std::floor(*c) && std::fabs(*c) < 1e9)
+            work.push_back({user->getResult(0),
+                            offset + (name == "nn.add" ? 1 : -1) * static_cast<int64_t>(*c)});
         } else if (name == "nn.gather" && user->getOperand(1) == v) {
           auto table = dyn_cast_or_null<nn::ConstantOp>(user->getOperand(0).getDefiningOp());
           auto type = table ? dyn_cast<RankedTensorType>(table.getType()) : RankedTensorType();
-          if (type && type.getRank() >= 1) notePositionRows(type.getDimSize(0));
+          if (type && type.getRank() >= 1) notePositionRows(type.getDimSize(0), offset);
         } else if (name == "nn.gather_elements" && user->getOperand(1) == v) {
           // GPT-J's sin/cos table, tiled over the batch and gathered along its position axis.
           auto type = dyn_cast<RankedTensorType>(user->getOperand(0).getType());
           auto axis_attr = user->getAttrOfType<IntegerAttr>("axis");
           int64_t axis = axis_attr ? axis_attr.getInt() : 0;
           if (type && axis < 0) axis += type.getRank();
-          if (type && axis >= 0 && axis < type.getRank()) notePositionRows(type.getDimSize(axis));
+          if (type && axis >= 0 && axis < type.getRank())
+            notePositionRows(type.getDimSize(axis), offset);
         }
       }
     }
   }
 
-  // A table of `rows` positions (static) bounds the context.
-  void notePositionRows(int64_t rows) {
-    if (!ShapedType::isDynamic(rows) && (!max_positions_ || rows < *max_positions_))
-      max_positions_ = rows;
+  // A table of `rows` positions (static), read at positions + `offset`, bounds the context.
+  void notePositionRows(int64_t rows, int64_t offset) {
+    if (ShapedType::isDynamic(rows)) return;
+    const int64_t bound = std::max<int64_t>(rows - std::max<int64_t>(offset, 0), 1);
+    if (!max_positions_ || bound < *max_positions_) max_positions_ = bound;
   }
 
   LogicalResult inferShapes(func::FuncOp func) {

@@ -19,7 +19,7 @@ import tempfile
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models")
 PASSES = ["fuse-norms", "fuse-matmul", "fuse-gated-mlp", "fuse-rope", "fuse-attention", "fuse-qkv",
-          "fuse-elementwise"]
+          "fuse-elementwise", "share-shapes"]
 # Passes that match what other passes produce, so never fire without them: fuse-gated-mlp pairs
 # llm.fused_matmul ops; fuse-qkv packs the products (llm.fused_matmul) of an llm.sdpa or
 # llm.attention whose q and k may go through llm.rope.
