@@ -47,6 +47,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--llmc", required=True)
     parser.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
+    parser.add_argument("--sanitized", action="store_true",
+                        help="under sanitizers: every pass together on every model, each pass alone "
+                             "only until it has been checked once in each mode (the Release run "
+                             "checks each pass alone on every model)")
     args = parser.parse_args()
     models = args.model or sorted(
         d for d in os.listdir(MODELS_DIR) if os.path.isfile(os.path.join(MODELS_DIR, d, "manifest.json")))
@@ -72,6 +76,8 @@ def main() -> int:
                 for config, alone, config_flags in configs:
                     flags = common + mode_flags + config_flags
                     label = f"{name}/{mode}/{config}"
+                    if alone and args.sanitized and any(e.endswith(f"/{mode}") for e in exercised[alone]):
+                        continue  # checked alone in this mode already (see --sanitized)
                     if alone:
                         fired, log = fired_passes(args.llmc, model, flags, engine)
                         if fired is None:
