@@ -865,19 +865,15 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
           return;
         }
       }
-      if (name == "nn.softmax" || name == "nn.log_softmax" || name == "nn.hardmax" ||
-          name == "nn.cum_sum" || name == "nn.layer_normalization" ||
-          name == "nn.simplified_layer_normalization" || name == "nn.rms_normalization") {
+      if (kAlongAxis.count(name.str()) || name == "nn.hardmax" || name == "nn.cum_sum") {
         auto axis_attr = op.getAttrOfType<IntegerAttr>("axis");
         auto type = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
         int64_t rank = type ? type.getRank() : 0;
         int64_t axis = axis_attr ? axis_attr.getInt() : -1;
         if (name == "nn.cum_sum") axis = scalarConstant(op.getOperand(1)).value_or(0);
         if (axis < 0) axis += rank;
-        const bool norm = name == "nn.layer_normalization" ||
-                          name == "nn.simplified_layer_normalization" ||
-                          name == "nn.rms_normalization";
-        bool hits = norm ? in_axis >= axis : in_axis == axis;
+        // A norm runs along its axis and every axis after it.
+        bool hits = name.ends_with("normalization") ? in_axis >= axis : in_axis == axis;
         if (hits) {
           fail(&op, "runs along the sequence");
           return;

@@ -51,20 +51,22 @@ class ShareShapesPass : public impl::ShareShapesBase<ShareShapesPass> {
     func::FuncOp func = getOperation();
     Block& body = func.getBody().front();
     // 1. Shapes proven equal read the first of them (block order: it dominates the others).
-    std::vector<Operation*> kept, shapes;
+    std::vector<std::pair<Operation*, std::string>> kept;  // with computeAttributes
+    std::vector<Operation*> shapes;
     for (Operation& op : body)
       if (isOp(&op, "nn.shape")) shapes.push_back(&op);
     for (Operation* shape : shapes) {
+      const std::string attributes = computeAttributes(shape);
       Operation* same = nullptr;
-      for (Operation* earlier : kept)
-        if (computeAttributes(earlier) == computeAttributes(shape) &&
+      for (const auto& [earlier, earlier_attributes] : kept)
+        if (earlier_attributes == attributes &&
             earlier->getResult(0).getType() == shape->getResult(0).getType() &&
             sameShape(earlier->getOperand(0), shape->getOperand(0))) {
           same = earlier;
           break;
         }
       if (!same) {
-        kept.push_back(shape);
+        kept.emplace_back(shape, attributes);
         continue;
       }
       logFusion(func, {true, kPass, "shape", nodeNames({same, shape}), ""});

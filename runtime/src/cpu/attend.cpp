@@ -119,6 +119,52 @@ LLMC_TARGET_AVX2 void rowToFloatAvx2(DType dtype, const void* row, float scale, 
                      dim - whole, dst + whole);
   }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 conversions start from _mm512_undefined_*(), which -Wuninitialized reports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// Sixteen values at a time (the 16-bit formats and int8; FP8 through the AVX2 gather), the
+// tail through the scalar loop. What attendChunk converts each block of a stored cache with.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))) void rowToFloatAvx512(
+    DType dtype, const void* row, float scale, int64_t dim, float* dst) {
+  const int64_t whole = dim / 16 * 16;
+  const auto* h = static_cast<const uint16_t*>(row);
+  switch (dtype) {
+    case DType::kFloat16:
+      for (int64_t d = 0; d < whole; d += 16)
+        _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i*>(h + d))));
+      break;
+    case DType::kBFloat16:
+      for (int64_t d = 0; d < whole; d += 16)
+        _mm512_storeu_ps(dst + d, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                      _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i*>(h + d))),
+                                      16)));
+      break;
+    case DType::kInt8: {
+      const auto* c = static_cast<const int8_t*>(row);
+      const __m512 scales = _mm512_set1_ps(scale);
+      for (int64_t d = 0; d < whole; d += 16)
+        _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + d)))),
+                                                scales));
+      break;
+    }
+    default:
+      rowToFloatAvx2(dtype, row, scale, dim, dst);
+      return;
+  }
+  if (whole < dim)
+    rowToFloatScalar(dtype, static_cast<const uint8_t*>(row) + whole * dtypeSize(dtype), scale,
+                     dim - whole, dst + whole);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 template <typename Row>
@@ -141,6 +187,10 @@ void kvRowsToFloatScalar(DType dtype, const void* rows, int64_t row_stride, cons
 void kvRowsToFloat(DType dtype, const void* rows, int64_t row_stride, const float* scales,
                    int64_t count, int64_t dim, float* dst) {
 #if defined(__x86_64__)
+  if (cpuIsa() >= CpuIsa::kAvx512) {
+    rowsToFloat(rowToFloatAvx512, dtype, rows, row_stride, scales, count, dim, dst);
+    return;
+  }
   if (cpuIsa() >= CpuIsa::kAvx2) {
     rowsToFloat(rowToFloatAvx2, dtype, rows, row_stride, scales, count, dim, dst);
     return;

@@ -65,7 +65,7 @@ struct KvRows {
 // float16 and bfloat16 widened, int8 codes times scales[r], uint8 as FP8 E4M3 codes times
 // scales[r] (scales is unused for the others), float32 copied. Every value is the one the scalar
 // conversions of core/half.h and core/fp8.h give (a NaN may come back quiet); vectorized for
-// AVX2/F16C where the CPU has it.
+// AVX2/F16C and AVX-512 by cpuIsa().
 void kvRowsToFloat(DType dtype, const void* rows, int64_t row_stride, const float* scales,
                    int64_t count, int64_t dim, float* dst);
 // The same through the scalar conversions, whatever the CPU (the tests' reference).

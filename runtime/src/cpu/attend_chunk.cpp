@@ -92,46 +92,6 @@ inline void prefetchNextBlock(const void* const* blocks, const KvRows& kv, int64
       _mm_prefetch(block + (r * kv.row_stride) * element + byte, _MM_HINT_T0);
 }
 
-// rows x head_dim values of the other dtypes, rows contiguous (row_stride = head_dim), to float
-// in dst, 16 at a time (head_dim is a multiple of 16): the values kvRowsToFloat gives.
-void convertRows(DType dtype, const void* src, const float* scales, int64_t rows,
-                 int64_t head_dim, float* dst) {
-  const int64_t n = rows * head_dim;
-  switch (dtype) {
-    case DType::kFloat16: {
-      const auto* h = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                      reinterpret_cast<const __m256i*>(h + i))));
-      break;
-    }
-    case DType::kBFloat16: {
-      const auto* h = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                      _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                          reinterpret_cast<const __m256i*>(h + i))),
-                                      16)));
-      break;
-    }
-    case DType::kInt8: {
-      const auto* c = static_cast<const int8_t*>(src);
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 scale = _mm512_set1_ps(scales[r]);
-        for (int64_t d = 0; d < head_dim; d += 16) {
-          const int64_t i = r * head_dim + d;
-          const __m512i wide =
-              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i)));
-          _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(wide), scale));
-        }
-      }
-      break;
-    }
-    default:  // FP8 E4M3 codes: a table lookup per value
-      kvRowsToFloat(dtype, src, head_dim, scales, rows, head_dim, dst);
-  }
-}
-
 // Block b of `blocks` (keys or values) as float rows: in place for float32, else its first
 // `rows` rows converted into `buffer` (row_stride = head_dim then).
 class BlockReader {
@@ -146,7 +106,7 @@ class BlockReader {
     if (kv_.dtype == DType::kFloat32) return static_cast<const float*>(block);
     const auto* scales =
         reinterpret_cast<const float*>(static_cast<const char*>(block) + kv_.scale_offset);
-    convertRows(kv_.dtype, block, scales, rows, head_dim_, buffer_.data());
+    kvRowsToFloat(kv_.dtype, block, kv_.row_stride, scales, rows, head_dim_, buffer_.data());
     return buffer_.data();
   }
 

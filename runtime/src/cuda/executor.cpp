@@ -716,13 +716,11 @@ Status deviceRope(DeviceStep& s, bool* handled) {
       (positions && positions->dtype() != DType::kInt64)) {
     return notHandled(handled);
   }
-  // Partial rotary (tables narrower than the head) is not in the GPU kernel: the CPU runs it.
-  if (!positions && (cos->rank() != 4 || cos->dim(3) != (s.params().getInt("num_heads", 0) > 0
-                                                             ? s.params().getInt("head_dim", 0)
-                                                             : x->dim(3))))
-    return notHandled(handled);
-  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   const bool token_major = s.params().getInt("num_heads", 0) > 0;
+  // Partial rotary (tables narrower than the head) is not in the GPU kernel: the CPU runs it.
+  const int64_t head_dim = token_major ? s.params().getInt("head_dim", 0) : x->dim(3);
+  if (!positions && (cos->rank() != 4 || cos->dim(3) != head_dim)) return notHandled(handled);
+  LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   RopeParams p;
   p.x = s.output(0)->data<float>();
   if (token_major) {
