@@ -1,6 +1,7 @@
 // This CPU's float32 FMA peak per core (a loop of independent fused multiply-adds, AVX2 and
 // AVX-512) and packedGemm's throughput at each ISA level on prefill-sized products, one thread:
-// the "share of peak" figures of docs/performance.md.
+// the "share of peak" figures of docs/performance.md; then prefill's integer products (int8
+// weights with int16 activations, and w8a8) at each integer level, in G multiply-adds/s.
 //
 //   build/bench/llmc_kernel_bench [--rounds N]
 //
@@ -17,7 +18,9 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/quant.h"
 #include "cpu/gemm.h"
+#include "cpu/quant_dot.h"
 
 namespace {
 
@@ -145,6 +148,68 @@ int main(int argc, char** argv) {
                   100 * s.median / peak[static_cast<size_t>(level)]);
     }
   }
-  setCpuIsaCapForTesting(CpuIsa::kAvx512Vnni);
+  // Integer products, 512 rows x K 768 x N 768 (one projection of the 110M Llama at a 512-token
+  // prefill): the AVX-512 tiles (quantDotRowBlock, dotInt8Rows) against the AMX tiles.
+  {
+    const int64_t rows = 512, k = 768, n = 768;
+    std::mt19937 rng(2);
+    std::uniform_int_distribution<int> code(-127, 127);
+    std::normal_distribution<float> normal;
+    std::vector<int8_t> wq(static_cast<size_t>(n * k));
+    for (int8_t& v : wq) v = static_cast<int8_t>(code(rng));
+    std::vector<float> w_scales(static_cast<size_t>(n), 0.01f), x(static_cast<size_t>(rows * k));
+    for (float& v : x) v = normal(rng);
+    QuantWeight w;
+    w.traits = &quantTraits(QuantFormat::kInt8);
+    w.n = n;
+    w.k = k;
+    w.group = k;
+    w.data = wq.data();
+    w.scales = w_scales.data();
+    std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+    AmxActivations amx_a;
+    resizeAmxActivations(rows, k, &amx_a);
+    std::vector<int8_t> a8(static_cast<size_t>(rows * k));
+    for (int64_t r = 0; r < rows; ++r) {
+      quantizeActivations(x.data() + r * k, k, k, 16, &a[static_cast<size_t>(r)]);
+      setAmxActivationRow(a[static_cast<size_t>(r)], r, &amx_a);
+      quantizeRowPerToken(x.data() + r * k, k, a8.data() + r * k);
+    }
+    std::vector<float> out(static_cast<size_t>(rows * n));
+    std::vector<int32_t> sums(static_cast<size_t>(rows * n));
+    std::printf("\n| level | product, %lld x %lld x %lld | G multiply-adds/s |\n|---|---|---|\n",
+                static_cast<long long>(rows), static_cast<long long>(k), static_cast<long long>(n));
+    auto measure = [&](const char* level, const char* what, auto&& run) {
+      std::vector<double> runs;
+      for (int r = 0; r < rounds; ++r) {
+        const auto start = Clock::now();
+        run();
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        runs.push_back(static_cast<double>(rows * k * n) / seconds / 1e9);
+      }
+      const Stat s = summarize(runs);
+      std::printf("| %s | %s | %.1f [%.1f, %.1f] |\n", level, what, s.median, s.low, s.high);
+    };
+    if (supported >= CpuIsa::kAvx512Vnni) {
+      setCpuIsaCapForTesting(CpuIsa::kAvx512Vnni);
+      measure("avx512_vnni", "int8 weights, int16 activations", [&] {
+        for (int64_t c = 0; c < n; c += 16)
+          quantDotRowBlock(w, c, c + 16, a.data(), rows, out.data() + c, n, 4);
+      });
+      measure("avx512_vnni", "w8a8", [&] {
+        for (int64_t c = 0; c < n; c += 16)
+          for (int64_t r = 0; r < rows; ++r)
+            dotInt8Rows(a8.data() + r * k, wq.data() + c * k, k, 16, sums.data() + r * n + c, 4);
+      });
+    }
+    if (supported >= CpuIsa::kAmx) {
+      setCpuIsaCapForTesting(CpuIsa::kAmx);
+      measure("amx", "int8 weights, int16 activations",
+              [&] { quantDotTileAmx(w, 0, n, amx_a, out.data(), n); });
+      measure("amx", "w8a8",
+              [&] { dotInt8TileAmx(a8.data(), rows, wq.data(), k, 0, n, sums.data(), n); });
+    }
+  }
+  setCpuIsaCapForTesting(kCpuIsaTop);
   return 0;
 }

@@ -10,6 +10,10 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace llmc {
 
@@ -24,6 +28,20 @@ uint64_t xgetbv0() {
   uint32_t eax = 0, edx = 0;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (uint64_t{edx} << 32) | eax;
+}
+
+// Linux hands the AMX tile data state (8 KiB per thread) only to a process that asks for it; an
+// instruction that touches the tiles without it faults. Asked once; true when granted.
+bool requestAmxTileData() {
+#if defined(__linux__)
+  constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureTileData) != 0) return false;
+  unsigned long granted = 0;
+  return syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) == 0 &&
+         ((granted >> kXfeatureTileData) & 1) != 0;
+#else
+  return false;
+#endif
 }
 #endif
 
@@ -42,10 +60,12 @@ CpuFeatures detect() {
   const bool osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
   f.fma = (r[2] >> 12) & 1;
   f.f16c = (r[2] >> 29) & 1;
+  bool os_amx = false;
   if (osxsave) {
     const uint64_t xcr0 = xgetbv0();
     f.os_avx = avx && (xcr0 & 0x6) == 0x6;            // XMM and YMM state
     f.os_avx512 = f.os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM0-15 high, ZMM16-31
+    os_amx = (xcr0 & 0x60000) == 0x60000;             // XTILECFG and XTILEDATA
   }
   if (max_leaf >= 7) {
     cpuid(7, 0, r);
@@ -58,6 +78,7 @@ CpuFeatures detect() {
     f.avx512vl = (ebx >> 31) & 1;
     f.avx512vnni = (ecx >> 11) & 1;
     f.avx512fp16 = (edx >> 23) & 1;
+    f.amx_int8 = os_amx && ((edx >> 24) & 1) && ((edx >> 25) & 1) && requestAmxTileData();
     if (subleaves >= 1) {
       cpuid(7, 1, r);
       f.avxvnni = (r[0] >> 4) & 1;
@@ -87,12 +108,13 @@ CpuFeatures detect() {
 CpuIsa supportedLevel(const CpuFeatures& f) {
   if (!(f.avx2 && f.fma && f.f16c)) return CpuIsa::kScalar;
   if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) return CpuIsa::kAvx2;
-  return f.avx512vnni ? CpuIsa::kAvx512Vnni : CpuIsa::kAvx512;
+  if (!f.avx512vnni) return CpuIsa::kAvx512;
+  return f.amx_int8 ? CpuIsa::kAmx : CpuIsa::kAvx512Vnni;
 }
 
-// LLMC_CPU_ISA as read at startup: the cap, or kAvx512Vnni (none) when unset or unknown.
+// LLMC_CPU_ISA as read at startup: the cap, or kCpuIsaTop (none) when unset or unknown.
 struct EnvironmentCap {
-  CpuIsa cap = CpuIsa::kAvx512Vnni;
+  CpuIsa cap = kCpuIsaTop;
   std::string text;  // the variable's value, empty when unset
   bool understood = true;
 };
@@ -104,13 +126,13 @@ const EnvironmentCap& environmentCap() {
     if (!value || !*value) return e;
     e.text = value;
     e.understood = parseCpuIsa(e.text, &e.cap);
-    if (!e.understood) e.cap = CpuIsa::kAvx512Vnni;
+    if (!e.understood) e.cap = kCpuIsaTop;
     return e;
   }();
   return env;
 }
 
-std::atomic<uint8_t> test_cap{static_cast<uint8_t>(CpuIsa::kAvx512Vnni)};
+std::atomic<uint8_t> test_cap{static_cast<uint8_t>(kCpuIsaTop)};
 
 }  // namespace
 
@@ -141,12 +163,13 @@ const char* cpuIsaName(CpuIsa isa) {
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx512Vnni: return "avx512_vnni";
+    case CpuIsa::kAmx: return "amx";
   }
   return "unknown";
 }
 
 bool parseCpuIsa(const std::string& name, CpuIsa* isa) {
-  for (CpuIsa level : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni})
+  for (CpuIsa level : kCpuIsaLevels)
     if (name == cpuIsaName(level)) {
       *isa = level;
       return true;
@@ -171,13 +194,14 @@ std::string cpuSummary() {
   flag(f.avxvnni, "avx_vnni");
   flag(f.avx512bf16, "avx512_bf16");
   flag(f.avx512fp16, "avx512_fp16");
+  flag(f.amx_int8, "amx_int8");
   std::string line = (f.model.empty() ? f.vendor : f.model) + "; " +
                      (flags.empty() ? "no AVX2" : flags) + "; kernels: " + cpuIsaName(cpuIsa());
   const EnvironmentCap& env = environmentCap();
   if (!env.text.empty())
-    line += env.understood
-                ? " (LLMC_CPU_ISA=" + env.text + ")"
-                : " (LLMC_CPU_ISA='" + env.text + "' ignored: scalar, avx2, avx512 or avx512_vnni)";
+    line += env.understood ? " (LLMC_CPU_ISA=" + env.text + ")"
+                           : " (LLMC_CPU_ISA='" + env.text +
+                                 "' ignored: scalar, avx2, avx512, avx512_vnni or amx)";
   return line;
 }
 

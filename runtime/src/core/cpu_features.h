@@ -4,7 +4,7 @@
 // One binary runs on any x86-64: each optimized kernel exists per level and the dispatch picks
 // the highest level the CPU and the OS support. LLMC_CPU_ISA=scalar|avx2|avx512|avx512_vnni in
 // the environment caps the level (to compare kernels, or to run as a smaller CPU would), as
-// oneDNN's ONEDNN_MAX_CPU_ISA does; it never raises it.
+// oneDNN's ONEDNN_MAX_CPU_ISA does; it never raises it. LLMC_CPU_ISA=amx names the top level.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,9 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false;
+  // AMX-TILE and AMX-INT8 with the tile state enabled by the OS (XCR0) and this process granted
+  // it (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked once when the features are first read).
+  bool amx_int8 = false;
 };
 
 // The kernel levels, each a superset of the one before.
@@ -28,7 +31,12 @@ enum class CpuIsa : uint8_t {
   kAvx2 = 1,        // AVX2 + FMA + F16C
   kAvx512 = 2,      // AVX-512 F/BW/VL/DQ
   kAvx512Vnni = 3,  // and AVX-512 VNNI (int8/int16 dot products in one instruction)
+  kAmx = 4,         // and AMX-INT8: 16 x 16 int32 tiles of int8 products (prefill's integer GEMMs)
 };
+// Every level, lowest first.
+constexpr CpuIsa kCpuIsaLevels[] = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512,
+                                    CpuIsa::kAvx512Vnni, CpuIsa::kAmx};
+constexpr CpuIsa kCpuIsaTop = CpuIsa::kAmx;
 
 // Read once (thread-safe).
 const CpuFeatures& cpuFeatures();

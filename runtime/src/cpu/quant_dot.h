@@ -72,6 +72,37 @@ int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k);
 void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out,
                  int channels_per_pass);
 
+// AMX (cpu/quant_dot_amx.cpp): prefill's integer products in 16-row x 16-channel tiles, where
+// cpuIsa() is kAmx and at least kAmxMinRows rows share the weights (fewer take the AVX-512
+// tiles above: the weights' repacking per call would not pay).
+constexpr int64_t kAmxMinRows = 8;
+bool quantDotHasAmx();
+
+// int8 weights' int16 activation codes for the tiles: each code c split into a signed high and
+// an unsigned low byte (c = 256 * high + low), [rows padded to 16, K] with the padding zero, and
+// the per-block scales [padded rows, K / kQuantBlock].
+struct AmxActivations {
+  int64_t rows = 0, k = 0;
+  std::vector<int8_t> high;
+  std::vector<uint8_t> low;
+  std::vector<float> scales;
+};
+void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out);
+// Row r from its quantizeActivations(..., 16 bits, ...) form.
+void setAmxActivationRow(const QuantizedActivations& row, int64_t r, AmxActivations* out);
+// Row r quantized from x (K floats) straight into the split form: the same codes and scales as
+// quantizeActivations then setAmxActivationRow, in 16 lanes. Only where quantDotHasAmx().
+void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out);
+// out[r * out_stride + i] = the product of row r (r < a.rows) with output channel n0 + i of an
+// int8 weight (i < n1 - n0): quantDotScalar's integers per block, summed in float in another
+// order. Only where quantDotHasAmx().
+void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
+                     float* out, int64_t out_stride);
+// w8a8: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, for r < rows; `a` is int8 [rows
+// padded to 16 (zeros), k], k a multiple of 64. Only where quantDotHasAmx().
+void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                    int64_t n1, int32_t* out, int64_t out_stride);
+
 // The channels per pass of the integer products for `rows` rows of activations. One row
 // (decode) reads each weight once and is bound by memory: on one 2-core Zen 4 VM four
 // interleaved weight rows streamed at half the rate of one (int8 decode of a 110M Llama 89-95

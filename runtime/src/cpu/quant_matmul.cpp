@@ -112,13 +112,20 @@ Status quantMatMulKernel(KernelContext& ctx) {
   constexpr int64_t kChannelTile = 16;
   constexpr int64_t kTaskTiles = 4;
   const int64_t channel_tasks = (w.n + kChannelTile * kTaskTiles - 1) / (kChannelTile * kTaskTiles);
-  auto for_each_tile = [&](auto&& tile) {
+  auto for_each_task = [&](auto&& channels) {
     parallelFor(pool, channel_tasks, [&](int64_t task) {
-      const int64_t end = std::min(w.n, (task + 1) * kChannelTile * kTaskTiles);
-      for (int64_t n0 = task * kChannelTile * kTaskTiles; n0 < end; n0 += kChannelTile)
+      channels(task * kChannelTile * kTaskTiles,
+               std::min(w.n, (task + 1) * kChannelTile * kTaskTiles));
+    });
+  };
+  auto for_each_tile = [&](auto&& tile) {
+    for_each_task([&](int64_t begin, int64_t end) {
+      for (int64_t n0 = begin; n0 < end; n0 += kChannelTile)
         tile(n0, std::min(kChannelTile, w.n - n0));
     });
   };
+  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once.
+  const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.
   constexpr int64_t kRowTask = 8;
   auto for_each_row = [&](auto&& row_fn) {
@@ -162,20 +169,40 @@ Status quantMatMulKernel(KernelContext& ctx) {
   } else if (traits->per_token_activations) {
     // w8a8: one int8 scale per row, exact int32 sums over K, two float multiplies per output.
     if (k > kMaxPerTokenK) return kernelError(ctx, "w8a8 takes K up to " + std::to_string(kMaxPerTokenK));
-    std::vector<int8_t> aq(static_cast<size_t>(rows * k));
+    const bool tiled = amx && k % 64 == 0;
+    // The AMX tiles read rows in sixteens: the padding rows stay zero.
+    std::vector<int8_t> aq(static_cast<size_t>((tiled ? (rows + 15) / 16 * 16 : rows) * k));
     std::vector<float> row_scales(static_cast<size_t>(rows));
     for_each_row([&](int64_t r, const float* row) {
       row_scales[r] = quantizeRowPerToken(row, k, aq.data() + r * k);
     });
     const int8_t* wq = static_cast<const int8_t*>(w.data);
-    for_each_tile([&](int64_t n0, int64_t count) {
-      int32_t sums[kChannelTile];
-      for (int64_t r = 0; r < rows; ++r) {
-        dotInt8Rows(aq.data() + r * k, wq + n0 * k, k, count, sums, channelsPerPass(rows));
-        for (int64_t i = 0; i < count; ++i)
-          h[r * w.n + n0 + i] = static_cast<float>(sums[i]) * row_scales[r] * w.scale(n0 + i, 0);
-      }
-    });
+    if (tiled) {
+      for_each_task([&](int64_t n0, int64_t n1) {
+        const int64_t stride = kChannelTile * kTaskTiles;
+        std::vector<int32_t> sums(static_cast<size_t>(rows * stride));
+        dotInt8TileAmx(aq.data(), rows, wq, k, n0, n1, sums.data(), stride);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t n = n0; n < n1; ++n)
+            h[r * w.n + n] = static_cast<float>(sums[static_cast<size_t>(r * stride + n - n0)]) *
+                             row_scales[r] * w.scale(n, 0);
+      });
+    } else {
+      for_each_tile([&](int64_t n0, int64_t count) {
+        int32_t sums[kChannelTile];
+        for (int64_t r = 0; r < rows; ++r) {
+          dotInt8Rows(aq.data() + r * k, wq + n0 * k, k, count, sums, channelsPerPass(rows));
+          for (int64_t i = 0; i < count; ++i)
+            h[r * w.n + n0 + i] = static_cast<float>(sums[i]) * row_scales[r] * w.scale(n0 + i, 0);
+        }
+      });
+    }
+  } else if (amx && traits->bits == 8) {
+    // int8 weights: the int16 codes split into high and low bytes for the tiles.
+    AmxActivations codes;
+    resizeAmxActivations(rows, k, &codes);
+    for_each_row([&](int64_t r, const float* row) { quantizeAmxRow(row, r, &codes); });
+    for_each_task([&](int64_t n0, int64_t n1) { quantDotTileAmx(w, n0, n1, codes, h + n0, w.n); });
   } else {
     std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
     for_each_row([&](int64_t r, const float* row) {

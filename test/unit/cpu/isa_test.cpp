@@ -23,12 +23,12 @@ namespace {
 class IsaCap {
  public:
   explicit IsaCap(CpuIsa cap) { setCpuIsaCapForTesting(cap); }
-  ~IsaCap() { setCpuIsaCapForTesting(CpuIsa::kAvx512Vnni); }
+  ~IsaCap() { setCpuIsaCapForTesting(kCpuIsaTop); }
 };
 
 std::vector<CpuIsa> supportedLevels() {
   std::vector<CpuIsa> levels;
-  for (CpuIsa level : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni})
+  for (CpuIsa level : kCpuIsaLevels)
     if (level <= cpuIsaSupported()) levels.push_back(level);
   return levels;
 }
@@ -39,6 +39,7 @@ TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {
   EXPECT_EQ(supported >= CpuIsa::kAvx2, f.avx2 && f.fma && f.f16c);
   EXPECT_EQ(supported >= CpuIsa::kAvx512, f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
   EXPECT_EQ(supported >= CpuIsa::kAvx512Vnni, supported >= CpuIsa::kAvx512 && f.avx512vnni);
+  EXPECT_EQ(supported >= CpuIsa::kAmx, supported >= CpuIsa::kAvx512Vnni && f.amx_int8);
   // The build's own reading of the CPU agrees (it checks the OS's register state too).
   EXPECT_EQ(f.avx2, __builtin_cpu_supports("avx2") != 0);
   EXPECT_EQ(f.avx512f, __builtin_cpu_supports("avx512f") != 0);
@@ -49,12 +50,14 @@ TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {
         << cpuSummary();
   }
   {
-    IsaCap cap(CpuIsa::kAvx512Vnni);  // a cap above the CPU changes nothing
+    IsaCap cap(kCpuIsaTop);  // a cap above the CPU changes nothing
     EXPECT_EQ(cpuIsa(), supported);
   }
   CpuIsa parsed = CpuIsa::kScalar;
   EXPECT_TRUE(parseCpuIsa("avx512", &parsed));
   EXPECT_EQ(parsed, CpuIsa::kAvx512);
+  EXPECT_TRUE(parseCpuIsa("amx", &parsed));
+  EXPECT_EQ(parsed, CpuIsa::kAmx);
   EXPECT_FALSE(parseCpuIsa("AVX2", &parsed));
   EXPECT_FALSE(parseCpuIsa("sse4", &parsed));
 }

@@ -3,17 +3,19 @@
 // bound for the scale products and epilogues: a 0.2% scale error fails) and against the float
 // product of the dequantized weight; the AVX2 dot products against the scalar ones; and the
 // errors for weights that do not fit.
+#include "core/quant.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/cpu_features.h"
 #include "core/fp8.h"
 #include "core/half.h"
-#include "core/quant.h"
 #include "cpu/quant_dot.h"
 #include "kernel_test_util.h"
 
@@ -222,26 +224,45 @@ TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
   }
 }
 
+// The ISA levels this host supports, lowest first.
+std::vector<CpuIsa> supportedLevels() {
+  std::vector<CpuIsa> levels;
+  for (CpuIsa level : kCpuIsaLevels)
+    if (level <= cpuIsaSupported()) levels.push_back(level);
+  return levels;
+}
+
 // The kernel against integer arithmetic: exact up to float32's rounding of the scale products,
-// on every path (tiled AVX2 channels, the pair kernel, single channels, prefill rows).
+// on every path (tiled AVX2 channels, the pair kernel, single channels, prefill rows: the
+// AVX-512 register tiles and, from kAmxMinRows rows, the AMX tiles) at every level the host has.
 TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
   const auto [format, group_param] = GetParam();
-  for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 33}, {5, 384, 64}, {3, 64, 7},
-                                   {2, 192, 5}, {1, 512, 19}, {4, 448, 17}}) {
-    const int64_t group = std::string(format) == "int8" ? k : std::min(group_param, k);
-    Tensor w = randomFloat({n, k}, 23), x = randomFloat({rows, k}, 24);
-    x.data<float>()[0] = 0.0f;  // a zero and a large value in the first block
-    x.data<float>()[1] = 40.0f;
-    Quantized q = quantize(w, true, format, group);
-    std::optional<Tensor> zeros;
-    if (q.weight.zeros) zeros = q.zeros;
-    Tensor got = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros},
-                           params({{"format", stringParam(format)}, {"group", intParam(group)}}));
-    expectWithinBounds(got, integerReference(x, q.weight),
-                       std::string(format) + " [" + std::to_string(rows) + ", " + std::to_string(k) +
-                           "] x [" + std::to_string(k) + ", " + std::to_string(n) + "] group " +
-                           std::to_string(group));
-  }
+  for (CpuIsa level : supportedLevels())
+    for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 33},
+                                     {5, 384, 64},
+                                     {3, 64, 7},
+                                     {2, 192, 5},
+                                     {1, 512, 19},
+                                     {4, 448, 17},
+                                     {8, 96, 17},
+                                     {37, 256, 40}}) {
+      setCpuIsaCapForTesting(level);
+      const int64_t group = std::string(format) == "int8" ? k : std::min(group_param, k);
+      Tensor w = randomFloat({n, k}, 23), x = randomFloat({rows, k}, 24);
+      x.data<float>()[0] = 0.0f;  // a zero and a large value in the first block
+      x.data<float>()[1] = 40.0f;
+      Quantized q = quantize(w, true, format, group);
+      std::optional<Tensor> zeros;
+      if (q.weight.zeros) zeros = q.zeros;
+      Tensor got = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros},
+                             params({{"format", stringParam(format)}, {"group", intParam(group)}}));
+      setCpuIsaCapForTesting(kCpuIsaTop);
+      expectWithinBounds(got, integerReference(x, q.weight),
+                         std::string(format) + " [" + std::to_string(rows) + ", " +
+                             std::to_string(k) + "] x [" + std::to_string(k) + ", " +
+                             std::to_string(n) + "] group " + std::to_string(group) + ", level " +
+                             cpuIsaName(level));
+    }
 }
 
 // Bias, alpha and the activation epilogue, and the gated form, on the quantized product.
@@ -402,7 +423,7 @@ TEST(QuantDotRowsTest, RowBlocksOnEveryLevelEqualScalarDots) {
         bound[r * n + ch] = static_cast<float>(1e-5 * magnitude + 1e-30);
       }
     }
-    for (CpuIsa level : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+    for (CpuIsa level : kCpuIsaLevels) {
       if (level > supported) continue;
       setCpuIsaCapForTesting(level);
       for (int64_t row_count : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}})
@@ -464,32 +485,152 @@ TEST(W8A8Test, MatchesTheDequantizedProductAndTakesInputScales) {
 
 // w8a8 against integer arithmetic: per-token codes (scale absmax / 127 over the row, after
 // the input scales' float product), exact int32 sums, then float(sum) * s_a * s_w: 3 roundings.
+// At every level the host has; 37 rows of K = 192 take the AMX tiles where the host has them.
 TEST(W8A8Test, EqualsTheIntegerReference) {
-  const int64_t rows = 4, k = 160, n = 21;
-  Tensor w = randomFloat({n, k}, 84), x = randomFloat({rows, k}, 85), s = randomFloat({k}, 86);
-  for (int64_t j = 0; j < k; ++j) s.data<float>()[j] = 0.5f + std::fabs(s.data<float>()[j]);
-  Quantized q = quantize(w, true, "w8a8", k);
-  const int8_t* wq = q.data.data<int8_t>();
-  for (bool with_scales : {false, true}) {
-    std::vector<Exact> want(static_cast<size_t>(rows * n));
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<float> row(static_cast<size_t>(k));
-      for (int64_t j = 0; j < k; ++j)
-        row[j] = with_scales ? x.data<float>()[r * k + j] * s.data<float>()[j] : x.data<float>()[r * k + j];
-      float amax = 0;
-      for (float v : row) amax = std::max(amax, std::fabs(v));
-      const float a_scale = amax / 127.0f;
-      for (int64_t c = 0; c < n; ++c) {
-        int64_t dot = 0;
-        for (int64_t j = 0; j < k; ++j) dot += contractCode(row[j], a_scale, 127.0f) * int64_t{wq[c * k + j]};
-        const double value = static_cast<double>(dot) * a_scale * q.weight.scale(c, 0);
-        want[static_cast<size_t>(r * n + c)] = {value, gamma(3) * std::fabs(value) + 1e-30};
+  for (CpuIsa level : supportedLevels())
+    for (const auto& [rows, k, n] :
+         {std::tuple<int64_t, int64_t, int64_t>{4, 160, 21}, {37, 192, 40}}) {
+      SCOPED_TRACE(std::string("level ") + cpuIsaName(level) + ", " + std::to_string(rows) +
+                   " rows");
+      Tensor w = randomFloat({n, k}, 84), x = randomFloat({rows, k}, 85), s = randomFloat({k}, 86);
+      for (int64_t j = 0; j < k; ++j) s.data<float>()[j] = 0.5f + std::fabs(s.data<float>()[j]);
+      Quantized q = quantize(w, true, "w8a8", k);
+      const int8_t* wq = q.data.data<int8_t>();
+      for (bool with_scales : {false, true}) {
+        std::vector<Exact> want(static_cast<size_t>(rows * n));
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<float> row(static_cast<size_t>(k));
+          for (int64_t j = 0; j < k; ++j)
+            row[j] = with_scales ? x.data<float>()[r * k + j] * s.data<float>()[j]
+                                 : x.data<float>()[r * k + j];
+          float amax = 0;
+          for (float v : row) amax = std::max(amax, std::fabs(v));
+          const float a_scale = amax / 127.0f;
+          for (int64_t c = 0; c < n; ++c) {
+            int64_t dot = 0;
+            for (int64_t j = 0; j < k; ++j)
+              dot += contractCode(row[j], a_scale, 127.0f) * int64_t{wq[c * k + j]};
+            const double value = static_cast<double>(dot) * a_scale * q.weight.scale(c, 0);
+            want[static_cast<size_t>(r * n + c)] = {value, gamma(3) * std::fabs(value) + 1e-30};
+          }
+        }
+        std::vector<std::optional<Tensor>> inputs = {x, q.data, q.scales};
+        if (with_scales) inputs.insert(inputs.end(), {std::nullopt, std::nullopt, s});
+        setCpuIsaCapForTesting(level);
+        Tensor got = runKernel("LlmQuantMatMul", inputs,
+                               params({{"format", stringParam("w8a8")}, {"group", intParam(k)}}));
+        setCpuIsaCapForTesting(kCpuIsaTop);
+        expectWithinBounds(got, want, with_scales ? "w8a8 with input scales" : "w8a8");
       }
     }
-    std::vector<std::optional<Tensor>> inputs = {x, q.data, q.scales};
-    if (with_scales) inputs.insert(inputs.end(), {std::nullopt, std::nullopt, s});
-    Tensor got = runKernel("LlmQuantMatMul", inputs, params({{"format", stringParam("w8a8")}, {"group", intParam(k)}}));
-    expectWithinBounds(got, want, with_scales ? "w8a8 with input scales" : "w8a8");
+}
+
+// The AMX tiles (cpu/quant_dot_amx.cpp) against the scalar reference. Where the host has no AMX
+// they cannot run: the tests say so and skip (test/isa/emulated_host.py runs without it too).
+class AmxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cpuIsaSupported() < CpuIsa::kAmx) GTEST_SKIP() << "this CPU (or its OS) gives no AMX-INT8";
+  }
+};
+
+// The split codes are quantizeActivations' codes bit for bit (high * 256 + low), with the
+// same scales, over ties, clamping, zeros, infinities, NaN and subnormal blocks.
+TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
+  const int64_t k = 32 * 8;
+  std::mt19937 rng(95);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(3 * k));
+  for (float& v : x) v = normal(rng) * 3;
+  float* row = x.data();
+  row[0] = 32767.0f, row[1] = -0.5f, row[2] = 2.5f, row[3] = -32767.0f;  // block 0: ties at scale 1
+  for (int64_t i = 32; i < 64; ++i) row[i] = 0;                          // block 1: all zero
+  row[64] = INFINITY;                                                    // block 2: inf, NaN
+  row[65] = NAN;
+  row[96] = NAN;  // block 3: NaN first
+  for (int64_t i = 128; i < 160; ++i) row[i] = 1e-42f * static_cast<float>(i - 140);  // subnormal
+  for (int64_t i = 160; i < 192; ++i) row[i] = (i % 2 ? 0.5f : -1.5f) * 1e-3f;        // ties again
+  AmxActivations got, want;
+  resizeAmxActivations(3, k, &got);
+  resizeAmxActivations(3, k, &want);
+  for (int64_t r = 0; r < 3; ++r) {
+    QuantizedActivations a;
+    quantizeActivations(x.data() + r * k, k, k, 16, &a);
+    setAmxActivationRow(a, r, &want);
+    quantizeAmxRow(x.data() + r * k, r, &got);
+    for (int64_t i = 0; i < k; ++i)
+      ASSERT_EQ(256 * want.high[r * k + i] + want.low[r * k + i], a.q16[i]) << r << " " << i;
+  }
+  EXPECT_EQ(got.high, want.high);
+  EXPECT_EQ(got.low, want.low);
+  ASSERT_EQ(got.scales.size(), want.scales.size());
+  for (size_t i = 0; i < got.scales.size(); ++i)
+    EXPECT_EQ(std::memcmp(&got.scales[i], &want.scales[i], sizeof(float)), 0) << i;
+}
+
+// int8 weights x int16 activations: per block the integer sums are the scalar ones; the float
+// sums within the rounding bound; rows and channels outside the ranges untouched.
+TEST_F(AmxTest, Int16TilesMatchTheScalarDots) {
+  for (const auto& [rows, k] :
+       {std::pair<int64_t, int64_t>{1, 32}, {16, 96}, {17, 768}, {45, 64}}) {
+    const int64_t n = 37;
+    Tensor w = randomFloat({n, k}, 96), x = randomFloat({rows, k}, 97);
+    x.data<float>()[0] = 1e4f;  // codes at ±32767 next to small ones
+    Quantized q = quantize(w, true, "int8", k);
+    AmxActivations codes;
+    resizeAmxActivations(rows, k, &codes);
+    std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      quantizeActivations(x.data<float>() + r * k, k, k, 16, &a[r]);
+      quantizeAmxRow(x.data<float>() + r * k, r, &codes);
+    }
+    const int64_t stride = n + 1;
+    std::vector<float> out(static_cast<size_t>((rows + 1) * stride), -1.0f);
+    quantDotTileAmx(q.weight, 1, n - 1, codes, out.data() + 1, stride);
+    for (int64_t r = 0; r <= rows; ++r)
+      for (int64_t c = 0; c <= n; ++c) {
+        const float got = out[static_cast<size_t>(r * stride + c)];
+        if (r == rows || c == 0 || c >= n - 1) {
+          EXPECT_EQ(got, -1.0f) << "row " << r << " column " << c << " was written";
+          continue;
+        }
+        double magnitude = 0;
+        for (int64_t i = 0; i < k; ++i)
+          magnitude += std::fabs(a[r].q16[i] * a[r].scales[i / kQuantBlock] * q.weight.scale(c, 0) *
+                                 q.data.data<int8_t>()[c * k + i]);
+        EXPECT_NEAR(got, quantDotScalar(q.weight, c, a[r]),
+                    gamma(2 * k / kQuantBlock + 8) * magnitude + 1e-30)
+            << rows << " rows, K " << k << ", row " << r << " channel " << c;
+      }
+  }
+}
+
+// w8a8: the int32 sums are exact, with the extremes (-127 x -127 over all of K), for row and
+// channel counts on and off the 16s and the 2 x 2 tile blocking.
+TEST_F(AmxTest, Int8TilesAreExact) {
+  std::mt19937 rng(98);
+  std::uniform_int_distribution<int> value(-127, 127);
+  for (const auto& [rows, k] :
+       {std::pair<int64_t, int64_t>{1, 64}, {16, 192}, {17, 64}, {50, 4096}}) {
+    const int64_t n = 53, padded = (rows + 15) / 16 * 16;
+    std::vector<int8_t> a(static_cast<size_t>(padded * k), 0), w(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < rows * k; ++i) a[i] = static_cast<int8_t>(value(rng));
+    for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
+    for (int64_t i = 0; i < k; ++i) a[i] = w[k + i] = -127;  // row 0 x channel 1: K * 127^2
+    const int64_t stride = n + 2;
+    std::vector<int32_t> out(static_cast<size_t>((rows + 1) * stride), -1);
+    dotInt8TileAmx(a.data(), rows, w.data(), k, 1, n, out.data() + 1, stride);
+    for (int64_t r = 0; r <= rows; ++r)
+      for (int64_t c = 0; c < stride; ++c) {
+        const int32_t got = out[static_cast<size_t>(r * stride + c)];
+        if (r == rows || c == 0 || c > n - 1) {
+          EXPECT_EQ(got, -1) << "row " << r << " column " << c << " was written";
+          continue;
+        }
+        ASSERT_EQ(got, dotInt8Scalar(a.data() + r * k, w.data() + c * k, k))
+            << rows << " rows, K " << k << ", row " << r << " channel " << c;
+      }
+    EXPECT_EQ(out[1], 127 * 127 * k);  // row 0, channel 1
   }
 }
 

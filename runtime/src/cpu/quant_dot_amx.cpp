@@ -1,0 +1,337 @@
+// The AMX forms of prefill's integer products (cpu/quant_dot.h). A tile register holds up to
+// 16 rows of 64 bytes; one TMUL instruction multiplies a 16 x 4k int8 tile of activations by a
+// 4k x 16 tile of weights (packed four consecutive K values per 32-bit column, the "VNNI" layout)
+// into a 16 x 16 int32 tile: 16 * 16 * 4k multiply-adds, exact.
+//
+// - int8 weights, int16 activations (`int8`): the AMX has no int16 product, so each activation
+//   code c (|c| <= 32767) is split into a signed high byte and an unsigned low byte, c = 256 * h
+//   + l, and a block of 32 (one activation scale) takes two products, h x w (tdpbssd) and l x w
+//   (tdpbusd), recombined in int32: 256 * Σhw + Σlw = Σcw exactly (|Σhw| <= 128 * 127 * 32), the
+//   same integer as every other level's. Each block's sum then leaves the tile for the vector
+//   registers: float, times the block's activation scale, added in float per lane (16 output
+//   channels per register, one register per row); the channel scale at the end. The float sum
+//   over blocks runs in another order than the other levels' (rounding only; the tests bound it).
+// - w8a8 (int8 x int8, one scale per row): K is summed in the tile itself, 64 per instruction,
+//   2 x 2 tiles of 16 rows x 16 channels sharing each load; the int32 sums leave once, exact.
+//
+// The weights are repacked per call into the tile layout, per 16 output channels (a gather per
+// 4 K values), and serve every row tile of the call from cache. Kernels run only where cpuIsa()
+// is kAmx: the CPU has AMX-INT8 and the OS granted this process the tile state.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "core/scale.h"
+#include "cpu/quant_dot.h"
+
+namespace llmc {
+
+namespace {
+constexpr int64_t kTileRows = 16;  // rows of a tile; output channels per tile (16 int32 columns)
+}  // namespace
+
+void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out) {
+  const int64_t padded = (rows + kTileRows - 1) / kTileRows * kTileRows;
+  out->rows = rows;
+  out->k = k;
+  out->high.assign(static_cast<size_t>(padded * k), 0);
+  out->low.assign(static_cast<size_t>(padded * k), 0);
+  out->scales.assign(static_cast<size_t>(padded * (k / kQuantBlock)), 0.0f);
+}
+
+void setAmxActivationRow(const QuantizedActivations& a, int64_t r, AmxActivations* out) {
+  const int64_t k = out->k, blocks = k / kQuantBlock;
+  int8_t* high = out->high.data() + r * k;
+  uint8_t* low = out->low.data() + r * k;
+  for (int64_t i = 0; i < k; ++i) {
+    const int32_t code = a.q16[static_cast<size_t>(i)];
+    high[i] = static_cast<int8_t>(code >> 8);  // arithmetic: floor(code / 256)
+    low[i] = static_cast<uint8_t>(code & 0xff);
+  }
+  std::memcpy(out->scales.data() + r * blocks, a.scales.data(),
+              static_cast<size_t>(blocks) * sizeof(float));
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#if defined(__clang__)
+#pragma clang attribute push(                                                                 \
+    __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#endif
+
+namespace {
+
+// The tile configuration (palette 1): tiles 0-3 are 16 x 16 int32 sums, 4-5 activations
+// (16 rows x `a_bytes`), 6-7 weights (a_bytes / 4 rows x 16 channels x 4 bytes).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Loads the configuration on this thread, and releases the tiles when the scope ends (a
+// thread holding tile state is costlier to switch and keeps the core from deep idle states).
+class TileScope {
+ public:
+  explicit TileScope(int a_bytes) {
+    TileConfig config;
+    for (int t = 0; t < 4; ++t) {
+      config.rows[t] = kTileRows;
+      config.colsb[t] = 64;
+    }
+    for (int t = 4; t < 6; ++t) {
+      config.rows[t] = kTileRows;
+      config.colsb[t] = static_cast<uint16_t>(a_bytes);
+    }
+    for (int t = 6; t < 8; ++t) {
+      config.rows[t] = static_cast<uint8_t>(a_bytes / 4);
+      config.colsb[t] = 64;
+    }
+    _tile_loadconfig(&config);
+  }
+  ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+// Channels n0..n0+15 of an int8 weight [N, K] (rows at or past `n_end` as zeros) in the
+// weights' tile layout, `chunk` K values per tile: packed[c][i][n][j] = W[n0 + n][c * chunk +
+// 4i + j], chunk * 16 bytes per chunk.
+void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int64_t chunk,
+                    int8_t* packed) {
+  const int64_t count = std::min<int64_t>(kTileRows, n_end - n0);
+  const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+  const __m512i rows =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(k)));
+  const int8_t* base = w + n0 * k;
+  int32_t* out = reinterpret_cast<int32_t*>(packed);
+  for (int64_t q = 0; q < k / 4; ++q)  // one 32-bit column (four K values) of 16 channels
+    _mm512_storeu_si512(
+        out + q * kTileRows,
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows, base + 4 * q, 1));
+}
+
+// The int8-weight / int16-activation product for one 16-row tile of activations and one slab
+// of 16 channels (packed with chunks of kQuantBlock): acc[r] += Σ_blocks float(Σcw) * scale.
+// Three stages in flight: block b's products (tiles 0/1 for even blocks, 2/3 for odd ones), block
+// b - 1's sums leaving the tiles for a buffer, and block b - 2's buffer scaled into the
+// accumulators (read right after the tile store it stalls). GCC's tile intrinsics paste the tile
+// number into the instruction: it must be a literal, hence macros rather than templates.
+#define LLMC_AMX_INT16_BLOCK(kHigh, kLow, block)                         \
+  do {                                                                   \
+    _tile_zero(kHigh);                                                   \
+    _tile_zero(kLow);                                                    \
+    _tile_loadd(4, a.high.data() + m * k + (block)*kQuantBlock, k);      \
+    _tile_loadd(5, a.low.data() + m * k + (block)*kQuantBlock, k);       \
+    _tile_loadd(6, packed.data() + (block)*kQuantBlock * kTileRows, 64); \
+    _tile_dpbssd(kHigh, 4, 6);                                           \
+    _tile_dpbusd(kLow, 5, 6);                                            \
+  } while (0)
+#define LLMC_AMX_INT16_STORE(kHigh, kLow, buffer) \
+  do {                                            \
+    _tile_stored(kHigh, (buffer).high, 64);       \
+    _tile_stored(kLow, (buffer).low, 64);         \
+  } while (0)
+
+struct alignas(64) BlockSums {
+  int32_t high[kTileRows * 16];
+  int32_t low[kTileRows * 16];
+};
+
+// acc[r] += float(256 * high[r] + low[r]) * scales[r * stride], per lane.
+inline void scaleBlock(const BlockSums& sums, const float* scales, int64_t stride, __m512* acc) {
+#pragma GCC unroll 16
+  for (int r = 0; r < kTileRows; ++r) {
+    const __m512i sum =
+        _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums.high + r * 16), 8),
+                         _mm512_load_si512(sums.low + r * 16));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(scales[r * stride]), acc[r]);
+  }
+}
+
+void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a, float* out,
+                int64_t out_stride) {
+  const int64_t k = a.k, blocks = k / kQuantBlock;
+  std::vector<int8_t> packed(static_cast<size_t>(k * kTileRows));
+  BlockSums sums[2];
+  TileScope tiles(static_cast<int>(kQuantBlock));
+  for (int64_t n = n0; n < n1; n += kTileRows) {
+    const int64_t count = std::min(kTileRows, n1 - n);
+    packWeightSlab(static_cast<const int8_t*>(w.data), k, n, n1, kQuantBlock, packed.data());
+    alignas(64) float channel_scales[16] = {};
+    for (int64_t c = 0; c < count; ++c) channel_scales[c] = w.scale(n + c, 0);
+    const __m512 channel_scale = _mm512_load_ps(channel_scales);
+    const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+    for (int64_t m = 0; m < a.rows; m += kTileRows) {
+      __m512 acc[kTileRows];
+      for (__m512& v : acc) v = _mm512_setzero_ps();
+      const float* scales = a.scales.data() + m * blocks;
+      LLMC_AMX_INT16_BLOCK(0, 1, 0);
+      if (blocks > 1) LLMC_AMX_INT16_BLOCK(2, 3, 1);
+      LLMC_AMX_INT16_STORE(0, 1, sums[0]);
+      for (int64_t b = 2;; b += 2) {
+        if (b < blocks) LLMC_AMX_INT16_BLOCK(0, 1, b);
+        if (b - 1 < blocks) LLMC_AMX_INT16_STORE(2, 3, sums[1]);
+        scaleBlock(sums[0], scales + b - 2, blocks, acc);
+        if (b - 1 >= blocks) break;
+        if (b + 1 < blocks) LLMC_AMX_INT16_BLOCK(2, 3, b + 1);
+        if (b < blocks) LLMC_AMX_INT16_STORE(0, 1, sums[0]);
+        scaleBlock(sums[1], scales + b - 1, blocks, acc);
+        if (b >= blocks) break;
+      }
+      for (int64_t r = 0; r < std::min(kTileRows, a.rows - m); ++r)
+        _mm512_mask_storeu_ps(out + (m + r) * out_stride + (n - n0), valid,
+                              _mm512_mul_ps(acc[r], channel_scale));
+    }
+  }
+}
+
+// w8a8: rows m.. (kRowTiles tiles of 16) x slabs (kSlabs of 16 channels) of Σ_K a·w in int32.
+constexpr int64_t kInt8Chunk = 64;
+
+template <int kRowTiles, int kSlabs>
+void int8Tiles(const int8_t* a, int64_t k, int64_t m, const int8_t* packed0, const int8_t* packed1,
+               int32_t* sums /* [32 rows][32 channels] */) {
+  _tile_zero(0);
+  if (kSlabs > 1) _tile_zero(1);
+  if (kRowTiles > 1) _tile_zero(2);
+  if (kRowTiles > 1 && kSlabs > 1) _tile_zero(3);
+  for (int64_t c = 0; c < k / kInt8Chunk; ++c) {
+    _tile_loadd(4, a + m * k + c * kInt8Chunk, k);
+    _tile_loadd(6, packed0 + c * kInt8Chunk * kTileRows, 64);
+    _tile_dpbssd(0, 4, 6);
+    if (kSlabs > 1) {
+      _tile_loadd(7, packed1 + c * kInt8Chunk * kTileRows, 64);
+      _tile_dpbssd(1, 4, 7);
+    }
+    if (kRowTiles > 1) {
+      _tile_loadd(5, a + (m + kTileRows) * k + c * kInt8Chunk, k);
+      _tile_dpbssd(2, 5, 6);
+      if (kSlabs > 1) _tile_dpbssd(3, 5, 7);
+    }
+  }
+  constexpr int64_t kStride = 32 * sizeof(int32_t);
+  _tile_stored(0, sums, kStride);
+  if (kSlabs > 1) _tile_stored(1, sums + 16, kStride);
+  if (kRowTiles > 1) _tile_stored(2, sums + 16 * 32, kStride);
+  if (kRowTiles > 1 && kSlabs > 1) _tile_stored(3, sums + 16 * 32 + 16, kStride);
+}
+
+void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
+                  int32_t* out, int64_t out_stride) {
+  std::vector<int8_t> packed(static_cast<size_t>(2 * k * kTileRows));
+  int8_t* packed0 = packed.data();
+  int8_t* packed1 = packed.data() + k * kTileRows;
+  alignas(64) int32_t sums[32 * 32];
+  TileScope tiles(static_cast<int>(kInt8Chunk));
+  for (int64_t n = n0; n < n1; n += 2 * kTileRows) {
+    const bool two_slabs = n + kTileRows < n1;
+    packWeightSlab(w, k, n, n1, kInt8Chunk, packed0);
+    if (two_slabs) packWeightSlab(w, k, n + kTileRows, n1, kInt8Chunk, packed1);
+    const int64_t channels = std::min(2 * kTileRows, n1 - n);
+    for (int64_t m = 0; m < rows; m += 2 * kTileRows) {
+      const bool two_tiles = m + kTileRows < rows;
+      if (two_tiles && two_slabs)
+        int8Tiles<2, 2>(a, k, m, packed0, packed1, sums);
+      else if (two_tiles)
+        int8Tiles<2, 1>(a, k, m, packed0, packed1, sums);
+      else if (two_slabs)
+        int8Tiles<1, 2>(a, k, m, packed0, packed1, sums);
+      else
+        int8Tiles<1, 1>(a, k, m, packed0, packed1, sums);
+      for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r)
+        std::memcpy(out + (m + r) * out_stride + (n - n0), sums + r * 32,
+                    static_cast<size_t>(channels) * sizeof(int32_t));
+    }
+  }
+}
+
+// quantizeActivations' 16-bit codes of one row, 16 lanes at a time, written as high and low
+// bytes: per block of 32 the absmax, scale = absmax / 32767, and each x * (1 / scale) rounded
+// half away from zero and clamped to ±32767 (NaN to -32767), as roundClamped does.
+void quantizeRowCodes(const float* x, int64_t k, int8_t* high, uint8_t* low, float* scales) {
+  constexpr float kLevels = 32767.0f;
+  const __m512 levels = _mm512_set1_ps(kLevels), negative_levels = _mm512_set1_ps(-kLevels);
+  const __m512 half = _mm512_set1_ps(0.5f), negative_half = _mm512_set1_ps(-0.5f);
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    // max(|x|) with NaN lanes dropped, as std::max(amax, |x|) drops them.
+    const __m512 amax_lanes = _mm512_max_ps(
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), _mm512_abs_ps(x0)),
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), _mm512_abs_ps(x1)));
+    const float scale = _mm512_reduce_max_ps(amax_lanes) / kLevels;
+    scales[b] = scale;
+    const __m512 inverse = _mm512_set1_ps(inverseScale(scale));
+    for (int half_block = 0; half_block < 2; ++half_block) {
+      const __m512 v = _mm512_mul_ps(half_block == 0 ? x0 : x1, inverse);
+      // !(v >= -levels) (NaN too) gives -levels; v > levels gives levels.
+      __m512 clamped = _mm512_mask_mov_ps(negative_levels,
+                                          _mm512_cmp_ps_mask(v, negative_levels, _CMP_GE_OQ), v);
+      clamped = _mm512_min_ps(clamped, levels);
+      __m512i code = _mm512_cvttps_epi32(clamped);
+      const __m512 fraction = _mm512_sub_ps(clamped, _mm512_cvtepi32_ps(code));
+      code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(fraction, half, _CMP_GE_OQ), code, one);
+      code = _mm512_mask_sub_epi32(code, _mm512_cmp_ps_mask(fraction, negative_half, _CMP_LE_OQ),
+                                   code, one);
+      const int64_t at = b * kQuantBlock + half_block * 16;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(high + at),
+                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(low + at),
+                       _mm512_cvtepi32_epi8(_mm512_and_si512(code, _mm512_set1_epi32(0xff))));
+    }
+  }
+}
+
+}  // namespace
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+bool quantDotHasAmx() { return cpuIsa() >= CpuIsa::kAmx; }
+
+void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out) {
+  quantizeRowCodes(x, out->k, out->high.data() + r * out->k, out->low.data() + r * out->k,
+                   out->scales.data() + r * (out->k / kQuantBlock));
+}
+
+void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
+                     float* out, int64_t out_stride) {
+  int16Tiles(w, n0, n1, a, out, out_stride);
+}
+
+void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                    int64_t n1, int32_t* out, int64_t out_stride) {
+  int8Products(a, rows, w, k, n0, n1, out, out_stride);
+}
+#else
+bool quantDotHasAmx() { return false; }
+void quantDotTileAmx(const QuantWeight&, int64_t, int64_t, const AmxActivations&, float*, int64_t) {
+}
+void dotInt8TileAmx(const int8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*,
+                    int64_t) {}
+void quantizeAmxRow(const float*, int64_t, AmxActivations*) {}
+#endif
+
+}  // namespace llmc
