@@ -6,7 +6,9 @@ weights (hidden 768, 12 layers, 12 heads, MLP 2048, vocabulary 16,000, RoPE, RMS
 not committed), saved with save_pretrained. From that one checkpoint:
 
 - llmc compiles Optimum's text-generation-with-past ONNX export: float32, `--quantize int8`,
-  `--quantize int4` with groups of 32 (Q4_0's block) and of 128;
+  `--quantize int4` with groups of 32 (Q4_0's block) and of 128, and (mode "8-bit w8a8")
+  `--quantize w8a8` calibrated on eight random 128-token samples, int8 activations per token
+  like ONNX Runtime's dynamic int8 (per tensor there);
 - ONNX Runtime runs the same export: float32, int8 from `quantize_dynamic` (per channel), 4-bit
   from `MatMulNBitsQuantizer` (symmetric, blocks of 32, accuracy_level 4: int8 activations, as
   llmc and llama.cpp do); decode feeds the present K/V back as the past (as Optimum's
@@ -134,13 +136,27 @@ def gguf_models(llama_cpp_dir, hf_dir, out_dir):
     return paths
 
 
+def calibration_samples(out_dir):
+    """Eight seeded samples of 128 random token ids (the weights are random too) for w8a8's
+    calibration, as .npy files in a directory (`llmc compile --calib-dir`)."""
+    calib_dir = os.path.join(out_dir, "calib")
+    os.makedirs(calib_dir, exist_ok=True)
+    rng = np.random.default_rng(11)
+    for i in range(8):
+        np.save(os.path.join(calib_dir, f"sample{i}.npy"), rng.integers(3, 1000, size=128).astype(np.int64))
+    return calib_dir
+
+
 def llmc_engines(llmc, onnx_path, out_dir, wanted):
     modes = {"float32": [], "8-bit": ["--quantize", "int8"], "4-bit": ["--quantize", "int4", "--quant-group", "32"],
-             "4-bit g128": ["--quantize", "int4", "--quant-group", "128"]}
+             "4-bit g128": ["--quantize", "int4", "--quant-group", "128"],
+             "8-bit w8a8": ["--quantize", "w8a8"]}
     engines = {}
     for name, flags in modes.items():
         if name not in wanted:
             continue
+        if name == "8-bit w8a8":
+            flags = flags + ["--calib-dir", calibration_samples(out_dir)]
         engines[name] = os.path.join(out_dir, name.replace(" ", "_") + ".engine")
         # The checkpoint's 4,096 positions (llmc's default is 2,048).
         subprocess.run([llmc, "compile", onnx_path, "-o", engines[name], "--max-context",
@@ -309,7 +325,8 @@ def main():
                         " at the shortest prompt")
     parser.add_argument("--work", help="directory that keeps the models between runs (default: a temporary one)")
     parser.add_argument("--modes", default="float32,8-bit,4-bit,4-bit g128",
-                        help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128")
+                        help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128, 8-bit w8a8 (compared with the"
+                        " peers' 8-bit models: ONNX Runtime's quantize_dynamic quantizes activations to 8 bits too)")
     args = parser.parse_args()
     faulthandler.enable()  # a crash inside a peer's native code prints where it was
     thread_counts = [int(t) for t in args.threads.split(",")]

@@ -1,10 +1,10 @@
 // attendChunk (cpu/attend.h): attention of several query rows of one head at once, with AVX-512.
 // Three passes per chunk, each blocked for reuse from registers:
-// 1. scores, two queries x four keys per tile (one query x eight keys for a lone query, as in
-//    decode): each key row is loaded once for both queries and each query slice once for the
-//    four keys; every dot product keeps attendOne's eight partial sums (d mod 8, one fused
-//    multiply-add chain each) and its pairwise sum, done for the tile's eight products at once
-//    by two permutes and three horizontal adds;
+// 1. scores, four queries x eight keys per tile (one query x eight keys for a lone query, as in
+//    decode): queries interleaved in pairs in one 512-bit register per eight dimensions, each key
+//    slice broadcast against both; every dot product keeps attendOne's eight partial sums (d mod
+//    8, one fused multiply-add chain each) and its pairwise sum, done for four keys' eight
+//    products at once by two permutes and three horizontal adds;
 // 2. softmax per query: max, the exponentials (a polynomial, below), their sum in 16 lanes;
 // 3. the weighted sum of the values, four queries (two for head_dim 128) per tile: each value
 //    row is loaded once for them, each output accumulated in key order.
@@ -129,40 +129,73 @@ inline void forEachKeyBlock(const BlockReader& reader, int64_t n, int64_t head_d
   }
 }
 
-// Scores of queries q0 and q1 against rows [0, n) of the keys, times `scale`, into s0 and s1.
-void scorePair(const float* q0, const float* q1, int64_t n, int64_t head_dim, float scale,
-               const BlockReader& reader, float* s0, float* s1) {
+// Scores of kPairs query pairs against kKeys (4 or 8) consecutive keys at k (rows `stride`
+// apart), times `scale`, into s[2p][0..kKeys) and s[2p + 1][0..kKeys). pairs[p] holds pair p's
+// two queries interleaved per eight dimensions ([q0[d..d+7] | q1[d..d+7]]), so one 512-bit
+// fused multiply-add takes a key's eight dimensions (broadcast to both halves) against both
+// queries: each lane keeps attendOne's partial sum (d mod 8) for its query, and the halves go
+// through sumLanes8 as attendOne's 8-lane accumulators do. Each key load serves every pair.
+template <int kPairs, int kKeys>
+inline void scoreTile(const float* const* pairs, const float* k, int64_t stride, int64_t head_dim,
+                      __m256 scales, float* const* s, int64_t at) {
+  __m512 acc[kPairs][kKeys];
+  for (int p = 0; p < kPairs; ++p)
+    for (int r = 0; r < kKeys; ++r) acc[p][r] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < head_dim; d += 8) {
+    __m512 queries[kPairs];
+    for (int p = 0; p < kPairs; ++p) queries[p] = _mm512_load_ps(pairs[p] + 2 * d);
+    for (int r = 0; r < kKeys; ++r) {
+      const __m512 key = _mm512_broadcast_f32x8(_mm256_loadu_ps(k + r * stride + d));
+      for (int p = 0; p < kPairs; ++p) acc[p][r] = _mm512_fmadd_ps(queries[p], key, acc[p][r]);
+    }
+  }
+  for (int p = 0; p < kPairs; ++p)
+    for (int group = 0; group < kKeys / 4; ++group) {
+      // acc8[2r + q]: query q against key r of the four, so that sumLanes8 returns q0·k0..k3
+      // then q1·k0..k3.
+      __m256 acc8[8];
+      for (int r = 0; r < 4; ++r) {
+        acc8[2 * r] = _mm512_castps512_ps256(acc[p][4 * group + r]);
+        acc8[2 * r + 1] = _mm512_extractf32x8_ps(acc[p][4 * group + r], 1);
+      }
+      const __m256 sums = _mm256_mul_ps(sumLanes8(acc8), scales);
+      _mm_storeu_ps(s[2 * p] + at + 4 * group, _mm256_castps256_ps128(sums));
+      _mm_storeu_ps(s[2 * p + 1] + at + 4 * group, _mm256_extractf128_ps(sums, 1));
+    }
+}
+
+// Scores of the 2 * kPairs queries q[0..) against rows [0, n) of the keys, times `scale`, into
+// s[0..): eight keys per tile, then four, then one at a time.
+template <int kPairs>
+void scoreQueries(const float* const* q, int64_t n, int64_t head_dim, float scale,
+                  const BlockReader& reader, float* const* s) {
   const KvRows& kv = reader.kv();
   const __m256 scales = _mm256_set1_ps(scale);
+  alignas(64) float interleaved[kPairs][2 * 128];
+  const float* pairs[kPairs];
+  for (int p = 0; p < kPairs; ++p) {
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      _mm256_store_ps(interleaved[p] + 2 * d, _mm256_loadu_ps(q[2 * p] + d));
+      _mm256_store_ps(interleaved[p] + 2 * d + 8, _mm256_loadu_ps(q[2 * p + 1] + d));
+    }
+    pairs[p] = interleaved[p];
+  }
   forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
-    for (; j + 4 <= rows; j += 4) {
-      // acc[2k + q]: query q against key k of the four, so that sumLanes8 returns
-      // q0·k0..k3 then q1·k0..k3.
-      __m256 acc[8];
-      for (__m256& a : acc) a = _mm256_setzero_ps();
-      const float* k = block + j * kv.row_stride;
-      for (int64_t d = 0; d < head_dim; d += 8) {
-        const __m256 a0 = _mm256_loadu_ps(q0 + d), a1 = _mm256_loadu_ps(q1 + d);
-        for (int r = 0; r < 4; ++r) {
-          const __m256 key = _mm256_loadu_ps(k + r * kv.row_stride + d);
-          acc[2 * r] = _mm256_fmadd_ps(a0, key, acc[2 * r]);
-          acc[2 * r + 1] = _mm256_fmadd_ps(a1, key, acc[2 * r + 1]);
-        }
-      }
-      const __m256 sums = _mm256_mul_ps(sumLanes8(acc), scales);
-      _mm_storeu_ps(s0 + j0 + j, _mm256_castps256_ps128(sums));
-      _mm_storeu_ps(s1 + j0 + j, _mm256_extractf128_ps(sums, 1));
-    }
-    for (; j < rows; ++j) {
-      s0[j0 + j] = dot(q0, block + j * kv.row_stride, head_dim) * scale;
-      s1[j0 + j] = dot(q1, block + j * kv.row_stride, head_dim) * scale;
-    }
+    for (; j + 8 <= rows; j += 8)
+      scoreTile<kPairs, 8>(pairs, block + j * kv.row_stride, kv.row_stride, head_dim, scales, s,
+                           j0 + j);
+    for (; j + 4 <= rows; j += 4)
+      scoreTile<kPairs, 4>(pairs, block + j * kv.row_stride, kv.row_stride, head_dim, scales, s,
+                           j0 + j);
+    for (; j < rows; ++j)
+      for (int i = 0; i < 2 * kPairs; ++i)
+        s[i][j0 + j] = dot(q[i], block + j * kv.row_stride, head_dim) * scale;
   });
 }
 
 // Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
-// keys per tile, each product computed as in scorePair (the same bits).
+// keys per tile, each product computed as in scoreTile (the same bits).
 void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale,
               const BlockReader& reader, float* s) {
   const KvRows& kv = reader.kv();
@@ -260,15 +293,20 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
                  float scale, const KvRows& kv, float* const* out, std::vector<float>& scratch) {
   int64_t longest = 0;
   for (int64_t i = 0; i < rows; ++i) longest = std::max(longest, counts[i]);
-  const int64_t stride = (longest + 15) / 16 * 16 + 4;  // + 4: scorePair stores four at a time
+  const int64_t stride = (longest + 15) / 16 * 16 + 4;  // + 4: scoreTile stores four at a time
   scratch.resize(static_cast<size_t>(rows * stride));
   std::vector<const float*> p(static_cast<size_t>(rows));
   thread_local std::vector<float> converted;  // a block of the other dtypes as float
   const BlockReader reader(kv, head_dim, converted);
+  std::vector<float*> scores(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) scores[static_cast<size_t>(i)] = scratch.data() + i * stride;
   int64_t i = 0;
+  for (; i + 4 <= rows; i += 4)
+    scoreQueries<2>(queries + i, *std::max_element(counts + i, counts + i + 4), head_dim, scale,
+                    reader, scores.data() + i);
   for (; i + 2 <= rows; i += 2)
-    scorePair(queries[i], queries[i + 1], std::max(counts[i], counts[i + 1]), head_dim, scale,
-              reader, scratch.data() + i * stride, scratch.data() + (i + 1) * stride);
+    scoreQueries<1>(queries + i, std::max(counts[i], counts[i + 1]), head_dim, scale, reader,
+                    scores.data() + i);
   if (i < rows)
     scoreOne(queries[i], counts[i], head_dim, scale, reader, scratch.data() + i * stride);
   for (int64_t i = 0; i < rows; ++i) {
