@@ -45,6 +45,26 @@ bool requestAmxTileData() {
 }
 #endif
 
+// LLMC_CPU_ISA as read at startup: the cap, or kCpuIsaTop (none) when unset or unknown.
+struct EnvironmentCap {
+  CpuIsa cap = kCpuIsaTop;
+  std::string text;  // the variable's value, empty when unset
+  bool understood = true;
+};
+
+const EnvironmentCap& environmentCap() {
+  static const EnvironmentCap env = [] {
+    EnvironmentCap e;
+    const char* value = std::getenv("LLMC_CPU_ISA");
+    if (!value || !*value) return e;
+    e.text = value;
+    e.understood = parseCpuIsa(e.text, &e.cap);
+    if (!e.understood) e.cap = kCpuIsaTop;
+    return e;
+  }();
+  return env;
+}
+
 CpuFeatures detect() {
   CpuFeatures f;
 #if defined(__x86_64__)
@@ -78,7 +98,14 @@ CpuFeatures detect() {
     f.avx512vl = (ebx >> 31) & 1;
     f.avx512vnni = (ecx >> 11) & 1;
     f.avx512fp16 = (edx >> 23) & 1;
-    f.amx_int8 = os_amx && ((edx >> 24) & 1) && ((edx >> 25) & 1) && requestAmxTileData();
+    // The grant has costs for the whole process (larger signal frames: a later sigaltstack()
+    // smaller than the AMX frame fails), so a process capped below amx does not ask.
+    if (os_amx && ((edx >> 24) & 1) && ((edx >> 25) & 1)) {
+      if (environmentCap().cap < CpuIsa::kAmx)
+        f.amx_note = "amx_int8 not requested (LLMC_CPU_ISA)";
+      else if (!(f.amx_int8 = requestAmxTileData()))
+        f.amx_note = "amx_int8 not granted by the OS";
+    }
     if (subleaves >= 1) {
       cpuid(7, 1, r);
       f.avxvnni = (r[0] >> 4) & 1;
@@ -110,26 +137,6 @@ CpuIsa supportedLevel(const CpuFeatures& f) {
   if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) return CpuIsa::kAvx2;
   if (!f.avx512vnni) return CpuIsa::kAvx512;
   return f.amx_int8 ? CpuIsa::kAmx : CpuIsa::kAvx512Vnni;
-}
-
-// LLMC_CPU_ISA as read at startup: the cap, or kCpuIsaTop (none) when unset or unknown.
-struct EnvironmentCap {
-  CpuIsa cap = kCpuIsaTop;
-  std::string text;  // the variable's value, empty when unset
-  bool understood = true;
-};
-
-const EnvironmentCap& environmentCap() {
-  static const EnvironmentCap env = [] {
-    EnvironmentCap e;
-    const char* value = std::getenv("LLMC_CPU_ISA");
-    if (!value || !*value) return e;
-    e.text = value;
-    e.understood = parseCpuIsa(e.text, &e.cap);
-    if (!e.understood) e.cap = kCpuIsaTop;
-    return e;
-  }();
-  return env;
 }
 
 std::atomic<uint8_t> test_cap{static_cast<uint8_t>(kCpuIsaTop)};
@@ -195,6 +202,7 @@ std::string cpuSummary() {
   flag(f.avx512bf16, "avx512_bf16");
   flag(f.avx512fp16, "avx512_fp16");
   flag(f.amx_int8, "amx_int8");
+  flag(!f.amx_note.empty(), f.amx_note.c_str());
   std::string line = (f.model.empty() ? f.vendor : f.model) + "; " +
                      (flags.empty() ? "no AVX2" : flags) + "; kernels: " + cpuIsaName(cpuIsa());
   const EnvironmentCap& env = environmentCap();

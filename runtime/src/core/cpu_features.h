@@ -23,6 +23,9 @@ struct CpuFeatures {
   // AMX-TILE and AMX-INT8 with the tile state enabled by the OS (XCR0) and this process granted
   // it (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked once when the features are first read).
   bool amx_int8 = false;
+  // Where the CPU and OS have AMX-INT8 but it is not used: why ("amx_int8 not granted by the
+  // OS", or not requested under an LLMC_CPU_ISA cap below amx); empty otherwise.
+  std::string amx_note;
 };
 
 // The kernel levels, each a superset of the one before.

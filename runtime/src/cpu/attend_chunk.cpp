@@ -171,7 +171,7 @@ void scoreQueries(const float* const* q, int64_t n, int64_t head_dim, float scal
                   const BlockReader& reader, float* const* s) {
   const KvRows& kv = reader.kv();
   const __m256 scales = _mm256_set1_ps(scale);
-  alignas(64) float interleaved[kPairs][2 * 128];
+  alignas(64) float interleaved[kPairs][2 * 128];  // head_dim is 64 or 128 (attendChunkSupported)
   const float* pairs[kPairs];
   for (int p = 0; p < kPairs; ++p) {
     for (int64_t d = 0; d < head_dim; d += 8) {

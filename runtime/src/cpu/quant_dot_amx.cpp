@@ -6,13 +6,14 @@
 // - int8 weights, int16 activations (`int8`): the AMX has no int16 product, so each activation
 //   code c (|c| <= 32767) is split into a signed high byte and an unsigned low byte, c = 256 * h
 //   + l, and a block of 32 (one activation scale) takes two products, h x w (tdpbssd) and l x w
-//   (tdpbusd), recombined in int32: 256 * Σhw + Σlw = Σcw exactly (|Σhw| <= 128 * 127 * 32), the
+//   (tdpbusd), recombined in int32: 256 * Σhw + Σlw = Σcw exactly (|Σhw| <= 128 * 128 * 32), the
 //   same integer as every other level's. Each block's sum then leaves the tile for the vector
 //   registers: float, times the block's activation scale, added in float per lane (16 output
 //   channels per register, one register per row); the channel scale at the end. The float sum
 //   over blocks runs in another order than the other levels' (rounding only; the tests bound it).
-// - w8a8 (int8 x int8, one scale per row): K is summed in the tile itself, 64 per instruction,
-//   2 x 2 tiles of 16 rows x 16 channels sharing each load; the int32 sums leave once, exact.
+// - w8a8 (int8 x int8, one scale per row; K a multiple of 64, else the AVX-512 kernels run): K
+//   is summed in the tile itself, 64 per instruction, 2 x 2 tiles of 16 rows x 16 channels
+//   sharing each load; the int32 sums leave once, exact.
 //
 // The weights are repacked per call into the tile layout, per 16 output channels (a gather per
 // 4 K values), and serve every row tile of the call from cache. Kernels run only where cpuIsa()
@@ -103,6 +104,9 @@ class TileScope {
       config.rows[t] = static_cast<uint8_t>(a_bytes / 4);
       config.colsb[t] = 64;
     }
+    // GCC 12's _tile_loadconfig tells the compiler that ldtilecfg reads 8 bytes: without this
+    // barrier the stores of the shapes (bytes 16-63) could be dropped as dead.
+    asm volatile("" : : "r"(&config) : "memory");
     _tile_loadconfig(&config);
   }
   ~TileScope() { _tile_release(); }
@@ -111,10 +115,9 @@ class TileScope {
 };
 
 // Channels n0..n0+15 of an int8 weight [N, K] (rows at or past `n_end` as zeros) in the
-// weights' tile layout, `chunk` K values per tile: packed[c][i][n][j] = W[n0 + n][c * chunk +
-// 4i + j], chunk * 16 bytes per chunk.
-void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int64_t chunk,
-                    int8_t* packed) {
+// weights' tile layout: packed[q][n][j] = W[n0 + n][4q + j] (64 bytes per four K values), so
+// that the rows for K values c..c+chunk-1 form one weight tile at packed + 16c, 64 bytes apart.
+void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int8_t* packed) {
   const int64_t count = std::min<int64_t>(kTileRows, n_end - n0);
   const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
   const __m512i rows =
@@ -126,6 +129,9 @@ void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int64
     _mm512_storeu_si512(
         out + q * kTileRows,
         _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows, base + 4 * q, 1));
+  // GCC's tile loads are asm statements that name only the address: the stores above must not
+  // move past them.
+  asm volatile("" : : : "memory");
 }
 
 // The int8-weight / int16-activation product for one 16-row tile of activations and one slab
@@ -174,7 +180,7 @@ void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivatio
   TileScope tiles(static_cast<int>(kQuantBlock));
   for (int64_t n = n0; n < n1; n += kTileRows) {
     const int64_t count = std::min(kTileRows, n1 - n);
-    packWeightSlab(static_cast<const int8_t*>(w.data), k, n, n1, kQuantBlock, packed.data());
+    packWeightSlab(static_cast<const int8_t*>(w.data), k, n, n1, packed.data());
     alignas(64) float channel_scales[16] = {};
     for (int64_t c = 0; c < count; ++c) channel_scales[c] = w.scale(n + c, 0);
     const __m512 channel_scale = _mm512_load_ps(channel_scales);
@@ -243,8 +249,8 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
   TileScope tiles(static_cast<int>(kInt8Chunk));
   for (int64_t n = n0; n < n1; n += 2 * kTileRows) {
     const bool two_slabs = n + kTileRows < n1;
-    packWeightSlab(w, k, n, n1, kInt8Chunk, packed0);
-    if (two_slabs) packWeightSlab(w, k, n + kTileRows, n1, kInt8Chunk, packed1);
+    packWeightSlab(w, k, n, n1, packed0);
+    if (two_slabs) packWeightSlab(w, k, n + kTileRows, n1, packed1);
     const int64_t channels = std::min(2 * kTileRows, n1 - n);
     for (int64_t m = 0; m < rows; m += 2 * kTileRows) {
       const bool two_tiles = m + kTileRows < rows;

@@ -166,7 +166,7 @@ TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
 }
 
 // attendChunk against softmax attention in double, for both head sizes, keys in blocks of 16
-// and of 5 (tiles of four keys crossing nothing, and remainders), rows inside a block one
+// and of 5 (tiles of eight and four keys crossing nothing, and remainders), rows inside a block one
 // head_dim apart or spread (a token-major tensor), chunks of 1 to 33 queries with counts that
 // rise, repeat and fall (every query finishes its own rows after the shared ones). The bound:
 // float32's rounding of the scores, carried through exp, plus that of the weighted sum.

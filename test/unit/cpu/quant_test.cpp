@@ -266,46 +266,56 @@ TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
 }
 
 // Bias, alpha and the activation epilogue, and the gated form, on the quantized product.
+// 4 rows take the register tiles; 9 the AMX tiles where the host has them.
 TEST_P(QuantFormatTest, EpilogueAndGatedForm) {
   const auto [format, group_param] = GetParam();
-  const int64_t rows = 4, k = 128, f = 24;
-  const int64_t group = std::string(format) == "int8" ? k : group_param;
-  Tensor w = randomFloat({k, 2 * f}, 31), x = randomFloat({rows, k}, 32), bias = randomFloat({2 * f}, 33);
-  Quantized q = quantize(w, false, format, group);
-  std::optional<Tensor> zeros;
-  if (q.weight.zeros) zeros = q.zeros;
-  // The epilogue on the exact product, at the rounding bound: the product's own bound carried
-  // through the activation (|silu'| <= 1.1, |gelu'| <= 1.13), plus float32 rounding of the
-  // epilogue's few operations (the transcendental ones to a few ulps).
-  std::vector<Exact> h = integerReference(x, q.weight);
-  Tensor plain = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros, bias},
-                           params({{"format", stringParam(format)}, {"group", intParam(group)},
-                                   {"activation", stringParam("silu")}, {"alpha", floatParam(0.5)}}));
-  Tensor gated = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros},
-                           params({{"format", stringParam(format)}, {"group", intParam(group)},
-                                   {"activation", stringParam("gelu_erf")}, {"gated", intParam(1)}}));
-  ASSERT_EQ(gated.shape(), (Shape{rows, f}));
-  std::vector<Exact> want_plain, want_gated;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < 2 * f; ++c) {
-      const Exact& e = h[static_cast<size_t>(r * 2 * f + c)];
-      const double b = bias.data<float>()[c];
-      const double v = 0.5 * e.value + b;
-      const double y = v / (1 + std::exp(-v));
-      const double v_bound = 0.5 * e.bound + gamma(2) * (0.5 * std::fabs(e.value) + std::fabs(b));
-      want_plain.push_back({y, 1.1 * v_bound + gamma(8) * (std::fabs(y) + std::fabs(v))});
+  for (const int64_t rows : {4, 9}) {
+    SCOPED_TRACE(std::to_string(rows) + " rows");
+    const int64_t k = 128, f = 24;
+    const int64_t group = std::string(format) == "int8" ? k : group_param;
+    Tensor w = randomFloat({k, 2 * f}, 31), x = randomFloat({rows, k}, 32),
+           bias = randomFloat({2 * f}, 33);
+    Quantized q = quantize(w, false, format, group);
+    std::optional<Tensor> zeros;
+    if (q.weight.zeros) zeros = q.zeros;
+    // The epilogue on the exact product, at the rounding bound: the product's own bound carried
+    // through the activation (|silu'| <= 1.1, |gelu'| <= 1.13), plus float32 rounding of the
+    // epilogue's few operations (the transcendental ones to a few ulps).
+    std::vector<Exact> h = integerReference(x, q.weight);
+    Tensor plain = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros, bias},
+                             params({{"format", stringParam(format)},
+                                     {"group", intParam(group)},
+                                     {"activation", stringParam("silu")},
+                                     {"alpha", floatParam(0.5)}}));
+    Tensor gated = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros},
+                             params({{"format", stringParam(format)},
+                                     {"group", intParam(group)},
+                                     {"activation", stringParam("gelu_erf")},
+                                     {"gated", intParam(1)}}));
+    ASSERT_EQ(gated.shape(), (Shape{rows, f}));
+    std::vector<Exact> want_plain, want_gated;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < 2 * f; ++c) {
+        const Exact& e = h[static_cast<size_t>(r * 2 * f + c)];
+        const double b = bias.data<float>()[c];
+        const double v = 0.5 * e.value + b;
+        const double y = v / (1 + std::exp(-v));
+        const double v_bound = 0.5 * e.bound + gamma(2) * (0.5 * std::fabs(e.value) + std::fabs(b));
+        want_plain.push_back({y, 1.1 * v_bound + gamma(8) * (std::fabs(y) + std::fabs(v))});
+      }
+      for (int64_t c = 0; c < f; ++c) {
+        const Exact& g = h[static_cast<size_t>(r * 2 * f + c)];
+        const Exact& u = h[static_cast<size_t>(r * 2 * f + f + c)];
+        const double gelu = 0.5 * g.value * (1 + std::erf(g.value / std::sqrt(2.0)));
+        const double y = gelu * u.value;
+        want_gated.push_back({y, 1.13 * g.bound * std::fabs(u.value) + std::fabs(gelu) * u.bound +
+                                     g.bound * u.bound +
+                                     gamma(8) * (std::fabs(y) + std::fabs(g.value * u.value))});
+      }
     }
-    for (int64_t c = 0; c < f; ++c) {
-      const Exact& g = h[static_cast<size_t>(r * 2 * f + c)];
-      const Exact& u = h[static_cast<size_t>(r * 2 * f + f + c)];
-      const double gelu = 0.5 * g.value * (1 + std::erf(g.value / std::sqrt(2.0)));
-      const double y = gelu * u.value;
-      want_gated.push_back({y, 1.13 * g.bound * std::fabs(u.value) + std::fabs(gelu) * u.bound +
-                                   g.bound * u.bound + gamma(8) * (std::fabs(y) + std::fabs(g.value * u.value))});
-    }
+    expectWithinBounds(plain, want_plain, std::string(format) + " + bias, alpha, silu", false);
+    expectWithinBounds(gated, want_gated, std::string(format) + " gated gelu", false);
   }
-  expectWithinBounds(plain, want_plain, std::string(format) + " + bias, alpha, silu", false);
-  expectWithinBounds(gated, want_gated, std::string(format) + " gated gelu", false);
 }
 
 // The AVX2 dot products compute what the scalar ones do (up to float summation order).
@@ -485,7 +495,8 @@ TEST(W8A8Test, MatchesTheDequantizedProductAndTakesInputScales) {
 
 // w8a8 against integer arithmetic: per-token codes (scale absmax / 127 over the row, after
 // the input scales' float product), exact int32 sums, then float(sum) * s_a * s_w: 3 roundings.
-// At every level the host has; 37 rows of K = 192 take the AMX tiles where the host has them.
+// At every level the host has; 37 rows of K = 192 take the AMX tiles where the host has them (of
+// K = 160, not a multiple of 64, the AVX-512 kernels even there).
 TEST(W8A8Test, EqualsTheIntegerReference) {
   for (CpuIsa level : supportedLevels())
     for (const auto& [rows, k, n] :
@@ -530,7 +541,8 @@ TEST(W8A8Test, EqualsTheIntegerReference) {
 class AmxTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cpuIsaSupported() < CpuIsa::kAmx) GTEST_SKIP() << "this CPU (or its OS) gives no AMX-INT8";
+    if (!quantDotHasAmx())
+      GTEST_SKIP() << "this CPU (or its OS, or LLMC_CPU_ISA) gives no AMX-INT8";
   }
 };
 
@@ -590,7 +602,7 @@ TEST_F(AmxTest, Int16TilesMatchTheScalarDots) {
     for (int64_t r = 0; r <= rows; ++r)
       for (int64_t c = 0; c <= n; ++c) {
         const float got = out[static_cast<size_t>(r * stride + c)];
-        if (r == rows || c == 0 || c >= n - 1) {
+        if (r == rows || c == 0 || c >= n - 1) {  // outside the rows and channels asked for
           EXPECT_EQ(got, -1.0f) << "row " << r << " column " << c << " was written";
           continue;
         }
@@ -603,6 +615,43 @@ TEST_F(AmxTest, Int16TilesMatchTheScalarDots) {
             << rows << " rows, K " << k << ", row " << r << " channel " << c;
       }
   }
+}
+
+// Where every float operation is exact, the tiles' results are the integers: activation scales
+// of 2^-10 (each block holds one code of 32767, against a weight of 1), the other codes within
+// ±1023 (high bytes -4..3, every low byte), weight scales of 1, three blocks (every partial sum
+// an integer times 2^-10 below 2^24 of them). A block sum off by one fails here, where the
+// rounding bound above would hide it.
+TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
+  const int64_t rows = 21, k = 96, n = 19, blocks = k / kQuantBlock;
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int> code(-1023, 1023), weight(-127, 127);
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  std::vector<int32_t> codes(x.size());
+  for (int64_t i = 0; i < rows * k; ++i) {
+    codes[i] = i % kQuantBlock == 0 ? 32767 : code(rng);
+    x[i] = std::ldexp(static_cast<float>(codes[i]), -10);
+  }
+  std::vector<int8_t> wq(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i)
+    wq[i] = static_cast<int8_t>(i % kQuantBlock == 0 ? 1 : weight(rng));
+  std::vector<float> w_scales(static_cast<size_t>(n), 1.0f);
+  QuantWeight w;
+  w.traits = &quantTraits(QuantFormat::kInt8);
+  w.n = n, w.k = k, w.group = k, w.data = wq.data(), w.scales = w_scales.data();
+  AmxActivations a;
+  resizeAmxActivations(rows, k, &a);
+  for (int64_t r = 0; r < rows; ++r) quantizeAmxRow(x.data() + r * k, r, &a);
+  for (float scale : a.scales) ASSERT_TRUE(scale == 0 || scale == std::ldexp(1.0f, -10)) << scale;
+  std::vector<float> out(static_cast<size_t>(rows * n));
+  quantDotTileAmx(w, 0, n, a, out.data(), n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      int64_t dot = 0;
+      for (int64_t i = 0; i < k; ++i) dot += int64_t{codes[r * k + i]} * wq[c * k + i];
+      ASSERT_EQ(out[r * n + c], std::ldexp(static_cast<float>(dot), -10))
+          << "row " << r << " channel " << c << " (" << blocks << " blocks)";
+    }
 }
 
 // w8a8: the int32 sums are exact, with the extremes (-127 x -127 over all of K), for row and
