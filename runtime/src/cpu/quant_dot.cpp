@@ -360,6 +360,11 @@ void quantDotRowBlock(const QuantWeight& w, int64_t n0, int64_t n1, const Quanti
 }
 
 float quantizeRowPerToken(const float* x, int64_t k, int8_t* q) {
+  return quantDotHasAvx512() ? quantizeRowPerTokenAvx512(x, k, q)
+                             : quantizeRowPerTokenScalar(x, k, q);
+}
+
+float quantizeRowPerTokenScalar(const float* x, int64_t k, int8_t* q) {
   float amax = 0;
   for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float scale = amax / 127.0f;

@@ -65,6 +65,10 @@ void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
 // products over K (K <= kMaxPerTokenK keeps the sum inside int32).
 constexpr int64_t kMaxPerTokenK = 65536;
 float quantizeRowPerToken(const float* x, int64_t k, int8_t* q);
+// The reference loop, and the AVX-512 one (the same codes and scale, bit for bit; only where
+// quantDotHasAvx512()); quantizeRowPerToken takes the one the level allows.
+float quantizeRowPerTokenScalar(const float* x, int64_t k, int8_t* q);
+float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q);
 int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k);
 int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k);
 // out[i] = dot(a, w + i * k) for i < count: with AVX2 `channels_per_pass` (4 or 1) channels per
@@ -87,6 +91,8 @@ struct AmxActivations {
   std::vector<uint8_t> low;
   std::vector<float> scales;
 };
+// Sizes `out` for rows x k (keeping any larger capacity) and zeroes the padding rows; rows
+// 0..rows-1 are left to be set.
 void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out);
 // Row r from its quantizeActivations(..., 16 bits, ...) form.
 void setAmxActivationRow(const QuantizedActivations& row, int64_t r, AmxActivations* out);

@@ -15,9 +15,10 @@
 //   is summed in the tile itself, 64 per instruction, 2 x 2 tiles of 16 rows x 16 channels
 //   sharing each load; the int32 sums leave once, exact.
 //
-// The weights are repacked per call into the tile layout, per 16 output channels (a gather per
-// 4 K values), and serve every row tile of the call from cache. Kernels run only where cpuIsa()
-// is kAmx: the CPU has AMX-INT8 and the OS granted this process the tile state.
+// The weights are repacked per call into the tile layout, per 16 output channels (a 16 x 16
+// transpose of 32-bit elements per 64 K values), and serve every row tile of the call from cache.
+// Kernels run only where cpuIsa() is kAmx: the CPU has AMX-INT8 and the OS granted this process the
+// tile state.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -38,12 +39,17 @@ constexpr int64_t kTileRows = 16;  // rows of a tile; output channels per tile (
 }  // namespace
 
 void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out) {
-  const int64_t padded = (rows + kTileRows - 1) / kTileRows * kTileRows;
+  const int64_t padded = (rows + kTileRows - 1) / kTileRows * kTileRows, blocks = k / kQuantBlock;
   out->rows = rows;
   out->k = k;
-  out->high.assign(static_cast<size_t>(padded * k), 0);
-  out->low.assign(static_cast<size_t>(padded * k), 0);
-  out->scales.assign(static_cast<size_t>(padded * (k / kQuantBlock)), 0.0f);
+  // Capacity is kept (a caller may reuse one between calls); the padding rows are zeroed.
+  auto fit = [](auto& v, int64_t size, int64_t from) {
+    if (v.size() < static_cast<size_t>(size)) v.resize(static_cast<size_t>(size));
+    std::fill(v.begin() + from, v.begin() + size, 0);
+  };
+  fit(out->high, padded * k, rows * k);
+  fit(out->low, padded * k, rows * k);
+  fit(out->scales, padded * blocks, rows * blocks);
 }
 
 void setAmxActivationRow(const QuantizedActivations& a, int64_t r, AmxActivations* out) {
@@ -114,21 +120,44 @@ class TileScope {
   TileScope& operator=(const TileScope&) = delete;
 };
 
-// Channels n0..n0+15 of an int8 weight [N, K] (rows at or past `n_end` as zeros) in the
-// weights' tile layout: packed[q][n][j] = W[n0 + n][4q + j] (64 bytes per four K values), so
-// that the rows for K values c..c+chunk-1 form one weight tile at packed + 16c, 64 bytes apart.
+// Channels n0..n0+15 of an int8 weight [N, K] (rows at or past `n_end` as zeros; K a multiple of
+// 32) in the weights' tile layout: packed[q][n][j] = W[n0 + n][4q + j] (64 bytes per four K
+// values), so that the rows for K values c..c+chunk-1 form one weight tile at packed + 16c, 64
+// bytes apart. Per 64 K values a 16 x 16 transpose of 32-bit elements in registers (unpacks, then
+// 128-bit lane shuffles): at 64 rows a gather per column took 4x the tiles' own time.
 void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int8_t* packed) {
   const int64_t count = std::min<int64_t>(kTileRows, n_end - n0);
-  const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
-  const __m512i rows =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(k)));
   const int8_t* base = w + n0 * k;
-  int32_t* out = reinterpret_cast<int32_t*>(packed);
-  for (int64_t q = 0; q < k / 4; ++q)  // one 32-bit column (four K values) of 16 channels
-    _mm512_storeu_si512(
-        out + q * kTileRows,
-        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows, base + 4 * q, 1));
+  for (int64_t c = 0; c < k; c += 64) {
+    const int64_t bytes = std::min<int64_t>(64, k - c);  // 64, or 32 at the end
+    const __mmask64 valid = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
+    __m512i r[16], t[16], u[16];
+    for (int n = 0; n < 16; ++n)
+      r[n] = n < count ? _mm512_maskz_loadu_epi8(valid, base + n * k + c) : _mm512_setzero_si512();
+    for (int i = 0; i < 8; ++i) {  // per 128-bit lane L: rows 2i, 2i+1 at 4L, 4L+1 | 4L+2, 4L+3
+      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // u[4i + j], lane L: rows 4i..4i+3 at column 4L + j
+      u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+      u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+      u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+      u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    __m512i* out = reinterpret_cast<__m512i*>(packed + c * 16);
+    for (int j = 0; j < 4; ++j) {  // column 4L + j: lane L of u[j], u[4 + j], u[8 + j], u[12 + j]
+      const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);  // lanes 0, 2 of each
+      const __m512i b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);  // lanes 1, 3
+      const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+      const __m512i e = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+      _mm512_storeu_si512(out + j, _mm512_shuffle_i32x4(a, d, 0x88));      // L = 0
+      _mm512_storeu_si512(out + 4 + j, _mm512_shuffle_i32x4(b, e, 0x88));  // L = 1
+      if (bytes == 64) {
+        _mm512_storeu_si512(out + 8 + j, _mm512_shuffle_i32x4(a, d, 0xdd));   // L = 2
+        _mm512_storeu_si512(out + 12 + j, _mm512_shuffle_i32x4(b, e, 0xdd));  // L = 3
+      }
+    }
+  }
   // GCC's tile loads are asm statements that name only the address: the stores above must not
   // move past them.
   asm volatile("" : : : "memory");

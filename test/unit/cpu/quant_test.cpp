@@ -683,6 +683,38 @@ TEST_F(AmxTest, Int8TilesAreExact) {
   }
 }
 
+// The AVX-512 per-token quantizer gives the reference loop's codes and scale bit for bit, over
+// ties, clamping, zeros, infinities, NaN, subnormal scales and lengths off the 16 lanes.
+TEST(W8A8Test, Avx512PerTokenCodesAreTheReference) {
+  if (!quantDotHasAvx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(93);
+  std::normal_distribution<float> normal;
+  auto same = [](const std::vector<float>& x, const char* what) {
+    const int64_t k = static_cast<int64_t>(x.size());
+    std::vector<int8_t> want(x.size() + 1, 7), got(x.size() + 1, 7);
+    const float want_scale = quantizeRowPerTokenScalar(x.data(), k, want.data());
+    const float got_scale = quantizeRowPerTokenAvx512(x.data(), k, got.data());
+    EXPECT_EQ(std::memcmp(&want_scale, &got_scale, sizeof(float)), 0) << what;
+    EXPECT_EQ(got, want) << what;  // the byte after the row untouched too
+  };
+  for (int64_t k : {1, 15, 16, 33, 160}) {
+    std::vector<float> x(static_cast<size_t>(k));
+    for (float& v : x) v = normal(rng);
+    same(x, "normal");
+    x[0] = 127.0f;  // scale 1: the others' halves are ties
+    for (int64_t i = 1; i < k; ++i) x[i] = (i % 2 ? 0.5f : -2.5f) + static_cast<float>(i % 7);
+    same(x, "ties");
+    for (float& v : x) v = 1e-42f * normal(rng);
+    same(x, "subnormal scale");
+    std::fill(x.begin(), x.end(), 0.0f);
+    same(x, "zeros");
+    x[k / 2] = INFINITY;
+    same(x, "infinity");
+    x[k - 1] = NAN;
+    same(x, "NaN");
+  }
+}
+
 TEST(W8A8Test, Avx2DotIsExact) {
   if (!quantDotHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
   std::mt19937 rng(91);
