@@ -301,32 +301,19 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
 // quantizeActivations' 16-bit codes of one row, 16 lanes at a time, written as high and low
 // bytes: per block of 32 the absmax, scale = absmax / 32767, and each x * (1 / scale) rounded
 // half away from zero and clamped to ±32767 (NaN to -32767), as roundClamped does.
+#include "cpu/quant_round_avx512.inc"
+
 void quantizeRowCodes(const float* x, int64_t k, int8_t* high, uint8_t* low, float* scales) {
   constexpr float kLevels = 32767.0f;
-  const __m512 levels = _mm512_set1_ps(kLevels), negative_levels = _mm512_set1_ps(-kLevels);
-  const __m512 half = _mm512_set1_ps(0.5f), negative_half = _mm512_set1_ps(-0.5f);
-  const __m512i one = _mm512_set1_epi32(1);
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
     const float* xb = x + b * kQuantBlock;
     const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-    // max(|x|) with NaN lanes dropped, as std::max(amax, |x|) drops them.
-    const __m512 amax_lanes = _mm512_max_ps(
-        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), _mm512_abs_ps(x0)),
-        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), _mm512_abs_ps(x1)));
-    const float scale = _mm512_reduce_max_ps(amax_lanes) / kLevels;
+    const float scale = _mm512_reduce_max_ps(_mm512_max_ps(absOrZero(x0), absOrZero(x1))) / kLevels;
     scales[b] = scale;
     const __m512 inverse = _mm512_set1_ps(inverseScale(scale));
     for (int half_block = 0; half_block < 2; ++half_block) {
-      const __m512 v = _mm512_mul_ps(half_block == 0 ? x0 : x1, inverse);
-      // !(v >= -levels) (NaN too) gives -levels; v > levels gives levels.
-      __m512 clamped = _mm512_mask_mov_ps(negative_levels,
-                                          _mm512_cmp_ps_mask(v, negative_levels, _CMP_GE_OQ), v);
-      clamped = _mm512_min_ps(clamped, levels);
-      __m512i code = _mm512_cvttps_epi32(clamped);
-      const __m512 fraction = _mm512_sub_ps(clamped, _mm512_cvtepi32_ps(code));
-      code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(fraction, half, _CMP_GE_OQ), code, one);
-      code = _mm512_mask_sub_epi32(code, _mm512_cmp_ps_mask(fraction, negative_half, _CMP_LE_OQ),
-                                   code, one);
+      const __m512i code =
+          roundClampedLanes(_mm512_mul_ps(half_block == 0 ? x0 : x1, inverse), kLevels);
       const int64_t at = b * kQuantBlock + half_block * 16;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(high + at),
                        _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));

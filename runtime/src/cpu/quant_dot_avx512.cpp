@@ -89,31 +89,20 @@ namespace vnni {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 #endif
+#include "cpu/quant_round_avx512.inc"
+
 float perTokenAvx512(const float* x, int64_t k, int8_t* q) {
   __m512 amax_lanes = _mm512_setzero_ps();
   for (int64_t i = 0; i < k; i += 16) {
     const __mmask16 m = k - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (k - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    amax_lanes = _mm512_max_ps(
-        amax_lanes, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_abs_ps(v)));
+    amax_lanes = _mm512_max_ps(amax_lanes, absOrZero(_mm512_maskz_loadu_ps(m, x + i)));
   }
   const float scale = _mm512_reduce_max_ps(amax_lanes) / 127.0f;
   const __m512 inverse = _mm512_set1_ps(inverseScale(scale));
-  const __m512 levels = _mm512_set1_ps(127.0f), negative_levels = _mm512_set1_ps(-127.0f);
-  const __m512 half = _mm512_set1_ps(0.5f), negative_half = _mm512_set1_ps(-0.5f);
-  const __m512i one = _mm512_set1_epi32(1);
   for (int64_t i = 0; i < k; i += 16) {
     const __mmask16 m = k - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (k - i)) - 1);
-    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inverse);
-    // !(v >= -levels) (NaN too) gives -levels; v > levels gives levels.
-    __m512 clamped =
-        _mm512_mask_mov_ps(negative_levels, _mm512_cmp_ps_mask(v, negative_levels, _CMP_GE_OQ), v);
-    clamped = _mm512_min_ps(clamped, levels);
-    __m512i code = _mm512_cvttps_epi32(clamped);
-    const __m512 fraction = _mm512_sub_ps(clamped, _mm512_cvtepi32_ps(code));
-    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(fraction, half, _CMP_GE_OQ), code, one);
-    code = _mm512_mask_sub_epi32(code, _mm512_cmp_ps_mask(fraction, negative_half, _CMP_LE_OQ),
-                                 code, one);
+    const __m512i code =
+        roundClampedLanes(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inverse), 127.0f);
     _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(code));
   }
   return scale;
