@@ -153,6 +153,13 @@ CpuIsa cpuIsaSupported() {
   return level;
 }
 
+std::vector<CpuIsa> cpuIsaLevelsSupported() {
+  std::vector<CpuIsa> levels;
+  for (CpuIsa level : kCpuIsaLevels)
+    if (level <= cpuIsaSupported()) levels.push_back(level);
+  return levels;
+}
+
 CpuIsa cpuIsa() {
   uint8_t level = static_cast<uint8_t>(cpuIsaSupported());
   level = std::min(level, static_cast<uint8_t>(environmentCap().cap));

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace llmc {
 
@@ -48,6 +49,8 @@ CpuIsa cpuIsaSupported();
 // The level the kernels use: cpuIsaSupported(), capped by LLMC_CPU_ISA and by
 // setCpuIsaCapForTesting.
 CpuIsa cpuIsa();
+// The levels up to cpuIsaSupported(), lowest first: what the tests run each kernel at.
+std::vector<CpuIsa> cpuIsaLevelsSupported();
 // Tests run each kernel at every level the host supports: cap the level (a value above the
 // supported one is clamped), or pass the supported level back to lift the cap.
 void setCpuIsaCapForTesting(CpuIsa cap);

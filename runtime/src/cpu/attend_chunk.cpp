@@ -18,23 +18,14 @@
 #endif
 
 #include "core/cpu_features.h"
+#include "cpu/isa.h"
 #include "cpu/attend.h"
 
 namespace llmc {
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)
-// GCC 12's AVX-512 reductions start from _mm512_undefined_ps(), which -Wuninitialized reports.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#if defined(__clang__)
-#pragma clang attribute push( \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
-#endif
+LLMC_ALLOW_UNDEFINED_VECTORS
+LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 namespace {
 
 // exp(x) for x <= 0 (and NaN): 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 in two steps
@@ -279,11 +270,7 @@ void weightedValues(const float* const* p, const int64_t* counts, const BlockRea
 float expOne(float x) { return _mm512_cvtss_f32(expNonPositive(_mm512_set1_ps(x))); }
 
 }  // namespace
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+LLMC_TARGET_END
 
 bool attendChunkSupported(int64_t head_dim) {
   return cpuIsa() >= CpuIsa::kAvx512 && (head_dim == 64 || head_dim == 128);

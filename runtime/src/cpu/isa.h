@@ -11,3 +11,30 @@
 
 #define LLMC_ISA_INLINE __attribute__((always_inline)) inline
 #define LLMC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// A region of functions built for `features` (a string literal, e.g. "avx512f,avx512bw"), for
+// files whose kernels are written with intrinsics of a wider set throughout:
+//   LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+//   ... functions ...
+//   LLMC_TARGET_END
+// (GCC: push_options + target; clang: an attribute pushed onto every function.)
+#define LLMC_PRAGMA(text) _Pragma(#text)
+#if defined(__clang__)
+#define LLMC_TARGET_BEGIN(features) \
+  LLMC_PRAGMA(clang attribute push(__attribute__((target(features))), apply_to = function))
+#define LLMC_TARGET_END LLMC_PRAGMA(clang attribute pop)
+#else
+#define LLMC_TARGET_BEGIN(features) _Pragma("GCC push_options") LLMC_PRAGMA(GCC target(features))
+#define LLMC_TARGET_END _Pragma("GCC pop_options")
+#endif
+
+// GCC 12's AVX-512 conversions and reductions start from _mm512_undefined_*(), which
+// -Wuninitialized and -Wmaybe-uninitialized report at every inlined use: files of such kernels
+// say LLMC_ALLOW_UNDEFINED_VECTORS once at the top.
+#if defined(__GNUC__) && !defined(__clang__)
+#define LLMC_ALLOW_UNDEFINED_VECTORS                  \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#else
+#define LLMC_ALLOW_UNDEFINED_VECTORS
+#endif

@@ -28,6 +28,7 @@
 #endif
 
 #include "core/cpu_features.h"
+#include "cpu/isa.h"
 #include "core/quant.h"
 #include "core/scale.h"
 #include "cpu/quant_dot.h"
@@ -66,19 +67,9 @@ void setAmxActivationRow(const QuantizedActivations& a, int64_t r, AmxActivation
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+LLMC_ALLOW_UNDEFINED_VECTORS
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                                 \
-    __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
-#endif
+LLMC_TARGET_BEGIN("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 
 namespace {
 
@@ -325,11 +316,7 @@ void quantizeRowCodes(const float* x, int64_t k, int8_t* high, uint8_t* low, flo
 
 }  // namespace
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+LLMC_TARGET_END
 
 bool quantDotHasAmx() { return cpuIsa() >= CpuIsa::kAmx; }
 

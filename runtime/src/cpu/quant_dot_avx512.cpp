@@ -26,6 +26,7 @@
 #endif
 
 #include "core/cpu_features.h"
+#include "cpu/isa.h"
 #include "core/quant.h"
 #include "core/scale.h"
 #include "cpu/quant_dot.h"
@@ -33,62 +34,16 @@
 namespace llmc {
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)
-// GCC 12's _mm512_cvtepi32_ps and _mm512_reduce_add_ps start from _mm512_undefined_ps(), which
-// -Wuninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+LLMC_ALLOW_UNDEFINED_VECTORS
 namespace {
 
 // As in the AVX2 kernels: decode streams every weight once, and asks for lines this far ahead.
 constexpr int64_t kPrefetchBytes = 4096;
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                    \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-#endif
-namespace bw {
-#define LLMC_QUANT_VNNI 0
-#include "cpu/quant_dot_avx512.inc"
-#undef LLMC_QUANT_VNNI
-}  // namespace bw
-#if defined(__clang__)
-#pragma clang attribute pop
-#pragma clang attribute push(                                                               \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
-    apply_to = function)
-#else
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
-#endif
-namespace vnni {
-#define LLMC_QUANT_VNNI 1
-#include "cpu/quant_dot_avx512.inc"
-#undef LLMC_QUANT_VNNI
-}  // namespace vnni
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-
+LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 // w8a8's per-token codes in 16 lanes (quantizeRowPerToken's contract, bit for bit): absmax over
 // the row with NaN dropped, scale = absmax / 127, each x * (1 / scale) rounded half away from
 // zero and clamped to ±127 (NaN to -127), as roundClamped does.
-#if defined(__clang__)
-#pragma clang attribute push(                                                    \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-#endif
 #include "cpu/quant_round_avx512.inc"
 
 float perTokenAvx512(const float* x, int64_t k, int8_t* q) {
@@ -107,11 +62,20 @@ float perTokenAvx512(const float* x, int64_t k, int8_t* q) {
   }
   return scale;
 }
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+
+namespace bw {
+#define LLMC_QUANT_VNNI 0
+#include "cpu/quant_dot_avx512.inc"
+#undef LLMC_QUANT_VNNI
+}  // namespace bw
+LLMC_TARGET_END
+LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+namespace vnni {
+#define LLMC_QUANT_VNNI 1
+#include "cpu/quant_dot_avx512.inc"
+#undef LLMC_QUANT_VNNI
+}  // namespace vnni
+LLMC_TARGET_END
 
 }  // namespace
 

@@ -26,13 +26,6 @@ class IsaCap {
   ~IsaCap() { setCpuIsaCapForTesting(kCpuIsaTop); }
 };
 
-std::vector<CpuIsa> supportedLevels() {
-  std::vector<CpuIsa> levels;
-  for (CpuIsa level : kCpuIsaLevels)
-    if (level <= cpuIsaSupported()) levels.push_back(level);
-  return levels;
-}
-
 TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {
   const CpuFeatures& f = cpuFeatures();
   const CpuIsa supported = cpuIsaSupported();
@@ -43,7 +36,7 @@ TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {
   // The build's own reading of the CPU agrees (it checks the OS's register state too).
   EXPECT_EQ(f.avx2, __builtin_cpu_supports("avx2") != 0);
   EXPECT_EQ(f.avx512f, __builtin_cpu_supports("avx512f") != 0);
-  for (CpuIsa level : supportedLevels()) {
+  for (CpuIsa level : cpuIsaLevelsSupported()) {
     IsaCap cap(level);
     EXPECT_EQ(cpuIsa(), level);
     EXPECT_NE(cpuSummary().find(std::string("kernels: ") + cpuIsaName(level)), std::string::npos)
@@ -74,7 +67,7 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   for (const Case& c : {Case{13, 300, 70}, Case{4, 256, 16}, Case{37, 513, 257}, Case{1, 1, 1}}) {
     Tensor a = randomFloat({c.rows, c.k}, 1), b = randomFloat({c.k, c.n}, 2);
     std::vector<std::vector<float>> results;
-    for (CpuIsa level : supportedLevels()) {
+    for (CpuIsa level : cpuIsaLevelsSupported()) {
       if (level < CpuIsa::kAvx2) continue;  // packedGemm is an AVX2-and-up kernel
       IsaCap cap(level);
       ASSERT_TRUE(packedGemmAvailable());
@@ -117,7 +110,7 @@ TEST(IsaKernelsTest, AttentionRowOperationsOnEveryLevel) {
       exact += static_cast<double>(a.data<float>()[d]) * b.data<float>()[d];
       magnitude += std::fabs(static_cast<double>(a.data<float>()[d]) * b.data<float>()[d]);
     }
-    for (CpuIsa level : supportedLevels()) {
+    for (CpuIsa level : cpuIsaLevelsSupported()) {
       IsaCap cap(level);
       const RowOps& ops = rowOps();
       const float dot = ops.dot(a.data<float>(), b.data<float>(), n);
@@ -272,7 +265,7 @@ TEST(IsaKernelsTest, KvRowsToFloatEveryCodeEveryLevel) {
     for (int64_t r = 0; r < count; ++r) scales[r] = row_scales[r % row_scales.size()];
     std::vector<float> want(static_cast<size_t>(count * kDim));
     kvRowsToFloatScalar(dtype, rows.data(), kDim, scales.data(), count, kDim, want.data());
-    for (CpuIsa level : supportedLevels()) {
+    for (CpuIsa level : cpuIsaLevelsSupported()) {
       IsaCap cap(level);
       std::vector<float> got(want.size(), -1.0f);
       kvRowsToFloat(dtype, rows.data(), kDim, scales.data(), count, kDim, got.data());

@@ -224,20 +224,12 @@ TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
   }
 }
 
-// The ISA levels this host supports, lowest first.
-std::vector<CpuIsa> supportedLevels() {
-  std::vector<CpuIsa> levels;
-  for (CpuIsa level : kCpuIsaLevels)
-    if (level <= cpuIsaSupported()) levels.push_back(level);
-  return levels;
-}
-
 // The kernel against integer arithmetic: exact up to float32's rounding of the scale products,
 // on every path (tiled AVX2 channels, the pair kernel, single channels, prefill rows: the
 // AVX-512 register tiles and, from kAmxMinRows rows, the AMX tiles) at every level the host has.
 TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
   const auto [format, group_param] = GetParam();
-  for (CpuIsa level : supportedLevels())
+  for (CpuIsa level : cpuIsaLevelsSupported())
     for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 33},
                                      {5, 384, 64},
                                      {3, 64, 7},
@@ -498,7 +490,7 @@ TEST(W8A8Test, MatchesTheDequantizedProductAndTakesInputScales) {
 // At every level the host has; 37 rows of K = 192 take the AMX tiles where the host has them (of
 // K = 160, not a multiple of 64, the AVX-512 kernels even there).
 TEST(W8A8Test, EqualsTheIntegerReference) {
-  for (CpuIsa level : supportedLevels())
+  for (CpuIsa level : cpuIsaLevelsSupported())
     for (const auto& [rows, k, n] :
          {std::tuple<int64_t, int64_t, int64_t>{4, 160, 21}, {37, 192, 40}}) {
       SCOPED_TRACE(std::string("level ") + cpuIsaName(level) + ", " + std::to_string(rows) +
