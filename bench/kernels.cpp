@@ -148,10 +148,11 @@ int main(int argc, char** argv) {
                   100 * s.median / peak[static_cast<size_t>(level)]);
     }
   }
-  // Integer products, 512 rows x K 768 x N 768 (one projection of the 110M Llama at a 512-token
-  // prefill): the AVX-512 tiles (quantDotRowBlock, dotInt8Rows) against the AMX tiles.
-  {
-    const int64_t rows = 512, k = 768, n = 768;
+  // Integer products, rows x K 768 x N 768 (one projection of the 110M Llama at a 512-token
+  // prefill, a 64-token one, and eight sequences' decode step): the AVX-512 tiles
+  // (quantDotRowBlock, dotInt8Rows) against the AVX-512 panels and the AMX tiles.
+  for (const int64_t rows : {512, 64, 16, 8, 4}) {
+    const int64_t k = 768, n = 768;
     std::mt19937 rng(2);
     std::uniform_int_distribution<int> code(-127, 127);
     std::normal_distribution<float> normal;
@@ -169,12 +170,20 @@ int main(int argc, char** argv) {
     std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
     AmxActivations amx_a;
     resizeAmxActivations(rows, k, &amx_a);
-    std::vector<int8_t> a8(static_cast<size_t>(rows * k));
+    // (The AMX tiles read rows in sixteens: a8's padding rows stay zero.)
+    std::vector<int8_t> a8(static_cast<size_t>((rows + 15) / 16 * 16 * k), 0);
+    std::vector<uint8_t> biased(static_cast<size_t>(rows * k));
+    std::vector<int16_t> codes(biased.size());
+    std::vector<float> block_scales(static_cast<size_t>(rows * (k / kQuantBlock)));
     for (int64_t r = 0; r < rows; ++r) {
+      const QuantizedActivations& row = a[static_cast<size_t>(r)];
       quantizeActivations(x.data() + r * k, k, k, 16, &a[static_cast<size_t>(r)]);
-      setAmxActivationRow(a[static_cast<size_t>(r)], r, &amx_a);
+      setAmxActivationRow(row, r, &amx_a);
+      std::copy(row.q16.begin(), row.q16.end(), codes.begin() + r * k);
+      std::copy(row.scales.begin(), row.scales.end(), block_scales.begin() + r * (k / kQuantBlock));
       quantizeRowPerToken(x.data() + r * k, k, a8.data() + r * k);
     }
+    for (size_t i = 0; i < biased.size(); ++i) biased[i] = static_cast<uint8_t>(a8[i] ^ 0x80);
     std::vector<float> out(static_cast<size_t>(rows * n));
     std::vector<int32_t> sums(static_cast<size_t>(rows * n));
     std::printf("\n| level | product, %lld x %lld x %lld | G multiply-adds/s |\n|---|---|---|\n",
@@ -190,6 +199,21 @@ int main(int argc, char** argv) {
       const Stat s = summarize(runs);
       std::printf("| %s | %s | %.1f [%.1f, %.1f] |\n", level, what, s.median, s.low, s.high);
     };
+    // The panels over all the rows, per 64 channels (a task of LlmQuantMatMul's).
+    for (CpuIsa level : {CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+      if (supported < level) continue;
+      setCpuIsaCapForTesting(level);
+      measure(cpuIsaName(level), "int8 weights, int16 activations, panels", [&] {
+        for (int64_t c = 0; c < n; c += 64)
+          quantDotPanelAvx512(w, c, c + 64, codes.data(), block_scales.data(), rows, out.data() + c,
+                              n);
+      });
+      if (level == CpuIsa::kAvx512Vnni)
+        measure(cpuIsaName(level), "w8a8, panels", [&] {
+          for (int64_t c = 0; c < n; c += 64)
+            dotInt8PanelVnni(biased.data(), rows, wq.data(), k, c, c + 64, sums.data() + c, n);
+        });
+    }
     if (supported >= CpuIsa::kAvx512Vnni) {
       setCpuIsaCapForTesting(CpuIsa::kAvx512Vnni);
       measure("avx512_vnni", "int8 weights, int16 activations", [&] {

@@ -295,16 +295,11 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
 #include "cpu/quant_round_avx512.inc"
 
 void quantizeRowCodes(const float* x, int64_t k, int8_t* high, uint8_t* low, float* scales) {
-  constexpr float kLevels = 32767.0f;
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
-    const float* xb = x + b * kQuantBlock;
-    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-    const float scale = _mm512_reduce_max_ps(_mm512_max_ps(absOrZero(x0), absOrZero(x1))) / kLevels;
-    scales[b] = scale;
-    const __m512 inverse = _mm512_set1_ps(inverseScale(scale));
+    __m512i codes[2];
+    scales[b] = int16BlockCodes(x + b * kQuantBlock, &codes[0], &codes[1]);
     for (int half_block = 0; half_block < 2; ++half_block) {
-      const __m512i code =
-          roundClampedLanes(_mm512_mul_ps(half_block == 0 ? x0 : x1, inverse), kLevels);
+      const __m512i code = codes[half_block];
       const int64_t at = b * kQuantBlock + half_block * 16;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(high + at),
                        _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));

@@ -15,6 +15,13 @@
 //   and 12-15 block 2p + 1, each lane scaled by its block's activation and weight scales. The
 //   zero point (8 for the symmetric formats) comes off once per group against the group's
 //   activation sum, so groups of 32 and groups that are a multiple of 64 take the same loop.
+// - Panels, for prefill (kPanelMinRows rows or more) of int8 weights: 32 output channels are
+//   repacked per call into the lanes of two registers (int16 pairs for int16 activations, int8
+//   quads for w8a8), and each step multiplies one broadcast 32-bit group of a row's codes into
+//   both: vpdpwssd (or vpmaddwd + vpaddd without VNNI) over 6 rows, per block of 32 into float
+//   with the block's scale; w8a8 (VNNI only) vpdpbusd over 8 rows and all of K in int32, on the
+//   codes plus 128 (unsigned), less 128 Σw per channel. No horizontal sums: each lane is one
+//   channel's own.
 //
 // The kernels are written once (quant_dot_avx512.inc) and compiled under two target pragmas.
 #include <algorithm>
@@ -63,6 +70,19 @@ float perTokenAvx512(const float* x, int64_t k, int8_t* q) {
   return scale;
 }
 
+// quantizeActivations' 16-bit codes: per block of 32 the absmax, scale = absmax / 32767, codes
+// rounded and clamped as roundClamped does.
+void int16CodesAvx512(const float* x, int64_t k, int16_t* codes, float* scales) {
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    __m512i first, second;
+    scales[b] = int16BlockCodes(x + b * kQuantBlock, &first, &second);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kQuantBlock),
+                        _mm512_cvtepi32_epi16(first));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kQuantBlock + 16),
+                        _mm512_cvtepi32_epi16(second));
+  }
+}
+
 namespace bw {
 #define LLMC_QUANT_VNNI 0
 #include "cpu/quant_dot_avx512.inc"
@@ -85,6 +105,23 @@ float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q) {
   return perTokenAvx512(x, k, q);
 }
 
+void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* scales) {
+  int16CodesAvx512(x, k, codes, scales);
+}
+
+void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
+                         const float* scales, int64_t rows, float* out, int64_t out_stride) {
+  (cpuIsa() >= CpuIsa::kAvx512Vnni ? vnni::int16PanelProducts : bw::int16PanelProducts)(
+      w, n0, n1, codes, scales, rows, out, out_stride);
+}
+
+bool quantDotHasVnniPanel() { return cpuIsa() >= CpuIsa::kAvx512Vnni; }
+
+void dotInt8PanelVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                      int64_t n1, int32_t* out, int64_t out_stride) {
+  vnni::int8PanelProducts(biased, rows, w, k, n0, n1, out, out_stride);
+}
+
 void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
                         const QuantizedActivations* rows, int64_t row_count, float* out,
                         int64_t out_stride, int channels_per_pass) {
@@ -98,6 +135,12 @@ void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
 }
 #else
 bool quantDotHasAvx512() { return false; }
+bool quantDotHasVnniPanel() { return false; }
+void quantizeInt16RowAvx512(const float*, int64_t, int16_t*, float*) {}
+void quantDotPanelAvx512(const QuantWeight&, int64_t, int64_t, const int16_t*, const float*,
+                         int64_t, float*, int64_t) {}
+void dotInt8PanelVnni(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*,
+                      int64_t) {}
 float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q) {
   return quantizeRowPerTokenScalar(x, k, q);
 }

@@ -131,8 +131,11 @@ Status quantMatMulKernel(KernelContext& ctx) {
         tile(n0, std::min(kChannelTile, w.n - n0));
     });
   };
-  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once.
+  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once; where
+  // they do not run (no AMX, fewer rows, w8a8's K off the 64s), with AVX-512 the panels do (int8
+  // weights; w8a8 with VNNI).
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
+  const bool panels = quantDotHasAvx512();
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.
   constexpr int64_t kRowTask = 8;
   auto for_each_row = [&](auto&& row_fn) {
@@ -184,17 +187,26 @@ Status quantMatMulKernel(KernelContext& ctx) {
     if (aq.size() < static_cast<size_t>(padded * k)) aq.resize(static_cast<size_t>(padded * k));
     std::fill(aq.begin() + rows * k, aq.begin() + padded * k, int8_t{0});
     std::vector<float> row_scales(static_cast<size_t>(rows));
+    // The VNNI panels take the codes plus 128, as unsigned bytes.
+    const bool biased = !tiled && panels && rows >= kInt8PanelMinRows && quantDotHasVnniPanel();
     for_each_row([&](int64_t r, const float* row) {
-      row_scales[r] = quantizeRowPerToken(row, k, aq.data() + r * k);
+      int8_t* codes = aq.data() + r * k;
+      row_scales[r] = quantizeRowPerToken(row, k, codes);
+      if (biased)
+        for (int64_t j = 0; j < k; ++j) codes[j] = static_cast<int8_t>(codes[j] ^ 0x80);
     });
     const int8_t* wq = static_cast<const int8_t*>(w.data);
-    if (tiled) {
+    if (tiled || biased) {
       for_each_task([&](int64_t n0, int64_t n1) {
         const int64_t stride = kChannelTile * kTaskTiles;
         thread_local std::vector<int32_t> sums;  // this task's thread's own
         if (sums.size() < static_cast<size_t>(rows * stride))
           sums.resize(static_cast<size_t>(rows * stride));
-        dotInt8TileAmx(aq.data(), rows, wq, k, n0, n1, sums.data(), stride);
+        if (tiled)
+          dotInt8TileAmx(aq.data(), rows, wq, k, n0, n1, sums.data(), stride);
+        else
+          dotInt8PanelVnni(reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, n0, n1,
+                           sums.data(), stride);
         float channel_scales[kChannelTile * kTaskTiles];
         for (int64_t n = n0; n < n1; ++n) channel_scales[n - n0] = w.scale(n, 0);
         for (int64_t r = 0; r < rows; ++r) {
@@ -222,6 +234,22 @@ Status quantMatMulKernel(KernelContext& ctx) {
     resizeAmxActivations(rows, k, &codes);
     for_each_row([&](int64_t r, const float* row) { quantizeAmxRow(row, r, &codes); });
     for_each_task([&](int64_t n0, int64_t n1) { quantDotTileAmx(w, n0, n1, codes, h + n0, w.n); });
+  } else if (panels && rows >= kInt16PanelMinRows && traits->bits == 8) {
+    // int8 weights: the int16 codes of all rows, [rows, K], and their block scales.
+    thread_local std::vector<int16_t> codes_scratch;
+    thread_local std::vector<float> scales_scratch;
+    std::vector<int16_t>& codes = codes_scratch;
+    std::vector<float>& block_scales = scales_scratch;
+    const int64_t blocks = k / kQuantBlock;
+    if (codes.size() < static_cast<size_t>(rows * k)) codes.resize(static_cast<size_t>(rows * k));
+    if (block_scales.size() < static_cast<size_t>(rows * blocks))
+      block_scales.resize(static_cast<size_t>(rows * blocks));
+    for_each_row([&](int64_t r, const float* row) {
+      quantizeInt16RowAvx512(row, k, codes.data() + r * k, block_scales.data() + r * blocks);
+    });
+    for_each_task([&](int64_t n0, int64_t n1) {
+      quantDotPanelAvx512(w, n0, n1, codes.data(), block_scales.data(), rows, h + n0, w.n);
+    });
   } else {
     std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
     for_each_row([&](int64_t r, const float* row) {

@@ -11,6 +11,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "core/cpu_features.h"
@@ -226,7 +227,8 @@ TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
 
 // The kernel against integer arithmetic: exact up to float32's rounding of the scale products,
 // on every path (tiled AVX2 channels, the pair kernel, single channels, prefill rows: the
-// AVX-512 register tiles and, from kAmxMinRows rows, the AMX tiles) at every level the host has.
+// AVX-512 register tiles, the AVX-512 panels (int8 weights from kInt16PanelMinRows rows) and, from
+// kAmxMinRows rows, the AMX tiles) at every level the host has.
 TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
   const auto [format, group_param] = GetParam();
   for (CpuIsa level : cpuIsaLevelsSupported())
@@ -258,10 +260,11 @@ TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
 }
 
 // Bias, alpha and the activation epilogue, and the gated form, on the quantized product.
-// 4 rows take the register tiles; 9 the AMX tiles where the host has them.
+// 4 rows take the register tiles; 9 the AMX tiles where the host has them; 17 those or the
+// AVX-512 panels (int8 weights).
 TEST_P(QuantFormatTest, EpilogueAndGatedForm) {
   const auto [format, group_param] = GetParam();
-  for (const int64_t rows : {4, 9}) {
+  for (const int64_t rows : {4, 9, 17}) {
     SCOPED_TRACE(std::to_string(rows) + " rows");
     const int64_t k = 128, f = 24;
     const int64_t group = std::string(format) == "int8" ? k : group_param;
@@ -487,12 +490,13 @@ TEST(W8A8Test, MatchesTheDequantizedProductAndTakesInputScales) {
 
 // w8a8 against integer arithmetic: per-token codes (scale absmax / 127 over the row, after
 // the input scales' float product), exact int32 sums, then float(sum) * s_a * s_w: 3 roundings.
-// At every level the host has; 37 rows of K = 192 take the AMX tiles where the host has them (of
-// K = 160, not a multiple of 64, the AVX-512 kernels even there).
+// At every level the host has: 4 rows take dotInt8Rows; 37 rows of K = 192 the AMX tiles where
+// the host has them, the AVX-512 VNNI panels elsewhere; 9 rows of K = 160 (not a multiple of 64)
+// the panels on AMX hosts too.
 TEST(W8A8Test, EqualsTheIntegerReference) {
   for (CpuIsa level : cpuIsaLevelsSupported())
     for (const auto& [rows, k, n] :
-         {std::tuple<int64_t, int64_t, int64_t>{4, 160, 21}, {37, 192, 40}}) {
+         {std::tuple<int64_t, int64_t, int64_t>{4, 160, 21}, {37, 192, 40}, {9, 160, 21}}) {
       SCOPED_TRACE(std::string("level ") + cpuIsaName(level) + ", " + std::to_string(rows) +
                    " rows");
       Tensor w = randomFloat({n, k}, 84), x = randomFloat({rows, k}, 85), s = randomFloat({k}, 86);
@@ -528,20 +532,12 @@ TEST(W8A8Test, EqualsTheIntegerReference) {
     }
 }
 
-// The AMX tiles (cpu/quant_dot_amx.cpp) against the scalar reference. Where the host has no AMX
-// they cannot run: the tests say so and skip (test/isa/emulated_host.py runs without it too).
-class AmxTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!quantDotHasAmx())
-      GTEST_SKIP() << "this CPU (or its OS, or LLMC_CPU_ISA) gives no AMX-INT8";
-  }
-};
+// Prefill's product kernels of int8 weights (the AMX tiles, the AVX-512 panels) against the
+// scalar reference, each through the same checks below.
 
-// The split codes are quantizeActivations' codes bit for bit (high * 256 + low), with the
-// same scales, over ties, clamping, zeros, infinities, NaN and subnormal blocks.
-TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
-  const int64_t k = 32 * 8;
+// Rows of floats whose int16 codes cover ties, clamping, zeros, infinities, NaN and subnormal
+// blocks: 3 rows of K = 256.
+std::vector<float> awkwardRows(int64_t k) {
   std::mt19937 rng(95);
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<size_t>(3 * k));
@@ -554,43 +550,29 @@ TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
   row[96] = NAN;  // block 3: NaN first
   for (int64_t i = 128; i < 160; ++i) row[i] = 1e-42f * static_cast<float>(i - 140);  // subnormal
   for (int64_t i = 160; i < 192; ++i) row[i] = (i % 2 ? 0.5f : -1.5f) * 1e-3f;        // ties again
-  AmxActivations got, want;
-  resizeAmxActivations(3, k, &got);
-  resizeAmxActivations(3, k, &want);
-  for (int64_t r = 0; r < 3; ++r) {
-    QuantizedActivations a;
-    quantizeActivations(x.data() + r * k, k, k, 16, &a);
-    setAmxActivationRow(a, r, &want);
-    quantizeAmxRow(x.data() + r * k, r, &got);
-    for (int64_t i = 0; i < k; ++i)
-      ASSERT_EQ(256 * want.high[r * k + i] + want.low[r * k + i], a.q16[i]) << r << " " << i;
-  }
-  EXPECT_EQ(got.high, want.high);
-  EXPECT_EQ(got.low, want.low);
-  ASSERT_EQ(got.scales.size(), want.scales.size());
-  for (size_t i = 0; i < got.scales.size(); ++i)
-    EXPECT_EQ(std::memcmp(&got.scales[i], &want.scales[i], sizeof(float)), 0) << i;
+  return x;
 }
 
-// int8 weights x int16 activations: per block the integer sums are the scalar ones; the float
-// sums within the rounding bound; rows and channels outside the ranges untouched.
-TEST_F(AmxTest, Int16TilesMatchTheScalarDots) {
-  for (const auto& [rows, k] :
-       {std::pair<int64_t, int64_t>{1, 32}, {16, 96}, {17, 768}, {45, 64}}) {
+// An int16-activation product kernel: out[r * stride + i] for rows x channels [n0, n1) of w,
+// the rows quantized from x ([rows, K] floats) by the kernel's own quantizer.
+using Int16Kernel = std::function<void(const QuantWeight& w, int64_t n0, int64_t n1, const float* x,
+                                       int64_t rows, float* out, int64_t stride)>;
+
+// Per block the integer sums are the scalar ones; the float sums within the rounding bound;
+// rows and channels outside the ranges untouched.
+void expectInt16ProductsMatchScalarDots(const Int16Kernel& kernel,
+                                        std::initializer_list<std::pair<int64_t, int64_t>> shapes) {
+  for (const auto& [rows, k] : shapes) {
     const int64_t n = 37;
     Tensor w = randomFloat({n, k}, 96), x = randomFloat({rows, k}, 97);
     x.data<float>()[0] = 1e4f;  // codes at ±32767 next to small ones
     Quantized q = quantize(w, true, "int8", k);
-    AmxActivations codes;
-    resizeAmxActivations(rows, k, &codes);
     std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < rows; ++r)
       quantizeActivations(x.data<float>() + r * k, k, k, 16, &a[r]);
-      quantizeAmxRow(x.data<float>() + r * k, r, &codes);
-    }
     const int64_t stride = n + 1;
     std::vector<float> out(static_cast<size_t>((rows + 1) * stride), -1.0f);
-    quantDotTileAmx(q.weight, 1, n - 1, codes, out.data() + 1, stride);
+    kernel(q.weight, 1, n - 1, x.data<float>(), rows, out.data() + 1, stride);
     for (int64_t r = 0; r <= rows; ++r)
       for (int64_t c = 0; c <= n; ++c) {
         const float got = out[static_cast<size_t>(r * stride + c)];
@@ -609,13 +591,12 @@ TEST_F(AmxTest, Int16TilesMatchTheScalarDots) {
   }
 }
 
-// Where every float operation is exact, the tiles' results are the integers: activation scales
-// of 2^-10 (each block holds one code of 32767, against a weight of 1), the other codes within
-// ±1023 (high bytes -4..3, every low byte), weight scales of 1, three blocks (every partial sum
-// an integer times 2^-10 below 2^24 of them). A block sum off by one fails here, where the
-// rounding bound above would hide it.
-TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
-  const int64_t rows = 21, k = 96, n = 19, blocks = k / kQuantBlock;
+// Where every float operation is exact, the results are the integers: activation scales of
+// 2^-10 (each block holds one code of 32767, against a weight of 1), the other codes within
+// ±1023, weight scales of 1, three blocks (every partial sum an integer times 2^-10 below 2^24
+// of them). A block sum off by one fails here, where the rounding bound above would hide it.
+void expectInt16ProductsExactWhereFloatIs(const Int16Kernel& kernel, int64_t rows) {
+  const int64_t k = 96, n = 19, blocks = k / kQuantBlock;
   std::mt19937 rng(99);
   std::uniform_int_distribution<int> code(-1023, 1023), weight(-127, 127);
   std::vector<float> x(static_cast<size_t>(rows * k));
@@ -631,12 +612,8 @@ TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
   QuantWeight w;
   w.traits = &quantTraits(QuantFormat::kInt8);
   w.n = n, w.k = k, w.group = k, w.data = wq.data(), w.scales = w_scales.data();
-  AmxActivations a;
-  resizeAmxActivations(rows, k, &a);
-  for (int64_t r = 0; r < rows; ++r) quantizeAmxRow(x.data() + r * k, r, &a);
-  for (float scale : a.scales) ASSERT_TRUE(scale == 0 || scale == std::ldexp(1.0f, -10)) << scale;
   std::vector<float> out(static_cast<size_t>(rows * n));
-  quantDotTileAmx(w, 0, n, a, out.data(), n);
+  kernel(w, 0, n, x.data(), rows, out.data(), n);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < n; ++c) {
       int64_t dot = 0;
@@ -646,21 +623,25 @@ TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
     }
 }
 
-// w8a8: the int32 sums are exact, with the extremes (-127 x -127 over all of K), for row and
-// channel counts on and off the 16s and the 2 x 2 tile blocking.
-TEST_F(AmxTest, Int8TilesAreExact) {
+// A w8a8 product kernel: out[r * stride + i] = Σ_K a[r] w[n0 + i] for int8 rows a ([rows, k]).
+using Int8Kernel = std::function<void(const int8_t* a, int64_t rows, const int8_t* w, int64_t k,
+                                      int64_t n0, int64_t n1, int32_t* out, int64_t stride)>;
+
+// The int32 sums are exact, with the extremes (-127 x -127 over all of K), for row and channel
+// counts on and off the kernels' blocking.
+void expectInt8ProductsExact(const Int8Kernel& kernel,
+                             std::initializer_list<std::pair<int64_t, int64_t>> shapes) {
   std::mt19937 rng(98);
   std::uniform_int_distribution<int> value(-127, 127);
-  for (const auto& [rows, k] :
-       {std::pair<int64_t, int64_t>{1, 64}, {16, 192}, {17, 64}, {50, 4096}}) {
-    const int64_t n = 53, padded = (rows + 15) / 16 * 16;
-    std::vector<int8_t> a(static_cast<size_t>(padded * k), 0), w(static_cast<size_t>(n * k));
-    for (int64_t i = 0; i < rows * k; ++i) a[i] = static_cast<int8_t>(value(rng));
+  for (const auto& [rows, k] : shapes) {
+    const int64_t n = 53;
+    std::vector<int8_t> a(static_cast<size_t>(rows * k)), w(static_cast<size_t>(n * k));
+    for (int8_t& v : a) v = static_cast<int8_t>(value(rng));
     for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
     for (int64_t i = 0; i < k; ++i) a[i] = w[k + i] = -127;  // row 0 x channel 1: K * 127^2
     const int64_t stride = n + 2;
     std::vector<int32_t> out(static_cast<size_t>((rows + 1) * stride), -1);
-    dotInt8TileAmx(a.data(), rows, w.data(), k, 1, n, out.data() + 1, stride);
+    kernel(a.data(), rows, w.data(), k, 1, n, out.data() + 1, stride);
     for (int64_t r = 0; r <= rows; ++r)
       for (int64_t c = 0; c < stride; ++c) {
         const int32_t got = out[static_cast<size_t>(r * stride + c)];
@@ -673,6 +654,137 @@ TEST_F(AmxTest, Int8TilesAreExact) {
       }
     EXPECT_EQ(out[1], 127 * 127 * k);  // row 0, channel 1
   }
+}
+
+// The AMX tiles (cpu/quant_dot_amx.cpp). Where the host has no AMX they cannot run: the tests
+// say so and skip (test/isa/emulated_host.py runs without it too).
+class AmxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!quantDotHasAmx())
+      GTEST_SKIP() << "this CPU (or its OS, or LLMC_CPU_ISA) gives no AMX-INT8";
+  }
+  static void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const float* x, int64_t rows,
+                         float* out, int64_t stride) {
+    AmxActivations codes;
+    resizeAmxActivations(rows, w.k, &codes);
+    for (int64_t r = 0; r < rows; ++r) quantizeAmxRow(x + r * w.k, r, &codes);
+    quantDotTileAmx(w, n0, n1, codes, out, stride);
+  }
+  // The tiles read rows in sixteens: the padding rows zero.
+  static void int8Tiles(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                        int64_t n1, int32_t* out, int64_t stride) {
+    std::vector<int8_t> padded(static_cast<size_t>((rows + 15) / 16 * 16 * k), 0);
+    std::copy(a, a + rows * k, padded.begin());
+    dotInt8TileAmx(padded.data(), rows, w, k, n0, n1, out, stride);
+  }
+};
+
+// The split codes are quantizeActivations' codes bit for bit (high * 256 + low), with the
+// same scales.
+TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
+  const int64_t k = 32 * 8;
+  const std::vector<float> x = awkwardRows(k);
+  AmxActivations got, want;
+  resizeAmxActivations(3, k, &got);
+  resizeAmxActivations(3, k, &want);
+  for (int64_t r = 0; r < 3; ++r) {
+    QuantizedActivations a;
+    quantizeActivations(x.data() + r * k, k, k, 16, &a);
+    setAmxActivationRow(a, r, &want);
+    quantizeAmxRow(x.data() + r * k, r, &got);
+    for (int64_t i = 0; i < k; ++i)
+      ASSERT_EQ(256 * want.high[r * k + i] + want.low[r * k + i], a.q16[i]) << r << " " << i;
+  }
+  EXPECT_EQ(got.high, want.high);
+  EXPECT_EQ(got.low, want.low);
+  ASSERT_EQ(got.scales.size(), want.scales.size());
+  for (size_t i = 0; i < got.scales.size(); ++i)
+    EXPECT_EQ(std::memcmp(&got.scales[i], &want.scales[i], sizeof(float)), 0) << i;
+}
+
+TEST_F(AmxTest, Int16TilesMatchTheScalarDots) {
+  expectInt16ProductsMatchScalarDots(int16Tiles, {{1, 32}, {16, 96}, {17, 768}, {45, 64}});
+}
+
+TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
+  expectInt16ProductsExactWhereFloatIs(int16Tiles, 21);
+}
+
+TEST_F(AmxTest, Int8TilesAreExact) {
+  expectInt8ProductsExact(int8Tiles, {{1, 64}, {16, 192}, {17, 64}, {50, 4096}});
+}
+
+// The AVX-512 panels (cpu/quant_dot_avx512.inc), at each AVX-512 level the host has: the int16
+// products with and without VNNI, w8a8 with it.
+class PanelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!quantDotHasAvx512()) GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-512";
+  }
+  void TearDown() override { setCpuIsaCapForTesting(kCpuIsaTop); }
+  static std::vector<CpuIsa> levels() {
+    std::vector<CpuIsa> out;
+    for (CpuIsa level : cpuIsaLevelsSupported())
+      if (level == CpuIsa::kAvx512 || level == CpuIsa::kAvx512Vnni) out.push_back(level);
+    return out;
+  }
+  static void int16Panels(const QuantWeight& w, int64_t n0, int64_t n1, const float* x,
+                          int64_t rows, float* out, int64_t stride) {
+    const int64_t blocks = w.k / kQuantBlock;
+    std::vector<int16_t> codes(static_cast<size_t>(rows * w.k));
+    std::vector<float> scales(static_cast<size_t>(rows * blocks));
+    for (int64_t r = 0; r < rows; ++r)
+      quantizeInt16RowAvx512(x + r * w.k, w.k, codes.data() + r * w.k, scales.data() + r * blocks);
+    quantDotPanelAvx512(w, n0, n1, codes.data(), scales.data(), rows, out, stride);
+  }
+  static void int8Panels(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                         int64_t n1, int32_t* out, int64_t stride) {
+    std::vector<uint8_t> biased(static_cast<size_t>(rows * k));
+    for (size_t i = 0; i < biased.size(); ++i) biased[i] = static_cast<uint8_t>(a[i] ^ 0x80);
+    dotInt8PanelVnni(biased.data(), rows, w, k, n0, n1, out, stride);
+  }
+};
+
+// quantizeActivations' int16 codes and scales, bit for bit.
+TEST_F(PanelTest, Int16CodesAreTheReference) {
+  const int64_t k = 32 * 8;
+  const std::vector<float> x = awkwardRows(k);
+  for (int64_t r = 0; r < 3; ++r) {
+    QuantizedActivations want;
+    quantizeActivations(x.data() + r * k, k, k, 16, &want);
+    std::vector<int16_t> codes(static_cast<size_t>(k));
+    std::vector<float> scales(static_cast<size_t>(k / kQuantBlock));
+    quantizeInt16RowAvx512(x.data() + r * k, k, codes.data(), scales.data());
+    EXPECT_EQ(codes, want.q16) << "row " << r;
+    for (size_t i = 0; i < scales.size(); ++i)
+      EXPECT_EQ(std::memcmp(&scales[i], &want.scales[i], sizeof(float)), 0) << r << " " << i;
+  }
+}
+
+// Row counts below, at and past the 6-row blocks; channel ranges of 35 (a panel of 32 and one
+// of 3) and, in the exact test, 19 (two slabs, the second of 3).
+TEST_F(PanelTest, Int16PanelsMatchTheScalarDots) {
+  for (CpuIsa level : levels()) {
+    SCOPED_TRACE(cpuIsaName(level));
+    setCpuIsaCapForTesting(level);
+    expectInt16ProductsMatchScalarDots(int16Panels,
+                                       {{1, 32}, {4, 96}, {6, 64}, {7, 768}, {13, 160}, {45, 64}});
+  }
+}
+
+TEST_F(PanelTest, Int16PanelsAreExactWhereFloatIs) {
+  for (CpuIsa level : levels()) {
+    SCOPED_TRACE(cpuIsaName(level));
+    setCpuIsaCapForTesting(level);
+    expectInt16ProductsExactWhereFloatIs(int16Panels, 21);
+  }
+}
+
+// K off the 64s (a last chunk of 32), up to 4,096 with the extremes; rows past the 8-row blocks.
+TEST_F(PanelTest, Int8PanelsAreExact) {
+  if (!quantDotHasVnniPanel()) GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-512 VNNI";
+  expectInt8ProductsExact(int8Panels, {{1, 32}, {8, 160}, {9, 64}, {17, 96}, {50, 4096}});
 }
 
 // The AVX-512 per-token quantizer gives the reference loop's codes and scale bit for bit, over
