@@ -95,14 +95,21 @@ LLMC_TARGET_AVX2 void matMulRowBlockAvx2(const float* a, int64_t rows, int64_t k
                                          float* acc, int64_t ldc) {
   matMulRowBlockBody(a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
 }
+LLMC_TARGET_AVX512_WIDE void matMulRowBlockAvx512(const float* a, int64_t rows, int64_t k_size,
+                                                  const float* b, int64_t ldb, int64_t n_size,
+                                                  bool trans_b, float* acc, int64_t ldc) {
+  matMulRowBlockBody(a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
+}
 void matMulRowBlockBaseline(const float* a, int64_t rows, int64_t k_size, const float* b,
                             int64_t ldb, int64_t n_size, bool trans_b, float* acc, int64_t ldc) {
   matMulRowBlockBody(a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
 }
 void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
                     int64_t n_size, bool trans_b, float* acc, int64_t ldc) {
-  (cpuIsa() >= CpuIsa::kAvx2 ? matMulRowBlockAvx2 : matMulRowBlockBaseline)(
-      a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
+  (cpuIsa() >= CpuIsa::kAvx512 ? matMulRowBlockAvx512
+   : cpuIsa() >= CpuIsa::kAvx2
+       ? matMulRowBlockAvx2
+       : matMulRowBlockBaseline)(a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
 }
 
 // Calls task(row0, rows, n0, columns) for every block of up to kRowBlock rows and kTaskColumns

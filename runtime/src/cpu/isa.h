@@ -11,6 +11,18 @@
 
 #define LLMC_ISA_INLINE __attribute__((always_inline)) inline
 #define LLMC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+// AVX-512 F/BW/VL/DQ, with the compiler's vectorizer asked for 512-bit vectors (GCC and clang
+// otherwise prefer 256 bits even where AVX-512 is enabled; clang ignores a whole target string
+// that names prefer-vector-width, and has min_vector_width instead).
+// clang-format off
+#if defined(__clang__)
+#define LLMC_TARGET_AVX512_WIDE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), min_vector_width(512)))
+#else
+#define LLMC_TARGET_AVX512_WIDE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")))
+#endif
+// clang-format on
 
 // A region of functions built for `features` (a string literal, e.g. "avx512f,avx512bw"), for
 // files whose kernels are written with intrinsics of a wider set throughout:

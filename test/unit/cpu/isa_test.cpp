@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -97,6 +98,50 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   {
     IsaCap cap(CpuIsa::kScalar);
     EXPECT_FALSE(packedGemmAvailable());
+  }
+}
+
+// Decode's float32 products (LlmFusedMatMul of 1-3 rows: each weight row streamed once, four
+// rows of it per pass over the sums) on every level, within float32's rounding of the sum; the
+// AVX-512 copy (512-bit vectors) gives the AVX2 copy's bits, each sum taking the same fused
+// multiply-adds in the same order.
+TEST(IsaKernelsTest, DecodeProductsOnEveryLevel) {
+  for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 300, 70},
+                                   {2, 7, 33},
+                                   {3, 768, 257},
+                                   {1, 1, 1},
+                                   {1, 64, 2048}}) {
+    Tensor a = randomFloat({rows, k}, 3), b = randomFloat({k, n}, 4);
+    std::vector<Tensor> results;
+    std::vector<CpuIsa> levels;
+    for (CpuIsa level : cpuIsaLevelsSupported()) {
+      IsaCap cap(level);
+      Tensor got = runKernel("LlmFusedMatMul", {a, b});
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          double exact = 0, magnitude = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            const double p =
+                static_cast<double>(a.data<float>()[r * k + i]) * b.data<float>()[i * n + c];
+            exact += p;
+            magnitude += std::fabs(p);
+          }
+          ASSERT_LE(std::fabs(got.data<float>()[r * n + c] - exact),
+                    static_cast<double>(k) * std::ldexp(1.0, -24) * magnitude)
+              << cpuIsaName(level) << " [" << rows << ", " << k << "] x [" << k << ", " << n
+              << "] at (" << r << ", " << c << ")";
+        }
+      results.push_back(std::move(got));
+      levels.push_back(level);
+    }
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (levels[i] <= CpuIsa::kAvx2) continue;
+      EXPECT_EQ(std::memcmp(results[i].data<float>(), results[1].data<float>(),
+                            static_cast<size_t>(rows * n) * sizeof(float)),
+                0)
+          << cpuIsaName(levels[i]) << " differs from avx2, [" << rows << ", " << k << "] x [" << k
+          << ", " << n << "]";
+    }
   }
 }
 
