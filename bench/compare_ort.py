@@ -33,11 +33,11 @@ def llmc_median_ms(llmc, engine, inputs, repeat, threads=1):
     return float(m.group(1))
 
 
-def llmc_kv_bench(llmc, engine, context, new_tokens, repeat, threads=1):
-    """`llmc bench --kv-only` on `threads` threads: time to first token (ms) and decode tokens/s,
-    each as (median, min, max) over `repeat` runs."""
+def llmc_kv_bench(llmc, engine, context, new_tokens, repeat, threads=1, extra=()):
+    """`llmc bench --kv-only` on `threads` threads (and `extra` options): time to first token (ms)
+    and decode tokens/s, each as (median, min, max) over `repeat` runs."""
     out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", str(context), "--new-tokens",
-                          str(new_tokens), "--repeat", str(repeat), "--threads", str(threads)],
+                          str(new_tokens), "--repeat", str(repeat), "--threads", str(threads), *extra],
                          capture_output=True, text=True, check=True).stdout
     m = re.search(r"paged KV cache\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]\s+([0-9.]+) \[\s*([0-9.]+),\s*([0-9.]+)\]",
                   out)

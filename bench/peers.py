@@ -8,7 +8,9 @@ not committed), saved with save_pretrained. From that one checkpoint:
 - llmc compiles Optimum's text-generation-with-past ONNX export: float32, `--quantize int8`,
   `--quantize int4` with groups of 32 (Q4_0's block) and of 128, and (mode "8-bit w8a8")
   `--quantize w8a8` calibrated on eight random 128-token samples, int8 activations per token
-  like ONNX Runtime's dynamic int8 (per tensor there);
+  like ONNX Runtime's dynamic int8 (per tensor there); a mode with " kv-f16" after it runs that
+  mode's engine with a float16 KV cache (llama.cpp's default; llmc's is float32), compared with
+  the peers' runs of the mode without it;
 - ONNX Runtime runs the same export: float32, int8 from `quantize_dynamic` (per channel), 4-bit
   from `MatMulNBitsQuantizer` (symmetric, blocks of 32, accuracy_level 4: int8 activations, as
   llmc and llama.cpp do); decode feeds the present K/V back as the past (as Optimum's
@@ -147,26 +149,42 @@ def calibration_samples(out_dir):
     return calib_dir
 
 
+# A mode name ending in KV_F16 runs its base mode's engine with a float16 KV cache (llama.cpp's
+# default; llmc's is float32): the like-for-like comparison of decode at long contexts.
+KV_F16 = " kv-f16"
+
+
+def bench_options(mode):
+    """`llmc bench`'s extra options for a mode."""
+    return ["--kv-cache-dtype", "f16"] if mode.endswith(KV_F16) else []
+
+
 def llmc_engines(llmc, onnx_path, out_dir, wanted):
     modes = {"float32": [], "8-bit": ["--quantize", "int8"], "4-bit": ["--quantize", "int4", "--quant-group", "32"],
              "4-bit g128": ["--quantize", "int4", "--quant-group", "128"],
              "8-bit w8a8": ["--quantize", "w8a8"]}
+    unknown = [name for name in wanted if name.removesuffix(KV_F16) not in modes]
+    if unknown:
+        sys.exit(f"unknown mode(s) {', '.join(unknown)}: the modes are {', '.join(modes)}, each also with{KV_F16}")
     engines = {}
-    for name, flags in modes.items():
-        if name not in wanted:
-            continue
-        if name == "8-bit w8a8":
+    for name in wanted:
+        base = name.removesuffix(KV_F16)
+        flags = modes[base]
+        if base == "8-bit w8a8":
             flags = flags + ["--calib-dir", calibration_samples(out_dir)]
-        engines[name] = os.path.join(out_dir, name.replace(" ", "_") + ".engine")
-        # The checkpoint's 4,096 positions (llmc's default is 2,048).
-        subprocess.run([llmc, "compile", onnx_path, "-o", engines[name], "--max-context",
-                        str(CONFIG["max_position_embeddings"]), *flags], check=True, capture_output=True)
+        path = os.path.join(out_dir, base.replace(" ", "_") + ".engine")
+        if path not in engines.values():
+            # The checkpoint's 4,096 positions (llmc's default is 2,048).
+            subprocess.run([llmc, "compile", onnx_path, "-o", path, "--max-context",
+                            str(CONFIG["max_position_embeddings"]), *flags], check=True, capture_output=True)
+        engines[name] = path
     return engines
 
 
-def run_llmc(llmc, engine, prompt_tokens, new_tokens, threads, runs):
+def run_llmc(llmc, engine, prompt_tokens, new_tokens, threads, runs, mode):
     """Median decode tokens/s and time to first token (ms) of `llmc bench` over `runs` runs."""
-    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, prompt_tokens, new_tokens, runs, threads)
+    ttft, tokens_per_s = llmc_kv_bench(llmc, engine, prompt_tokens, new_tokens, runs, threads,
+                                       bench_options(mode))
     return tokens_per_s[0], ttft[0]
 
 
@@ -274,10 +292,11 @@ class LlamaCppBatched:
         return self.sequences * new_tokens / (time.perf_counter() - start)
 
 
-def llmc_batched(llmc, engine, prompt_tokens, new_tokens, threads, sequences):
+def llmc_batched(llmc, engine, prompt_tokens, new_tokens, threads, sequences, mode):
     """`llmc bench --batch`: new tokens per second of `sequences` requests run together."""
     out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", str(prompt_tokens), "--new-tokens",
-                          str(new_tokens), "--repeat", "1", "--threads", str(threads), "--batch", str(sequences)],
+                          str(new_tokens), "--repeat", "1", "--threads", str(threads), "--batch", str(sequences),
+                          *bench_options(mode)],
                          capture_output=True, text=True, check=True).stdout
     return float(re.search(r"requests at once: ([0-9.]+)", out).group(1))
 
@@ -326,7 +345,8 @@ def main():
     parser.add_argument("--work", help="directory that keeps the models between runs (default: a temporary one)")
     parser.add_argument("--modes", default="float32,8-bit,4-bit,4-bit g128",
                         help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128, 8-bit w8a8 (compared with the"
-                        " peers' 8-bit models: ONNX Runtime's quantize_dynamic quantizes activations to 8 bits too)")
+                        " peers' 8-bit models: ONNX Runtime's quantize_dynamic quantizes activations to 8 bits too);"
+                        f" any of them with '{KV_F16}' runs llmc with a float16 KV cache, as llama.cpp's default")
     args = parser.parse_args()
     faulthandler.enable()  # a crash inside a peer's native code prints where it was
     thread_counts = [int(t) for t in args.threads.split(",")]
@@ -397,7 +417,7 @@ def main():
                     prompt = prompts[length]
                     for name in engines:
                         sides = [("llmc", lambda n=name: run_llmc(llmc, engines[n], length, args.new_tokens, threads,
-                                                                  args.runs))]
+                                                                  args.runs, n))]
                         if (name, threads) in ort_runners:
                             sides.append(("ONNX Runtime", lambda n=name: timed(ort_runners[(n, threads)], prompt,
                                                                                args.new_tokens, args.runs)))
@@ -413,19 +433,21 @@ def main():
                     length = min(prompt_lengths)
                     for name in engines:
                         rates = batched.setdefault((name, threads), ([], []))
-                        rates[0].append(llmc_batched(llmc, engines[name], length, args.new_tokens, threads, args.batch))
-                        if (name, threads) in batch_runners:
-                            rates[1].append(batch_runners[(name, threads)].tokens_per_s(prompts[length],
-                                                                                      args.new_tokens))
+                        rates[0].append(llmc_batched(llmc, engines[name], length, args.new_tokens, threads, args.batch,
+                                                     name))
+                        # (A mode with a suffix against its base mode's model, as in the tables above.)
+                        peer = batch_runners.get((name, threads)) or batch_runners.get((name.split(" ")[0], threads))
+                        if peer:
+                            rates[1].append(peer.tokens_per_s(prompts[length], args.new_tokens))
 
         for threads in thread_counts:
             for length in prompt_lengths:
                 for what, index, unit in (("decode", 0, "tokens/s"), ("time to first token", 1, "ms")):
                     print(f"\n{what} ({unit}), median [min, max] over {args.rounds} rounds: {threads} thread"
                           f"{'s' if threads > 1 else ''}, {length}-token prompt, {args.new_tokens} new tokens")
-                    print(f"{'mode':11} {'llmc':>24} {'ONNX Runtime':>24} {'llama.cpp':>24} {'vs ORT':>8} {'vs llama.cpp':>13}")
+                    print(f"{'mode':14} {'llmc':>24} {'ONNX Runtime':>24} {'llama.cpp':>24} {'vs ORT':>8} {'vs llama.cpp':>13}")
                     for name in engines:
-                        row = f"{name:11}"
+                        row = f"{name:14}"
                         for side in ("llmc", "ONNX Runtime", "llama.cpp"):
                             key = (side, name, threads, length)
                             row += f" {summary(results[key][index]):>24}" if key in results else f" {'':>24}"
@@ -442,12 +464,12 @@ def main():
         if args.batch:
             print(f"\n{args.batch} sequences at once ({min(prompt_lengths)}-token prompts, {args.new_tokens} new tokens "
                   f"each): new tokens/s of the whole run, prefill included, median [min, max] over {args.rounds} rounds")
-            print(f"{'mode':11} {'threads':>7} {'llmc':>24} {'llama.cpp':>24} {'vs llama.cpp':>13}")
+            print(f"{'mode':14} {'threads':>7} {'llmc':>24} {'llama.cpp':>24} {'vs llama.cpp':>13}")
             for name in engines:
                 for threads in thread_counts:
                     ours, theirs = batched[(name, threads)]
                     ratio = statistics.median(ours) / statistics.median(theirs) if theirs else None
-                    print(f"{name:11} {threads:>7} {summary(ours):>24} {summary(theirs) if theirs else '':>24}"
+                    print(f"{name:14} {threads:>7} {summary(ours):>24} {summary(theirs) if theirs else '':>24}"
                           + (f" {ratio:>12.2f}x" if ratio else ""))
     return 0
 
