@@ -188,11 +188,12 @@ def run_llmc(llmc, engine, prompt_tokens, new_tokens, threads, runs, mode):
     return tokens_per_s[0], ttft[0]
 
 
-def llmc_cold_start(llmc, engine, threads):
+def llmc_cold_start(llmc, engine, threads, mode):
     """`llmc bench`'s cold start line: engine load, session creation and the first run's time to
     first token (ms), 64-token prompt."""
     out = subprocess.run([llmc, "bench", engine, "--kv-only", "--context", "64", "--new-tokens", "2", "--repeat",
-                          "1", "--threads", str(threads)], capture_output=True, text=True, check=True).stdout
+                          "1", "--threads", str(threads), *bench_options(mode)],
+                         capture_output=True, text=True, check=True).stdout
     m = re.search(r"engine load ([0-9.]+) ms, session ([0-9.]+) ms, first token ([0-9.]+) ms", out)
     return tuple(float(g) for g in m.groups())
 
@@ -346,7 +347,9 @@ def main():
     parser.add_argument("--modes", default="float32,8-bit,4-bit,4-bit g128",
                         help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128, 8-bit w8a8 (compared with the"
                         " peers' 8-bit models: ONNX Runtime's quantize_dynamic quantizes activations to 8 bits too);"
-                        f" any of them with '{KV_F16}' runs llmc with a float16 KV cache, as llama.cpp's default")
+                        f" any of them with '{KV_F16}' runs llmc with a float16 KV cache, as llama.cpp's default."
+                        " A mode with a suffix is compared with the peers' runs of its base mode, which must be"
+                        " listed too")
     args = parser.parse_args()
     faulthandler.enable()  # a crash inside a peer's native code prints where it was
     thread_counts = [int(t) for t in args.threads.split(",")]
@@ -369,7 +372,7 @@ def main():
         print("\nmodel files (MiB):")
         for name in engines:
             sizes = [engines[name], ort_paths.get(name), gguf_paths.get(name)]
-            print(f"  {name:11}" + "".join(f"{os.path.getsize(p) / 2**20:10.1f}" if p else f"{'':>10}" for p in sizes)
+            print(f"  {name:17}" + "".join(f"{os.path.getsize(p) / 2**20:10.1f}" if p else f"{'':>10}" for p in sizes)
                   + "   (llmc, ONNX Runtime, llama.cpp)")
 
         rng = np.random.default_rng(3)
@@ -383,18 +386,20 @@ def main():
                 load_ms[(side, name)] = (time.perf_counter() - start) * 1000
             return runner
 
+        # The peers run each base mode once ("float32" for "float32 kv-f16", "8-bit" for "8-bit w8a8").
+        bases = {name.split(" ")[0] for name in engines}
         ort_runners = {(name, t): loaded("ONNX Runtime", name, t, lambda p=path, t=t: OrtRunner(p, t))
-                       for name, path in ort_paths.items() if name in engines for t in thread_counts}
+                       for name, path in ort_paths.items() if name in bases for t in thread_counts}
         gguf_runners = {(name, t): loaded("llama.cpp", name, t,
                                           lambda p=path, t=t: LlamaCppRunner(p, t, context, max(prompt_lengths)))
-                        for name, path in gguf_paths.items() if name in engines for t in thread_counts}
+                        for name, path in gguf_paths.items() if name in bases for t in thread_counts}
         print(f"\ncold start, {thread_counts[0]} thread(s): load until ready to run (ms); llmc: engine load + "
               "session, and the first run's time to first token (64-token prompt)")
         for name in engines:
-            engine_ms, session_ms, first_ms = llmc_cold_start(llmc, engines[name], thread_counts[0])
+            engine_ms, session_ms, first_ms = llmc_cold_start(llmc, engines[name], thread_counts[0], name)
             peers = "".join(f"   {side} {load_ms[(side, name)]:.0f}" for side in ("ONNX Runtime", "llama.cpp")
                             if (side, name) in load_ms)
-            print(f"  {name:11} llmc {engine_ms:.1f} + {session_ms:.1f}, first token {first_ms:.0f}{peers}")
+            print(f"  {name:17} llmc {engine_ms:.1f} + {session_ms:.1f}, first token {first_ms:.0f}{peers}")
         if "float32" in engines:
             check = prompts[prompt_lengths[0]]
             ort_tokens = ort_runners[("float32", thread_counts[0])].generate(check, CHECK_TOKENS)[0]
@@ -408,7 +413,7 @@ def main():
         batch_runners = {}
         if args.batch:
             batch_runners = {(name, t): LlamaCppBatched(path, t, min(prompt_lengths), args.new_tokens, args.batch)
-                             for name, path in gguf_paths.items() if name in engines for t in thread_counts}
+                             for name, path in gguf_paths.items() if name in bases for t in thread_counts}
             for runner in batch_runners.values():  # warm-up
                 runner.tokens_per_s(prompts[min(prompt_lengths)], 4)
         for _ in range(args.rounds):
@@ -435,19 +440,18 @@ def main():
                         rates = batched.setdefault((name, threads), ([], []))
                         rates[0].append(llmc_batched(llmc, engines[name], length, args.new_tokens, threads, args.batch,
                                                      name))
-                        # (A mode with a suffix against its base mode's model, as in the tables above.)
-                        peer = batch_runners.get((name, threads)) or batch_runners.get((name.split(" ")[0], threads))
-                        if peer:
-                            rates[1].append(peer.tokens_per_s(prompts[length], args.new_tokens))
+                        if (name, threads) in batch_runners:
+                            rates[1].append(batch_runners[(name, threads)].tokens_per_s(prompts[length],
+                                                                                      args.new_tokens))
 
         for threads in thread_counts:
             for length in prompt_lengths:
                 for what, index, unit in (("decode", 0, "tokens/s"), ("time to first token", 1, "ms")):
                     print(f"\n{what} ({unit}), median [min, max] over {args.rounds} rounds: {threads} thread"
                           f"{'s' if threads > 1 else ''}, {length}-token prompt, {args.new_tokens} new tokens")
-                    print(f"{'mode':14} {'llmc':>24} {'ONNX Runtime':>24} {'llama.cpp':>24} {'vs ORT':>8} {'vs llama.cpp':>13}")
+                    print(f"{'mode':17} {'llmc':>24} {'ONNX Runtime':>24} {'llama.cpp':>24} {'vs ORT':>8} {'vs llama.cpp':>13}")
                     for name in engines:
-                        row = f"{name:14}"
+                        row = f"{name:17}"
                         for side in ("llmc", "ONNX Runtime", "llama.cpp"):
                             key = (side, name, threads, length)
                             row += f" {summary(results[key][index]):>24}" if key in results else f" {'':>24}"
@@ -464,12 +468,14 @@ def main():
         if args.batch:
             print(f"\n{args.batch} sequences at once ({min(prompt_lengths)}-token prompts, {args.new_tokens} new tokens "
                   f"each): new tokens/s of the whole run, prefill included, median [min, max] over {args.rounds} rounds")
-            print(f"{'mode':14} {'threads':>7} {'llmc':>24} {'llama.cpp':>24} {'vs llama.cpp':>13}")
+            print(f"{'mode':17} {'threads':>7} {'llmc':>24} {'llama.cpp':>24} {'vs llama.cpp':>13}")
             for name in engines:
                 for threads in thread_counts:
                     ours, theirs = batched[(name, threads)]
+                    # (A mode with a suffix against its base mode's peer run, as in the tables above.)
+                    theirs = theirs or batched.get((name.split(" ")[0], threads), ([], []))[1]
                     ratio = statistics.median(ours) / statistics.median(theirs) if theirs else None
-                    print(f"{name:14} {threads:>7} {summary(ours):>24} {summary(theirs) if theirs else '':>24}"
+                    print(f"{name:17} {threads:>7} {summary(ours):>24} {summary(theirs) if theirs else '':>24}"
                           + (f" {ratio:>12.2f}x" if ratio else ""))
     return 0
 

@@ -11,9 +11,10 @@
 
 #define LLMC_ISA_INLINE __attribute__((always_inline)) inline
 #define LLMC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-// AVX-512 F/BW/VL/DQ, with the compiler's vectorizer asked for 512-bit vectors (GCC and clang
-// otherwise prefer 256 bits even where AVX-512 is enabled; clang ignores a whole target string
-// that names prefer-vector-width, and has min_vector_width instead).
+// AVX-512 F/BW/VL/DQ, with the compiler's vectorizer asked for 512-bit vectors whatever the
+// tuning (GCC and clang prefer 256 bits under Intel AVX-512 tunings such as -mtune=skylake-avx512,
+// where 512-bit code can lower the clock; the default tuning already picks 512). clang ignores a
+// whole target string that names prefer-vector-width and has min_vector_width instead.
 // clang-format off
 #if defined(__clang__)
 #define LLMC_TARGET_AVX512_WIDE \

@@ -78,10 +78,11 @@ void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int
 
 // AVX-512 panels (cpu/quant_dot_avx512.cpp): prefill's products of int8 weights with the output
 // channels in the registers' lanes, where enough rows share the weights to pay for repacking
-// them (fewer take the tiles above): each call repacks 32 channels at a time into the layout of
-// vpdpwssd (int16 pairs) or vpdpbusd (int8 quads), then runs up to 6 or 8 rows against them at
-// once. The thresholds are where the panels overtook the tiles in llmc_kernel_bench (768 x 768,
-// AVX-512 VNNI): int16 116 against 94 G multiply-adds/s at 16 rows, 77 against 92 at 8; w8a8
+// them (fewer take the tiles above, or dotInt8Rows for w8a8): each call repacks 32 channels at a
+// time into the layout of vpdpwssd (int16 pairs) or vpdpbusd (int8 quads), then runs up to 6 or 8
+// rows against them at once. The thresholds are where the panels overtook the tiles in
+// llmc_kernel_bench (768 x 768, AVX-512 VNNI; the plain AVX-512 level takes the same thresholds,
+// not measured apart): int16 116 against 94 G multiply-adds/s at 16 rows, 77 against 92 at 8; w8a8
 // 116 against 79 at 8 rows, 65 against 78 at 4.
 constexpr int64_t kInt16PanelMinRows = 16;
 constexpr int64_t kInt8PanelMinRows = 8;
@@ -90,7 +91,9 @@ constexpr int64_t kInt8PanelMinRows = 8;
 void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* scales);
 // out[r * out_stride + i] = the product of row r (codes [rows, k], scales [rows, k /
 // kQuantBlock]) with output channel n0 + i of an int8 weight: per block the exact integer dot
-// product, then as quantDotScalar in float (in another order). Only where quantDotHasAvx512().
+// product times the block's scale, added in float (one fused multiply-add per block), times the
+// channel's scale at the end; quantDotScalar's value within float32's rounding. Only where
+// quantDotHasAvx512().
 void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
                          const float* scales, int64_t rows, float* out, int64_t out_stride);
 // w8a8 with AVX-512 VNNI: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, where `biased`

@@ -111,44 +111,15 @@ class TileScope {
   TileScope& operator=(const TileScope&) = delete;
 };
 
+#include "cpu/pack_avx512.inc"
+
 // Channels n0..n0+15 of an int8 weight [N, K] (rows at or past `n_end` as zeros; K a multiple of
 // 32) in the weights' tile layout: packed[q][n][j] = W[n0 + n][4q + j] (64 bytes per four K
 // values), so that the rows for K values c..c+chunk-1 form one weight tile at packed + 16c, 64
-// bytes apart. Per 64 K values a 16 x 16 transpose of 32-bit elements in registers (unpacks, then
-// 128-bit lane shuffles): at 64 rows a gather per column took 4x the tiles' own time.
+// bytes apart: packInt8Panel's layout with one slab (a 16 x 16 transpose of 32-bit elements in
+// registers per 64 K values; at 64 rows a gather per column took 4x the tiles' own time).
 void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int8_t* packed) {
-  const int64_t count = std::min<int64_t>(kTileRows, n_end - n0);
-  const int8_t* base = w + n0 * k;
-  for (int64_t c = 0; c < k; c += 64) {
-    const int64_t bytes = std::min<int64_t>(64, k - c);  // 64, or 32 at the end
-    const __mmask64 valid = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
-    __m512i r[16], t[16], u[16];
-    for (int n = 0; n < 16; ++n)
-      r[n] = n < count ? _mm512_maskz_loadu_epi8(valid, base + n * k + c) : _mm512_setzero_si512();
-    for (int i = 0; i < 8; ++i) {  // per 128-bit lane L: rows 2i, 2i+1 at 4L, 4L+1 | 4L+2, 4L+3
-      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) {  // u[4i + j], lane L: rows 4i..4i+3 at column 4L + j
-      u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-      u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-      u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-      u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    __m512i* out = reinterpret_cast<__m512i*>(packed + c * 16);
-    for (int j = 0; j < 4; ++j) {  // column 4L + j: lane L of u[j], u[4 + j], u[8 + j], u[12 + j]
-      const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);  // lanes 0, 2 of each
-      const __m512i b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);  // lanes 1, 3
-      const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
-      const __m512i e = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
-      _mm512_storeu_si512(out + j, _mm512_shuffle_i32x4(a, d, 0x88));      // L = 0
-      _mm512_storeu_si512(out + 4 + j, _mm512_shuffle_i32x4(b, e, 0x88));  // L = 1
-      if (bytes == 64) {
-        _mm512_storeu_si512(out + 8 + j, _mm512_shuffle_i32x4(a, d, 0xdd));   // L = 2
-        _mm512_storeu_si512(out + 12 + j, _mm512_shuffle_i32x4(b, e, 0xdd));  // L = 3
-      }
-    }
-  }
+  packInt8Panel(w, k, n0, n_end, 1, packed);
   // GCC's tile loads are asm statements that name only the address: the stores above must not
   // move past them.
   asm volatile("" : : : "memory");

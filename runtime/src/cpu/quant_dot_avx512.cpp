@@ -15,7 +15,8 @@
 //   and 12-15 block 2p + 1, each lane scaled by its block's activation and weight scales. The
 //   zero point (8 for the symmetric formats) comes off once per group against the group's
 //   activation sum, so groups of 32 and groups that are a multiple of 64 take the same loop.
-// - Panels, for prefill (kPanelMinRows rows or more) of int8 weights: 32 output channels are
+// - Panels, for prefill (kInt16PanelMinRows or kInt8PanelMinRows rows or more) of int8 weights: 32
+// output channels are
 //   repacked per call into the lanes of two registers (int16 pairs for int16 activations, int8
 //   quads for w8a8), and each step multiplies one broadcast 32-bit group of a row's codes into
 //   both: vpdpwssd (or vpmaddwd + vpaddd without VNNI) over 6 rows, per block of 32 into float
@@ -82,6 +83,8 @@ void int16CodesAvx512(const float* x, int64_t k, int16_t* codes, float* scales) 
                         _mm512_cvtepi32_epi16(second));
   }
 }
+
+#include "cpu/pack_avx512.inc"
 
 namespace bw {
 #define LLMC_QUANT_VNNI 0

@@ -131,9 +131,9 @@ Status quantMatMulKernel(KernelContext& ctx) {
         tile(n0, std::min(kChannelTile, w.n - n0));
     });
   };
-  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once; where
-  // they do not run (no AMX, fewer rows, w8a8's K off the 64s), with AVX-512 the panels do (int8
-  // weights; w8a8 with VNNI).
+  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once. Without
+  // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
+  // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI).
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   const bool panels = quantDotHasAvx512();
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.

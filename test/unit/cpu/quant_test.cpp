@@ -762,14 +762,15 @@ TEST_F(PanelTest, Int16CodesAreTheReference) {
   }
 }
 
-// Row counts below, at and past the 6-row blocks; channel ranges of 35 (a panel of 32 and one
-// of 3) and, in the exact test, 19 (two slabs, the second of 3).
+// Row counts below, at and past the 6-row blocks; K in one chunk of 12 blocks, two (768) and
+// three with a partial last one (800); channel ranges of 35 (a panel of 32 and one of 3) and, in
+// the exact test, 19 (two slabs, the second of 3).
 TEST_F(PanelTest, Int16PanelsMatchTheScalarDots) {
   for (CpuIsa level : levels()) {
     SCOPED_TRACE(cpuIsaName(level));
     setCpuIsaCapForTesting(level);
-    expectInt16ProductsMatchScalarDots(int16Panels,
-                                       {{1, 32}, {4, 96}, {6, 64}, {7, 768}, {13, 160}, {45, 64}});
+    expectInt16ProductsMatchScalarDots(
+        int16Panels, {{1, 32}, {4, 96}, {6, 64}, {7, 768}, {13, 160}, {45, 64}, {8, 800}});
   }
 }
 
@@ -785,6 +786,24 @@ TEST_F(PanelTest, Int16PanelsAreExactWhereFloatIs) {
 TEST_F(PanelTest, Int8PanelsAreExact) {
   if (!quantDotHasVnniPanel()) GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-512 VNNI";
   expectInt8ProductsExact(int8Panels, {{1, 32}, {8, 160}, {9, 64}, {17, 96}, {50, 4096}});
+}
+
+// The biased sums at their largest: codes of +127 (255 once biased) against weights of -128 (a
+// prequantized model's int8 may hold it) over w8a8's longest K, and the opposite signs.
+TEST_F(PanelTest, Int8PanelsAreExactAtTheLongestK) {
+  if (!quantDotHasVnniPanel()) GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-512 VNNI";
+  const int64_t k = kMaxPerTokenK, n = 2;
+  std::vector<int8_t> a(static_cast<size_t>(2 * k)), w(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < k; ++i) {
+    a[i] = 127, a[k + i] = -127;
+    w[i] = -128, w[k + i] = 127;
+  }
+  std::vector<int32_t> out(4, 0);
+  int8Panels(a.data(), 2, w.data(), k, 0, n, out.data(), n);
+  EXPECT_EQ(out[0], -127 * 128 * k);
+  EXPECT_EQ(out[1], 127 * 127 * k);
+  EXPECT_EQ(out[2], 127 * 128 * k);
+  EXPECT_EQ(out[3], -127 * 127 * k);
 }
 
 // The AVX-512 per-token quantizer gives the reference loop's codes and scale bit for bit, over
