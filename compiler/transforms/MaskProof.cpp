@@ -77,10 +77,13 @@ class SubgraphEvaluator {
     if (!kernel || (need_data && isa<llm::AttentionOp>(op)))
       return unimplemented(where(op) + " cannot be evaluated at compile time");
     bool sizes_only = isOp(op, "nn.shape") || isOp(op, "nn.size");
-    std::vector<const Tensor*> inputs;
+    // The operands are held here (Tensor copies share their storage): evaluating a later
+    // operand may release an earlier one from values_ (an op evaluated shape-only and then
+    // with data counts its operands' uses twice), which must not free what this op reads.
+    std::vector<std::optional<Tensor>> held;
     for (Value operand : op->getOperands()) {
       if (isa<NoneType>(operand.getType())) {
-        inputs.push_back(nullptr);
+        held.push_back(std::nullopt);
         continue;
       }
       bool is_float = false;
@@ -89,8 +92,10 @@ class SubgraphEvaluator {
       bool operand_data = sizes_only ? false : need_data || !is_float;
       const Tensor* t = nullptr;
       LLMC_RETURN_IF_ERROR(evaluate(operand, operand_data, &t));
-      inputs.push_back(t);
+      held.push_back(*t);
     }
+    std::vector<const Tensor*> inputs;
+    for (const std::optional<Tensor>& t : held) inputs.push_back(t ? &*t : nullptr);
     KernelParams params;
     LLMC_RETURN_IF_ERROR(paramsFromAttributes(op->getAttrs(), &params));
     KernelRun run = evaluateKernel(*kernel, params, inputs, op->getNumResults(), nodeNameOf(op),
@@ -99,7 +104,7 @@ class SubgraphEvaluator {
     for (unsigned i = 0; i < op->getNumResults(); ++i)
       values_[op->getResult(i)] = std::move(run.outputs[i]);
     // Releasing: an operand every user of which has run is dropped (the cache only saves
-    // work, so an early drop costs a recomputation, never a wrong value).
+    // work, so an early drop costs a recomputation, never a wrong value: callers hold copies).
     for (Value operand : op->getOperands()) {
       auto count = remaining_uses_.find(operand);
       if (count != remaining_uses_.end() && --count->second <= 0 && operand != root_)

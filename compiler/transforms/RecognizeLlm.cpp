@@ -63,6 +63,10 @@ struct AttentionMatch {
   Value mask, fill;
   bool where_scores_on_false = false;
   int64_t window = 0;  // proven: 0 causal, W > 0 a sliding window of W keys
+  // Logit soft-capping (Gemma-2): the scores are c * tanh(x) with x the scaled scores. `cap`
+  // is c, the product of the constant factors met between the softmax and the Tanh (0: no
+  // Tanh); `scale` holds those inside it.
+  double cap = 0;
   // Scale factors computed from shapes (e.g. sqrt(head_dim) via Shape/Pow), evaluated with
   // the masks: (value, divides).
   std::vector<std::pair<Value, bool>> shape_scales;
@@ -85,12 +89,15 @@ std::optional<ScalarFactor> scalarFactor(Operation* op) {
 }
 
 // llm.attention(q, k, v) with layer 0 (numbered once all are found), carrying `names`.
+// `softcap` > 0 caps the scaled scores at ±softcap (llm.attention's description).
 Value createAttention(OpBuilder& b, Location loc, Value q, Value k, Value v, Type type,
-                      double scale, int64_t window, Attribute names) {
+                      double scale, int64_t window, Attribute names, double softcap = 0) {
   SmallVector<NamedAttribute> attrs = {
       b.getNamedAttr("layer", b.getI64IntegerAttr(0)),
       b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(scale)))};
   if (window > 0) attrs.push_back(b.getNamedAttr("window", b.getI64IntegerAttr(window)));
+  if (softcap > 0)
+    attrs.push_back(b.getNamedAttr("softcap", b.getF32FloatAttr(static_cast<float>(softcap))));
   Value attention = createOp(b, loc, "llm.attention", {q, k, v}, type, attrs);
   if (names) attention.getDefiningOp()->setAttr("llmc.names", names);
   return attention;
@@ -131,6 +138,7 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
     } else if (name == "nn.add") {
       if (m->mask_kind != AttentionMatch::MaskKind::kNone)
         return where(op) + " adds a second bias to the scores";
+      if (m->cap != 0) return where(op) + " adds a bias inside the soft-capping Tanh";
       bool a = dependsOnMatMul(op->getOperand(0), memo);
       bool b = dependsOnMatMul(op->getOperand(1), memo);
       if (a == b) return where(op) + ": cannot tell the scores from the mask";
@@ -141,6 +149,7 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
     } else if (name == "nn.where") {
       if (m->mask_kind != AttentionMatch::MaskKind::kNone)
         return where(op) + " masks the scores a second time";
+      if (m->cap != 0) return where(op) + " masks the scores inside the soft-capping Tanh";
       bool x = dependsOnMatMul(op->getOperand(1), memo);
       bool y = dependsOnMatMul(op->getOperand(2), memo);
       if (x == y || dependsOnMatMul(op->getOperand(0), memo))
@@ -151,6 +160,21 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
       m->fill = op->getOperand(x ? 2 : 1);
       m->chain.push_back(op);
       current = op->getOperand(x ? 1 : 2);
+    } else if (name == "nn.tanh") {
+      // softcap * tanh(scores / softcap): the factors met so far are the cap; those before
+      // the Tanh scale the scores inside it. A mask inside the Tanh would not mask.
+      if (m->cap != 0) return where(op) + " soft-caps the scores a second time";
+      if (m->mask_kind == AttentionMatch::MaskKind::kNone)
+        return where(op) +
+               " soft-caps the scores before the mask is added (a Tanh of the "
+               "masked scores does not mask)";
+      if (!m->shape_scales.empty())
+        return where(op) + ": a computed factor multiplies the soft-capped scores";
+      if (m->scale == 0) return where(op) + ": the soft-capped scores are multiplied by zero";
+      m->cap = m->scale;
+      m->scale = 1.0;
+      m->chain.push_back(op);
+      current = op->getOperand(0);
     } else if (name == "nn.matmul") {
       m->scores_matmul = op;
       break;
@@ -370,9 +394,11 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     *head_dim = d;
     SmallVector<int64_t> out_shape(q_type.getShape());
     out_shape[3] = v_type.getDimSize(3);
-    Value attention = createAttention(b, loc, m.q, k, v,
-                                      RankedTensorType::get(out_shape, q_type.getElementType()),
-                                      m.scale, m.window, m.output_matmul->getAttr("llmc.names"));
+    // c * tanh(s * x) = |c| * tanh(s * c * x / |c|): softcap |c|, scale s * c (tanh is odd).
+    const double scale = m.cap != 0 ? m.scale * m.cap : m.scale;
+    Value attention = createAttention(
+        b, loc, m.q, k, v, RankedTensorType::get(out_shape, q_type.getElementType()), scale,
+        m.window, m.output_matmul->getAttr("llmc.names"), std::fabs(m.cap));
     m.output_matmul->getResult(0).replaceAllUsesWith(attention);
     // The core's ops only use each other now: drop their operands, then erase them.
     std::vector<Operation*> dead = m.chain;

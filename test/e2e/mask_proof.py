@@ -18,6 +18,9 @@ own reference evaluator (onnx.reference), which nobody here wrote.
 - `llmc verify` passes on every recognized engine at lengths 1, 2, 3, around the window, and
   up to the context, and fails, placing the first mismatch at position W, when the causal
   engine is checked against the windowed graph and the other way round.
+- soft-capped scores (Gemma-2: c * tanh(scores / c), then the window mask): recognized with
+  the window and checked as the window case, with a cap small enough to change the logits; the
+  same Tanh applied after the mask is added (it would not mask) is refused, naming the node.
 - ONNX Runtime's GroupQueryAttention with local_window_size (the GenAI test decoder with a
   window set): recognized with the matching window, verified, and equal to ONNX Runtime.
 """
@@ -39,9 +42,12 @@ VOCAB, HIDDEN, HEADS, LAYERS, POSITIONS = 128, 32, 4, 2, 96
 HEAD = HIDDEN // HEADS
 WINDOW = 12
 PREFIX = 4
+SOFTCAP = 1.5  # scores reach several times this at these weights: the cap changes the logits
 
 
-def build(mask_kind: str, use_attention_op: bool = False) -> onnx.ModelProto:
+def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = None) -> onnx.ModelProto:
+    """softcap: None; "capped": SOFTCAP * tanh(scores / SOFTCAP) before the mask is added
+    (Gemma-2's soft-capping); "mask_inside": the mask added inside the Tanh."""
     rng = np.random.default_rng(1412)
     inits, nodes = [], []
 
@@ -70,6 +76,7 @@ def build(mask_kind: str, use_attention_op: bool = False) -> onnx.ModelProto:
     const("float_zero", 0.0, np.float32)
     const("float_min", np.finfo(np.float32).min, np.float32)
     const("scale", 1.0 / np.sqrt(HEAD), np.float32)
+    const("softcap", SOFTCAP, np.float32)
     inits.append(numpy_helper.from_array(np.ones(HIDDEN, np.float32), "norm_gain"))
 
     tok = node("Gather", ["embed", "input_ids"], "tok")
@@ -114,7 +121,17 @@ def build(mask_kind: str, use_attention_op: bool = False) -> onnx.ModelProto:
         else:
             kt = node("Transpose", [heads["k"]], f"{p}/k_t", perm=[0, 1, 3, 2])
             scores = node("Mul", [node("MatMul", [heads["q"], kt], f"{p}/qk"), "scale"], f"{p}/scaled")
-            probs = node("Softmax", [node("Add", [scores, mask], f"{p}/masked")], f"{p}/softmax", axis=-1)
+
+            def cap(x):
+                shrunk = node("Div", [x, "softcap"], f"{p}/cap_div")
+                return node("Mul", [node("Tanh", [shrunk], f"{p}/cap_tanh"), "softcap"], f"{p}/capped")
+
+            if softcap == "capped":
+                scores = cap(scores)
+            masked = node("Add", [scores, mask], f"{p}/masked")
+            if softcap == "mask_inside":
+                masked = cap(masked)
+            probs = node("Softmax", [masked], f"{p}/softmax", axis=-1)
             attn = node("MatMul", [probs, heads["v"]], f"{p}/pv")
         merged = node("Transpose", [attn], f"{p}/attn_bshd", perm=[0, 2, 1, 3])
         flat = node("Reshape", [merged, "hidden_shape"], f"{p}/attn_flat")
@@ -194,14 +211,18 @@ def main():
         if not ok:
             failures.append(label)
 
-    cases = [("window", False, WINDOW), ("window", True, WINDOW), ("causal", False, 0),
-             ("prefix_lm", False, None), ("from_end", False, None)]
+    # (mask, opset-23 Attention, the window it must be recognized with or None: refused,
+    # soft-capping of the scores).
+    cases = [("window", False, WINDOW, None), ("window", True, WINDOW, None), ("causal", False, 0, None),
+             ("prefix_lm", False, None, None), ("from_end", False, None, None),
+             ("window", False, WINDOW, "capped"), ("causal", False, None, "mask_inside")]
     engines = {}  # (kind, opset-23 Attention) -> the recognized engine
     with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
-        for kind, attention_op, window in cases:
-            label = kind + (" (opset-23 Attention)" if attention_op else "")
-            model = build(kind, attention_op)
-            path = os.path.join(tmp, f"{kind}_{attention_op}.onnx")
+        for kind, attention_op, window, softcap in cases:
+            label = kind + (" (opset-23 Attention)" if attention_op else "") + \
+                (f" (soft-capped: {softcap})" if softcap else "")
+            model = build(kind, attention_op, softcap)
+            path = os.path.join(tmp, f"{kind}_{attention_op}_{softcap}.onnx")
             onnx.save(model, path)
             engine = path.replace(".onnx", ".engine")
             proc = run([args.llmc, "compile", path, "-o", engine, "--max-context", str(POSITIONS)])
@@ -212,7 +233,8 @@ def main():
             recognized = info.get("llm") is not None
             if window is None:
                 # Refused: recognition fails, naming the attention node and why.
-                want = "neither causal nor a sliding window" if kind == "prefix_lm" else "mask/in_tail"
+                want = {"prefix_lm": "neither causal nor a sliding window", "from_end": "mask/in_tail",
+                        "causal": "'layer0/cap_tanh' soft-caps the scores before the mask is added"}[kind]
                 check(not recognized and "warning: not recognized" in proc.stderr and want in proc.stderr
                       and "layer0/softmax" in proc.stderr, f"{label}: refused, naming the node",
                       proc.stderr.strip().replace("\n", " | "))
@@ -235,6 +257,11 @@ def main():
                     continue
                 got = np.load(os.path.join(out_dir, "logits.npy"))
                 err = float(np.max(np.abs(got - want)))
+                if softcap == "capped" and seq == 3 * WINDOW:
+                    # The cap must matter, or an engine that dropped it would pass.
+                    (uncapped,) = ReferenceEvaluator(build(kind, attention_op)).run(None, {"input_ids": ids})
+                    effect = float(np.max(np.abs(uncapped - want)))
+                    check(effect > 1e-2, f"{label}: the cap changes the logits", f"by up to {effect:.3g}")
                 check(got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-4),
                       f"{label}: logits b{batch} s{seq}", f"max abs error {err:.3g}")
             # llmc verify: the engine against the graph as exported at every length it checks,
@@ -248,7 +275,8 @@ def main():
                       and lengths == [str(n) for n in want_lengths],
                       f"{label}: llmc verify at lengths {want_lengths}",
                       f"exit {proc.returncode}, lengths {lengths}\n{proc.stdout}{proc.stderr}")
-                engines[(kind, attention_op)] = engine
+                if not softcap:
+                    engines[(kind, attention_op)] = engine
             # Greedy generation over the KV cache (decode steps past the window).
             if window is not None:
                 prompt = [int(t) for t in np.random.default_rng(3).integers(0, VOCAB, size=WINDOW // 2)]
@@ -271,7 +299,7 @@ def main():
             if (other, False) not in engines:
                 check(False, f"verify {graph} graph with the {other} engine", "no engine to verify")
                 continue
-            path = os.path.join(tmp, f"{graph}_False.onnx")
+            path = os.path.join(tmp, f"{graph}_False_None.onnx")
             proc = run([args.llmc, "verify", path, "--engine", engines[(other, False)]])
             first = sorted({int(line.split()[-1]) for line in proc.stdout.splitlines()
                             if line.startswith("  first mismatch at position")})

@@ -45,15 +45,18 @@ def main():
             with open(os.path.join(model_dir, "generation.json")) as f:
                 refs = json.load(f)
             engine = os.path.join(tmp, name + ".engine")
-            proc = run([llmc, "compile", os.path.join(model_dir, "model.onnx"), "-o", engine])
+            with open(os.path.join(model_dir, "manifest.json")) as f:
+                manifest = json.load(f)
+            # The manifest's compile_flags go with the compile (an export's true sequence bound).
+            proc = run([llmc, "compile", os.path.join(model_dir, "model.onnx"), "-o", engine,
+                        *manifest.get("compile_flags", [])])
             if proc.returncode != 0:
                 report(False, f"{name}/compile", proc.stderr.strip())
                 continue
             # Over the KV cache when llmc recognizes the model, then by full recomputation. The
             # manifest says whether it must: a decoder that stopped being recognized would
             # otherwise pass by recomputation alone.
-            with open(os.path.join(model_dir, "manifest.json")) as f:
-                expect_llm = json.load(f).get("expect_llm")
+            expect_llm = manifest.get("expect_llm")
             is_llm = json.loads(run([llmc, "inspect", engine, "--json"]).stdout).get("llm") is not None
             if not isinstance(expect_llm, bool):
                 report(False, f"{name}/recognition", "the manifest has no boolean expect_llm")

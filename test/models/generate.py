@@ -366,6 +366,38 @@ def make_family_tiny(family: str, out_dir: str) -> None:
     )
 
 
+# transformers 4.51's Gemma-2 slices each sliding-window layer's mask to max(seq, window)
+# columns, and torch.onnx's trace keeps whichever side won: traced on fewer tokens than the
+# window, the export freezes the window's width and computes sequences of at most `window`
+# tokens (ONNX Runtime fails to broadcast beyond, and llmc refuses its mask past that length
+# unless --dim bounds the sequence); traced on more, the width follows the sequence and the
+# export is right at every length. families.py's window is 8, so it is traced on 64 tokens.
+# (Gemma-2's own window is 4096: a short trace limits its export to 4096 tokens.)
+GEMMA2_TRACE_LENGTH = 64
+
+
+def make_gemma2_tiny(out_dir: str) -> None:
+    model = families.build("gemma2")
+    sizes = [(1, GEMMA2_TRACE_LENGTH), (2, 13), (3, 1)]
+    export_model(
+        out_dir,
+        CausalLmLogits(model),
+        _lm_input_sets(model.config.vocab_size, sizes, with_mask=True),
+        ["logits"],
+        {**LM_AXES, **LOGITS_AXES},
+        opset=18,
+        description=(
+            f"transformers Gemma2ForCausalLM (families.py: hidden {families.HIDDEN}, {families.LAYERS} "
+            f"layers, {families.HEADS} heads sharing {families.KV_HEADS} KV heads, sliding window 8 on "
+            "even layers, attention soft-capping 5 and final logit soft-capping 3, small enough to "
+            "matter at these sizes), random seeded weights; exported by torch.onnx without a cache "
+            f"(Optimum 1.25.3 refuses the architecture), traced on {GEMMA2_TRACE_LENGTH} tokens, "
+            "more than the window (generate.py says why); right-padded attention_mask."
+        ),
+        expect_llm=True,
+    )
+
+
 MODELS = {
     "mlp": make_mlp,
     "bert_tiny": make_bert_tiny,
@@ -375,6 +407,7 @@ MODELS = {
     "mistral_tiny": make_mistral_tiny,
     "demo": make_demo,
     **{f"{family}_tiny": functools.partial(make_family_tiny, family) for family in FULL_SEQUENCE_FAMILIES},
+    "gemma2_tiny": make_gemma2_tiny,
 }
 
 

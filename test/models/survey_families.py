@@ -23,6 +23,14 @@ import tempfile
 
 import families
 
+
+def _trace_length(family: str) -> int:
+    """Tokens of the traced example: 7, or more than Gemma-2's window (generate.py says why)."""
+    import generate
+
+    return generate.GEMMA2_TRACE_LENGTH if family == "gemma2" else 7
+
+
 def export(family: str, work: str, layers: int = families.LAYERS) -> tuple[str | None, str]:
     """Optimum's cache export of the family's tiny model: (model.onnx or None, message)."""
     from optimum.exporters.onnx import main_export
@@ -52,7 +60,8 @@ def export_full_sequence(family: str, onnx_dir: str, layers: int, refused: str) 
     from export_util import _export_to_proto
 
     model = families.build(family, layers=layers).eval()
-    example = generate._lm_input_sets(model.config.vocab_size, [(1, 7)], with_mask=True)[0]
+    example = generate._lm_input_sets(model.config.vocab_size, [(1, _trace_length(family))],
+                                      with_mask=True)[0]
     try:
         proto = _export_to_proto(generate.CausalLmLogits(model), example, ["logits"],
                                  {**generate.LM_AXES, **generate.LOGITS_AXES}, opset=18)

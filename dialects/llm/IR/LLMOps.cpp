@@ -1,6 +1,8 @@
 // The llm dialect: registration, verifiers and kernel names.
 #include "llm/IR/LLMOps.h"
 
+#include <cmath>
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 
@@ -40,6 +42,9 @@ LogicalResult AttentionOp::verify() {
   auto v = cast<RankedTensorType>(getV().getType());
   auto out = cast<RankedTensorType>(getOutput().getType());
   if (getWindow() && *getWindow() < 1) return emitOpError() << "window must be at least 1";
+  if (FloatAttr cap = getSoftcapAttr();
+      cap && !(cap.getValueAsDouble() > 0 && std::isfinite(cap.getValueAsDouble())))
+    return emitOpError() << "softcap must be positive and finite";
   if (getNumHeadsAttr()) return verifyTokenMajor();
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 || out.getRank() != 4)
     return emitOpError() << "q, k, v and the result must be [batch, heads, tokens, head_dim]";

@@ -33,7 +33,9 @@ def LLM_AttentionOp : LLM_Op<"attention"> {
     `softmax(scale * q·kᵀ)·v` over each token's own sequence up to and including its
     position. Not `Pure`: it writes the cache. With `window = W`, each token sees only its
     own and the `W - 1` positions before it (sliding-window attention, as Mistral's masks
-    allow); without it, every position up to its own.
+    allow); without it, every position up to its own. With `softcap = c` (c > 0), each
+    scaled score `s` becomes `c * tanh(s / c)` before the softmax (Gemma-2's logit
+    soft-capping; the causal or window mask still hides what the token must not see).
 
     Token-major form (written by `--llmc-fuse-qkv`): `q`, `k` and `v` are
     `[batch, tokens, width]` rows, head `h` of q being columns
@@ -54,7 +56,8 @@ def LLM_AttentionOp : LLM_Op<"attention"> {
                    I64Attr:$layer, F32Attr:$scale, OptionalAttr<I64Attr>:$num_heads,
                    OptionalAttr<I64Attr>:$num_kv_heads, OptionalAttr<I64Attr>:$head_dim,
                    OptionalAttr<I64Attr>:$q_column, OptionalAttr<I64Attr>:$k_column,
-                   OptionalAttr<I64Attr>:$v_column, OptionalAttr<I64Attr>:$window);
+                   OptionalAttr<I64Attr>:$v_column, OptionalAttr<I64Attr>:$window,
+                   OptionalAttr<F32Attr>:$softcap);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $q `,` $k `,` $v `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

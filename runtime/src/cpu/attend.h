@@ -1,5 +1,5 @@
 // One query row of attention, shared by LlmAttention (over the KV cache) and LlmSdpa:
-// softmax(scale * q·k_j + bias(j)) over j < count, then the weighted sum of value(j) into out
+// softmax(cap(scale * q·k_j) + bias(j)) over j < count, then the weighted sum of value(j) into out
 // (v_dim floats). A row whose every key is masked (-inf) gives zeros, not NaN.
 #pragma once
 
@@ -21,14 +21,19 @@ struct RowOps {
 };
 const RowOps& rowOps();
 
+// With `softcap` > 0 each scaled score s becomes softcap * tanh(s / softcap) before the bias is
+// added (Gemma-2's soft-capping).
 template <typename KeyFn, typename ValueFn, typename BiasFn>
 void attendOne(const float* q, int64_t count, int64_t qk_dim, int64_t v_dim, float scale, KeyFn key,
-               ValueFn value, BiasFn bias, std::vector<float>& scores, float* out) {
+               ValueFn value, BiasFn bias, std::vector<float>& scores, float* out,
+               float softcap = 0) {
   const RowOps& ops = rowOps();
   scores.resize(static_cast<size_t>(count));
   float max_score = -INFINITY;
   for (int64_t j = 0; j < count; ++j) {
-    scores[j] = ops.dot(q, key(j), qk_dim) * scale + bias(j);
+    float s = ops.dot(q, key(j), qk_dim) * scale;
+    if (softcap > 0) s = softcap * std::tanh(s / softcap);
+    scores[j] = s + bias(j);
     max_score = std::max(max_score, scores[j]);
   }
   std::fill(out, out + v_dim, 0.0f);

@@ -69,6 +69,11 @@ Status llmAttention(KernelContext& ctx) {
   // Sliding window: a token at position p sees positions max(0, p - window + 1) .. p.
   const int64_t window = ctx.params().getInt("window", 0);
   if (window < 0) return kernelError(ctx, "window must not be negative");
+  // Soft-capping: each scaled score s becomes softcap * tanh(s / softcap); attendOne only.
+  const double softcap_param = ctx.params().getFloat("softcap", 0.0);
+  if (!(softcap_param >= 0 && std::isfinite(softcap_param)))
+    return kernelError(ctx, "softcap must be 0 (off) or positive and finite");
+  const float softcap = static_cast<float>(softcap_param);
   auto first_visible = [&](int64_t position) {
     return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
   };
@@ -89,7 +94,7 @@ Status llmAttention(KernelContext& ctx) {
     parallelFor(ctx.threadPool(), batch * heads, [&](int64_t task) {
       const int64_t b = task / heads, h = task % heads, kvh = h / group;
       std::vector<float> scores;
-      if (window == 0 && attendChunkSupported(head_dim)) {
+      if (window == 0 && softcap == 0 && attendChunkSupported(head_dim)) {
         // The sequence's rows as one block, queries in chunks of kChunkQueries.
         const void* key_rows = kd + k_at(b, kvh, 0);
         const void* value_rows = vd + v_at(b, kvh, 0);
@@ -119,7 +124,7 @@ Status llmAttention(KernelContext& ctx) {
             qd + q_at(b, h, t), t + 1 - first, head_dim, head_dim, scale,
             [&](int64_t j) { return kd + k_at(b, kvh, first + j); },
             [&](int64_t j) { return vd + v_at(b, kvh, first + j); }, noBias, scores,
-            od + o_at(b, h, t));
+            od + o_at(b, h, t), softcap);
       }
     });
     return okStatus();
@@ -227,7 +232,7 @@ Status llmAttention(KernelContext& ctx) {
         tasks.push_back({static_cast<int64_t>(w), h, c, std::min(count, c + kTokenChunk)});
   }
   constexpr int64_t kConvertInChunk = 2;
-  const bool chunked = window == 0 && attendChunkSupported(head_dim);
+  const bool chunked = window == 0 && softcap == 0 && attendChunkSupported(head_dim);
   const int64_t element_bytes = static_cast<int64_t>(element);
   parallelFor(ctx.threadPool(), static_cast<int64_t>(tasks.size()), [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
@@ -307,7 +312,8 @@ Status llmAttention(KernelContext& ctx) {
         attendOne(
             qd + q_at(0, h, t), count, head_dim, head_dim, scale,
             [&](int64_t j) { return row_at(key_blocks, first + j); },
-            [&](int64_t j) { return row_at(value_blocks, first + j); }, noBias, scores, od + o_at(0, h, t));
+            [&](int64_t j) { return row_at(value_blocks, first + j); }, noBias, scores,
+            od + o_at(0, h, t), softcap);
     }
   });
   return okStatus();

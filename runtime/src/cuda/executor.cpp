@@ -903,6 +903,11 @@ Status deviceAttention(DeviceStep& s, bool* handled) {
     return unimplemented("node '" + s.step().node + "': sliding-window attention (window " +
                          std::to_string(window) + ") has no CUDA kernel yet; run this engine "
                          "on the CPU backend");
+  if (const double softcap = s.params().getFloat("softcap", 0.0); softcap != 0)
+    return unimplemented("node '" + s.step().node + "': soft-capped attention scores (softcap " +
+                         std::to_string(softcap) +
+                         ") have no CUDA kernel yet; run this "
+                         "engine on the CPU backend");
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   const KvCacheSpec& spec = step->cache->spec();
   const int64_t layer = s.params().getInt("layer", 0);

@@ -273,6 +273,62 @@ TEST(LlmAttentionTest, TokenMajorPackedMatchesHeadMajor) {
   EXPECT_LT(relativeError(got, toTokenMajor(want, 0, 4)), 1e-6);
 }
 
+// Soft-capped scores (Gemma-2): softmax(c * tanh(scale * q·k / c)) over the causal (or
+// windowed) keys, against a plain loop; head_dim 64 is one the chunked AVX-512 path takes
+// without a cap, so a cap it dropped would show.
+TEST(LlmAttentionTest, SoftcapMatchesReference) {
+  const int64_t b = 2, heads = 4, kv_heads = 2, s = 9, d = 64;
+  Tensor q = randomFloat({b, heads, s, d}, 610), k = randomFloat({b, kv_heads, s, d}, 611),
+         v = randomFloat({b, kv_heads, s, d}, 612);
+  const float scale = 0.9f, cap = 2.5f;
+  for (int64_t window : {0, 3}) {
+    KernelParams p = params({{"layer", intParam(0)}});
+    p.set("scale", floatParam(scale));
+    p.set("softcap", floatParam(cap));
+    if (window) p.set("window", intParam(window));
+    Tensor got = runKernel("LlmAttention", {q, k, v}, p);
+    Tensor want = randomFloat({b, heads, s, d}, 613);
+    float* w = want.data<float>();
+    auto row = [&](const Tensor& t, int64_t bb, int64_t h, int64_t i) {
+      return t.data<float>() + ((bb * t.dim(1) + h) * s + i) * d;
+    };
+    double largest = 0;  // the largest scaled score: the cap must have mattered
+    for (int64_t bb = 0; bb < b; ++bb)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < s; ++i) {
+          const int64_t first = window ? std::max<int64_t>(0, i - window + 1) : 0;
+          std::vector<double> scores;
+          double top = -INFINITY, sum = 0;
+          for (int64_t j = first; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t e = 0; e < d; ++e)
+              dot += double(row(q, bb, h, i)[e]) * row(k, bb, h / 2, j)[e];
+            largest = std::max(largest, std::fabs(dot * scale));
+            scores.push_back(cap * std::tanh(dot * scale / cap));
+            top = std::max(top, scores.back());
+          }
+          for (double& x : scores) sum += (x = std::exp(x - top));
+          float* out = w + ((bb * heads + h) * s + i) * d;
+          for (int64_t e = 0; e < d; ++e) {
+            double acc = 0;
+            for (int64_t j = first; j <= i; ++j)
+              acc += scores[j - first] / sum * row(v, bb, h / 2, j)[e];
+            out[e] = static_cast<float>(acc);
+          }
+        }
+    EXPECT_GT(largest, 2 * cap) << "the test's scores never reach the cap";
+    EXPECT_LT(relativeError(got, want), 1e-5) << "window " << window;
+  }
+  for (double bad : {-1.0, double(INFINITY)}) {
+    KernelParams p = params({{"layer", intParam(0)}});
+    p.set("softcap", floatParam(bad));
+    TestKernelContext ctx;
+    ctx.inputs = {q, k, v};
+    ctx.kernel_params = p;
+    EXPECT_FALSE(ctx.run("LlmAttention").ok()) << "softcap " << bad;
+  }
+}
+
 }  // namespace
 }  // namespace llmc::testing
 
