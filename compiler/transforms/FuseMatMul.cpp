@@ -266,12 +266,140 @@ class Matcher {
   func::FuncOp func_;
 };
 
+// A packed product that the model splits itself becomes one product per part, its weight (and
+// bias) columns gathered at compile time by the runtime's Reshape and Slice (so that refit
+// redoes it): MatMul(a, W) [+ bias], optionally Reshape'd to [.., G, P] (the last axis split
+// into G groups of P: GPT-NeoX's per-head [q | k | v]) and Transpose'd (the last axis kept),
+// whose every user is a Slice [s0, s1) of the last axis. Part [s0, s1) is the columns
+// g * P + [s0, s1) of every group g. Each part then fuses its own bias and activation, and
+// fuse-qkv and fuse-gated-mlp pack the parts again the way their kernels read them (Phi-3's
+// qkv_proj and gate_up_proj, GPT-NeoX's query_key_value), with no Slice left between.
+void splitSlicedProduct(func::FuncOp func, Operation* op) {
+  Value w = op->getOperand(1), y = op->getResult(0);
+  auto w_type = dyn_cast<RankedTensorType>(w.getType());
+  auto y_type = dyn_cast<RankedTensorType>(y.getType());
+  if (!w_type || !y_type || w_type.getRank() != 2 || y_type.getRank() < 2 ||
+      w_type.isDynamicDim(0) || w_type.isDynamicDim(1) || !float32Constant(w))
+    return;
+  const int64_t k = w_type.getDimSize(0), n = w_type.getDimSize(1);
+  std::vector<Operation*> chain{op};
+  Value v = y;
+  auto sole_user = [](Value x, StringRef name) -> Operation* {
+    return x.hasOneUse() && isOp(*x.getUsers().begin(), name) ? *x.getUsers().begin() : nullptr;
+  };
+  // The bias: Add(y, c) or Add(c, y) with a constant [N].
+  Value bias;
+  if (Operation* add = sole_user(v, "nn.add")) {
+    Value c = add->getOperand(add->getOperand(0) == v ? 1 : 0);
+    std::optional<Tensor> t = float32Constant(c);
+    if (t && t->rank() == 1 && t->dim(0) == n && add->getResult(0).getType() == y.getType()) {
+      bias = c;
+      chain.push_back(add);
+      v = add->getResult(0);
+    }
+  }
+  // The last axis split into [G, P].
+  int64_t groups = 1, group = n;
+  Operation* reshape = sole_user(v, "nn.reshape");
+  auto reshaped = reshape ? dyn_cast<RankedTensorType>(reshape->getResult(0).getType()) : nullptr;
+  const int64_t split_rank = reshaped ? reshaped.getRank() : 0;
+  if (reshaped && split_rank == y_type.getRank() + 1 && !reshaped.isDynamicDim(split_rank - 1) &&
+      !reshaped.isDynamicDim(split_rank - 2) &&
+      reshaped.getDimSize(split_rank - 1) * reshaped.getDimSize(split_rank - 2) == n &&
+      sameLeadingDims(v, reshape->getResult(0), y_type.getRank() - 1)) {
+    groups = reshaped.getDimSize(split_rank - 2);
+    group = reshaped.getDimSize(split_rank - 1);
+    chain.push_back(reshape);
+    v = reshape->getResult(0);
+  } else {
+    reshape = nullptr;
+  }
+  Operation* transpose = sole_user(v, "nn.transpose");
+  auto perm = transpose ? transpose->getAttrOfType<DenseI64ArrayAttr>("perm") : DenseI64ArrayAttr();
+  const int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+  if (perm && static_cast<int64_t>(perm.size()) == rank && perm[rank - 1] == rank - 1) {
+    chain.push_back(transpose);
+    v = transpose->getResult(0);
+  } else {
+    transpose = nullptr;
+  }
+  std::vector<std::pair<Operation*, std::pair<int64_t, int64_t>>> slices;
+  for (Operation* user : v.getUsers()) {
+    auto range = lastAxisSlice(user, v, group);
+    if (!range || range->second <= range->first) return;
+    slices.push_back({user, *range});
+  }
+  if (slices.empty()) return;
+  OpBuilder b(op);
+  Location loc = op->getLoc();
+  auto ints = [&](ArrayRef<int64_t> values) { return int64Constant(b, loc, values); };
+  // Columns g * P + [s0, s1) of `x` ([.., N] along `axis`, the last) for every g.
+  auto columns = [&](Value x, ArrayRef<int64_t> lead, int64_t s0, int64_t s1) -> Value {
+    const int64_t axis = static_cast<int64_t>(lead.size());
+    if (groups == 1)
+      return kernelConstant(b, loc, "Slice", {}, {x, ints({s0}), ints({s1}), ints({axis})});
+    SmallVector<int64_t> split(lead), merged(lead);
+    split.append({groups, group});
+    merged.push_back(groups * (s1 - s0));
+    Value grouped = kernelConstant(b, loc, "Reshape", {}, {x, ints(split)});
+    Value part = grouped ? kernelConstant(b, loc, "Slice", {},
+                                          {grouped, ints({s0}), ints({s1}), ints({axis + 1})})
+                         : Value();
+    return part ? kernelConstant(b, loc, "Reshape", {}, {part, ints(merged)}) : Value();
+  };
+  std::vector<std::pair<Value, Value>> parts;  // (weight, bias) of each slice
+  for (const auto& [slice, range] : slices) {
+    Value part_w = columns(w, {k}, range.first, range.second);
+    Value part_b = bias ? columns(bias, {}, range.first, range.second) : Value();
+    if (!part_w || (bias && !part_b)) return;  // the constants made so far are dead: erased later
+    parts.push_back({part_w, part_b});
+  }
+  std::vector<Operation*> replaced = chain;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    Operation* slice = slices[i].first;
+    const int64_t width = slices[i].second.second - slices[i].second.first;
+    Location part_loc = fusedLoc(func.getContext(), {op, slice});
+    SmallVector<int64_t> shape(y_type.getShape());
+    shape.back() = groups * width;
+    auto product_type = RankedTensorType::get(shape, y_type.getElementType());
+    Value x = createOp(b, part_loc, "nn.matmul", {op->getOperand(0), parts[i].first}, product_type);
+    carryNames(op, x.getDefiningOp());
+    if (bias) {
+      x = createOp(b, part_loc, "nn.add", {x, parts[i].second}, product_type);
+      carryNames(chain[1], x.getDefiningOp());
+    }
+    if (reshape) {
+      SmallVector<int64_t> target(y_type.getRank() - 1, 0);  // 0: the input's dim
+      target.append({groups, width});
+      SmallVector<int64_t> split_shape(reshaped.getShape());
+      split_shape.back() = width;
+      x = createOp(b, part_loc, "nn.reshape", {x, ints(target)},
+                   RankedTensorType::get(split_shape, y_type.getElementType()));
+      carryNames(reshape, x.getDefiningOp());
+    }
+    if (transpose) {
+      x = createOp(b, part_loc, "nn.transpose", {x}, slice->getResult(0).getType(),
+                   {b.getNamedAttr("perm", perm)});
+    }
+    carryNames(slice, x.getDefiningOp());
+    slice->getResult(0).replaceAllUsesWith(x);
+    replaced.push_back(slice);
+  }
+  logFusion(func, {true, kPass, "split-sliced-product", nodeNames(replaced), ""});
+  for (size_t i = chain.size(); i < replaced.size(); ++i) replaced[i]->erase();
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) (*it)->erase();
+}
+
 class FuseMatMulPass : public impl::FuseMatMulBase<FuseMatMulPass> {
  public:
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     Matcher matcher(func);
     std::vector<Operation*> ops;
+    for (Operation& op : func.getBody().front())
+      if (isOp(&op, "nn.matmul")) ops.push_back(&op);
+    for (Operation* op : ops) splitSlicedProduct(func, op);
+    ops.clear();
     for (Operation& op : func.getBody().front())
       if (isOp(&op, "nn.matmul") || isOp(&op, "nn.gemm")) ops.push_back(&op);
     for (Operation* op : ops) matcher.fuse(op);

@@ -1,8 +1,9 @@
-// --llmc-fuse-qkv: moves llm.attention and llm.sdpa (and the llm.rope before them) onto the token-major
-// rows the projections produce, dropping the Reshape/Transpose pairs around it, then packs
-// the Q, K and V projections of one input into one llm.fused_matmul whose weights are
+// --llmc-fuse-qkv: moves llm.attention and llm.sdpa (and the llm.rope before them) onto the
+// token-major rows the projections produce, dropping the Reshape/Transpose pairs around it, then
+// packs the Q, K and V projections of one input into one llm.fused_matmul whose weights are
 // concatenated at compile time; the attention reads q, k and v as column ranges of it (the
-// split is folded into the consumer), and one rope rotates q and k together.
+// split is folded into the consumer), and one rope rotates q and k together. Per-head norms of
+// q and k (Qwen3's q_norm/k_norm) become one grouped llm.norm of the packed rows' first columns.
 #include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
@@ -29,10 +30,27 @@ struct Operand {
   Value rows;
   int64_t column = 0;
   Operation* rope = nullptr;  // llm.rope applied to it (per-token tables or caches)
+  Operation* norm = nullptr;  // llm.norm of each head before the transpose (Qwen3's q/k norm)
   std::vector<Operation*> chain;
 };
 
-// [llm.rope] <- transpose(0, 2, 1, 3) <- reshape [b, s, H, D] <- rows [b, s, H * D].
+// llm.norm over the head_dim of [b, s, H, D] with no residual and constant [D] scale (and
+// bias, if any): a per-head norm that a grouped norm on the rows computes.
+bool isHeadNorm(Operation* norm, int64_t head_dim) {
+  if (!isa<NoneType>(norm->getOperand(1).getType()) || norm->getNumResults() != 1 ||
+      norm->getAttr("group"))
+    return false;
+  for (unsigned i : {2u, 3u}) {
+    Value v = norm->getOperand(i);
+    if (i == 3 && isa<NoneType>(v.getType())) continue;
+    std::optional<Tensor> t = float32Constant(v);
+    if (!t || t->rank() != 1 || t->dim(0) != head_dim) return false;
+  }
+  return true;
+}
+
+// [llm.rope] <- transpose(0, 2, 1, 3) <- [llm.norm of each head] <- reshape [b, s, H, D] <-
+// rows [b, s, H * D].
 std::optional<Operand> traceOperand(Value v, std::string* why) {
   Operand operand;
   if (Operation* rope = singleUseDef(v, "llm.rope")) {
@@ -43,7 +61,15 @@ std::optional<Operand> traceOperand(Value v, std::string* why) {
   }
   Operation* transpose = singleUseDef(v, "nn.transpose");
   if (!isHeadTranspose(transpose)) return *why = "an operand is not transposed from [batch, tokens, heads, head_dim]", std::nullopt;
-  Operation* reshape = singleUseDef(transpose->getOperand(0), "nn.reshape");
+  Value split = transpose->getOperand(0);
+  if (Operation* norm = singleUseDef(split, "llm.norm")) {
+    auto type = cast<RankedTensorType>(split.getType());
+    if (type.getRank() != 4 || type.isDynamicDim(3) || !isHeadNorm(norm, type.getDimSize(3)))
+      return *why = "the norm at " + where(norm) + " is not a norm of each head", std::nullopt;
+    operand.norm = norm;
+    split = norm->getOperand(0);
+  }
+  Operation* reshape = singleUseDef(split, "nn.reshape");
   if (!reshape) return *why = "an operand is not reshaped from [batch, tokens, width] rows", std::nullopt;
   Value rows = reshape->getOperand(0);
   auto rows_type = dyn_cast<RankedTensorType>(rows.getType());
@@ -54,6 +80,7 @@ std::optional<Operand> traceOperand(Value v, std::string* why) {
       !sameLeadingDims(rows, reshape->getResult(0), 2))
     return *why = "the reshape at " + where(reshape) + " is not [b, s, H * D] -> [b, s, H, D]", std::nullopt;
   operand.chain.push_back(transpose);
+  if (operand.norm) operand.chain.push_back(operand.norm);
   operand.chain.push_back(reshape);
   operand.rows = rows;
   return operand;
@@ -94,6 +121,18 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
       if (!parts[i]) return miss("attention-layout", why);
     }
     if (parts[2]->rope) return miss("attention-layout", "v is rotated");
+    // Per-head norms of q and k (Qwen3) become one grouped norm of the rows: q's, or q's and
+    // k's alike (kind, epsilon, bias), so that on packed rows they are the first columns.
+    Operation* q_norm = parts[0]->norm;
+    Operation* k_norm = parts[1]->norm;
+    if (parts[2]->norm) return miss("attention-layout", "v is normalized per head");
+    if (k_norm && !q_norm) return miss("attention-layout", "k is normalized per head and q is not");
+    if (q_norm && k_norm &&
+        (q_norm->getAttr("kind") != k_norm->getAttr("kind") ||
+         q_norm->getAttr("epsilon") != k_norm->getAttr("epsilon") ||
+         isa<NoneType>(q_norm->getOperand(3).getType()) !=
+             isa<NoneType>(k_norm->getOperand(3).getType())))
+      return miss("attention-layout", "q's and k's per-head norms differ in kind, epsilon or bias");
     // The result: transpose(0, 2, 1, 3) then reshape to [b, s, H * D].
     Value out = attention->getResult(0);
     Operation* out_transpose = out.hasOneUse() ? *out.getUsers().begin() : nullptr;
@@ -122,6 +161,47 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     int64_t columns[3] = {0, 0, 0};
     std::vector<Operation*> packed_ops;
     bool packed = pack(func, b, loc, parts, widths, rows, columns, &packed_ops);
+    if (q_norm) {
+      if (packed && (columns[0] != 0 || columns[1] != widths[0]))
+        return miss("attention-layout", "the packed rows do not start with q and k");
+      // A grouped norm of `x`'s first columns: the heads of `norms` in turn, `counts` each.
+      auto groupedNorm = [&](Value x, ArrayRef<Operation*> norms, ArrayRef<int64_t> counts) {
+        SmallVector<Value> scales, biases;
+        for (size_t i = 0; i < norms.size(); ++i)
+          for (int64_t h = 0; h < counts[i]; ++h) {
+            scales.push_back(norms[i]->getOperand(2));
+            biases.push_back(norms[i]->getOperand(3));
+          }
+        auto axis = b.getNamedAttr("axis", b.getI64IntegerAttr(0));
+        Value scale = kernelConstant(b, loc, "Concat", {axis}, scales);
+        Value bias = isa<NoneType>(biases[0].getType())
+                         ? noneValue(b, loc)
+                         : kernelConstant(b, loc, "Concat", {axis}, biases);
+        if (!scale || !bias) return Value();
+        Value none = noneValue(b, loc);
+        return createOp(b, loc, "llm.norm", {x, none, scale, bias}, x.getType(),
+                        {b.getNamedAttr("kind", q_norm->getAttr("kind")),
+                         b.getNamedAttr("epsilon", q_norm->getAttr("epsilon")),
+                         b.getNamedAttr("group", b.getI64IntegerAttr(head_dim))});
+      };
+      Value normalized[2];
+      if (packed) {
+        normalized[0] = k_norm ? groupedNorm(rows[0], {q_norm, k_norm}, {heads, kv_heads})
+                               : groupedNorm(rows[0], {q_norm}, {heads});
+        normalized[1] = normalized[0];
+      } else {
+        normalized[0] = groupedNorm(rows[0], {q_norm}, {heads});
+        normalized[1] = k_norm ? groupedNorm(rows[1], {k_norm}, {kv_heads}) : rows[1];
+      }
+      if (!normalized[0] || !normalized[1])
+        return miss("attention-layout", "the per-head norms' weights do not concatenate");
+      if (packed) {
+        rows[0] = rows[1] = rows[2] = normalized[0];
+      } else {
+        rows[0] = normalized[0];
+        rows[1] = normalized[1];
+      }
+    }
     // Ropes, token-major: one over the packed q and k when they share their tables.
     Operation* q_rope = parts[0]->rope;
     Operation* k_rope = parts[1]->rope;

@@ -20,26 +20,6 @@ namespace {
 
 constexpr const char* kPass = "fuse-rope";
 
-// Slice(x, [start], [end], [last axis], [1]) of x's last axis: {start, end} normalized to
-// [0, D], or nullopt.
-std::optional<std::pair<int64_t, int64_t>> lastAxisSlice(Operation* slice, Value x, int64_t d) {
-  if (!isOp(slice, "nn.slice") || slice->getOperand(0) != x || slice->getNumOperands() < 4)
-    return std::nullopt;
-  auto starts = intsConstant(slice->getOperand(1));
-  auto ends = intsConstant(slice->getOperand(2));
-  auto axes = intsConstant(slice->getOperand(3));
-  int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
-  if (!starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 || axes->size() != 1)
-    return std::nullopt;
-  if ((*axes)[0] != -1 && (*axes)[0] != rank - 1) return std::nullopt;
-  if (slice->getNumOperands() > 4 && !isa<NoneType>(slice->getOperand(4).getType())) {
-    auto steps = intsConstant(slice->getOperand(4));
-    if (!steps || steps->size() != 1 || (*steps)[0] != 1) return std::nullopt;
-  }
-  auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + d : v, int64_t{0}, d); };
-  return std::make_pair(clamp((*starts)[0]), clamp((*ends)[0]));
-}
-
 class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
  public:
   void runOnOperation() override {

@@ -1,9 +1,10 @@
 // Helpers shared by the fusion passes and recognition (FusionUtil.h).
 #include "transforms/FusionUtil.h"
 
-#include "mlir/Transforms/RegionUtils.h"
+#include <algorithm>
 
 #include "core/kernel.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
 
@@ -131,6 +132,24 @@ Value kernelConstant(OpBuilder& builder, Location loc, StringRef kernel,
                      ArrayRef<NamedAttribute> params, ValueRange inputs) {
   SmallVector<Value> results = kernelConstants(builder, loc, kernel, params, inputs, 1);
   return results.empty() ? Value() : results[0];
+}
+
+std::optional<std::pair<int64_t, int64_t>> lastAxisSlice(Operation* slice, Value x, int64_t d) {
+  if (!isOp(slice, "nn.slice") || slice->getOperand(0) != x || slice->getNumOperands() < 4)
+    return std::nullopt;
+  auto starts = intsConstant(slice->getOperand(1));
+  auto ends = intsConstant(slice->getOperand(2));
+  auto axes = intsConstant(slice->getOperand(3));
+  int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+  if (!starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 || axes->size() != 1)
+    return std::nullopt;
+  if ((*axes)[0] != -1 && (*axes)[0] != rank - 1) return std::nullopt;
+  if (slice->getNumOperands() > 4 && !isa<NoneType>(slice->getOperand(4).getType())) {
+    auto steps = intsConstant(slice->getOperand(4));
+    if (!steps || steps->size() != 1 || (*steps)[0] != 1) return std::nullopt;
+  }
+  auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + d : v, int64_t{0}, d); };
+  return std::make_pair(clamp((*starts)[0]), clamp((*ends)[0]));
 }
 
 Value float32Scalar(OpBuilder& builder, Location loc, float value) {

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/tensor.h"
@@ -51,6 +52,10 @@ llvm::SmallVector<mlir::Value> kernelConstants(mlir::OpBuilder& builder, mlir::L
                                                llvm::StringRef kernel,
                                                llvm::ArrayRef<mlir::NamedAttribute> params,
                                                mlir::ValueRange inputs, unsigned num_outputs);
+// Slice(x, [start], [end], [last axis], [1]) of x's last axis (of size d): {start, end}
+// normalized to [0, d], or nullopt.
+std::optional<std::pair<int64_t, int64_t>> lastAxisSlice(mlir::Operation* slice, mlir::Value x,
+                                                         int64_t d);
 // A 0-d float32 literal.
 mlir::Value float32Scalar(mlir::OpBuilder& builder, mlir::Location loc, float value);
 

@@ -188,8 +188,17 @@ LogicalResult NormOp::verify() {
   if (getOutputs().size() != expected)
     return emitOpError() << "has " << getOutputs().size() << " results; expected " << expected
                          << (expected == 2 ? " (the normalized value and the sum)" : "");
-  if (cast<RankedTensorType>(getScale().getType()).getRank() != 1)
-    return emitOpError() << "scale must be 1-D";
+  auto scale = cast<RankedTensorType>(getScale().getType());
+  if (scale.getRank() != 1) return emitOpError() << "scale must be 1-D";
+  if (std::optional<uint64_t> group = getGroup()) {
+    auto x = cast<RankedTensorType>(getX().getType());
+    const int64_t g = static_cast<int64_t>(*group), columns = scale.getDimSize(0);
+    if (expected != 1) return emitOpError() << "a grouped norm takes no residual";
+    if (g < 1 || ShapedType::isDynamic(columns) || columns % g != 0 || x.getRank() < 1 ||
+        (!x.isDynamicDim(x.getRank() - 1) && columns > x.getDimSize(x.getRank() - 1)))
+      return emitOpError() << "a grouped norm's scale must hold a whole number of groups of " << g
+                           << ", at most the last axis";
+  }
   return success();
 }
 

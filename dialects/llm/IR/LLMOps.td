@@ -200,13 +200,20 @@ def LLM_NormOp : LLM_Op<"norm", [Pure]> {
     `kind = "layer"`: `(s - mean(s)) / sqrt(var(s) + epsilon) * scale (+ bias)`.
     With a residual the op has a second result, the sum `s`, which the residual stream
     continues with. Written by `--llmc-fuse-norms`.
+
+    Grouped form (`group = G`, no residual; written by `--llmc-fuse-qkv` for per-head q/k
+    norms, as Qwen3's, on a packed QKV): `scale` (and `bias`) has C values, C a multiple of
+    G and at most the last axis; the first C values of each row are normalized in segments
+    of G, each with its own statistics, times `scale` (+ `bias`), and the rest of the row
+    (a packed V) is copied.
     ```mlir
     %y, %s = llm.norm(%x, %r, %gamma, %none) {kind = "rms", epsilon = 1.0e-06 : f32}
         : (tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<64xf32>, none) -> (tensor<?x?x64xf32>, tensor<?x?x64xf32>)
     ```
   }];
   let arguments = (ins AnyRankedTensor:$x, AnyType:$residual, AnyRankedTensor:$scale,
-                   AnyType:$bias, StrAttr:$kind, F32Attr:$epsilon);
+                   AnyType:$bias, StrAttr:$kind, F32Attr:$epsilon,
+                   OptionalAttr<I64Attr>:$group);
   let results = (outs Variadic<AnyRankedTensor>:$outputs);
   let assemblyFormat = "`(` $x `,` $residual `,` $scale `,` $bias `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -234,12 +234,22 @@ Status norm(KernelContext& ctx) {
   const Tensor* bias = ctx.input(3);
   if (!x || !scale || x->rank() < 1) return kernelError(ctx, "LlmNorm needs x and scale");
   LLMC_RETURN_IF_ERROR(checkFloat32(ctx, {x, residual, scale, bias}));
-  const int64_t width = x->dim(x->rank() - 1);
+  const int64_t row_width = x->dim(x->rank() - 1);
+  // Grouped (per-head) form: the first scale->numElements() columns of each row in segments of
+  // `group`, each normalized on its own; the rest of the row copied.
+  const int64_t group = ctx.params().getInt("group", 0);
+  const int64_t width = group > 0 ? group : row_width;
+  const int64_t normalized = group > 0 ? scale->numElements() : row_width;
+  if (group < 0 || (group > 0 && (residual || normalized % group != 0 || normalized > row_width)))
+    return kernelError(ctx, "a grouped norm (group " + std::to_string(group) +
+                                ") takes no residual and a scale of whole groups within the " +
+                                std::to_string(row_width) + " columns, got " +
+                                std::to_string(normalized));
   if (residual && residual->shape() != x->shape())
     return kernelError(ctx, "residual " + shapeToString(residual->shape()) + " differs from x " +
                                 shapeToString(x->shape()));
-  if (scale->numElements() != width || (bias && bias->numElements() != width))
-    return kernelError(ctx, "scale/bias must have " + std::to_string(width) + " values");
+  if (scale->numElements() != normalized || (bias && bias->numElements() != normalized))
+    return kernelError(ctx, "scale/bias must have " + std::to_string(normalized) + " values");
   const std::string kind = ctx.params().getString("kind", "");
   if (kind != "rms" && kind != "layer") return kernelError(ctx, "norm kind must be rms or layer");
   const bool rms = kind == "rms";
@@ -250,15 +260,25 @@ Status norm(KernelContext& ctx) {
     LLMC_RETURN_IF_ERROR(ctx.allocateOutput(1, DType::kFloat32, x->shape(), &sum));
   if (ctx.shapeOnly()) return okStatus();
   const float epsilon = static_cast<float>(ctx.params().getFloat("epsilon", 1e-5));
-  const int64_t rows = width == 0 ? 0 : x->numElements() / width;
-  const float* gamma = scale->data<float>();
-  const float* beta = bias ? bias->data<float>() : nullptr;
+  // A grouped norm's rows are its segments: segment r of row r / groups at column
+  // (r % groups) * width; an ungrouped norm has one segment per row.
+  const int64_t groups = group > 0 ? normalized / group : 1;
+  const int64_t rows = row_width == 0 ? 0 : x->numElements() / row_width * groups;
+  auto segment = [&](int64_t r) { return r / groups * row_width + r % groups * width; };
+  // Columns past the groups are copied.
+  if (group > 0 && normalized < row_width)
+    for (int64_t r = 0; r < x->numElements() / row_width; ++r)
+      std::memcpy(out->data<float>() + r * row_width + normalized,
+                  x->data<float>() + r * row_width + normalized,
+                  static_cast<size_t>(row_width - normalized) * sizeof(float));
   // Rows are independent: tasks of kNormRows rows (a decode step's one row runs alone).
   constexpr int64_t kNormRows = 16;
   parallelFor(ctx.threadPool(), (rows + kNormRows - 1) / kNormRows, [&](int64_t task) {
     std::vector<float> row_sum(residual && !sum ? static_cast<size_t>(width) : 0);
     for (int64_t r = task * kNormRows; r < std::min(rows, (task + 1) * kNormRows); ++r) {
-      const float* xr = x->data<float>() + r * width;
+      const float* gamma = scale->data<float>() + r % groups * width;
+      const float* beta = bias ? bias->data<float>() + r % groups * width : nullptr;
+      const float* xr = x->data<float>() + segment(r);
       const float* s = xr;
       if (residual) {
         const float* rr = residual->data<float>() + r * width;
@@ -279,7 +299,7 @@ Status norm(KernelContext& ctx) {
       }
       const float inv =
           1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(width)) + epsilon);
-      float* y = out->data<float>() + r * width;
+      float* y = out->data<float>() + segment(r);
       for (int64_t i = 0; i < width; ++i)
         y[i] = (s[i] - mean) * inv * gamma[i] + (beta ? beta[i] : 0.0f);
     }

@@ -585,7 +585,8 @@ Status deviceGatedMlp(DeviceStep& s, bool* handled) {
 }
 
 Status deviceNorm(DeviceStep& s, bool* handled) {
-  if (!s.allFloat32()) {
+  // The grouped (per-head) form has no device kernel yet: the CPU runs it.
+  if (!s.allFloat32() || s.params().getInt("group", 0) != 0) {
     return notHandled(handled);
   }
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());

@@ -98,3 +98,72 @@ func.func @extra_consumer(%x: tensor<2x4xf32>) -> (tensor<2x3xf32>, tensor<2x3xf
   %s = nn.mul(%q, %c) : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
   return %h, %r, %s : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>
 }
+
+// -----
+
+// Tests that a packed product the model slices itself (Phi-3's gate_up_proj) becomes one product
+// per slice with the weight's columns sliced at compile time, and the gate part fuses its SiLU:
+// columns 0-1 of W are 1 and 2, columns 2-3 are 3 and 4.
+// CHECK-LABEL: func @split_sliced_product
+func.func @split_sliced_product(%x: tensor<2x2xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>) {
+  %w = nn.constant dense<[[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]]> : tensor<2x4xf32>
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %four = nn.constant dense<[4]> : tensor<1xi64>
+  %last = nn.constant dense<[-1]> : tensor<1xi64>
+  // CHECK-DAG: %[[WG:.+]] = nn.constant dense<{{\[\[}}1.000000e+00, 2.000000e+00], [1.000000e+00, 2.000000e+00]]>
+  // CHECK-DAG: %[[WU:.+]] = nn.constant dense<{{\[\[}}3.000000e+00, 4.000000e+00], [3.000000e+00, 4.000000e+00]]>
+  // CHECK-NOT: nn.slice
+  // CHECK-DAG: llm.fused_matmul(%{{.+}}, %[[WG]], %{{.+}}) {activation = "silu", trans_b = 0 : i64}
+  // CHECK-DAG: llm.fused_matmul(%{{.+}}, %[[WU]], %{{.+}}) {activation = "none", trans_b = 0 : i64}
+  %p = nn.matmul(%x, %w) : (tensor<2x2xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %gate = nn.slice(%p, %zero, %two, %last) : (tensor<2x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x2xf32>
+  %up = nn.slice(%p, %two, %four, %last) : (tensor<2x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x2xf32>
+  %sg = nn.sigmoid(%gate) : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %act = nn.mul(%gate, %sg) : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %act, %up : tensor<2x2xf32>, tensor<2x2xf32>
+}
+
+// -----
+
+// Tests the per-group form (GPT-NeoX's query_key_value): product + bias reshaped to [.., 2, 2]
+// and sliced along the last axis, so that part [0, 1) is columns 0 and 2 (weights 1 and 3,
+// bias 10 and 30) and part [1, 2) columns 1 and 3.
+// CHECK-LABEL: func @split_grouped_product
+func.func @split_grouped_product(%x: tensor<3x2xf32>) -> (tensor<3x2x1xf32>, tensor<3x2x1xf32>) {
+  %w = nn.constant dense<[[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]]> : tensor<2x4xf32>
+  %b = nn.constant dense<[10.0, 20.0, 30.0, 40.0]> : tensor<4xf32>
+  %shape = nn.constant dense<[0, 2, 2]> : tensor<3xi64>
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %last = nn.constant dense<[-1]> : tensor<1xi64>
+  // CHECK-DAG: nn.constant dense<{{\[\[}}1.000000e+00, 3.000000e+00], [1.000000e+00, 3.000000e+00]]>
+  // CHECK-DAG: nn.constant dense<[1.000000e+01, 3.000000e+01]>
+  // CHECK-DAG: nn.constant dense<{{\[\[}}2.000000e+00, 4.000000e+00], [2.000000e+00, 4.000000e+00]]>
+  // CHECK-DAG: nn.constant dense<[2.000000e+01, 4.000000e+01]>
+  // CHECK-NOT: nn.slice
+  %p = nn.matmul(%x, %w) : (tensor<3x2xf32>, tensor<2x4xf32>) -> tensor<3x4xf32>
+  %h = nn.add(%p, %b) : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+  %g = nn.reshape(%h, %shape) : (tensor<3x4xf32>, tensor<3xi64>) -> tensor<3x2x2xf32>
+  %q = nn.slice(%g, %zero, %one, %last) : (tensor<3x2x2xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<3x2x1xf32>
+  %k = nn.slice(%g, %one, %two, %last) : (tensor<3x2x2xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<3x2x1xf32>
+  return %q, %k : tensor<3x2x1xf32>, tensor<3x2x1xf32>
+}
+
+// -----
+
+// Tests a near miss: a packed product that something other than a Slice also reads stays whole.
+// CHECK-LABEL: func @sliced_product_with_other_user
+func.func @sliced_product_with_other_user(%x: tensor<2x2xf32>) -> (tensor<2x2xf32>, tensor<2x4xf32>) {
+  %w = nn.constant dense<1.0> : tensor<2x4xf32>
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %last = nn.constant dense<[-1]> : tensor<1xi64>
+  // CHECK: llm.fused_matmul({{.+}}) {{.*}} -> tensor<2x4xf32>
+  // CHECK: nn.slice
+  %p = nn.matmul(%x, %w) : (tensor<2x2xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %part = nn.slice(%p, %zero, %two, %last) : (tensor<2x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x2xf32>
+  %r = nn.relu(%p) : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return %part, %r : tensor<2x2xf32>, tensor<2x4xf32>
+}

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "kernel_test_util.h"
 
@@ -114,6 +115,63 @@ TEST(NormTest, LayerMatchesLayerNormalizationAndReturnsTheSum) {
     p.set("epsilon", floatParam(1e-5));
     EXPECT_LT(relativeError(runKernel("LlmNorm", {x, r, gamma, beta}, p, 2, 0), want), 1e-5);
     EXPECT_EQ(values<float>(runKernel("LlmNorm", {x, r, gamma, beta}, p, 2, 1)), values<float>(sum));
+  }
+}
+
+// The grouped form (per-head q/k norms on packed rows): each group of the first C columns is
+// exactly the plain norm of that group alone with its slice of the weights (the same loops, so
+// the same bits), and the columns past C are copied.
+TEST(NormTest, GroupedIsThePlainNormOfEachGroup) {
+  uint32_t seed = 350;
+  const int64_t group = 8;
+  for (const char* kind : {"rms", "layer"})
+    for (bool with_bias : {false, true})
+      for (int64_t groups : {1, 3, 5}) {
+        const int64_t rows = 19, width = 5 * group + 3;  // 3 columns after the last full group
+        const int64_t columns = groups * group;
+        Tensor x = randomFloat({1, rows, width}, seed++);
+        Tensor gamma = randomFloat({columns}, seed++), beta = randomFloat({columns}, seed++);
+        KernelParams plain = params({{"kind", stringParam(kind)}});
+        plain.set("epsilon", floatParam(1e-6));
+        KernelParams grouped = plain;
+        grouped.set("group", intParam(group));
+        Tensor got = runKernel(
+            "LlmNorm",
+            {x, std::nullopt, gamma, with_bias ? std::optional<Tensor>(beta) : std::nullopt},
+            grouped);
+        ASSERT_EQ(got.shape(), x.shape());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t g = 0; g < groups; ++g) {
+            auto slice = [&](const float* from) {
+              Tensor t = Tensor::allocate(DType::kFloat32, {group});
+              std::memcpy(t.data<float>(), from, group * sizeof(float));
+              return t;
+            };
+            Tensor one =
+                runKernel("LlmNorm",
+                          {slice(x.data<float>() + r * width + g * group), std::nullopt,
+                           slice(gamma.data<float>() + g * group),
+                           with_bias ? std::optional<Tensor>(slice(beta.data<float>() + g * group))
+                                     : std::nullopt},
+                          plain);
+            for (int64_t i = 0; i < group; ++i)
+              ASSERT_EQ(got.data<float>()[r * width + g * group + i], one.data<float>()[i])
+                  << kind << " row " << r << " group " << g;
+          }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = columns; c < width; ++c)
+            ASSERT_EQ(got.data<float>()[r * width + c], x.data<float>()[r * width + c]) << c;
+      }
+  // A residual, a scale that is not whole groups, or one wider than the rows: refused.
+  Tensor x = randomFloat({2, 16}, 360);
+  KernelParams p = params({{"kind", stringParam("rms")}, {"group", intParam(8)}});
+  for (auto [residual, scale_width] :
+       {std::pair{true, 8}, std::pair{false, 12}, std::pair{false, 24}}) {
+    TestKernelContext ctx;
+    ctx.inputs = {x, residual ? std::optional<Tensor>(x) : std::nullopt,
+                  randomFloat({scale_width}, 361), std::nullopt};
+    ctx.kernel_params = p;
+    EXPECT_FALSE(ctx.run("LlmNorm").ok()) << residual << " " << scale_width;
   }
 }
 
