@@ -3,6 +3,7 @@
 // they compute, not by how an exporter spelled them: the elementwise ops after the product
 // are evaluated with the runtime's kernels on probe values and compared with each known
 // activation (so x·sigmoid(x), GELU as erf or tanh in any operand order, Relu all match).
+#include <algorithm>
 #include <cmath>
 
 #include "core/kernel.h"
@@ -266,14 +267,79 @@ class Matcher {
   func::FuncOp func_;
 };
 
+// Slice(x, [g0], [g1], [groups axis]) or Gather(x, g or [g]) along the groups axis (the one
+// before the last) of x [.., G, P]: the groups [g0, g1) it keeps, all of every group's P values,
+// or nullopt. (A scalar index drops the axis: the part's Reshape gives the Gather's shape.)
+std::optional<std::pair<int64_t, int64_t>> groupsAxisPart(Operation* user, Value x,
+                                                          int64_t groups) {
+  const int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+  auto normalized = [&](int64_t g) {
+    return std::clamp(g < 0 ? g + groups : g, int64_t{0}, groups);
+  };
+  if (isOp(user, "nn.slice") && user->getOperand(0) == x && user->getNumOperands() >= 4) {
+    auto starts = intsConstant(user->getOperand(1));
+    auto ends = intsConstant(user->getOperand(2));
+    auto axes = intsConstant(user->getOperand(3));
+    if (!starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 ||
+        axes->size() != 1 || ((*axes)[0] != -2 && (*axes)[0] != rank - 2))
+      return std::nullopt;
+    if (user->getNumOperands() > 4 && !isa<NoneType>(user->getOperand(4).getType())) {
+      auto steps = intsConstant(user->getOperand(4));
+      if (!steps || steps->size() != 1 || (*steps)[0] != 1) return std::nullopt;
+    }
+    const int64_t g0 = normalized((*starts)[0]), g1 = normalized((*ends)[0]);
+    return g1 > g0 ? std::optional(std::make_pair(g0, g1)) : std::nullopt;
+  }
+  if (isOp(user, "nn.gather") && user->getOperand(0) == x) {
+    auto axis = user->getAttrOfType<IntegerAttr>("axis");
+    auto index = intsConstant(user->getOperand(1));
+    auto index_type = dyn_cast<RankedTensorType>(user->getOperand(1).getType());
+    if (!axis || (axis.getInt() != -2 && axis.getInt() != rank - 2) || !index ||
+        index->size() != 1 || !index_type || index_type.getRank() > 1 || (*index)[0] < -groups ||
+        (*index)[0] >= groups)
+      return std::nullopt;
+    const int64_t g = normalized((*index)[0]);
+    return std::make_pair(g, g + 1);
+  }
+  return std::nullopt;
+}
+
+// Whether a Concat within a few ops after two of `parts` joins them again (GPT-J's partial
+// rotary splits each head at R, rotates the first part and concatenates the two): such a
+// product stays whole, where the rotary fusion wants it.
+template <typename Part>
+bool partsRejoin(const std::vector<Part>& parts) {
+  llvm::DenseMap<Operation*, size_t> reached_from;  // concat -> the part that reached it first
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::vector<std::pair<Value, int>> work = {{parts[i].user->getResult(0), 0}};
+    llvm::DenseSet<Operation*> seen;
+    while (!work.empty()) {
+      auto [v, depth] = work.back();
+      work.pop_back();
+      for (Operation* user : v.getUsers()) {
+        if (!seen.insert(user).second) continue;
+        if (isOp(user, "nn.concat")) {
+          auto [it, inserted] = reached_from.try_emplace(user, i);
+          if (!inserted && it->second != i) return true;
+        }
+        if (depth < 8)
+          for (Value result : user->getResults()) work.push_back({result, depth + 1});
+      }
+    }
+  }
+  return false;
+}
+
 // A packed product that the model splits itself becomes one product per part, its weight (and
 // bias) columns gathered at compile time by the runtime's Reshape and Slice (so that refit
 // redoes it): MatMul(a, W) [+ bias], optionally Reshape'd to [.., G, P] (the last axis split
 // into G groups of P: GPT-NeoX's per-head [q | k | v]) and Transpose'd (the last axis kept),
-// whose every user is a Slice [s0, s1) of the last axis. Part [s0, s1) is the columns
-// g * P + [s0, s1) of every group g. Each part then fuses its own bias and activation, and
-// fuse-qkv and fuse-gated-mlp pack the parts again the way their kernels read them (Phi-3's
-// qkv_proj and gate_up_proj, GPT-NeoX's query_key_value), with no Slice left between.
+// whose every user is a Slice [s0, s1) of the last axis (the columns g * P + [s0, s1) of every
+// group g) or, after the Reshape, a Slice or one-element Gather of the groups axis (groups
+// [g0, g1) whole: Falcon's query_key_value, split into its heads). Each part then fuses its own
+// bias and activation, and fuse-qkv and fuse-gated-mlp pack the parts again the way their kernels
+// read them (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's query_key_value), with no Slice left
+// between.
 void splitSlicedProduct(func::FuncOp func, Operation* op) {
   Value w = op->getOperand(1), y = op->getResult(0);
   auto w_type = dyn_cast<RankedTensorType>(w.getType());
@@ -323,13 +389,27 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
   } else {
     transpose = nullptr;
   }
-  std::vector<std::pair<Operation*, std::pair<int64_t, int64_t>>> slices;
+  // The parts: [s0, s1) of every group's last axis, or (after a Reshape, with no Transpose)
+  // groups [s0, s1) whole: a Slice of the groups axis, or a Gather of one group by a
+  // one-element index (Falcon's q heads, its one K head and its one V head).
+  struct Part {
+    Operation* user;
+    bool whole_groups;
+    int64_t s0, s1;
+  };
+  std::vector<Part> slices;
   for (Operation* user : v.getUsers()) {
-    auto range = lastAxisSlice(user, v, group);
-    if (!range || range->second <= range->first) return;
-    slices.push_back({user, *range});
+    if (auto range = lastAxisSlice(user, v, group)) {
+      if (range->second <= range->first) return;
+      slices.push_back({user, false, range->first, range->second});
+      continue;
+    }
+    std::optional<std::pair<int64_t, int64_t>> range;
+    if (reshape && !transpose) range = groupsAxisPart(user, v, groups);
+    if (!range) return;
+    slices.push_back({user, true, range->first, range->second});
   }
-  if (slices.empty()) return;
+  if (slices.empty() || partsRejoin(slices)) return;
   OpBuilder b(op);
   Location loc = op->getLoc();
   auto ints = [&](ArrayRef<int64_t> values) { return int64Constant(b, loc, values); };
@@ -347,20 +427,31 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
                          : Value();
     return part ? kernelConstant(b, loc, "Reshape", {}, {part, ints(merged)}) : Value();
   };
+  // Groups [g0, g1) whole: the contiguous columns [g0 * P, g1 * P).
+  auto wholeGroups = [&](Value x, int64_t axis, int64_t g0, int64_t g1) -> Value {
+    return kernelConstant(b, loc, "Slice", {},
+                          {x, ints({g0 * group}), ints({g1 * group}), ints({axis})});
+  };
   std::vector<std::pair<Value, Value>> parts;  // (weight, bias) of each slice
-  for (const auto& [slice, range] : slices) {
-    Value part_w = columns(w, {k}, range.first, range.second);
-    Value part_b = bias ? columns(bias, {}, range.first, range.second) : Value();
+  for (const Part& part : slices) {
+    Value part_w =
+        part.whole_groups ? wholeGroups(w, 1, part.s0, part.s1) : columns(w, {k}, part.s0, part.s1);
+    Value part_b = !bias               ? Value()
+                   : part.whole_groups ? wholeGroups(bias, 0, part.s0, part.s1)
+                                       : columns(bias, {}, part.s0, part.s1);
     if (!part_w || (bias && !part_b)) return;  // the constants made so far are dead: erased later
     parts.push_back({part_w, part_b});
   }
   std::vector<Operation*> replaced = chain;
   for (size_t i = 0; i < slices.size(); ++i) {
-    Operation* slice = slices[i].first;
-    const int64_t width = slices[i].second.second - slices[i].second.first;
+    Operation* slice = slices[i].user;
+    const int64_t width = slices[i].s1 - slices[i].s0;
+    // The part's groups and the width of each (all of the groups' P, or `width` of every one).
+    const int64_t part_groups = slices[i].whole_groups ? width : groups;
+    const int64_t part_group = slices[i].whole_groups ? group : width;
     Location part_loc = fusedLoc(func.getContext(), {op, slice});
     SmallVector<int64_t> shape(y_type.getShape());
-    shape.back() = groups * width;
+    shape.back() = part_groups * part_group;
     auto product_type = RankedTensorType::get(shape, y_type.getElementType());
     Value x = createOp(b, part_loc, "nn.matmul", {op->getOperand(0), parts[i].first}, product_type);
     carryNames(op, x.getDefiningOp());
@@ -368,11 +459,15 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
       x = createOp(b, part_loc, "nn.add", {x, parts[i].second}, product_type);
       carryNames(chain[1], x.getDefiningOp());
     }
-    if (reshape) {
+    const bool drops_axis = slices[i].whole_groups &&
+                            cast<RankedTensorType>(slice->getResult(0).getType()).getRank() ==
+                                y_type.getRank();  // a Gather by a scalar: [.., P] is the product
+    if (reshape && !drops_axis) {
       SmallVector<int64_t> target(y_type.getRank() - 1, 0);  // 0: the input's dim
-      target.append({groups, width});
+      target.append({part_groups, part_group});
       SmallVector<int64_t> split_shape(reshaped.getShape());
-      split_shape.back() = width;
+      split_shape[split_shape.size() - 2] = part_groups;
+      split_shape.back() = part_group;
       x = createOp(b, part_loc, "nn.reshape", {x, ints(target)},
                    RankedTensorType::get(split_shape, y_type.getElementType()));
       carryNames(reshape, x.getDefiningOp());

@@ -167,3 +167,48 @@ func.func @sliced_product_with_other_user(%x: tensor<2x2xf32>) -> (tensor<2x2xf3
   %r = nn.relu(%p) : (tensor<2x4xf32>) -> tensor<2x4xf32>
   return %part, %r : tensor<2x2xf32>, tensor<2x4xf32>
 }
+
+// -----
+
+// Tests the groups-axis form (Falcon's multi-query query_key_value): [.., 4 groups, 2] split into
+// groups 0-1 by a Slice and group 3 by a one-element Gather, each its contiguous columns
+// (0-3 and 6-7) reshaped back to groups.
+// CHECK-LABEL: func @split_whole_groups
+func.func @split_whole_groups(%x: tensor<3x2xf32>) -> (tensor<3x2x2xf32>, tensor<3x1x2xf32>) {
+  %w = nn.constant dense<[[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]]> : tensor<2x8xf32>
+  %shape = nn.constant dense<[0, 4, 2]> : tensor<3xi64>
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %axis = nn.constant dense<[1]> : tensor<1xi64>
+  %last = nn.constant dense<[-1]> : tensor<1xi64>
+  // CHECK-DAG: nn.constant dense<{{\[\[}}1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00], [1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]]>
+  // CHECK-DAG: nn.constant dense<{{\[\[}}7.000000e+00, 8.000000e+00], [7.000000e+00, 8.000000e+00]]>
+  // CHECK-NOT: nn.slice
+  // CHECK-NOT: nn.gather
+  %p = nn.matmul(%x, %w) : (tensor<3x2xf32>, tensor<2x8xf32>) -> tensor<3x8xf32>
+  %g = nn.reshape(%p, %shape) : (tensor<3x8xf32>, tensor<3xi64>) -> tensor<3x4x2xf32>
+  %q = nn.slice(%g, %zero, %two, %axis) : (tensor<3x4x2xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<3x2x2xf32>
+  %v = nn.gather(%g, %last) {axis = 1 : i64} : (tensor<3x4x2xf32>, tensor<1xi64>) -> tensor<3x1x2xf32>
+  return %q, %v : tensor<3x2x2xf32>, tensor<3x1x2xf32>
+}
+
+// -----
+
+// Tests a near miss: parts joined again by a Concat (GPT-J's partial rotary splits each head
+// and concatenates the parts) leave the product whole.
+// CHECK-LABEL: func @sliced_parts_rejoin
+func.func @sliced_parts_rejoin(%x: tensor<2x2xf32>) -> tensor<2x4xf32> {
+  %w = nn.constant dense<1.0> : tensor<2x4xf32>
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %four = nn.constant dense<[4]> : tensor<1xi64>
+  %last = nn.constant dense<[-1]> : tensor<1xi64>
+  // CHECK: llm.fused_matmul({{.+}}) {{.*}} -> tensor<2x4xf32>
+  // CHECK-COUNT-2: nn.slice
+  %p = nn.matmul(%x, %w) : (tensor<2x2xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %a = nn.slice(%p, %zero, %two, %last) : (tensor<2x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x2xf32>
+  %b = nn.slice(%p, %two, %four, %last) : (tensor<2x4xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x2xf32>
+  %n = nn.neg(%a) : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %y = nn.concat(%n, %b) {axis = -1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
