@@ -209,6 +209,10 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
       m->v_full = user->getOperand(1);
       break;
     }
+    if (isOp(user, "nn.top_k"))
+      return where(user) +
+             " picks the top experts from the softmax: mixture-of-experts routing, "
+             "which llmc does not move onto the KV cache yet (the graph runs it)";
     return where(user) + " consumes the attention probabilities instead of a MatMul with V";
   }
   auto q_type = dyn_cast<RankedTensorType>(m->q.getType());

@@ -500,7 +500,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       return b.getF32Type();
     }
     if (name == "TopK" && i == 1) return b.getI64Type();
-    if (name == "Shape" || name == "Size" || name == "ArgMax" || name == "ArgMin")
+    if (name == "Shape" || name == "Size" || name == "ArgMax" || name == "ArgMin" ||
+        name == "NonZero")
       return b.getI64Type();
     if (name == "OneHot" && op->getNumOperands() > 2)
       return cast<ShapedType>(op->getOperand(2).getType()).getElementType();

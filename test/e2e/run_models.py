@@ -139,6 +139,13 @@ def check_model(
                          ("recognized" if is_llm else "not recognized") + " as a decoder language model, "
                          + ("as" if is_llm == expect_llm else "but") + f" the manifest's expect_llm is "
                          + str(expect_llm).lower(), compile_log)
+            # A model llmc must refuse says why in its manifest (`expect_refusal`): the warning
+            # must name the pattern, not just fall back.
+            refusal = manifest.get("expect_refusal")
+            if refusal is not None:
+                tally.report(not is_llm and refusal in (compile_log or ""), f"{name}/default/refusal",
+                             f"the compile warning {'names' if refusal in (compile_log or '') else 'lacks'} "
+                             f"'{refusal}'", compile_log)
             if not is_llm:
                 continue  # the same engine as --as-graph, already checked
         compared = _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs,

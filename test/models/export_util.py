@@ -116,6 +116,7 @@ def export_model(
     compile_flags: list = None,
     *,
     expect_llm: bool,
+    expect_refusal: str | None = None,
 ) -> dict:
     """Exports `module` (traced on the first input set) and writes everything `out_dir` holds.
 
@@ -149,6 +150,9 @@ def export_model(
         "expect_llm": expect_llm,
         "input_sets": manifest_sets,
     }
+    if expect_refusal:
+        # What llmc's warning must say when it refuses to recognize the model (run_models.py).
+        manifest["expect_refusal"] = expect_refusal
     if compile_flags:
         # Flags every compile of this model takes (e.g. a dimension's true bound).
         manifest["compile_flags"] = compile_flags

@@ -68,12 +68,14 @@ def configs(layers: int = LAYERS) -> dict[str, tuple[str, dict]]:
     }
 
 
-def build(family: str, attn_implementation: str = "eager", layers: int = LAYERS):
-    """The family's model with seeded random weights (the same weights on every call)."""
+def build(family: str, attn_implementation: str = "eager", layers: int = LAYERS, **overrides):
+    """The family's model with seeded random weights (the same weights on every call), its
+    config changed by `overrides`."""
     import torch
     import transformers
 
     class_name, kwargs = configs(layers)[family]
+    kwargs = dict(kwargs, **overrides)
     torch.manual_seed(7)
     config = getattr(transformers, class_name)(**kwargs, use_cache=False,
                                                attn_implementation=attn_implementation)

@@ -202,7 +202,8 @@ TINY_LM_SIZES = dict(
 )
 
 
-def _make_tiny_lm(out_dir: str, model: torch.nn.Module, description: str) -> None:
+def _make_tiny_lm(out_dir: str, model: torch.nn.Module, description: str,
+                  expect_llm: bool = True, expect_refusal: str | None = None) -> None:
     """Exports one of the tiny decoders: input sets b1_s7, b2_s13 (right-padded), b3_s1."""
     export_model(
         out_dir,
@@ -212,7 +213,8 @@ def _make_tiny_lm(out_dir: str, model: torch.nn.Module, description: str) -> Non
         {**LM_AXES, **LOGITS_AXES},
         opset=18,
         description=description,
-        expect_llm=True,
+        expect_llm=expect_llm,
+        expect_refusal=expect_refusal,
     )
 
 
@@ -398,6 +400,30 @@ def make_gemma2_tiny(out_dir: str) -> None:
     )
 
 
+# Mixtral (families.py) with experts' MLP 48 wide, so that the export stays under 1 MB: its
+# routing (TopK over a router softmax, NonZero per expert) runs as a graph, by full recomputation.
+MIXTRAL_SIZES = dict(intermediate_size=48)
+
+
+def build_mixtral_tiny() -> torch.nn.Module:
+    return families.build("mixtral", **MIXTRAL_SIZES)
+
+
+def make_mixtral_tiny(out_dir: str) -> None:
+    _make_tiny_lm(
+        out_dir,
+        build_mixtral_tiny(),
+        f"transformers MixtralForCausalLM (families.py: hidden {families.HIDDEN}, {families.LAYERS} "
+        f"layers, {families.HEADS} heads sharing {families.KV_HEADS} KV heads, 4 experts of MLP "
+        f"{MIXTRAL_SIZES['intermediate_size']}, 2 per token), random seeded weights; exported by "
+        "torch.onnx without a cache (Optimum 1.25.3 refuses the architecture); its expert routing "
+        "(TopK, NonZero) is not recognized, so it runs by full recomputation; right-padded "
+        "attention_mask.",
+        expect_llm=False,
+        expect_refusal="picks the top experts from the softmax: mixture-of-experts routing",
+    )
+
+
 MODELS = {
     "mlp": make_mlp,
     "bert_tiny": make_bert_tiny,
@@ -408,6 +434,7 @@ MODELS = {
     "demo": make_demo,
     **{f"{family}_tiny": functools.partial(make_family_tiny, family) for family in FULL_SEQUENCE_FAMILIES},
     "gemma2_tiny": make_gemma2_tiny,
+    "mixtral_tiny": make_mixtral_tiny,
 }
 
 

@@ -22,7 +22,7 @@ IN_SCOPE_OPS = frozenset(
     CastLike MatMul Gemm Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ReduceMin
     ReduceProd ReduceL2 ReduceSumSquare ArgMax ArgMin TopK CumSum Transpose Reshape Flatten
     Squeeze Unsqueeze Concat Split Slice Gather GatherElements GatherND ScatterND
-    ScatterElements Expand Tile Pad Shape Size Constant ConstantOfShape Range Identity Dropout
+    ScatterElements NonZero Expand Tile Pad Shape Size Constant ConstantOfShape Range Identity Dropout
     Trilu OneHot LayerNormalization RMSNormalization Einsum Attention
     QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger
     """.split()

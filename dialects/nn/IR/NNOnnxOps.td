@@ -235,6 +235,9 @@ def NN_ScatterNDOp : NN_OnnxOp<"scatter_nd", "ScatterND", 18, 3, 3, 1, 1,
 def NN_ScatterElementsOp : NN_OnnxOp<"scatter_elements", "ScatterElements", 18, 3, 3, 1, 1,
     (ins OptionalAttr<I64Attr>:$axis, OptionalAttr<StrAttr>:$reduction)>;
 
+def NN_NonZeroOp : NN_OnnxOp<"non_zero", "NonZero", 13, 1, 1, 1, 1,
+    (ins)>;
+
 def NN_ExpandOp : NN_OnnxOp<"expand", "Expand", 13, 2, 2, 1, 1,
     (ins)>;
 

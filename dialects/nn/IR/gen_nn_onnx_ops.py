@@ -20,7 +20,7 @@ HardSigmoid HardSwish Softplus Clip Min Max Sum Mean Sin Cos Floor Ceil Round Si
 Less Greater LessOrEqual GreaterOrEqual And Or Not Xor IsNaN IsInf Cast CastLike MatMul Gemm
 Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL2 ReduceSumSquare
 ReduceL1 ReduceLogSum ReduceLogSumExp ArgMax ArgMin TopK CumSum Transpose Reshape Flatten
-Squeeze Unsqueeze Concat Split Slice Gather GatherElements GatherND ScatterND ScatterElements
+Squeeze Unsqueeze Concat Split Slice Gather GatherElements GatherND ScatterND ScatterElements NonZero
 Expand Tile Pad Shape Size ConstantOfShape Range Identity Dropout Trilu OneHot
 LayerNormalization RMSNormalization Einsum Attention
 Mod PRelu Selu Celu ThresholdedRelu Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/half.h"
 #include "cpu/tensor_ops_common.h"
 
 namespace llmc {
@@ -343,6 +344,63 @@ Status scatterElementsKernel(KernelContext& ctx) {
   return scatterSlices(ctx, reduction, *output, *updates, offsets, 1);
 }
 
+// NonZero: the indices of X's nonzero elements, [rank, count] int64, in row-major order of the
+// elements (ONNX's order). Its shape depends on the data: a shape-only run with no data fails,
+// and the compiler leaves the shape to run time (a Mixture-of-Experts export routes tokens
+// with it).
+Status nonZeroKernel(KernelContext& ctx) {
+  const Tensor* x = nullptr;
+  LLMC_RETURN_IF_ERROR(requireInput(ctx, 0, "X", &x));
+  if (!x->hasData()) return unavailable("NonZero's result size depends on X's values");
+  const int64_t n = x->numElements();
+  auto nonzero = [&](int64_t i) -> bool {
+    switch (x->dtype()) {
+      case DType::kFloat32: return x->data<float>()[i] != 0.0f;
+      case DType::kFloat64: return x->data<double>()[i] != 0.0;
+      case DType::kFloat16: return toFloat(x->data<Float16>()[i]) != 0.0f;
+      case DType::kBFloat16: return toFloat(x->data<BFloat16>()[i]) != 0.0f;
+      case DType::kInt64: return x->data<int64_t>()[i] != 0;
+      case DType::kInt32: return x->data<int32_t>()[i] != 0;
+      case DType::kInt16: return x->data<int16_t>()[i] != 0;
+      case DType::kUInt16: return x->data<uint16_t>()[i] != 0;
+      case DType::kInt8: return x->data<int8_t>()[i] != 0;
+      case DType::kUInt8:
+      case DType::kBool: return x->data<uint8_t>()[i] != 0;
+      default: return false;
+    }
+  };
+  switch (x->dtype()) {
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt64:
+    case DType::kInt32:
+    case DType::kInt16:
+    case DType::kUInt16:
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kBool: break;
+    default: return kernelError(ctx, std::string("NonZero does not take ") + dtypeName(x->dtype()));
+  }
+  std::vector<int64_t> found;
+  for (int64_t i = 0; i < n; ++i)
+    if (nonzero(i)) found.push_back(i);
+  const int64_t rank = x->rank(), count = static_cast<int64_t>(found.size());
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kInt64, {rank, count}, &out));
+  if (ctx.shapeOnly()) return okStatus();
+  int64_t* indices = out->data<int64_t>();
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t flat = found[static_cast<size_t>(j)];
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      indices[d * count + j] = flat % x->dim(d);
+      flat /= x->dim(d);
+    }
+  }
+  return okStatus();
+}
+
 // OneHot: a new axis of size depth holding values[1] where the index points and values[0]
 // elsewhere. Negative indices count from depth; indices outside [-depth, depth) select none.
 Status oneHotKernel(KernelContext& ctx) {
@@ -417,6 +475,7 @@ void registerIndexKernels(KernelRegistry& registry) {
   registry.add({"GatherND", 2, 2, 1, 1, gatherNDKernel});
   registry.add({"ScatterND", 3, 3, 1, 1, scatterNDKernel});
   registry.add({"ScatterElements", 3, 3, 1, 1, scatterElementsKernel});
+  registry.add({"NonZero", 1, 1, 1, 1, nonZeroKernel});
   registry.add({"OneHot", 3, 3, 1, 1, oneHotKernel});
 }
 

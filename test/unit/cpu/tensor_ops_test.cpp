@@ -672,3 +672,27 @@ TEST(TensorOpsOneHotTest, DefaultAxisFloatIndicesAndErrors) {
 
 }  // namespace
 }  // namespace llmc::testing
+
+namespace llmc::testing {
+namespace {
+
+// NonZero: [rank, count] indices in row-major order; -0 is zero and NaN is not (as ONNX
+// Runtime and numpy count them); an all-zero input gives [rank, 0]; bool and int inputs.
+TEST(TensorOpsNonZeroTest, RowMajorIndicesOfEveryDType) {
+  Tensor x = makeTensor<float>(DType::kFloat32, {2, 3}, {0.0f, 1.5f, -0.0f, NAN, 0.0f, -2.0f});
+  EXPECT_EQ(values<int64_t>(runKernel("NonZero", {x})), (std::vector<int64_t>{0, 1, 1, 1, 0, 2}));
+  EXPECT_EQ(runKernel("NonZero", {x}).shape(), (Shape{2, 3}));
+  Tensor none = makeTensor<int64_t>(DType::kInt64, {4}, {0, 0, 0, 0});
+  EXPECT_EQ(runKernel("NonZero", {none}).shape(), (Shape{1, 0}));
+  Tensor mask = makeTensor<uint8_t>(DType::kBool, {2, 2}, {1, 0, 0, 1});
+  EXPECT_EQ(values<int64_t>(runKernel("NonZero", {mask})), (std::vector<int64_t>{0, 1, 0, 1}));
+  Tensor scalar = makeTensor<int32_t>(DType::kInt32, {}, {7});
+  EXPECT_EQ(runKernel("NonZero", {scalar}).shape(), (Shape{0, 1}));
+  TestKernelContext unknown;  // no data at compile time: the shape is left to run time
+  unknown.shape_only = true;
+  unknown.inputs = {noData(DType::kFloat32, {2, 3})};
+  EXPECT_EQ(unknown.run("NonZero").code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace llmc::testing
