@@ -54,7 +54,8 @@ bool isHeadNorm(Operation* norm, int64_t head_dim) {
 std::optional<Operand> traceOperand(Value v, std::string* why) {
   Operand operand;
   if (Operation* rope = singleUseDef(v, "llm.rope")) {
-    if (rope->getAttr("num_heads") || rope->getAttr("interleaved")) return *why = "its rope is not a plain half rotation", std::nullopt;
+    if (rope->getAttr("num_heads") || rope->getAttr("token_axis"))
+      return *why = "its rope is not on [batch, heads, tokens, head_dim]", std::nullopt;
     operand.rope = rope;
     operand.chain.push_back(rope);
     v = rope->getOperand(0);
@@ -62,6 +63,18 @@ std::optional<Operand> traceOperand(Value v, std::string* why) {
   Operation* transpose = singleUseDef(v, "nn.transpose");
   if (!isHeadTranspose(transpose)) return *why = "an operand is not transposed from [batch, tokens, heads, head_dim]", std::nullopt;
   Value split = transpose->getOperand(0);
+  operand.chain.push_back(transpose);
+  // A rope of the heads before their transpose (token_axis 1, GPT-J's).
+  if (Operation* rope = singleUseDef(split, "llm.rope")) {
+    auto axis = rope->getAttrOfType<IntegerAttr>("token_axis");
+    if (operand.rope || !axis || axis.getInt() != 1 ||
+        !isa<NoneType>(rope->getOperand(1).getType()))
+      return *why = "the rope at " + where(rope) + " is not one of the heads before the transpose",
+             std::nullopt;
+    operand.rope = rope;
+    operand.chain.push_back(rope);
+    split = rope->getOperand(0);
+  }
   if (Operation* norm = singleUseDef(split, "llm.norm")) {
     auto type = cast<RankedTensorType>(split.getType());
     if (type.getRank() != 4 || type.isDynamicDim(3) || !isHeadNorm(norm, type.getDimSize(3)))
@@ -78,8 +91,8 @@ std::optional<Operand> traceOperand(Value v, std::string* why) {
       split_type.isDynamicDim(2) || split_type.isDynamicDim(3) ||
       rows_type.isDynamicDim(2) || rows_type.getDimSize(2) != split_type.getDimSize(2) * split_type.getDimSize(3) ||
       !sameLeadingDims(rows, reshape->getResult(0), 2))
-    return *why = "the reshape at " + where(reshape) + " is not [b, s, H * D] -> [b, s, H, D]", std::nullopt;
-  operand.chain.push_back(transpose);
+    return *why = "the reshape at " + where(reshape) + " is not [b, s, H * D] -> [b, s, H, D]",
+           std::nullopt;
   if (operand.norm) operand.chain.push_back(operand.norm);
   operand.chain.push_back(reshape);
   operand.rows = rows;
@@ -206,10 +219,14 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     Operation* q_rope = parts[0]->rope;
     Operation* k_rope = parts[1]->rope;
     auto tokenMajorRope = [&](Value x, Operation* rope, int64_t rotated_heads) {
-      return createOp(b, loc, "llm.rope", {x, rope->getOperand(1), rope->getOperand(2), rope->getOperand(3)},
-                      x.getType(),
-                      {b.getNamedAttr("num_heads", b.getI64IntegerAttr(rotated_heads)),
-                       b.getNamedAttr("head_dim", b.getI64IntegerAttr(head_dim))});
+      SmallVector<NamedAttribute> attrs{
+          b.getNamedAttr("num_heads", b.getI64IntegerAttr(rotated_heads)),
+          b.getNamedAttr("head_dim", b.getI64IntegerAttr(head_dim))};
+      if (Attribute interleaved = rope->getAttr("interleaved"))
+        attrs.push_back(b.getNamedAttr("interleaved", interleaved));
+      return createOp(b, loc, "llm.rope",
+                      {x, rope->getOperand(1), rope->getOperand(2), rope->getOperand(3)},
+                      x.getType(), attrs);
     };
     if (packed) {
       if (q_rope && k_rope) {
@@ -261,6 +278,9 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
               isa<NoneType>(parts[1]->rope->getOperand(i).getType())))
           return false;  // q and k rotated by different tables
     if (!parts[0]->rope && parts[1]->rope) return false;
+    if (parts[0]->rope && parts[1]->rope &&
+        parts[0]->rope->getAttr("interleaved") != parts[1]->rope->getAttr("interleaved"))
+      return false;  // one rope for both would rotate one of them the wrong way
     // One Split of the last axis (GPT-2's c_attn).
     Operation* split = rows[0].getDefiningOp();
     if (isOp(split, "nn.split") && rows[1].getDefiningOp() == split && rows[2].getDefiningOp() == split &&

@@ -27,7 +27,8 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
     std::vector<Operation*> adds;
     for (Operation& op : func.getBody().front())
       if (isOp(&op, "nn.add")) adds.push_back(&op);
-    for (Operation* add : adds) fuse(func, add);
+    for (Operation* add : adds)
+      if (!fuseInterleaved(func, add)) fuse(func, add);
     eraseDeadOps(func.getBody().front());
     std::vector<Operation*> concats;
     for (Operation& op : func.getBody().front())
@@ -49,7 +50,7 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
     Value x = head->getOperand(0);
     std::vector<Operation*> ops{head, pass, rope, concat};
     auto miss = [&](const std::string& why) {
-      logFusion(func, {false, kPass, "partial rope", nodeNames(ops), why});
+      logFusion(func, {false, kPass, "partial-rope", nodeNames(ops), why});
     };
     auto type = dyn_cast<RankedTensorType>(x.getType());
     if (!type || type.getRank() != 4 || !isFloat32Tensor(type) || type.isDynamicDim(3))
@@ -67,13 +68,107 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
       return miss("the tables are not as wide as the rotated part");
     if (concat->getResult(0).getType() != type) return miss("the result is not x's shape");
     OpBuilder b(concat);
-    Value y = createOp(b, fusedLoc(func.getContext(), ops), "llm.rope",
-                       {x, rope->getOperand(1), rope->getOperand(2), rope->getOperand(3)}, type);
+    SmallVector<NamedAttribute> attrs;  // interleaved, token_axis
+    for (NamedAttribute attr : rope->getAttrs())
+      if (!attr.getName().getValue().starts_with("llmc.")) attrs.push_back(attr);
+    Value y =
+        createOp(b, fusedLoc(func.getContext(), ops), "llm.rope",
+                 {x, rope->getOperand(1), rope->getOperand(2), rope->getOperand(3)}, type, attrs);
     carryNames(concat, y.getDefiningOp());
     concat->getResult(0).replaceAllUsesWith(y);
-    logFusion(func, {true, kPass, "partial rope", nodeNames(ops), ""});
+    logFusion(func, {true, kPass, "partial-rope", nodeNames(ops), ""});
     for (Operation* op : {concat, rope, head, pass})
       if (op->use_empty()) op->erase();
+  }
+
+  /// GPT-J's interleaved rotary: add(mul(x, cos), mul(rotate_every_two(x), sin)) where
+  /// rotate_every_two(x) = reshape(concat(unsqueeze(neg(x[..., 1::2]), -1),
+  /// unsqueeze(x[..., ::2], -1)), x's shape) -> llm.rope(x, none, cos, sin) {interleaved = 1},
+  /// on x [b, h, s, D] with [b | 1, 1, s, D] tables or, with token_axis = 1, on x [b, s, h, D]
+  /// with [b | 1, s, 1, D] tables (GPT-J rotates its heads before the transpose). Returns
+  /// whether the add was this pattern (fused or logged as a miss).
+  bool fuseInterleaved(func::FuncOp func, Operation* add) {
+    Operation* muls[2] = {singleUseDef(add->getOperand(0), "nn.mul"),
+                          singleUseDef(add->getOperand(1), "nn.mul")};
+    if (!muls[0] || !muls[1]) return false;
+    // (x[..., start::2]) -> x, or null.
+    auto everyOther = [](Operation* slice, int64_t start) -> Value {
+      if (!isOp(slice, "nn.slice") || slice->getNumOperands() < 5) return Value();
+      auto type = dyn_cast<RankedTensorType>(slice->getOperand(0).getType());
+      auto starts = intsConstant(slice->getOperand(1));
+      auto ends = intsConstant(slice->getOperand(2));
+      auto axes = intsConstant(slice->getOperand(3));
+      auto steps = intsConstant(slice->getOperand(4));
+      if (!type || type.isDynamicDim(type.getRank() - 1) || !starts || !ends || !axes || !steps ||
+          starts->size() != 1 || (*starts)[0] != start || ends->size() != 1 ||
+          (*ends)[0] < type.getDimSize(type.getRank() - 1) || axes->size() != 1 ||
+          ((*axes)[0] != -1 && (*axes)[0] != type.getRank() - 1) || steps->size() != 1 ||
+          (*steps)[0] != 2)
+        return Value();
+      return slice->getOperand(0);
+    };
+    auto lastAxisUnsqueeze = [](Operation* op) {
+      auto axes = op && isOp(op, "nn.unsqueeze") ? intsConstant(op->getOperand(1)) : std::nullopt;
+      auto type = op ? dyn_cast<RankedTensorType>(op->getResult(0).getType()) : nullptr;
+      return axes && type && axes->size() == 1 &&
+             ((*axes)[0] == -1 || (*axes)[0] == type.getRank() - 1);
+    };
+    for (int r = 0; r < 2; ++r) {
+      Operation* rot_mul = muls[r];
+      Operation* plain = muls[1 - r];
+      for (int i = 0; i < 2; ++i) {
+        Operation* reshape = singleUseDef(rot_mul->getOperand(i), "nn.reshape");
+        Operation* concat = reshape ? singleUseDef(reshape->getOperand(0), "nn.concat") : nullptr;
+        if (!concat || concat->getNumOperands() != 2) continue;
+        Operation* u0 = singleUseDef(concat->getOperand(0), "nn.unsqueeze");
+        Operation* u1 = singleUseDef(concat->getOperand(1), "nn.unsqueeze");
+        if (!lastAxisUnsqueeze(u0) || !lastAxisUnsqueeze(u1)) continue;
+        Operation* neg = singleUseDef(u0->getOperand(0), "nn.neg");
+        Operation* odd = neg ? singleUseDef(neg->getOperand(0), "nn.slice") : nullptr;
+        Operation* even = singleUseDef(u1->getOperand(0), "nn.slice");
+        Value x = everyOther(odd, 1);
+        if (!x || x != everyOther(even, 0)) continue;
+        std::vector<Operation*> ops{odd, even, neg, u0, u1, concat, reshape, rot_mul, plain, add};
+        auto miss = [&](const std::string& why) {
+          logFusion(func, {false, kPass, "interleaved-rope", nodeNames(ops), why});
+          return true;
+        };
+        Value sin = rot_mul->getOperand(1 - i), cos;
+        if (plain->getOperand(0) == x)
+          cos = plain->getOperand(1);
+        else if (plain->getOperand(1) == x)
+          cos = plain->getOperand(0);
+        else
+          return miss("x * cos does not multiply the rotated tensor");
+        auto type = dyn_cast<RankedTensorType>(x.getType());
+        if (!type || type.getRank() != 4 || !isFloat32Tensor(type) || type.isDynamicDim(3) ||
+            type.getDimSize(3) % 2 != 0 || add->getResult(0).getType() != type)
+          return miss("x is not a float32 4-D tensor with an even static last axis");
+        // The tables' layout: [b | 1, 1, s, D] (token_axis 2) or [b | 1, s, 1, D] (1).
+        auto t = dyn_cast<RankedTensorType>(cos.getType());
+        if (!t || t != sin.getType() || t.getRank() != 4 || !isFloat32Tensor(t) ||
+            t.getDimSize(3) != type.getDimSize(3))
+          return miss("cos/sin are not 4-D tables as wide as x");
+        int64_t token_axis = 0;
+        if (t.getDimSize(1) == 1 && !type.isDynamicDim(1))
+          token_axis = 2;
+        else if (t.getDimSize(2) == 1 && !type.isDynamicDim(2) && t.getDimSize(1) != 1)
+          token_axis = 1;
+        if (!token_axis) return miss("cos/sin broadcast over neither x's axis 1 nor its axis 2");
+        OpBuilder b(add);
+        Location loc = fusedLoc(func.getContext(), ops);
+        SmallVector<NamedAttribute> attrs{b.getNamedAttr("interleaved", b.getI64IntegerAttr(1))};
+        if (token_axis == 1) attrs.push_back(b.getNamedAttr("token_axis", b.getI64IntegerAttr(1)));
+        Value y = createOp(b, loc, "llm.rope", {x, noneValue(b, loc), cos, sin}, type, attrs);
+        carryNames(add, y.getDefiningOp());
+        add->getResult(0).replaceAllUsesWith(y);
+        logFusion(func, {true, kPass, "interleaved-rope", nodeNames(ops), ""});
+        for (auto it = ops.rbegin(); it != ops.rend(); ++it)
+          if ((*it)->use_empty()) (*it)->erase();
+        return true;
+      }
+    }
+    return false;
   }
 
   /// add(mul(x, cos), mul(concat(neg(x[D/2:]), x[:D/2]), sin)) -> llm.rope(x, none, cos, sin).

@@ -119,7 +119,7 @@ LogicalResult RopeOp::verify() {
     return emitOpError() << "x must be [batch, heads, tokens, head_dim]";
   }
   if (tables ? cos.getRank() != 4 : cos.getRank() != 2)
-    return emitOpError() << (tables ? "per-token cos/sin tables must be [batch | 1, 1, tokens, head_dim]"
+    return emitOpError() << (tables ? "per-token cos/sin tables must be 4-D"
                                     : "cos/sin caches must be [max_positions, head_dim / 2]");
   if (tables) {
     const int64_t head = getNumHeadsAttr() ? *getHeadDim() : x.getDimSize(3);
@@ -130,6 +130,8 @@ LogicalResult RopeOp::verify() {
                            << " values per token do not rotate an even part of heads of "
                            << head;
   }
+  if (auto axis = getTokenAxis(); axis && (*axis < 1 || *axis > 2 || getNumHeadsAttr()))
+    return emitOpError() << "token_axis is 1 or 2, and only for 4-D x";
   if (getOutput().getType() != x) return emitOpError() << "result must have x's type";
   return success();
 }

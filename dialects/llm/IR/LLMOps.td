@@ -92,9 +92,13 @@ def LLM_RopeOp : LLM_Op<"rope", [Pure]> {
       `[max_positions, head_dim / 2]`;
     - `positions` absent (`none`) with per-token tables `cos`/`sin` of rank 4
       `[batch | 1, 1, tokens, R]`, as models compute them (`--llmc-fuse-rope`
-      writes this form for `x * cos + rotate_half(x) * sin`; halves only): the first R
-      values of each head (R even, at most head_dim; R < head_dim is partial rotary)
-      rotate in halves of R / 2, the rest pass through.
+      writes this form for `x * cos + rotate_half(x) * sin`, and with `interleaved = 1`
+      for GPT-J's `x * cos + rotate_every_two(x) * sin`): the first R values of each head
+      (R even, at most head_dim; R < head_dim is partial rotary) rotate, in halves of
+      R / 2 or in adjacent pairs, each value by its own table entry; the rest pass through.
+      With `token_axis = 1`, `x` is `[batch, tokens, heads, head_dim]` (heads before their
+      transpose, as GPT-J rotates them) and the tables `[batch | 1, tokens, 1, R]`; the
+      token-major form takes tables in either layout.
     `x` is `[batch, heads, tokens, head_dim]`, or token-major `[batch, tokens, width]`
     with `num_heads` and `head_dim` set: the first `num_heads` heads of each row are
     rotated and the other columns pass through (a packed QKV's q and k, not its v).
@@ -107,7 +111,8 @@ def LLM_RopeOp : LLM_Op<"rope", [Pure]> {
   }];
   let arguments = (ins AnyRankedTensor:$x, AnyType:$positions, AnyRankedTensor:$cos,
                    AnyRankedTensor:$sin, OptionalAttr<I64Attr>:$interleaved,
-                   OptionalAttr<I64Attr>:$num_heads, OptionalAttr<I64Attr>:$head_dim);
+                   OptionalAttr<I64Attr>:$num_heads, OptionalAttr<I64Attr>:$head_dim,
+                   OptionalAttr<I64Attr>:$token_axis);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $x `,` $positions `,` $cos `,` $sin `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

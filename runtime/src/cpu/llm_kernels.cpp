@@ -382,6 +382,16 @@ void rotateHalvesByTable(float* x, const float* cos_row, const float* sin_row, i
   }
 }
 
+// The same for adjacent pairs (GPT-J's rotate_every_two): x[2i], x[2i + 1] with each value's
+// own table entry, x * cos + rotate_every_two(x) * sin as the model computes it.
+void rotatePairsByTable(float* x, const float* cos_row, const float* sin_row, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * cos_row[2 * i] - b * sin_row[2 * i];
+    x[2 * i + 1] = b * cos_row[2 * i + 1] + a * sin_row[2 * i + 1];
+  }
+}
+
 Status llmRope(KernelContext& ctx) {
   const Tensor* x = ctx.input(0);
   const Tensor* positions = ctx.input(1);
@@ -405,12 +415,25 @@ Status llmRope(KernelContext& ctx) {
   }
   int64_t half = head_dim / 2;
   const bool tables = positions == nullptr;
+  // Per-token tables: [batch | 1, 1, tokens, rotary_dim] for head-major x [batch, heads,
+  // tokens, head_dim]; with token_axis = 1, x is [batch, tokens, heads, head_dim] (GPT-J's heads
+  // before their transpose) and the tables [batch | 1, tokens, 1, rotary_dim]. Either table
+  // layout holds one row per batch row and token, and the token-major form takes either. The
+  // first rotary_dim values of each head rotate, the rest pass through (partial rotary).
+  const int64_t token_axis = ctx.params().getInt("token_axis", 2);
+  if (token_axis != 1 && token_axis != 2)
+    return kernelError(ctx, "token_axis must be 1 or 2, got " + std::to_string(token_axis));
+  if (!token_major && token_axis == 1) {
+    tokens = x->dim(1);
+    heads = x->dim(2);
+  }
   if (tables) {
-    // [batch | 1, 1, tokens, rotary_dim] per-token tables: the first rotary_dim values of each
-    // head rotate (halves of rotary_dim / 2), the rest pass through (partial rotary).
-    if (cos->rank() != 4 || (cos->dim(0) != 1 && cos->dim(0) != batch) || cos->dim(1) != 1 ||
-        cos->dim(2) != tokens || cos->dim(3) < 2 || cos->dim(3) % 2 != 0 ||
-        cos->dim(3) > head_dim)
+    const bool rows_on_axis_1 =
+        cos->rank() == 4 && (token_major ? cos->dim(2) == 1 : token_axis == 1);
+    const int64_t table_tokens = rows_on_axis_1 ? cos->dim(1) : cos->dim(2);
+    const int64_t table_unit = rows_on_axis_1 ? cos->dim(2) : cos->dim(1);
+    if (cos->rank() != 4 || (cos->dim(0) != 1 && cos->dim(0) != batch) || table_unit != 1 ||
+        table_tokens != tokens || cos->dim(3) < 2 || cos->dim(3) % 2 != 0 || cos->dim(3) > head_dim)
       return kernelError(ctx, "cos/sin tables " + shapeToString(cos->shape()) + " do not fit x " +
                                   shapeToString(x->shape()));
     half = cos->dim(3) / 2;
@@ -423,7 +446,6 @@ Status llmRope(KernelContext& ctx) {
   LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, x->shape(), &out));
   if (ctx.shapeOnly()) return okStatus();
   const bool interleaved = ctx.params().getInt("interleaved", 0) != 0;
-  if (tables && interleaved) return kernelError(ctx, "per-token tables rotate halves only");
   std::vector<int64_t> pos;
   if (!tables) {
     LLMC_RETURN_IF_ERROR(readInt64s(positions, &pos));
@@ -440,9 +462,13 @@ Status llmRope(KernelContext& ctx) {
       const int64_t table_row =
           tables ? ((cos->dim(0) == batch ? b : 0) * tokens + t) * cos->dim(3) : 0;
       for (int64_t h = 0; h < heads; ++h) {
-        float* head = y + (token_major ? (b * tokens + t) * width + h * head_dim
-                                       : ((b * heads + h) * tokens + t) * head_dim);
-        if (tables)
+        float* head = y + (token_major       ? (b * tokens + t) * width + h * head_dim
+                           : token_axis == 1 ? ((b * tokens + t) * heads + h) * head_dim
+                                             : ((b * heads + h) * tokens + t) * head_dim);
+        if (tables && interleaved)
+          rotatePairsByTable(head, cos->data<float>() + table_row, sin->data<float>() + table_row,
+                             half);
+        else if (tables)
           rotateHalvesByTable(head, cos->data<float>() + table_row, sin->data<float>() + table_row, half);
         else
           rotateHead(head, cos->data<float>() + pos[t] * half, sin->data<float>() + pos[t] * half,

@@ -720,7 +720,11 @@ Status deviceRope(DeviceStep& s, bool* handled) {
   const bool token_major = s.params().getInt("num_heads", 0) > 0;
   // Partial rotary (tables narrower than the head) is not in the GPU kernel: the CPU runs it.
   const int64_t head_dim = token_major ? s.params().getInt("head_dim", 0) : x->dim(3);
-  if (!positions && (cos->rank() != 4 || cos->dim(3) != head_dim)) return notHandled(handled);
+  // Nor are interleaved tables or GPT-J's table layout (token_axis, tables [b, tokens, 1, R]).
+  if (!positions && (cos->rank() != 4 || cos->dim(3) != head_dim || cos->dim(1) != 1 ||
+                     s.params().getInt("interleaved", 0) != 0))
+    return notHandled(handled);
+  if (s.params().getInt("token_axis", 2) != 2) return notHandled(handled);
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   RopeParams p;
   p.x = s.output(0)->data<float>();

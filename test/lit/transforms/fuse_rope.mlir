@@ -99,3 +99,34 @@ func.func @not_partial_rope(%x: tensor<1x4x5x16xf32>, %cos: tensor<1x1x5x4xf32>,
   %t = nn.slice(%y, %zero, %end, %axis, %one) : (tensor<1x4x5x20xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x4x5x16xf32>
   return %t : tensor<1x4x5x16xf32>
 }
+
+// -----
+
+// Tests GPT-J's interleaved rotary on the heads before their transpose: x [b, s, h, D] times
+// cos plus rotate_every_two(x) (odd values negated and interleaved with the even ones) times
+// sin, with [b, s, 1, D] tables, becomes one llm.rope {interleaved = 1, token_axis = 1}.
+// CHECK-LABEL: func @interleaved_token_axis
+// CHECK-SAME: (%[[X:.+]]: tensor<1x5x2x8xf32>, %[[COS:.+]]: tensor<1x5x1x8xf32>, %[[SIN:.+]]: tensor<1x5x1x8xf32>)
+func.func @interleaved_token_axis(%x: tensor<1x5x2x8xf32>, %cos: tensor<1x5x1x8xf32>, %sin: tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32> {
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  %end = nn.constant dense<[9223372036854775807]> : tensor<1xi64>
+  %axis = nn.constant dense<[3]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %last = nn.constant dense<[-1]> : tensor<1xi64>
+  %shape = nn.constant dense<[1, 5, 2, 8]> : tensor<4xi64>
+  // CHECK: %[[R:.+]] = llm.rope(%[[X]], %{{.+}}, %[[COS]], %[[SIN]]) {interleaved = 1 : i64, token_axis = 1 : i64}
+  // CHECK-NOT: nn.concat
+  // CHECK: return %[[R]]
+  %odd = nn.slice(%x, %one, %end, %axis, %two) : (tensor<1x5x2x8xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x5x2x4xf32>
+  %even = nn.slice(%x, %zero, %end, %axis, %two) : (tensor<1x5x2x8xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x5x2x4xf32>
+  %neg = nn.neg(%odd) : (tensor<1x5x2x4xf32>) -> tensor<1x5x2x4xf32>
+  %u0 = nn.unsqueeze(%neg, %last) : (tensor<1x5x2x4xf32>, tensor<1xi64>) -> tensor<1x5x2x4x1xf32>
+  %u1 = nn.unsqueeze(%even, %last) : (tensor<1x5x2x4xf32>, tensor<1xi64>) -> tensor<1x5x2x4x1xf32>
+  %pairs = nn.concat(%u0, %u1) {axis = -1 : i64} : (tensor<1x5x2x4x1xf32>, tensor<1x5x2x4x1xf32>) -> tensor<1x5x2x4x2xf32>
+  %rot = nn.reshape(%pairs, %shape) : (tensor<1x5x2x4x2xf32>, tensor<4xi64>) -> tensor<1x5x2x8xf32>
+  %a = nn.mul(%x, %cos) : (tensor<1x5x2x8xf32>, tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32>
+  %c = nn.mul(%rot, %sin) : (tensor<1x5x2x8xf32>, tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32>
+  %y = nn.add(%a, %c) : (tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>) -> tensor<1x5x2x8xf32>
+  return %y : tensor<1x5x2x8xf32>
+}

@@ -313,6 +313,67 @@ TEST(RopeTest, PartialTablesRotateTheFirstValuesOnly) {
   }
 }
 
+// GPT-J's interleaved rotary from per-token tables: x * cos + rotate_every_two(x) * sin on the
+// first R values of each head (each value by its own table entry), the rest copied; the same
+// bits on x [b, s, h, D] with [b, s, 1, R] tables (token_axis 1), on its transpose
+// [b, h, s, D] with [b, 1, s, R] tables, and on the token-major rows with either table layout.
+TEST(LlmRopeTest, InterleavedTablesInEveryLayout) {
+  const int64_t b = 2, s = 5, h = 3, d = 8, r = 6;
+  Tensor x = randomFloat({b, s, h, d}, 530);
+  Tensor cos = randomFloat({b, s, 1, r}, 531), sin = randomFloat({b, s, 1, r}, 532);
+  Tensor want = Tensor::allocate(DType::kFloat32, x.shape());
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    const int64_t e = i % d, row = i / (h * d);  // row = batch * s + token
+    const float* v = x.data<float>() + i - e;
+    float& out = want.data<float>()[i];
+    if (e >= r) {
+      out = v[e];
+      continue;
+    }
+    const float rotated = e % 2 == 0 ? -v[e + 1] : v[e - 1];
+    out = v[e] * cos.data<float>()[row * r + e] + rotated * sin.data<float>()[row * r + e];
+  }
+  KernelParams interleaved = params({{"interleaved", intParam(1)}});
+  KernelParams axis1 = interleaved;
+  axis1.set("token_axis", intParam(1));
+  Tensor got = runKernel("LlmRope", {x, std::nullopt, cos, sin}, axis1);
+  EXPECT_LT(relativeError(got, want), 1e-6);
+  // Head-major: x and the result transposed, the tables [b, 1, s, r] (the same memory).
+  KernelParams perm = params({});
+  perm.set("perm", intsParam({0, 2, 1, 3}));
+  Tensor heads = runKernel("Transpose", {x}, perm);
+  Tensor head_tables[2];
+  for (int i = 0; i < 2; ++i) {
+    head_tables[i] = Tensor::allocate(DType::kFloat32, {b, 1, s, r});
+    std::memcpy(head_tables[i].data<float>(), (i ? sin : cos).data<float>(),
+                b * s * r * sizeof(float));
+  }
+  Tensor head_major =
+      runKernel("LlmRope", {heads, std::nullopt, head_tables[0], head_tables[1]}, interleaved);
+  EXPECT_EQ(values<float>(runKernel("Transpose", {head_major}, perm)), values<float>(got));
+  // Token-major rows [b, s, h * d + 4] (4 more columns pass through) with either table layout.
+  KernelParams rows = interleaved;
+  rows.set("num_heads", intParam(h));
+  rows.set("head_dim", intParam(d));
+  Tensor packed = toTokenMajor(heads, 4, 533);
+  for (const Tensor* tables : {&cos, &head_tables[0]}) {
+    const Tensor& sin_tables = tables == &cos ? sin : head_tables[1];
+    Tensor y = runKernel("LlmRope", {packed, std::nullopt, *tables, sin_tables}, rows);
+    EXPECT_EQ(values<float>(y), values<float>(toTokenMajor(head_major, 4, 533)));
+  }
+  // token_axis 1 needs tables [b, s, 1, r]; token_axis 3 is refused.
+  TestKernelContext bad;
+  bad.inputs = {x, std::nullopt, head_tables[0], head_tables[1]};
+  bad.kernel_params = axis1;
+  EXPECT_FALSE(bad.run("LlmRope").ok());
+  KernelParams three = interleaved;
+  three.set("token_axis", intParam(3));
+  TestKernelContext wrong_axis;
+  wrong_axis.inputs = {x, std::nullopt, cos, sin};
+  wrong_axis.kernel_params = three;
+  EXPECT_FALSE(wrong_axis.run("LlmRope").ok());
+}
+
 TEST(LlmAttentionTest, TokenMajorPackedMatchesHeadMajor) {
   const int64_t b = 2, heads = 4, kv_heads = 2, s = 6, d = 8;
   Tensor q = randomFloat({b, heads, s, d}, 600), k = randomFloat({b, kv_heads, s, d}, 601),
