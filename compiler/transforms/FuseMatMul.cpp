@@ -3,6 +3,8 @@
 // they compute, not by how an exporter spelled them: the elementwise ops after the product
 // are evaluated with the runtime's kernels on probe values and compared with each known
 // activation (so x·sigmoid(x), GELU as erf or tanh in any operand order, Relu all match).
+// Before that, packed products that the model slices apart itself are split into one product
+// per part (splitSlicedProduct), for the later fusions to pack the way their kernels read.
 #include <algorithm>
 #include <cmath>
 
@@ -276,18 +278,9 @@ std::optional<std::pair<int64_t, int64_t>> groupsAxisPart(Operation* user, Value
   auto normalized = [&](int64_t g) {
     return std::clamp(g < 0 ? g + groups : g, int64_t{0}, groups);
   };
-  if (isOp(user, "nn.slice") && user->getOperand(0) == x && user->getNumOperands() >= 4) {
-    auto starts = intsConstant(user->getOperand(1));
-    auto ends = intsConstant(user->getOperand(2));
-    auto axes = intsConstant(user->getOperand(3));
-    if (!starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 ||
-        axes->size() != 1 || ((*axes)[0] != -2 && (*axes)[0] != rank - 2))
-      return std::nullopt;
-    if (user->getNumOperands() > 4 && !isa<NoneType>(user->getOperand(4).getType())) {
-      auto steps = intsConstant(user->getOperand(4));
-      if (!steps || steps->size() != 1 || (*steps)[0] != 1) return std::nullopt;
-    }
-    const int64_t g0 = normalized((*starts)[0]), g1 = normalized((*ends)[0]);
+  if (std::optional<ConstantSlice> c = constantSlice(user, x)) {
+    if (c->axis != rank - 2 || c->step != 1) return std::nullopt;
+    const int64_t g0 = normalized(c->start), g1 = normalized(c->end);
     return g1 > g0 ? std::optional(std::make_pair(g0, g1)) : std::nullopt;
   }
   if (isOp(user, "nn.gather") && user->getOperand(0) == x) {
@@ -345,7 +338,7 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
   auto w_type = dyn_cast<RankedTensorType>(w.getType());
   auto y_type = dyn_cast<RankedTensorType>(y.getType());
   if (!w_type || !y_type || w_type.getRank() != 2 || y_type.getRank() < 2 ||
-      w_type.isDynamicDim(0) || w_type.isDynamicDim(1) || !float32Constant(w))
+      w_type.isDynamicDim(0) || w_type.isDynamicDim(1) || !isFloat32Tensor(w_type))
     return;
   const int64_t k = w_type.getDimSize(0), n = w_type.getDimSize(1);
   std::vector<Operation*> chain{op};
@@ -409,7 +402,8 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
     if (!range) return;
     slices.push_back({user, true, range->first, range->second});
   }
-  if (slices.empty() || partsRejoin(slices)) return;
+  // The weight is checked last: reading a constant's contents copies it.
+  if (slices.empty() || partsRejoin(slices) || !float32Constant(w)) return;
   OpBuilder b(op);
   Location loc = op->getLoc();
   auto ints = [&](ArrayRef<int64_t> values) { return int64Constant(b, loc, values); };

@@ -175,8 +175,7 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
     std::vector<Operation*> packed_ops;
     bool packed = pack(func, b, loc, parts, widths, rows, columns, &packed_ops);
     if (q_norm) {
-      if (packed && (columns[0] != 0 || columns[1] != widths[0]))
-        return miss("attention-layout", "the packed rows do not start with q and k");
+      // (Packed rows hold q then k from column 0: pack() lays them out so.)
       // A grouped norm of `x`'s first columns: the heads of `norms` in turn, `counts` each.
       auto groupedNorm = [&](Value x, ArrayRef<Operation*> norms, ArrayRef<int64_t> counts) {
         SmallVector<Value> scales, biases;

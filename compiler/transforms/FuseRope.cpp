@@ -1,7 +1,8 @@
 // --llmc-fuse-rope: rotary embedding written as x * cos + rotate_half(x) * sin, with
 // rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]) (Hugging Face's Llama, Qwen2, Mistral
 // ... exports: Slice, Slice, Neg, Concat, Mul, Mul, Add), becomes one llm.rope with per-token
-// cos/sin tables.
+// cos/sin tables; so does GPT-J's x * cos + rotate_every_two(x) * sin (interleaved pairs, on
+// the heads before their transpose), and partial rotary folds into the rope.
 #include <limits>
 
 #include "transforms/FusionUtil.h"
@@ -93,19 +94,13 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
     if (!muls[0] || !muls[1]) return false;
     // (x[..., start::2]) -> x, or null.
     auto everyOther = [](Operation* slice, int64_t start) -> Value {
-      if (!isOp(slice, "nn.slice") || slice->getNumOperands() < 5) return Value();
-      auto type = dyn_cast<RankedTensorType>(slice->getOperand(0).getType());
-      auto starts = intsConstant(slice->getOperand(1));
-      auto ends = intsConstant(slice->getOperand(2));
-      auto axes = intsConstant(slice->getOperand(3));
-      auto steps = intsConstant(slice->getOperand(4));
-      if (!type || type.isDynamicDim(type.getRank() - 1) || !starts || !ends || !axes || !steps ||
-          starts->size() != 1 || (*starts)[0] != start || ends->size() != 1 ||
-          (*ends)[0] < type.getDimSize(type.getRank() - 1) || axes->size() != 1 ||
-          ((*axes)[0] != -1 && (*axes)[0] != type.getRank() - 1) || steps->size() != 1 ||
-          (*steps)[0] != 2)
+      Value x = slice ? slice->getOperand(0) : Value();
+      std::optional<ConstantSlice> c = slice ? constantSlice(slice, x) : std::nullopt;
+      auto type = c ? cast<RankedTensorType>(x.getType()) : RankedTensorType();
+      if (!c || type.isDynamicDim(type.getRank() - 1) || c->axis != type.getRank() - 1 ||
+          c->step != 2 || c->start != start || c->end < type.getDimSize(type.getRank() - 1))
         return Value();
-      return slice->getOperand(0);
+      return x;
     };
     auto lastAxisUnsqueeze = [](Operation* op) {
       auto axes = op && isOp(op, "nn.unsqueeze") ? intsConstant(op->getOperand(1)) : std::nullopt;
@@ -120,6 +115,10 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
         Operation* reshape = singleUseDef(rot_mul->getOperand(i), "nn.reshape");
         Operation* concat = reshape ? singleUseDef(reshape->getOperand(0), "nn.concat") : nullptr;
         if (!concat || concat->getNumOperands() != 2) continue;
+        // Stacked on a new last axis, then flattened back to x's shape: pairs interleave.
+        auto stacked = cast<RankedTensorType>(concat->getResult(0).getType());
+        auto axis = concat->getAttrOfType<IntegerAttr>("axis");
+        if (!axis || (axis.getInt() != -1 && axis.getInt() != stacked.getRank() - 1)) continue;
         Operation* u0 = singleUseDef(concat->getOperand(0), "nn.unsqueeze");
         Operation* u1 = singleUseDef(concat->getOperand(1), "nn.unsqueeze");
         if (!lastAxisUnsqueeze(u0) || !lastAxisUnsqueeze(u1)) continue;
@@ -142,19 +141,30 @@ class FuseRopePass : public impl::FuseRopeBase<FuseRopePass> {
           return miss("x * cos does not multiply the rotated tensor");
         auto type = dyn_cast<RankedTensorType>(x.getType());
         if (!type || type.getRank() != 4 || !isFloat32Tensor(type) || type.isDynamicDim(3) ||
-            type.getDimSize(3) % 2 != 0 || add->getResult(0).getType() != type)
-          return miss("x is not a float32 4-D tensor with an even static last axis");
+            type.getDimSize(3) % 2 != 0 || add->getResult(0).getType() != type ||
+            reshape->getResult(0).getType() != type)
+          return miss(
+              "x is not a float32 4-D tensor with an even static last axis, or the "
+              "rotated pairs are not reshaped back to it");
         // The tables' layout: [b | 1, 1, s, D] (token_axis 2) or [b | 1, s, 1, D] (1).
         auto t = dyn_cast<RankedTensorType>(cos.getType());
         if (!t || t != sin.getType() || t.getRank() != 4 || !isFloat32Tensor(t) ||
             t.getDimSize(3) != type.getDimSize(3))
           return miss("cos/sin are not 4-D tables as wide as x");
+        // The tables hold one row per batch row (or one for all) and token: their unit axis
+        // is x's heads axis (static), their other axis x's tokens axis.
+        auto same = [](int64_t a, int64_t b) {
+          return a == b || (ShapedType::isDynamic(a) && ShapedType::isDynamic(b));
+        };
         int64_t token_axis = 0;
-        if (t.getDimSize(1) == 1 && !type.isDynamicDim(1))
+        if (t.getDimSize(1) == 1 && !type.isDynamicDim(1) &&
+            same(t.getDimSize(2), type.getDimSize(2)))
           token_axis = 2;
-        else if (t.getDimSize(2) == 1 && !type.isDynamicDim(2) && t.getDimSize(1) != 1)
+        else if (t.getDimSize(2) == 1 && !type.isDynamicDim(2) && t.getDimSize(1) != 1 &&
+                 same(t.getDimSize(1), type.getDimSize(1)))
           token_axis = 1;
-        if (!token_axis) return miss("cos/sin broadcast over neither x's axis 1 nor its axis 2");
+        if (!token_axis || (t.getDimSize(0) != 1 && !same(t.getDimSize(0), type.getDimSize(0))))
+          return miss("cos/sin are not one row per token, broadcast over x's heads");
         OpBuilder b(add);
         Location loc = fusedLoc(func.getContext(), ops);
         SmallVector<NamedAttribute> attrs{b.getNamedAttr("interleaved", b.getI64IntegerAttr(1))};

@@ -134,22 +134,34 @@ Value kernelConstant(OpBuilder& builder, Location loc, StringRef kernel,
   return results.empty() ? Value() : results[0];
 }
 
-std::optional<std::pair<int64_t, int64_t>> lastAxisSlice(Operation* slice, Value x, int64_t d) {
+std::optional<ConstantSlice> constantSlice(Operation* slice, Value x) {
   if (!isOp(slice, "nn.slice") || slice->getOperand(0) != x || slice->getNumOperands() < 4)
     return std::nullopt;
+  auto type = dyn_cast<RankedTensorType>(x.getType());
   auto starts = intsConstant(slice->getOperand(1));
   auto ends = intsConstant(slice->getOperand(2));
   auto axes = intsConstant(slice->getOperand(3));
-  int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
-  if (!starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 || axes->size() != 1)
+  if (!type || !starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 ||
+      axes->size() != 1)
     return std::nullopt;
-  if ((*axes)[0] != -1 && (*axes)[0] != rank - 1) return std::nullopt;
+  const int64_t rank = type.getRank();
+  int64_t axis = (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
+  if (axis < 0 || axis >= rank) return std::nullopt;
+  int64_t step = 1;
   if (slice->getNumOperands() > 4 && !isa<NoneType>(slice->getOperand(4).getType())) {
     auto steps = intsConstant(slice->getOperand(4));
-    if (!steps || steps->size() != 1 || (*steps)[0] != 1) return std::nullopt;
+    if (!steps || steps->size() != 1) return std::nullopt;
+    step = (*steps)[0];
   }
+  return ConstantSlice{(*starts)[0], (*ends)[0], axis, step};
+}
+
+std::optional<std::pair<int64_t, int64_t>> lastAxisSlice(Operation* slice, Value x, int64_t d) {
+  std::optional<ConstantSlice> c = constantSlice(slice, x);
+  if (!c || c->axis != cast<RankedTensorType>(x.getType()).getRank() - 1 || c->step != 1)
+    return std::nullopt;
   auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + d : v, int64_t{0}, d); };
-  return std::make_pair(clamp((*starts)[0]), clamp((*ends)[0]));
+  return std::make_pair(clamp(c->start), clamp(c->end));
 }
 
 Value float32Scalar(OpBuilder& builder, Location loc, float value) {

@@ -52,6 +52,12 @@ llvm::SmallVector<mlir::Value> kernelConstants(mlir::OpBuilder& builder, mlir::L
                                                llvm::StringRef kernel,
                                                llvm::ArrayRef<mlir::NamedAttribute> params,
                                                mlir::ValueRange inputs, unsigned num_outputs);
+// Slice(x, [start], [end], [axis], [step]) of x with one-element constant operands: the raw
+// start and end, the axis in [0, rank) and the step (1 when absent), or nullopt.
+struct ConstantSlice {
+  int64_t start, end, axis, step;
+};
+std::optional<ConstantSlice> constantSlice(mlir::Operation* slice, mlir::Value x);
 // Slice(x, [start], [end], [last axis], [1]) of x's last axis (of size d): {start, end}
 // normalized to [0, d], or nullopt.
 std::optional<std::pair<int64_t, int64_t>> lastAxisSlice(mlir::Operation* slice, mlir::Value x,

@@ -108,7 +108,12 @@ def FuseMatMul : Pass<"llmc-fuse-matmul", "mlir::func::FuncOp"> {
     `trans_b`, its alpha/beta are folded; a following Add of a constant `[N]` becomes the
     bias; the elementwise ops after that become the activation epilogue when they compute
     relu, gelu (erf or tanh form), silu or sigmoid — recognized by evaluating them with the
-    runtime's kernels on probe values, so any spelling of the formula matches.
+    runtime's kernels on probe values, so any spelling of the formula matches. First, a
+    packed product that the model slices apart itself (optionally through a constant bias, a
+    Reshape of the last axis into groups and a Transpose keeping it last; Slices of the last
+    axis, or of the groups axis and one-element Gathers of it) becomes one product per part,
+    its weight and bias columns gathered at compile time, unless a Concat joins the parts
+    again.
   }];
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
@@ -178,11 +183,14 @@ def LowerMatMulNBits : Pass<"llmc-lower-matmul-nbits", "mlir::func::FuncOp"> {
 }
 
 def FuseRope : Pass<"llmc-fuse-rope", "mlir::func::FuncOp"> {
-  let summary = "x * cos + rotate_half(x) * sin -> llm.rope";
+  let summary = "x * cos + rotate_half(x) * sin (or rotate_every_two) -> llm.rope";
   let description = [{
     `rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])` on `[batch, heads, tokens, D]`
     with `[batch | 1, 1, tokens, D]` cos/sin tables becomes `llm.rope` in its per-token
-    table form.
+    table form; GPT-J's `rotate_every_two(x)` (interleaved pairs) becomes one with
+    `interleaved = 1`, also on `[batch, tokens, heads, D]` with `[batch | 1, tokens, 1, D]`
+    tables (`token_axis = 1`). Then partial rotary, `concat(llm.rope(x[..., :R]),
+    x[..., R:])`, becomes one rope of x with the `[.., R]` tables.
   }];
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
@@ -202,12 +210,14 @@ def FuseQkv : Pass<"llmc-fuse-qkv", "mlir::func::FuncOp"> {
   let summary = "Token-major llm.attention / llm.sdpa on one packed Q/K/V projection";
   let description = [{
     When q, k and v of an `llm.attention` or `llm.sdpa` are `[b, s, H * D]` rows reshaped to heads and
-    transposed (optionally rotated by `llm.rope`), and its result is transposed and merged
+    transposed (optionally rotated by `llm.rope`, before or after the transpose, and q and k
+    optionally normalized per head by `llm.norm`), and its result is transposed and merged
     back, the attention and its ropes read the rows directly (token-major form). When the
     three rows are products of one input with constant weights (or the parts of one Split),
     they become one `llm.fused_matmul` with the weights concatenated at compile time, and
     the attention reads column ranges of it; q and k sharing their rope tables are rotated
-    by one `llm.rope`.
+    by one `llm.rope`, and per-head norms become one grouped `llm.norm` of q's and k's
+    columns.
   }];
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }

@@ -3,9 +3,10 @@
 // llm.positions, and what is left must compute every token independently. All or nothing:
 // on any failure the function is restored and the reasons are recorded.
 #include <cmath>
+#include <limits>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "core/kernel.h"
@@ -138,7 +139,6 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
     } else if (name == "nn.add") {
       if (m->mask_kind != AttentionMatch::MaskKind::kNone)
         return where(op) + " adds a second bias to the scores";
-      if (m->cap != 0) return where(op) + " adds a bias inside the soft-capping Tanh";
       bool a = dependsOnMatMul(op->getOperand(0), memo);
       bool b = dependsOnMatMul(op->getOperand(1), memo);
       if (a == b) return where(op) + ": cannot tell the scores from the mask";
@@ -149,7 +149,6 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
     } else if (name == "nn.where") {
       if (m->mask_kind != AttentionMatch::MaskKind::kNone)
         return where(op) + " masks the scores a second time";
-      if (m->cap != 0) return where(op) + " masks the scores inside the soft-capping Tanh";
       bool x = dependsOnMatMul(op->getOperand(1), memo);
       bool y = dependsOnMatMul(op->getOperand(2), memo);
       if (x == y || dependsOnMatMul(op->getOperand(0), memo))
@@ -162,15 +161,20 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
       current = op->getOperand(x ? 1 : 2);
     } else if (name == "nn.tanh") {
       // softcap * tanh(scores / softcap): the factors met so far are the cap; those before
-      // the Tanh scale the scores inside it. A mask inside the Tanh would not mask.
+      // the Tanh scale the scores inside it. The mask must come after the Tanh (met before
+      // it here): a Tanh of the masked scores does not mask, and a mask met after the Tanh
+      // is a second bias, refused above.
       if (m->cap != 0) return where(op) + " soft-caps the scores a second time";
       if (m->mask_kind == AttentionMatch::MaskKind::kNone)
         return where(op) +
-               " soft-caps the scores before the mask is added (a Tanh of the "
-               "masked scores does not mask)";
+               " soft-caps the scores after the mask is added (a Tanh of the masked scores "
+               "does not mask)";
       if (!m->shape_scales.empty())
         return where(op) + ": a computed factor multiplies the soft-capped scores";
-      if (m->scale == 0) return where(op) + ": the soft-capped scores are multiplied by zero";
+      const double cap = std::fabs(m->scale);
+      if (!(cap >= std::numeric_limits<float>::min() && cap <= std::numeric_limits<float>::max()))
+        return where(op) + ": the soft-cap " + std::to_string(m->scale) +
+               " is not a finite, normal float32";
       m->cap = m->scale;
       m->scale = 1.0;
       m->chain.push_back(op);

@@ -234,7 +234,7 @@ def main():
             if window is None:
                 # Refused: recognition fails, naming the attention node and why.
                 want = {"prefix_lm": "neither causal nor a sliding window", "from_end": "mask/in_tail",
-                        "causal": "'layer0/cap_tanh' soft-caps the scores before the mask is added"}[kind]
+                        "causal": "'layer0/cap_tanh' soft-caps the scores after the mask is added"}[kind]
                 check(not recognized and "warning: not recognized" in proc.stderr and want in proc.stderr
                       and "layer0/softmax" in proc.stderr, f"{label}: refused, naming the node",
                       proc.stderr.strip().replace("\n", " | "))

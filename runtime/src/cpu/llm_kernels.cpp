@@ -428,12 +428,13 @@ Status llmRope(KernelContext& ctx) {
     heads = x->dim(2);
   }
   if (tables) {
-    const bool rows_on_axis_1 =
-        cos->rank() == 4 && (token_major ? cos->dim(2) == 1 : token_axis == 1);
+    if (cos->rank() != 4)
+      return kernelError(ctx, "cos/sin tables must be 4-D, got " + shapeToString(cos->shape()));
+    const bool rows_on_axis_1 = token_major ? cos->dim(2) == 1 : token_axis == 1;
     const int64_t table_tokens = rows_on_axis_1 ? cos->dim(1) : cos->dim(2);
     const int64_t table_unit = rows_on_axis_1 ? cos->dim(2) : cos->dim(1);
-    if (cos->rank() != 4 || (cos->dim(0) != 1 && cos->dim(0) != batch) || table_unit != 1 ||
-        table_tokens != tokens || cos->dim(3) < 2 || cos->dim(3) % 2 != 0 || cos->dim(3) > head_dim)
+    if ((cos->dim(0) != 1 && cos->dim(0) != batch) || table_unit != 1 || table_tokens != tokens ||
+        cos->dim(3) < 2 || cos->dim(3) % 2 != 0 || cos->dim(3) > head_dim)
       return kernelError(ctx, "cos/sin tables " + shapeToString(cos->shape()) + " do not fit x " +
                                   shapeToString(x->shape()));
     half = cos->dim(3) / 2;

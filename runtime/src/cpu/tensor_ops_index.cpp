@@ -353,40 +353,31 @@ Status nonZeroKernel(KernelContext& ctx) {
   LLMC_RETURN_IF_ERROR(requireInput(ctx, 0, "X", &x));
   if (!x->hasData()) return unavailable("NonZero's result size depends on X's values");
   const int64_t n = x->numElements();
-  auto nonzero = [&](int64_t i) -> bool {
-    switch (x->dtype()) {
-      case DType::kFloat32: return x->data<float>()[i] != 0.0f;
-      case DType::kFloat64: return x->data<double>()[i] != 0.0;
-      case DType::kFloat16: return toFloat(x->data<Float16>()[i]) != 0.0f;
-      case DType::kBFloat16: return toFloat(x->data<BFloat16>()[i]) != 0.0f;
-      case DType::kInt64: return x->data<int64_t>()[i] != 0;
-      case DType::kInt32: return x->data<int32_t>()[i] != 0;
-      case DType::kInt16: return x->data<int16_t>()[i] != 0;
-      case DType::kUInt16: return x->data<uint16_t>()[i] != 0;
-      case DType::kInt8: return x->data<int8_t>()[i] != 0;
-      case DType::kUInt8:
-      case DType::kBool: return x->data<uint8_t>()[i] != 0;
-      default: return false;
-    }
+  std::vector<int64_t> found;  // flat indices of the nonzero elements (NaN is nonzero)
+  auto collect = [&](auto element) {
+    for (int64_t i = 0; i < n; ++i)
+      if (element(i) != 0) found.push_back(i);
   };
   switch (x->dtype()) {
-    case DType::kFloat32:
-    case DType::kFloat64:
-    case DType::kFloat16:
+    case DType::kFloat32: collect([&](int64_t i) { return x->data<float>()[i]; }); break;
+    case DType::kFloat64: collect([&](int64_t i) { return x->data<double>()[i]; }); break;
+    case DType::kFloat16: collect([&](int64_t i) { return toFloat(x->data<Float16>()[i]); }); break;
     case DType::kBFloat16:
-    case DType::kInt64:
-    case DType::kInt32:
-    case DType::kInt16:
-    case DType::kUInt16:
-    case DType::kInt8:
+      collect([&](int64_t i) { return toFloat(x->data<BFloat16>()[i]); });
+      break;
+    case DType::kInt64: collect([&](int64_t i) { return x->data<int64_t>()[i]; }); break;
+    case DType::kInt32: collect([&](int64_t i) { return x->data<int32_t>()[i]; }); break;
+    case DType::kInt16: collect([&](int64_t i) { return x->data<int16_t>()[i]; }); break;
+    case DType::kUInt16: collect([&](int64_t i) { return x->data<uint16_t>()[i]; }); break;
+    case DType::kInt8: collect([&](int64_t i) { return x->data<int8_t>()[i]; }); break;
     case DType::kUInt8:
-    case DType::kBool: break;
+    case DType::kBool: collect([&](int64_t i) { return x->data<uint8_t>()[i]; }); break;
     default: return kernelError(ctx, std::string("NonZero does not take ") + dtypeName(x->dtype()));
   }
-  std::vector<int64_t> found;
-  for (int64_t i = 0; i < n; ++i)
-    if (nonzero(i)) found.push_back(i);
-  const int64_t rank = x->rank(), count = static_cast<int64_t>(found.size());
+  // A scalar counts as one element of a 1-D tensor (as ONNX Runtime does): [1, count].
+  const Shape dims = x->rank() == 0 ? Shape{1} : x->shape();
+  const int64_t rank = static_cast<int64_t>(dims.size()),
+                count = static_cast<int64_t>(found.size());
   Tensor* out = nullptr;
   LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kInt64, {rank, count}, &out));
   if (ctx.shapeOnly()) return okStatus();
@@ -394,8 +385,8 @@ Status nonZeroKernel(KernelContext& ctx) {
   for (int64_t j = 0; j < count; ++j) {
     int64_t flat = found[static_cast<size_t>(j)];
     for (int64_t d = rank - 1; d >= 0; --d) {
-      indices[d * count + j] = flat % x->dim(d);
-      flat /= x->dim(d);
+      indices[d * count + j] = flat % dims[static_cast<size_t>(d)];
+      flat /= dims[static_cast<size_t>(d)];
     }
   }
   return okStatus();

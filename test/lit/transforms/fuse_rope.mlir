@@ -130,3 +130,31 @@ func.func @interleaved_token_axis(%x: tensor<1x5x2x8xf32>, %cos: tensor<1x5x1x8x
   %y = nn.add(%a, %c) : (tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>) -> tensor<1x5x2x8xf32>
   return %y : tensor<1x5x2x8xf32>
 }
+
+// -----
+
+// Tests a near miss: the negated odd values and the even ones concatenated along the heads'
+// last axis (not stacked on a new one) are halves, not interleaved pairs: no interleaved rope.
+// CHECK-LABEL: func @interleaved_wrong_axis
+func.func @interleaved_wrong_axis(%x: tensor<1x5x2x8xf32>, %cos: tensor<1x5x1x8xf32>, %sin: tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32> {
+  %zero = nn.constant dense<[0]> : tensor<1xi64>
+  %one = nn.constant dense<[1]> : tensor<1xi64>
+  %end = nn.constant dense<[9223372036854775807]> : tensor<1xi64>
+  %axis = nn.constant dense<[3]> : tensor<1xi64>
+  %two = nn.constant dense<[2]> : tensor<1xi64>
+  %last = nn.constant dense<[-1]> : tensor<1xi64>
+  %shape = nn.constant dense<[1, 5, 2, 8]> : tensor<4xi64>
+  // CHECK-NOT: llm.rope
+  // CHECK: nn.concat
+  %odd = nn.slice(%x, %one, %end, %axis, %two) : (tensor<1x5x2x8xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x5x2x4xf32>
+  %even = nn.slice(%x, %zero, %end, %axis, %two) : (tensor<1x5x2x8xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x5x2x4xf32>
+  %neg = nn.neg(%odd) : (tensor<1x5x2x4xf32>) -> tensor<1x5x2x4xf32>
+  %u0 = nn.unsqueeze(%neg, %last) : (tensor<1x5x2x4xf32>, tensor<1xi64>) -> tensor<1x5x2x4x1xf32>
+  %u1 = nn.unsqueeze(%even, %last) : (tensor<1x5x2x4xf32>, tensor<1xi64>) -> tensor<1x5x2x4x1xf32>
+  %halves = nn.concat(%u0, %u1) {axis = 3 : i64} : (tensor<1x5x2x4x1xf32>, tensor<1x5x2x4x1xf32>) -> tensor<1x5x2x8x1xf32>
+  %rot = nn.reshape(%halves, %shape) : (tensor<1x5x2x8x1xf32>, tensor<4xi64>) -> tensor<1x5x2x8xf32>
+  %a = nn.mul(%x, %cos) : (tensor<1x5x2x8xf32>, tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32>
+  %c = nn.mul(%rot, %sin) : (tensor<1x5x2x8xf32>, tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32>
+  %y = nn.add(%a, %c) : (tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>) -> tensor<1x5x2x8xf32>
+  return %y : tensor<1x5x2x8xf32>
+}

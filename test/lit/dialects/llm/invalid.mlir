@@ -118,3 +118,42 @@ func.func @quant_k(%x: tensor<2x96xf32>, %q: tensor<16x64xi8>, %s: tensor<16x1xf
   %y = llm.quant_matmul(%x, %q, %s, %none, %none) {format = "int8", group = 96 : i64} : (tensor<2x96xf32>, tensor<16x64xi8>, tensor<16x1xf32>, none, none) -> tensor<2x16xf32>
   return %y : tensor<2x16xf32>
 }
+
+// -----
+
+// Tests that a soft-cap must be positive.
+func.func @attention_softcap(%q: tensor<1x2x3x8xf32>, %kv: tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32> {
+  // expected-error @+1 {{softcap must be positive and finite}}
+  %y = llm.attention(%q, %kv, %kv) {layer = 0 : i64, scale = 1.0 : f32, softcap = -5.0 : f32} : (tensor<1x2x3x8xf32>, tensor<1x2x3x8xf32>, tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32>
+  return %y : tensor<1x2x3x8xf32>
+}
+
+// -----
+
+// Tests that a grouped norm takes no residual.
+func.func @grouped_norm_residual(%x: tensor<2x16xf32>, %g: tensor<16xf32>) -> tensor<2x16xf32> {
+  %none = nn.none
+  // expected-error @+1 {{a grouped norm takes no residual}}
+  %y, %s = llm.norm(%x, %x, %g, %none) {kind = "rms", epsilon = 1.0e-06 : f32, group = 8 : i64} : (tensor<2x16xf32>, tensor<2x16xf32>, tensor<16xf32>, none) -> (tensor<2x16xf32>, tensor<2x16xf32>)
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+// Tests that a grouped norm's scale holds whole groups within the row.
+func.func @grouped_norm_scale(%x: tensor<2x16xf32>, %g: tensor<12xf32>) -> tensor<2x16xf32> {
+  %none = nn.none
+  // expected-error @+1 {{a grouped norm's scale must hold a whole number of groups of 8, at most the last axis}}
+  %y = llm.norm(%x, %none, %g, %none) {kind = "rms", epsilon = 1.0e-06 : f32, group = 8 : i64} : (tensor<2x16xf32>, none, tensor<12xf32>, none) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+// Tests that token_axis is 1 or 2.
+func.func @rope_token_axis(%x: tensor<1x3x2x8xf32>, %t: tensor<1x3x1x8xf32>) -> tensor<1x3x2x8xf32> {
+  %none = nn.none
+  // expected-error @+1 {{token_axis is 1 or 2, and only for 4-D x}}
+  %y = llm.rope(%x, %none, %t, %t) {token_axis = 3 : i64} : (tensor<1x3x2x8xf32>, none, tensor<1x3x1x8xf32>, tensor<1x3x1x8xf32>) -> tensor<1x3x2x8xf32>
+  return %y : tensor<1x3x2x8xf32>
+}
