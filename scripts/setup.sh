@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libprotobuf-dev protobuf-compiler libonnx-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
+  libboost-dev  # serve/: Boost.Beast and Asio (header-only)
   libonnx-testdata
   bible-kjv
   python3 python3-venv

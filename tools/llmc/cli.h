@@ -129,5 +129,6 @@ int runRun(const std::vector<std::string>& args);
 int runInspect(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
 int runBench(const std::vector<std::string>& args);
+int runServe(const std::vector<std::string>& args);
 
 }  // namespace llmc::cli

@@ -50,20 +50,24 @@ const char kUsage[] =
     "          [--opt-level 0|1] [--disable-pass NAME ...] [--report] [--strip-weights]\n"
     "          [--quantize int8|int4|int4_zp|w8a8|fp8 [--quant-group N] [--quant-head FORMAT]\n"
     "           [--keep-float PATTERN ...] [--calib FILE | --calib-dir DIR] [--awq]\n"
-    "           [--smooth-alpha A] [--smooth-percentile Q] [--max-ppl-increase PERCENT [--eval-text FILE]]]\n"
+    "           [--smooth-alpha A] [--smooth-percentile Q] [--max-ppl-increase PERCENT "
+    "[--eval-text FILE]]]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"
-    "          [--repeat N] [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
+    "          [--repeat N] [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] "
+    "[--no-cuda-graphs]\n"
     "      run an engine on inputs; writes DIR/NAME.npy (or .pb) for every output\n"
     "  generate ENGINE --prompt-ids 1,2,3 | --prompt TEXT --tokenizer tokenizer.json\n"
     "          [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
     "          [--repetition-penalty R] [--seed S] [--stop-id ID ...] [--beam N [--length-penalty "
     "L]]\n"
     "          [--print-ids] [--no-kv-cache] [--kv-cache-tokens N]\n"
-    "          [--kv-cache-dtype f32|f16|bf16|int8|fp8] [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
+    "          [--kv-cache-dtype f32|f16|bf16|int8|fp8] [--backend auto|cpu|cuda] [--precision "
+    "fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
     "      generate tokens from a decoder language model (temperature 0, the default, is greedy)\n"
     "  bench ENGINE [--context N] [--new-tokens N] [--repeat N] [--kv-only] [--batch N]\n"
-    "          [--kv-cache-dtype f32|f16|bf16|int8|fp8] [--backend auto|cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
+    "          [--kv-cache-dtype f32|f16|bf16|int8|fp8] [--backend auto|cpu|cuda] [--precision "
+    "fp32|tf32|bf16|fp16] [--no-cuda-graphs]\n"
     "      time to first token and decode tokens/s over the KV cache and by full recomputation\n"
     "  verify MODEL.onnx [compile options] [--engine FILE] [--input NAME=FILE ...] [--length N]\n"
     "          [--rtol R] [--atol A] [--seed S]\n"
@@ -75,6 +79,14 @@ const char kUsage[] =
     "  eval ENGINE --reference FLOAT.engine --sentences FILE [--output NAME]   (an encoder)\n"
     "          [--tokenizer tokenizer.json] [--json] [--backend auto|cpu|cuda]\n"
     "      accuracy against a reference engine: perplexity, KL divergence, top-1 agreement\n"
+    "  serve ENGINE [--host 127.0.0.1] [--port 8000] [--tokenizer tokenizer.json] [--model-name "
+    "NAME]\n"
+    "          [--api-key KEY | --api-key-file FILE] [--max-body-bytes N] [--max-prompt-tokens N]\n"
+    "          [--max-tokens N] [--max-n N] [--max-connections N] [--max-queue N]\n"
+    "          [--read-timeout S] [--write-timeout S] [--shutdown-grace S] [--io-threads N]\n"
+    "          [--max-step-tokens N] [--max-running N] [--kv-cache-tokens N]\n"
+    "          [--kv-cache-dtype f32|f16|bf16|int8|fp8] [--threads N] [--backend auto|cpu|cuda]\n"
+    "      the OpenAI-compatible HTTP service (docs/serving.md); LLMC_API_KEY sets the key too\n"
     "  inspect ENGINE [--json]\n"
     "      print an engine's format, target, inputs, outputs, steps and memory\n"
     "\n"
@@ -112,6 +124,7 @@ int main(int argc, char** argv) {
   if (command == "verify") return llmc::cli::runVerify(args);
   if (command == "refit") return llmc::cli::runRefit(args);
   if (command == "eval") return llmc::cli::runEval(args);
+  if (command == "serve") return llmc::cli::runServe(args);
   std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
   return llmc::cli::kExitBadInput;
 }

@@ -38,6 +38,15 @@ struct BatchConfig {
   SessionOptions session;                  // the backend the steps run on
 };
 
+// The KV cache's state, for monitoring (a server's metrics).
+struct BatchStats {
+  int64_t kv_blocks = 0;            // the cache's capacity
+  int64_t kv_blocks_used = 0;       // held by running requests
+  int64_t kv_blocks_cached = 0;     // held by no request, kept for prefix reuse (evictable)
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache, in total
+  int64_t prefix_hit_tokens = 0;    // of those, tokens whose K/V were reused
+};
+
 class BatchGenerator {
  public:
   static Status create(std::shared_ptr<const Engine> engine, const BatchConfig& config,
@@ -63,6 +72,7 @@ class BatchGenerator {
   bool idle() const;
   size_t numRunning() const;
   size_t numWaiting() const;
+  BatchStats stats() const;
 
  private:
   BatchGenerator() = default;

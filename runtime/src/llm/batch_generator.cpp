@@ -87,6 +87,17 @@ bool BatchGenerator::idle() const { return state_->waiting.empty() && state_->ru
 size_t BatchGenerator::numRunning() const { return state_->running.size(); }
 size_t BatchGenerator::numWaiting() const { return state_->waiting.size(); }
 
+BatchStats BatchGenerator::stats() const {
+  KvCacheStats kv = state_->runner->cache().stats();
+  BatchStats stats;
+  stats.kv_blocks = kv.num_blocks;
+  stats.kv_blocks_used = kv.used_blocks;
+  stats.kv_blocks_cached = kv.cached_blocks;
+  stats.prefix_query_tokens = kv.prefix_query_tokens;
+  stats.prefix_hit_tokens = kv.prefix_hit_tokens;
+  return stats;
+}
+
 Status BatchGenerator::submit(std::span<const int32_t> prompt, const GenerationOptions& options,
                               TokenCallback on_token, int64_t* request_id) {
   return guardApi("BatchGenerator::submit", [&] {

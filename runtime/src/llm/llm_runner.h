@@ -31,6 +31,7 @@ class LlmRunner {
 
   const LlmConfig& config() const { return *engine_->llmConfig(); }
   KvCache& cache() { return *cache_; }
+  const KvCache& cache() const { return *cache_; }
 
   // Registers sequence `id` holding `tokens`; `*num_cached` leading tokens already have
   // their K/V (a shared prefix), the rest must be computed by step().

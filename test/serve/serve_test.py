@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""`llmc serve` end to end: the demo decoder served on 127.0.0.1, driven with the `openai`
+package (streaming and not) and with raw HTTP for the errors.
+
+Checks: greedy completions equal transformers' greedy tokens (test/models/demo/generation.json,
+compared as text through the server's own /detokenize); streamed deltas add up to the
+non-streamed text and end with `data: [DONE]`; n, seeds, stop strings, logprobs, usage; every
+error answered with OpenAI's error JSON and its status (400, 401, 404, 405, 413, 429, 501);
+a client that disconnects mid-stream cancels its request (read back from /metrics); SIGTERM
+stops the server with exit 0. Exit 1 on any failure."""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import openai
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+DEMO = os.path.join(ROOT, "test", "models", "demo")
+KEY = "test-key-5f1c"
+
+failures = []
+
+
+def check(condition, what):
+    print(("ok   " if condition else "FAIL ") + what)
+    if not condition:
+        failures.append(what)
+
+
+class Server:
+    def __init__(self, llmc, engine, *flags):
+        self.proc = subprocess.Popen([llmc, "serve", engine, "--port", "0", *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        match = re.search(r"listening on http://[\d.]+:(\d+)", line)
+        if not match:
+            raise RuntimeError(f"no listening line: {line!r} {self.proc.stderr.read()}")
+        self.port = int(match.group(1))
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            status, _ = self.request("GET", "/health")
+            if status == 200:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the server never became healthy")
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        all_headers = {"Authorization": f"Bearer {KEY}"}
+        all_headers.update(headers or {})
+        if body is not None and raw is None:
+            raw = json.dumps(body)
+            all_headers["Content-Type"] = "application/json"
+        conn.request(method, path, body=raw, headers=all_headers)
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        self.last_headers = dict(response.getheaders())
+        return response.status, data
+
+    def metric(self, name, labels=""):
+        _, text = self.request("GET", "/metrics")
+        for line in text.decode().splitlines():
+            if line.startswith(name + "{") and labels in line:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+        return self.proc.returncode, out, err
+
+
+def is_error_json(data, status):
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return False
+    error = body.get("error", {})
+    return isinstance(error.get("message"), str) and error.get("code") == status and "type" in error
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--llmc", required=True)
+    args = parser.parse_args()
+
+    with open(os.path.join(DEMO, "generation.json")) as f:
+        reference = json.load(f)
+    with tempfile.TemporaryDirectory(prefix="llmc-serve-") as tmp:
+        engine = os.path.join(tmp, "demo.engine")
+        subprocess.run([args.llmc, "compile", os.path.join(DEMO, "model.onnx"), "-o", engine,
+                        "--tokenizer", os.path.join(DEMO, "tokenizer.json"), "--max-context", "256",
+                        "--eos-id", "0"], check=True, capture_output=True)
+        server = Server(args.llmc, engine, "--api-key", KEY, "--max-body-bytes", "65536",
+                        "--max-prompt-tokens", "200", "--max-running", "4", "--max-queue", "3")
+        base = f"http://127.0.0.1:{server.port}/v1"
+        client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0)
+        try:
+            run_checks(server, client, reference)
+        finally:
+            code, out, err = server.stop()
+        check(code == 0 and "stopped" in out, f"SIGTERM: exit {code}, {out.strip()!r} {err.strip()[-300:]!r}")
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    print(f"{'FAILED' if failures else 'passed'}: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+def run_checks(server, client, reference):
+    models = client.models.list()
+    check([m.id for m in models.data] == ["demo"], f"/v1/models lists the engine: {[m.id for m in models.data]}")
+
+    # Greedy against transformers' tokens (eos off there: ignore_eos here).
+    for case in reference["greedy"][:3]:
+        status, data = server.request("POST", "/detokenize", {"tokens": case["new_tokens"]})
+        expected = json.loads(data)["prompt"]
+        result = client.completions.create(model="demo", prompt=case["prompt"], max_tokens=case["max_new_tokens"],
+                                           temperature=0, extra_body={"ignore_eos": True})
+        choice = result.choices[0]
+        check(choice.text == expected and choice.finish_reason == "length",
+              f"greedy completion of {len(case['prompt'])} prompt tokens equals transformers' "
+              f"({choice.finish_reason}, {choice.text[:40]!r})")
+        check(result.usage.prompt_tokens == len(case["prompt"]) and
+              result.usage.completion_tokens == case["max_new_tokens"],
+              f"usage {result.usage.prompt_tokens} + {result.usage.completion_tokens}")
+        # The same streamed.
+        stream = client.completions.create(model="demo", prompt=case["prompt"], max_tokens=case["max_new_tokens"],
+                                           temperature=0, stream=True, stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True})
+        text, reasons, usage = "", [], None
+        for chunk in stream:
+            if chunk.usage:
+                usage = chunk.usage
+            for c in chunk.choices:
+                text += c.text
+                if c.finish_reason:
+                    reasons.append(c.finish_reason)
+        check(text == expected and reasons == ["length"] and usage and
+              usage.completion_tokens == case["max_new_tokens"],
+              f"streamed deltas add up to the same text ({reasons}, usage {usage})")
+
+    # Raw SSE framing: events then data: [DONE].
+    status, data = server.request("POST", "/v1/completions",
+                                  {"prompt": "In the beginning", "max_tokens": 5, "stream": True, "temperature": 0})
+    events = [e for e in data.decode().split("\n\n") if e]
+    check(status == 200 and events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events),
+          f"SSE framing: {len(events)} events ending with [DONE]")
+
+    # Text prompt, n choices and seeds.
+    a = client.completions.create(model="demo", prompt="And God said", max_tokens=12, n=3, temperature=1.0, seed=11)
+    b = client.completions.create(model="demo", prompt="And God said", max_tokens=12, n=3, temperature=1.0, seed=11)
+    check(len(a.choices) == 3 and [c.index for c in a.choices] == [0, 1, 2], "n=3 gives three choices")
+    check([c.text for c in a.choices] == [c.text for c in b.choices], "the same seed gives the same choices")
+    check(len({c.text for c in a.choices}) > 1, "the choices of one request differ (a seed each)")
+    # A batch of prompts.
+    batch = client.completions.create(model="demo", prompt=["And God said", "In the beginning"], max_tokens=4,
+                                      temperature=0)
+    check(len(batch.choices) == 2, "a batch of two prompts gives two choices")
+
+    # Stop strings: cut before the first one.
+    full = client.completions.create(model="demo", prompt="And the LORD spake unto Moses", max_tokens=40,
+                                     temperature=0, extra_body={"ignore_eos": True}).choices[0].text
+    stop = full[len(full) // 2:len(full) // 2 + 3]
+    cut = full[:full.find(stop)]
+    stopped = client.completions.create(model="demo", prompt="And the LORD spake unto Moses", max_tokens=40,
+                                        temperature=0, stop=[stop], extra_body={"ignore_eos": True})
+    check(stopped.choices[0].text == cut and stopped.choices[0].finish_reason == "stop",
+          f"stop string {stop!r}: text {stopped.choices[0].text!r} ({stopped.choices[0].finish_reason})")
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="demo", prompt="And the LORD spake unto Moses", max_tokens=40, temperature=0, stop=[stop],
+        stream=True, extra_body={"ignore_eos": True}) if c.choices)
+    check(streamed == cut, f"stop string when streaming: {streamed!r}")
+
+    # Logprobs: the top alternatives include the chosen token; greedy chooses the most probable.
+    lp = client.completions.create(model="demo", prompt="And God said", max_tokens=5, temperature=0, logprobs=3)
+    logprobs = lp.choices[0].logprobs
+    check(logprobs is not None and len(logprobs.tokens) == 5 and len(logprobs.top_logprobs) == 5 and
+          all(len(t) <= 3 for t in logprobs.top_logprobs) and
+          all(abs(max(t.values()) - v) < 1e-4 for t, v in zip(logprobs.top_logprobs, logprobs.token_logprobs)),
+          "logprobs: five tokens, greedy picks the most probable")
+
+    # Tokenize / detokenize.
+    status, data = server.request("POST", "/tokenize", {"prompt": "In the beginning God created"})
+    tokens = json.loads(data)["tokens"]
+    status2, data2 = server.request("POST", "/detokenize", {"tokens": tokens})
+    check(status == 200 and status2 == 200 and json.loads(data2)["prompt"].endswith("In the beginning God created"),
+          f"tokenize/detokenize round trip ({len(tokens)} tokens)")
+
+    # Errors: status and OpenAI's error JSON.
+    def expect(status_wanted, method, path, body=None, raw=None, headers=None, what=""):
+        status, data = server.request(method, path, body, headers=headers, raw=raw)
+        check(status == status_wanted and is_error_json(data, status_wanted),
+              f"{what}: {status} {data[:120]!r}")
+
+    expect(401, "POST", "/v1/completions", {"prompt": "x"}, headers={"Authorization": "Bearer wrong"},
+           what="wrong API key")
+    expect(401, "GET", "/v1/models", headers={"Authorization": ""}, what="no API key")
+    expect(404, "GET", "/v2/nothing", what="unknown route")
+    expect(404, "POST", "/v1/completions", {"model": "gpt-4", "prompt": "x"}, what="unknown model")
+    expect(405, "GET", "/v1/completions", what="GET on completions")
+    expect(400, "POST", "/v1/completions", raw="{not json", headers={"Content-Type": "application/json"},
+           what="malformed JSON")
+    expect(400, "POST", "/v1/completions", {"prompt": "x", "temperature": -1}, what="negative temperature")
+    expect(400, "POST", "/v1/completions", {"prompt": "x", "max_tokens": "ten"}, what="max_tokens not an integer")
+    expect(400, "POST", "/v1/completions", {"prompt": [5, 99999]}, what="a token id outside the vocabulary")
+    expect(400, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 300}, what="max_tokens past the context")
+    expect(400, "POST", "/v1/completions", {"prompt": list(range(1, 150)), "max_tokens": 120},
+           what="prompt + max_tokens past the context")
+    expect(400, "POST", "/v1/completions", {"prompt": "x", "n": 100}, what="n over the limit")
+    expect(400, "POST", "/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, what="bad logit_bias key")
+    expect(413, "POST", "/v1/completions", {"prompt": list(range(1, 230)), "max_tokens": 1},
+           what="prompt over --max-prompt-tokens")
+    expect(413, "POST", "/v1/completions", raw=json.dumps({"prompt": "x" * 70000}),
+           headers={"Content-Type": "application/json"}, what="body over --max-body-bytes")
+    expect(501, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+           what="chat completions without a template")
+    try:
+        client.completions.create(model="demo", prompt="x", temperature=-3)
+        check(False, "the openai client sees a 400 as BadRequestError")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400, "the openai client sees a 400 as BadRequestError")
+    # Malformed HTTP on a raw socket: a 400, and the server lives on.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"NOT A REQUEST\r\n\r\n")
+        reply = s.recv(4096)
+    check(reply.startswith(b"HTTP/1.1 400"), f"malformed HTTP: {reply[:40]!r}")
+
+    # A client that disconnects mid-stream: its request is cancelled.
+    cancelled_before = server.metric("vllm:request_success_total", 'finished_reason="cancelled"')
+    body = json.dumps({"prompt": "And God said", "max_tokens": 200, "stream": True, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        first = s.recv(4096)
+    deadline = time.time() + 10
+    while time.time() < deadline and server.metric("vllm:request_success_total",
+                                                     'finished_reason="cancelled"') <= cancelled_before:
+        time.sleep(0.05)
+    check(b"200 OK" in first and server.metric("vllm:request_success_total", 'finished_reason="cancelled"')
+          == cancelled_before + 1, "a client gone mid-stream cancels its request")
+    time.sleep(0.2)
+    check(server.metric("vllm:num_requests_running") == 0, "no request left running")
+
+    # Over the queue: 429 with Retry-After, and the rest complete.
+    results = []
+
+    def one():
+        results.append(server.request("POST", "/v1/completions",
+                                      {"prompt": "And God said", "max_tokens": 100, "temperature": 0,
+                                       "ignore_eos": True}))
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses = sorted(status for status, _ in results)
+    check(statuses.count(429) > 0 and statuses.count(200) + statuses.count(429) == 16 and
+          all(is_error_json(d, 429) for s, d in results if s == 429),
+          f"16 at once over a queue of 3: {statuses.count(200)} done, {statuses.count(429)} answered 429")
+
+    # Metrics: vLLM's names, and counts that add up.
+    _, text = server.request("GET", "/metrics")
+    text = text.decode()
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total",
+                 "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_count",
+                 "vllm:request_queue_time_seconds_sum", "vllm:request_success_total", "llmc:request_errors_total"]:
+        check(name in text, f"/metrics has {name}")
+    check(server.metric("vllm:prefix_cache_hits_total") > 0, "repeated prompts hit the prefix cache")
+    status, _ = server.request("GET", "/health")
+    check(status == 200, "healthy after the faults")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
