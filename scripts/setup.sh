@@ -52,3 +52,6 @@ if [[ ! -f "$stamp" ]] || ! cmp -s "$PY_REQUIREMENTS" "$stamp"; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$PY_REQUIREMENTS"
   cp "$PY_REQUIREMENTS" "$stamp"
 fi
+
+# Real chat templates for test/serve/chat_templates.py (not committed: other projects' files).
+"$ROOT/scripts/fetch_chat_templates.sh"

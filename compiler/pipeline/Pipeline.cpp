@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "chat.h"
 #include "core/engine_file.h"
 #include "core/file_io.h"
 #include "core/plan.h"
@@ -386,6 +387,20 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     std::unique_ptr<Tokenizer> tokenizer;  // refuse what the runtime could not load
     Status status = Tokenizer::fromJson(serialize.tokenizer_json, &tokenizer);
     if (!status.ok()) return status.withContext(options.tokenizer_path);
+  }
+  if (!options.tokenizer_config_path.empty()) {
+    LLMC_RETURN_IF_ERROR(readFile(options.tokenizer_config_path, "--tokenizer-config",
+                                  &serialize.tokenizer_config_json));
+    serve::ChatConfig chat;  // refuse what llmc serve could not use
+    Status status = serve::parseTokenizerConfig(serialize.tokenizer_config_json, &chat);
+    if (!status.ok()) return status.withContext(options.tokenizer_config_path);
+  }
+  if (!options.generation_config_path.empty()) {
+    LLMC_RETURN_IF_ERROR(readFile(options.generation_config_path, "--generation-config",
+                                  &serialize.generation_config_json));
+    serve::GenerationDefaults defaults;
+    Status status = serve::parseGenerationConfig(serialize.generation_config_json, &defaults);
+    if (!status.ok()) return status.withContext(options.generation_config_path);
   }
   serialize.build_options = buildOptionsString(options, disabled);
   std::vector<uint8_t>& engine = *engine_out;

@@ -23,6 +23,10 @@ struct CompileOptions {
   std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
   bool pass_timing = false;   // print per-pass timing to stderr
   std::string tokenizer_path;  // a tokenizer.json to store in the engine (checked here)
+  // A tokenizer_config.json (chat templates: each must parse) and a generation_config.json to
+  // store in the engine (for `llmc serve`).
+  std::string tokenizer_config_path;
+  std::string generation_config_path;
   std::string dump_ir_after;  // a pass flag (e.g. "llmc-shape-inference"), "import" or "all"
   // Keep the ONNX graph's own inputs and outputs: no language-model recognition.
   bool as_graph = false;

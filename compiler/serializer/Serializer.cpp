@@ -102,8 +102,12 @@ class EngineWriter {
     auto outputs_vec = fbb_.CreateVector(outputs);
     auto output_names_vec = fbb_.CreateVectorOfStrings(output_names);
     auto target = fbb_.CreateString(options.target);
-    auto tokenizer = options.tokenizer_json.empty() ? flatbuffers::Offset<flatbuffers::String>()
-                                                    : fbb_.CreateString(options.tokenizer_json);
+    auto optionalString = [&](const std::string& s) {
+      return s.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb_.CreateString(s);
+    };
+    auto tokenizer = optionalString(options.tokenizer_json);
+    auto tokenizer_config = optionalString(options.tokenizer_config_json);
+    auto generation_config = optionalString(options.generation_config_json);
     flatbuffers::Offset<fb::LlmConfig> llm;
     if (auto config = func->getAttrOfType<DictionaryAttr>("llm.config")) {
       auto get = [&](StringRef key, int64_t fallback) {
@@ -123,10 +127,10 @@ class EngineWriter {
           get("max_context", 0), static_cast<int32_t>(get("bos_token_id", -1)), eos_vec,
           ids_name, logits_name);
     }
-    auto engine = fb::CreateEngine(fbb_, producer, target, values_vec, weights_vec, slots_vec,
-                                   symbols_vec, steps_vec, inputs_vec, outputs_vec,
-                                   arena ? static_cast<uint64_t>(arena.getInt()) : offset,
-                                   output_names_vec, tokenizer, llm);
+    auto engine = fb::CreateEngine(
+        fbb_, producer, target, values_vec, weights_vec, slots_vec, symbols_vec, steps_vec,
+        inputs_vec, outputs_vec, arena ? static_cast<uint64_t>(arena.getInt()) : offset,
+        output_names_vec, tokenizer, llm, tokenizer_config, generation_config);
     fb::FinishEngineBuffer(fbb_, engine);
     std::span<const uint8_t> weights(blob_);
     if (options.strip_weights) weights = weights.first(literal_bytes_);

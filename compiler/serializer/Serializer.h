@@ -15,6 +15,8 @@ struct SerializeOptions {
   std::string build_options;
   std::string target = "cpu";
   std::string tokenizer_json;  // stored verbatim when not empty
+  std::string tokenizer_config_json;   // the same (format 1.4)
+  std::string generation_config_json;  // the same (format 1.4)
   // Leave out the bytes of every weight computed from the model's initializers (their recipes
   // stay): `llmc refit` fills them. The plan section is the same as without stripping.
   bool strip_weights = false;

@@ -1,5 +1,6 @@
 #include "openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -93,11 +94,8 @@ std::optional<ApiError> onePrompt(const json& p, const ModelLimits& limits,
   return std::nullopt;
 }
 
-}  // namespace
-
-std::optional<ApiError> parseCompletionRequest(const json& body, const ModelLimits& limits,
-                                               const Tokenizer& tokenizer, CompletionRequest* out) {
-  if (!body.is_object()) return bad("", "the request body must be a JSON object");
+// `model`, when given, must name the served model.
+std::optional<ApiError> checkModel(const json& body, const ModelLimits& limits) {
   auto model = body.find("model");
   if (model != body.end() && !model->is_null()) {
     if (!model->is_string()) return bad("model", "'model' must be a string");
@@ -107,39 +105,33 @@ std::optional<ApiError> parseCompletionRequest(const json& body, const ModelLimi
                           "' does not exist; this server serves '" + limits.model_name + "'",
                       "model"};
   }
-  static const char* const kUnsupported[] = {"echo", "suffix", "best_of", "tools", "functions"};
-  for (const char* name : kUnsupported) {
-    auto it = body.find(name);
-    if (it != body.end() && !it->is_null() && *it != json(false) &&
-        !(std::string(name) == "best_of" && *it == json(1)))
-      return bad(name, std::string("'") + name + "' is not supported by this server");
-  }
-  auto prompt = body.find("prompt");
-  if (prompt == body.end()) return bad("prompt", "'prompt' is required");
-  // A batch: an array of strings or an array of arrays (an array of integers is one prompt).
-  bool batch = prompt->is_array() && !prompt->empty() &&
-               ((*prompt)[0].is_string() || (*prompt)[0].is_array());
-  std::vector<const json*> prompts;
-  if (batch) {
-    for (const json& p : *prompt) prompts.push_back(&p);
-  } else {
-    prompts.push_back(&*prompt);
-  }
-  for (const json* p : prompts) {
-    if (batch && !p->is_string() && !p->is_array())
-      return bad("prompt", "every prompt of a batch must be a string or an array of token ids");
-    std::vector<int32_t> ids;
-    if (auto e = onePrompt(*p, limits, tokenizer, &ids)) return e;
-    if (static_cast<int64_t>(ids.size()) > limits.max_prompt_tokens)
-      return ApiError{413,
-                      "the prompt has " + std::to_string(ids.size()) +
-                          " tokens; this server takes at most " +
-                          std::to_string(limits.max_prompt_tokens),
-                      "prompt"};
-    out->prompts.push_back(std::move(ids));
-  }
+  return std::nullopt;
+}
 
-  int64_t max_tokens = 16;  // OpenAI's default for completions
+std::optional<ApiError> checkPromptLength(const std::vector<int32_t>& ids,
+                                          const ModelLimits& limits, const std::string& what,
+                                          const char* param) {
+  if (static_cast<int64_t>(ids.size()) <= limits.max_prompt_tokens) return std::nullopt;
+  return ApiError{413,
+                  what + " has " + std::to_string(ids.size()) +
+                      " tokens; this server takes at most " +
+                      std::to_string(limits.max_prompt_tokens),
+                  param};
+}
+
+// The fields completions and chat completions share: lengths, sampling, stops, streaming.
+std::optional<ApiError> parseCommon(const json& body, const ModelLimits& limits,
+                                    CompletionRequest* out) {
+  // OpenAI's defaults: 16 tokens for completions; for chat, as far as the context allows.
+  int64_t max_tokens = 16;
+  if (out->chat) {
+    size_t longest = 0;
+    for (const auto& ids : out->prompts) longest = std::max(longest, ids.size());
+    max_tokens = std::min<int64_t>(
+        limits.max_tokens, std::max<int64_t>(1, limits.context - static_cast<int64_t>(longest)));
+    if (auto e = integer(body, "max_completion_tokens", 1, limits.max_tokens, &max_tokens))
+      return e;
+  }
   if (auto e = integer(body, "max_tokens", 1, limits.max_tokens, &max_tokens)) return e;
   for (const auto& ids : out->prompts) {
     if (static_cast<int64_t>(ids.size()) + max_tokens > limits.context)
@@ -154,10 +146,16 @@ std::optional<ApiError> parseCompletionRequest(const json& body, const ModelLimi
   out->n = static_cast<int32_t>(n);
 
   SamplingParams& s = out->options.sampling;
-  s.temperature = 1.0f;  // OpenAI's default
+  // Unset fields take the engine's generation_config.json, else OpenAI's defaults.
+  const GenerationDefaults& d = limits.defaults;
+  s.temperature = d.temperature.value_or(1.0f);
+  s.top_p = d.top_p.value_or(1.0f);
+  s.top_k = d.top_k.value_or(0);
+  s.min_p = d.min_p.value_or(0.0f);
+  s.repetition_penalty = d.repetition_penalty.value_or(1.0f);
   if (auto e = number(body, "temperature", 0, 100, &s.temperature)) return e;
   if (auto e = number(body, "top_p", std::numeric_limits<float>::min(), 1, &s.top_p)) return e;
-  int64_t top_k = 0;
+  int64_t top_k = s.top_k;
   if (auto e = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k)) return e;
   s.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);
   if (auto e = number(body, "min_p", 0, 1, &s.min_p)) return e;
@@ -193,15 +191,30 @@ std::optional<ApiError> parseCompletionRequest(const json& body, const ModelLimi
   }
   int64_t logprobs = -1;
   auto lp = body.find("logprobs");
-  if (lp != body.end() && !lp->is_null()) {
+  if (out->chat) {  // logprobs: true, top_logprobs: N
+    bool wanted = false;
+    if (auto e = boolean(body, "logprobs", &wanted)) return e;
+    int64_t top = 0;
+    if (auto e = integer(body, "top_logprobs", 0, 20, &top)) return e;
+    if (!wanted && body.contains("top_logprobs") && !body["top_logprobs"].is_null())
+      return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (wanted) logprobs = top;
+  } else if (lp != body.end() && !lp->is_null()) {
     if (auto e = integer(body, "logprobs", 0, 20, &logprobs)) return e;
+  }
+  if (logprobs >= 0) {
     out->logprobs = static_cast<int32_t>(logprobs);
     s.num_logprobs = static_cast<int32_t>(logprobs);
   }
 
   bool ignore_eos = false;
   if (auto e = boolean(body, "ignore_eos", &ignore_eos)) return e;
-  if (!ignore_eos) out->options.stop_token_ids = limits.eos_ids;
+  if (!ignore_eos) {
+    out->options.stop_token_ids = limits.eos_ids;
+    for (int32_t id : limits.defaults.eos_token_ids)
+      if (std::find(limits.eos_ids.begin(), limits.eos_ids.end(), id) == limits.eos_ids.end())
+        out->options.stop_token_ids.push_back(id);
+  }
   auto stop_ids = body.find("stop_token_ids");
   if (stop_ids != body.end() && !stop_ids->is_null()) {
     if (!stop_ids->is_array()) return bad("stop_token_ids", "'stop_token_ids' must be an array");
@@ -238,6 +251,116 @@ std::optional<ApiError> parseCompletionRequest(const json& body, const ModelLimi
   if (user != body.end() && !user->is_null() && !user->is_string())
     return bad("user", "'user' must be a string");
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parseCompletionRequest(const json& body, const ModelLimits& limits,
+                                               const Tokenizer& tokenizer, CompletionRequest* out) {
+  if (!body.is_object()) return bad("", "the request body must be a JSON object");
+  if (auto e = checkModel(body, limits)) return e;
+  static const char* const kUnsupported[] = {"echo", "suffix", "best_of", "tools", "functions"};
+  for (const char* name : kUnsupported) {
+    auto it = body.find(name);
+    if (it != body.end() && !it->is_null() && *it != json(false) &&
+        !(std::string(name) == "best_of" && *it == json(1)))
+      return bad(name, std::string("'") + name + "' is not supported by this server");
+  }
+  auto prompt = body.find("prompt");
+  if (prompt == body.end()) return bad("prompt", "'prompt' is required");
+  // A batch: an array of strings or an array of arrays (an array of integers is one prompt).
+  bool batch = prompt->is_array() && !prompt->empty() &&
+               ((*prompt)[0].is_string() || (*prompt)[0].is_array());
+  std::vector<const json*> prompts;
+  if (batch) {
+    for (const json& p : *prompt) prompts.push_back(&p);
+  } else {
+    prompts.push_back(&*prompt);
+  }
+  for (const json* p : prompts) {
+    if (batch && !p->is_string() && !p->is_array())
+      return bad("prompt", "every prompt of a batch must be a string or an array of token ids");
+    std::vector<int32_t> ids;
+    if (auto e = onePrompt(*p, limits, tokenizer, &ids)) return e;
+    if (auto e = checkPromptLength(ids, limits, "the prompt", "prompt")) return e;
+    out->prompts.push_back(std::move(ids));
+  }
+
+  return parseCommon(body, limits, out);
+}
+
+std::optional<ApiError> parseChatRequest(const json& body, const ModelLimits& limits,
+                                         const Tokenizer& tokenizer,
+                                         const ChatTemplate* chat_template,
+                                         CompletionRequest* out) {
+  if (!body.is_object()) return bad("", "the request body must be a JSON object");
+  out->chat = true;
+  if (auto e = checkModel(body, limits)) return e;
+  if (!chat_template)
+    return bad("messages",
+               "this engine has no chat template: compile it with --tokenizer-config "
+               "tokenizer_config.json, or serve it with --chat-template FILE; "
+               "/v1/completions takes plain prompts");
+  auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array() || messages->empty())
+    return bad("messages", "'messages' must be a non-empty array");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return bad("messages", where + " must be an object with a string 'role'");
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null() || content->is_string()) continue;
+    if (!content->is_array())
+      return bad("messages", where + ".content must be a string or an array of parts");
+    for (const json& part : *content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        return bad("messages", where +
+                                   ".content: only text parts ({\"type\": \"text\", "
+                                   "\"text\": ...}) are supported");
+    }
+  }
+  for (const char* unsupported : {"continue_final_message", "echo"}) {
+    auto it = body.find(unsupported);
+    if (it != body.end() && !it->is_null() && *it != json(false))
+      return bad(unsupported, std::string("'") + unsupported + "' is not supported by this server");
+  }
+  bool add_generation_prompt = true;
+  if (auto e = boolean(body, "add_generation_prompt", &add_generation_prompt)) return e;
+  // What the template sees: the messages as given, tools, and chat_template_kwargs.
+  jinja::Value messages_value, extra = jinja::Value::dict();
+  if (!jinja::valueFromJson(messages->dump(), &messages_value).ok())
+    return bad("messages", "cannot read 'messages'");
+  auto tools = body.find("tools");
+  if (tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) return bad("tools", "'tools' must be an array");
+    jinja::Value v;
+    if (!jinja::valueFromJson(tools->dump(), &v).ok()) return bad("tools", "cannot read 'tools'");
+    extra.setKey("tools", v);
+  }
+  auto kwargs = body.find("chat_template_kwargs");
+  if (kwargs != body.end() && !kwargs->is_null()) {
+    if (!kwargs->is_object())
+      return bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    for (const auto& [key, value] : kwargs->items()) {
+      jinja::Value v;
+      if (!jinja::valueFromJson(value.dump(), &v).ok())
+        return bad("chat_template_kwargs", "cannot read chat_template_kwargs." + key);
+      extra.setKey(key, v);
+    }
+  }
+  std::string text;
+  Status status = chat_template->render(messages_value, add_generation_prompt, extra, &text);
+  if (!status.ok()) return bad("messages", status.message());
+  std::vector<int32_t> ids;
+  status = tokenizer.encode(text, false, &ids);
+  if (!status.ok())
+    return bad("messages", "cannot tokenize the rendered conversation: " + status.message());
+  if (ids.empty()) return bad("messages", "the rendered conversation is empty");
+  if (auto e = checkPromptLength(ids, limits, "the conversation", "messages")) return e;
+  out->prompts.push_back(std::move(ids));
+  return parseCommon(body, limits, out);
 }
 
 ChoiceText::ChoiceText(const Tokenizer& tokenizer, const std::vector<std::string>* stop,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chat.h"
 #include "llmc/generator.h"
 #include "llmc/tokenizer.h"
 
@@ -34,9 +35,11 @@ struct ModelLimits {
   int64_t max_tokens = 0;         // largest max_tokens
   int32_t max_n = 1;
   std::vector<int32_t> eos_ids;
+  GenerationDefaults defaults;  // the engine's generation_config.json
 };
 
 struct CompletionRequest {
+  bool chat = false;                          // /v1/chat/completions
   std::vector<std::vector<int32_t>> prompts;  // one or more (a batch)
   int32_t n = 1;                              // choices per prompt
   GenerationOptions options;                  // max_new_tokens, sampling, stop ids
@@ -44,7 +47,7 @@ struct CompletionRequest {
   std::vector<std::string> stop;              // stop strings
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  int32_t logprobs = -1;       // completions' `logprobs`: -1 none, else top-N
+  int32_t logprobs = -1;       // -1 none, else top-N alternatives per token
   bool skip_special_tokens = true;
 };
 
@@ -52,6 +55,11 @@ struct CompletionRequest {
 std::optional<ApiError> parseCompletionRequest(const nlohmann::json& body,
                                                const ModelLimits& limits,
                                                const Tokenizer& tokenizer, CompletionRequest* out);
+// Parses a /v1/chat/completions body: the messages rendered with `chat_template` (null: 400)
+// and tokenized without adding special tokens (the template writes them).
+std::optional<ApiError> parseChatRequest(const nlohmann::json& body, const ModelLimits& limits,
+                                         const Tokenizer& tokenizer,
+                                         const ChatTemplate* chat_template, CompletionRequest* out);
 
 // The text of one choice as its tokens arrive: decoded incrementally, with stop strings cut
 // out (the text ends before the first stop string found; text that may be the start of one is

@@ -12,13 +12,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
+#include "chat.h"
 #include "llmc/engine.h"
 #include "llmc/tokenizer.h"
 #include "metrics.h"
@@ -68,6 +71,7 @@ struct ServerState {
   std::shared_ptr<const Tokenizer> tokenizer;
   std::unique_ptr<Scheduler> scheduler;
   ModelLimits limits;
+  std::unique_ptr<ChatTemplate> chat_template;  // null: the engine has none
   int64_t created = 0;
   std::atomic<int> connections{0};
   std::atomic<uint64_t> next_id{1};
@@ -185,12 +189,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (body.is_discarded()) return sendError(ApiError{400, "the request body is not valid JSON"});
     if (path == "/tokenize") return tokenize(body);
     if (path == "/detokenize") return detokenize(body);
-    if (path == "/v1/chat/completions")
-      return sendError(
-          ApiError{501,
-                   "chat completions need the model's chat template, which this server cannot "
-                   "render yet; use /v1/completions"});
-    return complete(body);
+    return complete(body, path == "/v1/chat/completions");
   }
 
   void tokenize(const json& body) {
@@ -236,15 +235,18 @@ class Session : public std::enable_shared_from_this<Session> {
     bool finished = false;
     std::string finish_reason;
     std::string all_text;  // non-streaming: the whole text
+    bool role_sent = false;  // chat streaming: the first chunk (the role) is out
   };
 
-  void complete(const json& body) {
+  void complete(const json& body, bool chat) {
     CompletionRequest request;
-    if (auto error = parseCompletionRequest(body, s_.limits, *s_.tokenizer, &request))
+    if (auto error = chat ? parseChatRequest(body, s_.limits, *s_.tokenizer, s_.chat_template.get(),
+                                             &request)
+                          : parseCompletionRequest(body, s_.limits, *s_.tokenizer, &request))
       return sendError(*error);
     request_data_ = std::move(request);
     CompletionRequest& r = *request_data_;
-    id_ = "cmpl-" + std::to_string(s_.next_id++);
+    id_ = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(s_.next_id++);
     created_ = static_cast<int64_t>(std::time(nullptr));
     choices_.clear();
     for (size_t p = 0; p < r.prompts.size(); ++p) {
@@ -388,19 +390,21 @@ class Session : public std::enable_shared_from_this<Session> {
         all_done = false;
       }
       if (r.stream) {
+        json reason = done && !c.finish_reason.empty() ? json(c.finish_reason) : json();
+        if (r.chat && !c.role_sent) {  // the first chunk of a chat choice names the role
+          c.role_sent = true;
+          events += event(json{{"index", i},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}});
+        }
         if (!delta.empty() || done) {
-          json chunk = {
-              {"id", id_},
-              {"object", "text_completion"},
-              {"created", created_},
-              {"model", s_.limits.model_name},
-              {"choices", json::array({json{{"index", i},
-                                            {"text", delta},
-                                            {"logprobs", nullptr},
-                                            {"finish_reason", done && !c.finish_reason.empty()
-                                                                  ? json(c.finish_reason)
-                                                                  : json()}}})}};
-          events += "data: " + dumpJson(chunk) + "\n\n";
+          json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", reason}};
+          if (r.chat)
+            choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
+          else
+            choice["text"] = delta;
+          events += event(choice);
         }
       } else {
         c.all_text += delta;
@@ -431,7 +435,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (failure) events += "data: " + failure->json() + "\n\n";
       if (r.include_usage) {
         json chunk = {{"id", id_},
-                      {"object", "text_completion"},
+                      {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
                       {"created", created_},
                       {"model", s_.limits.model_name},
                       {"choices", json::array()},
@@ -490,11 +494,65 @@ class Session : public std::enable_shared_from_this<Session> {
                 {"total_tokens", prompt_tokens + completion_tokens}};
   }
 
+  // One server-sent event holding one choice's chunk.
+  std::string event(const json& choice) const {
+    json chunk = {{"id", id_},
+                  {"object", request_data_->chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created_},
+                  {"model", s_.limits.model_name},
+                  {"choices", json::array({choice})}};
+    return "data: " + dumpJson(chunk) + "\n\n";
+  }
+
+  // Chat's logprobs: per token its text, logprob, UTF-8 bytes and alternatives.
+  json chatLogprobs(const GenerationResult& result, size_t count, size_t top_n) const {
+    auto piece = [&](int32_t id) {
+      std::string text;
+      if (!s_.tokenizer->decode(std::span<const int32_t>(&id, 1), false, &text).ok()) text.clear();
+      return text;
+    };
+    auto bytes = [](const std::string& text) {
+      json b = json::array();
+      for (unsigned char c : text) b.push_back(static_cast<int>(c));
+      return b;
+    };
+    json content = json::array();
+    for (size_t t = 0; t < count; ++t) {
+      std::string text = piece(result.tokens[t]);
+      json top = json::array();
+      if (t < result.top_logprobs.size()) {
+        for (size_t k = 0; k < result.top_logprobs[t].size() && k < top_n; ++k) {
+          const auto& [id, lp] = result.top_logprobs[t][k];
+          std::string alt = piece(id);
+          top.push_back(json{{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
+        }
+      }
+      content.push_back(json{{"token", text},
+                             {"logprob", t < result.logprobs.size() ? result.logprobs[t] : 0.0f},
+                             {"bytes", bytes(text)},
+                             {"top_logprobs", top}});
+    }
+    return json{{"content", content}};
+  }
+
   json responseBody() {
     json choices = json::array();
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       json logprobs = nullptr;
+      if (request_data_->chat) {
+        if (request_data_->logprobs >= 0) {
+          std::lock_guard<std::mutex> lock(c.job->mu);
+          size_t count = std::min(c.text->tokensFed(), c.job->result.tokens.size());
+          logprobs =
+              chatLogprobs(c.job->result, count, static_cast<size_t>(request_data_->logprobs));
+        }
+        choices.push_back(json{{"index", i},
+                               {"message", {{"role", "assistant"}, {"content", c.all_text}}},
+                               {"logprobs", logprobs},
+                               {"finish_reason", c.finish_reason}});
+        continue;
+      }
       if (request_data_->logprobs >= 0) {
         std::lock_guard<std::mutex> lock(c.job->mu);
         const GenerationResult& result = c.job->result;
@@ -529,9 +587,12 @@ class Session : public std::enable_shared_from_this<Session> {
                              {"logprobs", logprobs},
                              {"finish_reason", c.finish_reason}});
     }
-    return json{{"id", id_},           {"object", "text_completion"},
-                {"created", created_}, {"model", s_.limits.model_name},
-                {"choices", choices},  {"usage", usage()}};
+    return json{{"id", id_},
+                {"object", request_data_->chat ? "chat.completion" : "text_completion"},
+                {"created", created_},
+                {"model", s_.limits.model_name},
+                {"choices", choices},
+                {"usage", usage()}};
   }
 
   // The request's jobs are all done (or abandoned): nothing of it is left to send.
@@ -671,6 +732,26 @@ Status loadModel(ServerState& s) {
                       "tokenizer.json, or pass --tokenizer");
   }
   s.tokenizer = std::move(tokenizer);
+  // Chat: the engine's tokenizer_config.json (its template and special tokens), the template
+  // replaced by --chat-template; generation defaults from its generation_config.json.
+  ChatConfig chat;
+  if (!s.engine->tokenizerConfigJson().empty())
+    LLMC_RETURN_IF_ERROR(parseTokenizerConfig(s.engine->tokenizerConfigJson(), &chat)
+                             .withContext(o.engine_path + ": tokenizer config"));
+  if (!o.chat_template_path.empty()) {
+    std::ifstream in(o.chat_template_path, std::ios::binary);
+    if (!in) return invalidArgument("--chat-template: cannot read '" + o.chat_template_path + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    chat.chat_template = text.str();
+  }
+  if (!chat.chat_template.empty())
+    LLMC_RETURN_IF_ERROR(
+        ChatTemplate::create(chat.chat_template, chat, &s.chat_template)
+            .withContext(o.chat_template_path.empty() ? o.engine_path : o.chat_template_path));
+  if (!s.engine->generationConfigJson().empty())
+    LLMC_RETURN_IF_ERROR(parseGenerationConfig(s.engine->generationConfigJson(), &s.limits.defaults)
+                             .withContext(o.engine_path + ": generation config"));
   ModelLimits& l = s.limits;
   l.context = llm->max_context;
   l.vocab = llm->vocab_size > 0 ? llm->vocab_size : s.tokenizer->vocabSize();

@@ -5,7 +5,9 @@ package (streaming and not) and with raw HTTP for the errors.
 Checks: greedy completions equal transformers' greedy tokens (test/models/demo/generation.json,
 compared as text through the server's own /detokenize); streamed deltas add up to the
 non-streamed text and end with `data: [DONE]`; n, seeds, stop strings, logprobs, usage; every
-error answered with OpenAI's error JSON and its status (400, 401, 404, 405, 413, 429, 501);
+error answered with OpenAI's error JSON and its status (400, 401, 404, 405, 413, 429); chat
+completions equal to the conversation rendered by jinja2 and completed greedily, streamed and
+not, logprobs, the engine's generation defaults, template errors, --chat-template;
 a client that disconnects mid-stream cancels its request (read back from /metrics); SIGTERM
 stops the server with exit 0. Exit 1 on any failure."""
 import argparse
@@ -102,9 +104,14 @@ def main() -> int:
         reference = json.load(f)
     with tempfile.TemporaryDirectory(prefix="llmc-serve-") as tmp:
         engine = os.path.join(tmp, "demo.engine")
-        subprocess.run([args.llmc, "compile", os.path.join(DEMO, "model.onnx"), "-o", engine,
-                        "--tokenizer", os.path.join(DEMO, "tokenizer.json"), "--max-context", "256",
-                        "--eos-id", "0"], check=True, capture_output=True)
+        plain = os.path.join(tmp, "plain.engine")  # without the chat and generation configs
+        common = [os.path.join(DEMO, "model.onnx"), "--tokenizer", os.path.join(DEMO, "tokenizer.json"),
+                  "--max-context", "256", "--eos-id", "0"]
+        subprocess.run([args.llmc, "compile", *common, "-o", engine,
+                        "--tokenizer-config", os.path.join(DEMO, "tokenizer_config.json"),
+                        "--generation-config", os.path.join(DEMO, "generation_config.json")],
+                       check=True, capture_output=True)
+        subprocess.run([args.llmc, "compile", *common, "-o", plain], check=True, capture_output=True)
         server = Server(args.llmc, engine, "--api-key", KEY, "--max-body-bytes", "65536",
                         "--max-prompt-tokens", "200", "--max-running", "4", "--max-queue", "3")
         base = f"http://127.0.0.1:{server.port}/v1"
@@ -114,13 +121,111 @@ def main() -> int:
         finally:
             code, out, err = server.stop()
         check(code == 0 and "stopped" in out, f"SIGTERM: exit {code}, {out.strip()!r} {err.strip()[-300:]!r}")
+        # The engine without a chat template: chat is refused; --chat-template supplies one.
+        server = Server(args.llmc, plain)
+        try:
+            status, data = server.request("POST", "/v1/chat/completions",
+                                          {"messages": [{"role": "user", "content": "hi"}]})
+            check(status == 400 and b"no chat template" in data, f"chat without a template: {status} {data[:100]!r}")
+        finally:
+            server.stop()
+        template_file = os.path.join(tmp, "other.jinja")
+        with open(template_file, "w") as f:
+            f.write("{% for m in messages %}<{{ m.role }}> {{ m.content }}\n{% endfor %}")
+        server = Server(args.llmc, plain, "--chat-template", template_file)
+        try:
+            chat = chat_text(server, [{"role": "user", "content": "And God said"}], max_tokens=8)
+            expected = completion_of(server, jinja_render(open(template_file).read(),
+                                                          [{"role": "user", "content": "And God said"}]), 8)
+            check(chat == expected, f"--chat-template replaces the template: {chat!r}")
+        finally:
+            server.stop()
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
     print(f"{'FAILED' if failures else 'passed'}: {len(failures)} failure(s)")
     return 1 if failures else 0
 
 
+def jinja_render(template, messages, add_generation_prompt=True):
+    """The conversation as transformers renders it (chat_templates.py checks llmc's renderer
+    against the same environment on real templates)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from chat_templates import environment
+    return environment().from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                      eos_token="<|endoftext|>", bos_token=None, unk_token=None)
+
+
+def completion_of(server, text, max_tokens):
+    """Greedy completion of `text` tokenized without special tokens, as chat prompts are."""
+    _, data = server.request("POST", "/tokenize", {"prompt": text, "add_special_tokens": False})
+    ids = json.loads(data)["tokens"]
+    _, data = server.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": max_tokens, "temperature": 0,
+                                                          "ignore_eos": True})
+    return json.loads(data)["choices"][0]["text"]
+
+
+def chat_text(server, messages, max_tokens):
+    status, data = server.request("POST", "/v1/chat/completions", {"messages": messages, "max_tokens": max_tokens,
+                                                                   "temperature": 0, "ignore_eos": True})
+    if status != 200:
+        return f"status {status}: {data[:200]!r}"
+    return json.loads(data)["choices"][0]["message"]["content"]
+
+
+def run_chat_checks(server, client):
+    with open(os.path.join(DEMO, "tokenizer_config.json")) as f:
+        template = json.load(f)["chat_template"]
+    conversation = [{"role": "system", "content": "The words of the book."},
+                    {"role": "user", "content": "Who created the heaven and the earth?"},
+                    {"role": "assistant", "content": "God."},
+                    {"role": "user", "content": "And what was upon the face of the deep?"}]
+    expected = completion_of(server, jinja_render(template, conversation), 24)
+    result = client.chat.completions.create(model="demo", messages=conversation, max_tokens=24, temperature=0,
+                                            extra_body={"ignore_eos": True})
+    choice = result.choices[0]
+    check(choice.message.role == "assistant" and choice.message.content == expected and
+          choice.finish_reason == "length" and result.object == "chat.completion",
+          f"chat = the template rendered by jinja2, completed greedily ({choice.message.content[:40]!r})")
+    stream = client.chat.completions.create(model="demo", messages=conversation, max_tokens=24, temperature=0,
+                                            stream=True, extra_body={"ignore_eos": True})
+    roles, text, reasons = [], "", []
+    for chunk in stream:
+        for c in chunk.choices:
+            if c.delta.role:
+                roles.append(c.delta.role)
+            text += c.delta.content or ""
+            if c.finish_reason:
+                reasons.append(c.finish_reason)
+    check(roles == ["assistant"] and text == expected and reasons == ["length"],
+          f"streamed chat: role first, same text ({reasons})")
+    lp = client.chat.completions.create(model="demo", messages=conversation, max_tokens=4, temperature=0,
+                                        logprobs=True, top_logprobs=2)
+    content = lp.choices[0].logprobs.content
+    check(len(content) == 4 and all(len(t.top_logprobs) == 2 and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4
+                                    and bytes(t.bytes).decode("utf-8", "replace") == t.token for t in content),
+          "chat logprobs: tokens, bytes, two alternatives, greedy = most probable")
+    # The engine's generation_config.json (temperature 0.7, top_k 20) fills unset fields.
+    unset = client.chat.completions.create(model="demo", messages=conversation, max_tokens=16, seed=5)
+    explicit = client.chat.completions.create(model="demo", messages=conversation, max_tokens=16, seed=5,
+                                              temperature=0.7, extra_body={"top_k": 20})
+    other = client.chat.completions.create(model="demo", messages=conversation, max_tokens=16, seed=5,
+                                           temperature=1.0)
+    check(unset.choices[0].message.content == explicit.choices[0].message.content and
+          unset.choices[0].message.content != other.choices[0].message.content,
+          "unset sampling fields take the engine's generation config")
+    status, data = server.request("POST", "/v1/chat/completions",
+                                  {"messages": [{"role": "tool", "content": "x"}]})
+    check(status == 400 and b"roles are system, user and assistant" in data and is_error_json(data, 400),
+          f"the template's raise_exception becomes a 400: {data[:120]!r}")
+    status, data = server.request("POST", "/v1/chat/completions",
+                                  {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})
+    check(status == 400 and is_error_json(data, 400), f"non-text content parts: {status}")
+    status, data = server.request("POST", "/v1/chat/completions", {"messages": []})
+    check(status == 400 and is_error_json(data, 400), "empty messages: 400")
+
+
 def run_checks(server, client, reference):
+    run_chat_checks(server, client)
     models = client.models.list()
     check([m.id for m in models.data] == ["demo"], f"/v1/models lists the engine: {[m.id for m in models.data]}")
 
@@ -226,8 +331,6 @@ def run_checks(server, client, reference):
            what="prompt over --max-prompt-tokens")
     expect(413, "POST", "/v1/completions", raw=json.dumps({"prompt": "x" * 70000}),
            headers={"Content-Type": "application/json"}, what="body over --max-body-bytes")
-    expect(501, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
-           what="chat completions without a template")
     try:
         client.completions.create(model="demo", prompt="x", temperature=-3)
         check(False, "the openai client sees a 400 as BadRequestError")

@@ -118,6 +118,11 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     const std::string* v = value();
     if (!v) return usageError(command, "--tokenizer needs a tokenizer.json");
     options.tokenizer_path = *v;
+  } else if (arg == "--tokenizer-config" || arg == "--generation-config") {
+    const std::string* v = value();
+    if (!v) return usageError(command, arg + " needs a JSON file");
+    (arg == "--tokenizer-config" ? options.tokenizer_config_path : options.generation_config_path) =
+        *v;
   } else if (arg == "--as-graph") {
     options.as_graph = true;
   } else if (arg == "--max-context") {

@@ -113,6 +113,11 @@ int runInspect(const std::vector<std::string>& args) {
     }
     out += "],\n";
     out += "  \"tokenizer_bytes\": " + std::to_string(engine->tokenizerJson().size()) + ",\n";
+    out += "  \"tokenizer_config_bytes\": " + std::to_string(engine->tokenizerConfigJson().size()) +
+           ",\n";
+    out +=
+        "  \"generation_config_bytes\": " + std::to_string(engine->generationConfigJson().size()) +
+        ",\n";
     if (const LlmConfig* llm = engine->llmConfig()) {
       std::string eos;
       for (int32_t id : llm->eos_token_ids) {
@@ -172,6 +177,12 @@ int runInspect(const std::vector<std::string>& args) {
     std::printf("  %-22s %d\n", kernel.c_str(), count);
   if (!engine->tokenizerJson().empty())
     std::printf("tokenizer: %zu bytes of tokenizer.json\n", engine->tokenizerJson().size());
+  if (!engine->tokenizerConfigJson().empty())
+    std::printf("tokenizer config: %zu bytes of tokenizer_config.json\n",
+                engine->tokenizerConfigJson().size());
+  if (!engine->generationConfigJson().empty())
+    std::printf("generation config: %zu bytes of generation_config.json\n",
+                engine->generationConfigJson().size());
   if (const LlmConfig* llm = engine->llmConfig()) {
     std::string eos;
     for (int32_t id : llm->eos_token_ids) {

@@ -41,6 +41,10 @@ int runServe(const std::vector<std::string>& args) {
       const std::string* v = next();
       if (!v) return usageError("serve", "--tokenizer needs a tokenizer.json");
       options.tokenizer_path = *v;
+    } else if (arg == "--chat-template") {
+      const std::string* v = next();
+      if (!v) return usageError("serve", "--chat-template needs a Jinja template file");
+      options.chat_template_path = *v;
     } else if (arg == "--model-name") {
       const std::string* v = next();
       if (!v || v->empty()) return usageError("serve", "--model-name needs a name");

@@ -99,6 +99,11 @@ class Engine {
   const std::string& path() const;
   // The tokenizer.json given to `llmc compile --tokenizer` (empty when none).
   const std::string& tokenizerJson() const;
+  // The tokenizer_config.json (chat templates, special tokens) and generation_config.json
+  // (sampling defaults) given to `llmc compile --tokenizer-config / --generation-config`,
+  // checked when stored (empty when none).
+  const std::string& tokenizerConfigJson() const;
+  const std::string& generationConfigJson() const;
   // The language-model configuration; null when the engine runs as a plain graph.
   const LlmConfig* llmConfig() const;
 

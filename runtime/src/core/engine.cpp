@@ -233,6 +233,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   }
   plan->arena_bytes = def->arena_bytes();
   if (def->tokenizer_json()) plan->tokenizer_json = def->tokenizer_json()->str();
+  if (def->tokenizer_config()) plan->tokenizer_config_json = def->tokenizer_config()->str();
+  if (def->generation_config()) plan->generation_config_json = def->generation_config()->str();
   // No engine needs a terabyte of scratch memory; such a number is corruption.
   if (plan->arena_bytes > (uint64_t{1} << 40))
     return dataLoss(what + ": arena of " + std::to_string(plan->arena_bytes) +
@@ -535,6 +537,8 @@ const std::string& Engine::stepKernel(size_t i) const { return plan_->steps[i].k
 const std::string& Engine::stepNode(size_t i) const { return plan_->steps[i].node; }
 const std::string& Engine::path() const { return plan_->path; }
 const std::string& Engine::tokenizerJson() const { return plan_->tokenizer_json; }
+const std::string& Engine::tokenizerConfigJson() const { return plan_->tokenizer_config_json; }
+const std::string& Engine::generationConfigJson() const { return plan_->generation_config_json; }
 const LlmConfig* Engine::llmConfig() const { return plan_->llm ? &*plan_->llm : nullptr; }
 
 }  // namespace llmc

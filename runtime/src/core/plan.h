@@ -83,6 +83,8 @@ struct Plan {
   // fills them; until then the engine can be inspected but not run.
   size_t stripped_weights = 0;
   std::string tokenizer_json;  // empty when the engine carries no tokenizer
+  std::string tokenizer_config_json;   // tokenizer_config.json (empty: none)
+  std::string generation_config_json;  // generation_config.json (empty: none)
   std::optional<LlmConfig> llm;
 };
 

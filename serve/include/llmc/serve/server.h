@@ -17,6 +17,7 @@ struct ServerOptions {
   std::string engine_path;
   std::string tokenizer_path;  // a tokenizer.json; empty: the engine's own
   std::string model_name;      // the `model` clients name; empty: the engine file's stem
+  std::string chat_template_path;  // a Jinja chat template replacing the engine's
   std::string host = "127.0.0.1";
   int port = 8000;      // 0: any free port (the one chosen is printed)
   std::string api_key;  // empty: no authentication
