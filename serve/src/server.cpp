@@ -5,6 +5,7 @@
 #include "llmc/serve/server.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -613,6 +614,7 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.expires_after(seconds(s_.options.read_timeout_s));
       return;
     }
+    if (linger_ && !gone_) return lingeringClose();
     if (gone_ || !keep_alive_) return close();
     choices_.clear();
     request_data_.reset();
@@ -626,7 +628,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void sendError(const ApiError& error, unsigned version = 0, bool close_after = false) {
     s_.metrics.add("llmc:request_errors_total", 1,
                    "status=\"" + std::to_string(error.status) + "\"");
-    if (close_after) keep_alive_ = false;
+    if (close_after) {
+      keep_alive_ = false;
+      linger_ = true;  // the client may still be sending (a body over the limit)
+    }
     send(error.status, "application/json", error.json(), version);
   }
 
@@ -652,6 +657,22 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
 
+  // Closing while the client is still sending would reset the connection before it has read
+  // the error: stop sending, read and drop what arrives for up to 2 s, then close.
+  void lingeringClose() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(2));
+    drain();
+  }
+  void drain() {
+    stream_.async_read_some(net::buffer(discard_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->close();
+                              self->drain();
+                            });
+  }
+
   void close() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -669,6 +690,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool generating_ = false;
   bool gone_ = false;
   bool retry_after_ = false;
+  bool linger_ = false;
+  std::array<char, 8192> discard_{};
   bool stream_ending_ = false;
   // The completion being served.
   std::optional<CompletionRequest> request_data_;
