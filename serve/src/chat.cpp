@@ -66,7 +66,10 @@ Status parseGenerationConfig(std::string_view text, GenerationDefaults* out) {
     return okStatus();
   };
   // do_sample false (transformers' default) means greedy whatever the temperature says.
-  bool do_sample = config.value("do_sample", false);
+  auto sample = config.find("do_sample");
+  if (sample != config.end() && !sample->is_null() && !sample->is_boolean())
+    return invalidArgument("do_sample must be true or false");
+  bool do_sample = sample != config.end() && sample->is_boolean() && sample->get<bool>();
   LLMC_RETURN_IF_ERROR(number("temperature", 0, 100, &out->temperature));
   LLMC_RETURN_IF_ERROR(number("top_p", 0, 1, &out->top_p));
   LLMC_RETURN_IF_ERROR(number("min_p", 0, 1, &out->min_p));
@@ -103,12 +106,14 @@ Status ChatTemplate::create(const std::string& source, const ChatConfig& config,
 
 Status ChatTemplate::render(const jinja::Value& messages, bool add_generation_prompt,
                             const jinja::Value& extra, std::string* out) const {
+  // The request's extra variables first: they cannot replace the checked messages, the
+  // generation prompt flag or the special tokens.
   jinja::Value context = jinja::Value::dict();
+  if (extra.isDict())
+    for (const auto& [key, value] : extra.asDict()) context.setKey(key, value);
   for (const auto& [name, token] : special_tokens_) context.setKey(name, jinja::Value(token));
   context.setKey("messages", messages);
   context.setKey("add_generation_prompt", jinja::Value(add_generation_prompt));
-  if (extra.isDict())
-    for (const auto& [key, value] : extra.asDict()) context.setKey(key, value);
   return template_->render(context, out);
 }
 

@@ -22,6 +22,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Limits that keep an untrusted template from exhausting the stack, the memory or the CPU.
+constexpr int kMaxNesting = 128;             // blocks, parentheses, values inside values
+constexpr size_t kMaxTagTokens = 2048;       // tokens in one {{ }} or {% %}
+constexpr size_t kMaxValueBytes = 16 << 20;  // one string or list, and the whole output
+constexpr int64_t kMaxSteps = 20000000;      // evaluations per render
+
 [[noreturn]] void fail(int line, const std::string& message) {
   throw Error(line > 0 ? "line " + std::to_string(line) + ": " + message : message);
 }
@@ -126,7 +132,32 @@ Value fromJson(const nlohmann::ordered_json& j) {
 
 }  // namespace
 
+int jsonNesting(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 Status valueFromJson(std::string_view json, Value* out) {
+  const int deepest = jsonNesting(json);
+  if (deepest > kMaxNesting)
+    return invalidArgument("JSON nested more than " + std::to_string(kMaxNesting) + " deep");
   auto j = nlohmann::ordered_json::parse(json, nullptr, false);
   if (j.is_discarded()) return invalidArgument("not valid JSON");
   *out = fromJson(j);
@@ -221,7 +252,7 @@ std::string floatRepr(double d) {
   return s;
 }
 
-std::string pyRepr(const Value& v);
+std::string pyRepr(const Value& v, int depth = 0);
 
 std::string strOf(const Value& v) {
   switch (v.kind()) {
@@ -255,12 +286,14 @@ std::string stringRepr(const std::string& s) {
   return out + quote;
 }
 
-std::string pyRepr(const Value& v) {
+std::string pyRepr(const Value& v, int depth) {
+  if (depth > kMaxNesting) fail(0, "a value nested too deep to print (does it contain itself?)");
   switch (v.kind()) {
     case Value::Kind::kString: return stringRepr(v.asString());
     case Value::Kind::kList: {
       std::string out = v.isTuple() ? "(" : "[";
-      for (size_t i = 0; i < v.asList().size(); ++i) out += (i ? ", " : "") + pyRepr(v.asList()[i]);
+      for (size_t i = 0; i < v.asList().size(); ++i)
+        out += (i ? ", " : "") + pyRepr(v.asList()[i], depth + 1);
       if (v.isTuple() && v.asList().size() == 1) out += ",";
       return out + (v.isTuple() ? ")" : "]");
     }
@@ -268,7 +301,7 @@ std::string pyRepr(const Value& v) {
       std::string out = "{";
       bool first = true;
       for (const auto& [k, e] : v.asDict()) {
-        out += (first ? "" : ", ") + pyRepr(keyValue(k)) + ": " + pyRepr(e);
+        out += (first ? "" : ", ") + pyRepr(keyValue(k), depth + 1) + ": " + pyRepr(e, depth + 1);
         first = false;
       }
       return out + "}";
@@ -311,6 +344,9 @@ struct JsonStyle {
 };
 
 void toJson(const Value& v, const JsonStyle& style, int depth, std::string* out, int line) {
+  if (depth > kMaxNesting)
+    fail(line, "tojson: a value nested more than " + std::to_string(kMaxNesting) +
+                   " deep (does it contain itself?)");
   auto newline = [&](int d) {
     if (style.indent < 0) return;
     *out += '\n';
@@ -508,7 +544,10 @@ class Lexer {
 
   size_t lexExpression(size_t pos, char kind, bool* right_minus, bool* right_plus) {
     int depth = 0;
+    const size_t first_token = tokens_.size();
     while (pos < src_.size()) {
+      if (tokens_.size() - first_token > kMaxTagTokens)
+        fail(lineAt(pos), "a tag of more than " + std::to_string(kMaxTagTokens) + " tokens");
       char c = src_[pos];
       if (isSpace(c)) {
         ++pos;
@@ -682,6 +721,16 @@ class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
 
+  // Counts nesting (blocks inside blocks, expressions inside parentheses) while it lives.
+  struct Nest {
+    explicit Nest(Parser* p) : parser(p) {
+      if (++parser->nesting_ > kMaxNesting)
+        fail(parser->cur().line, "nested more than " + std::to_string(kMaxNesting) + " deep");
+    }
+    ~Nest() { --parser->nesting_; }
+    Parser* parser;
+  };
+
   void parseTemplate(Body* body) {
     std::string end = parseBody(body, {});
     if (!end.empty()) fail(cur().line, "unexpected '" + end + "'");
@@ -751,6 +800,7 @@ class Parser {
   }
 
   NodePtr parseStatement(const std::string& name, int line) {
+    Nest nest(this);
     auto node = std::make_unique<Node>();
     node->line = line;
     if (name == "if") {
@@ -870,6 +920,7 @@ class Parser {
   }
 
   ExprPtr parseExpr(bool allow_cond = true) {
+    Nest nest(this);
     ExprPtr e = parseOr();
     if (allow_cond && isName("if")) {
       int line = cur().line;
@@ -912,6 +963,7 @@ class Parser {
   }
   ExprPtr parseNot() {
     if (isName("not")) {
+      Nest nest(this);
       auto e = make(Expr::Kind::kNot, cur().line);
       ++pos_;
       e->args.push_back(parseNot());
@@ -995,6 +1047,7 @@ class Parser {
   ExprPtr parseUnary(bool with_filter) {
     ExprPtr e;
     if (isOp("-") || isOp("+")) {
+      Nest nest(this);
       auto u = make(Expr::Kind::kUnary, cur().line);
       u->name = cur().text;
       ++pos_;
@@ -1179,6 +1232,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t pos_ = 0;
+  int nesting_ = 0;
 };
 
 // ---- Evaluator --------------------------------------------------------------------------
@@ -1200,7 +1254,8 @@ Value native(std::function<Value(std::vector<Value>&, Kwargs&, int)> f) {
   return Value::callable(std::make_shared<NativeFunction>(std::move(f)));
 }
 
-bool equal(const Value& a, const Value& b) {
+bool equal(const Value& a, const Value& b, int depth = 0) {
+  if (depth > kMaxNesting) fail(0, "values nested too deep to compare (does one contain itself?)");
   if (a.isNumber() && b.isNumber()) {
     if (a.kind() == Value::Kind::kInt && b.kind() == Value::Kind::kInt)
       return a.asInt() == b.asInt();
@@ -1219,14 +1274,14 @@ bool equal(const Value& a, const Value& b) {
     case Value::Kind::kList: {
       if (a.asList().size() != b.asList().size()) return false;
       for (size_t i = 0; i < a.asList().size(); ++i)
-        if (!equal(a.asList()[i], b.asList()[i])) return false;
+        if (!equal(a.asList()[i], b.asList()[i], depth + 1)) return false;
       return true;
     }
     case Value::Kind::kDict: {
       if (a.asDict().size() != b.asDict().size()) return false;
       for (const auto& [k, v] : a.asDict()) {
         const Value* other = b.find(k);
-        if (!other || !equal(v, *other)) return false;
+        if (!other || !equal(v, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -1234,7 +1289,8 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-int compareOrder(const Value& a, const Value& b, int line) {
+int compareOrder(const Value& a, const Value& b, int line, int depth = 0) {
+  if (depth > kMaxNesting) fail(line, "values nested too deep to compare");
   auto num = [](const Value& v) {
     return v.kind() == Value::Kind::kBool ? (v.asBool() ? 1.0 : 0.0) : v.asDouble();
   };
@@ -1254,7 +1310,7 @@ int compareOrder(const Value& a, const Value& b, int line) {
     const auto &x = a.asList(), &y = b.asList();
     for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
       if (equal(x[i], y[i])) continue;
-      return compareOrder(x[i], y[i], line);
+      return compareOrder(x[i], y[i], line, depth + 1);
     }
     return x.size() < y.size() ? -1 : x.size() > y.size();
   }
@@ -1279,7 +1335,7 @@ bool contains(const Value& container, const Value& item, int line) {
 }
 
 // Python's sequence index normalization.
-int64_t normalizeIndex(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
+int64_t normalizeIndex(int64_t i, int64_t n) { return i < 0 ? (i < -n ? -1 : i + n) : i; }
 
 std::vector<int64_t> sliceIndices(int64_t n, const std::optional<int64_t>& start,
                                   const std::optional<int64_t>& stop, int64_t step, int line) {
@@ -1287,16 +1343,22 @@ std::vector<int64_t> sliceIndices(int64_t n, const std::optional<int64_t>& start
   std::vector<int64_t> out;
   auto clampIdx = [&](std::optional<int64_t> v, int64_t def, bool neg_step) {
     if (!v) return def;
-    int64_t i = *v < 0 ? *v + n : *v;
+    int64_t i = *v < 0 ? (*v < -n ? -1 - n : *v + n) : *v;
     if (neg_step) return std::clamp<int64_t>(i, -1, n - 1);
     return std::clamp<int64_t>(i, 0, n);
   };
+  // Counted, not stepped past the end: a huge step must not overflow.
   if (step > 0) {
     int64_t b = clampIdx(start, 0, false), e = clampIdx(stop, n, false);
-    for (int64_t i = b; i < e; i += step) out.push_back(i);
+    int64_t count = e > b ? (e - b - 1) / step + 1 : 0;
+    for (int64_t k = 0; k < count; ++k) out.push_back(b + k * step);
   } else {
     int64_t b = clampIdx(start, n - 1, true), e = clampIdx(stop, -1, true);
-    for (int64_t i = b; i > e; i += step) out.push_back(i);
+    uint64_t stride = static_cast<uint64_t>(-(step + 1)) + 1;  // |step|, without overflow
+    int64_t count =
+        b > e ? static_cast<int64_t>((static_cast<uint64_t>(b - e) - 1) / stride + 1) : 0;
+    for (int64_t k = 0; k < count; ++k)
+      out.push_back(b - static_cast<int64_t>(static_cast<uint64_t>(k) * stride));
   }
   return out;
 }
@@ -1374,6 +1436,13 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
+  ~Renderer() {
+    // Break the reference cycles a template may make through namespaces.
+    for (Value& ns : namespaces_) ns.asDict().clear();
+    frames_.clear();
+    globals_.clear();
+  }
+
   Renderer(const Value& context, int64_t now) : now_(now) {
     frames_.emplace_back();
     if (context.isDict())
@@ -1424,7 +1493,7 @@ class Renderer {
     globals_["raise_exception"] = native([](std::vector<Value>& a, Kwargs&, int line) -> Value {
       fail(line, "raise_exception: " + (a.empty() ? std::string() : strOf(a[0])));
     });
-    globals_["range"] = native([](std::vector<Value>& a, Kwargs&, int line) {
+    globals_["range"] = native([this](std::vector<Value>& a, Kwargs&, int line) {
       int64_t start = 0, stop = 0, step = 1;
       for (const Value& v : a)
         if (v.kind() != Value::Kind::kInt) fail(line, "range() takes integers");
@@ -1438,6 +1507,10 @@ class Renderer {
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
         out.push_back(Value(i));
         if (out.size() > 1000000) fail(line, "range() too long");
+        this->step(line);  // building the list costs steps too
+        if (step > 0 ? i > std::numeric_limits<int64_t>::max() - step
+                     : i < std::numeric_limits<int64_t>::min() - step)
+          break;  // the next value would overflow: past stop anyway
       }
       return Value::list(std::move(out));
     });
@@ -1450,7 +1523,12 @@ class Renderer {
       for (auto& [k, v] : kw) d.setKey(k, v);
       return d;
     };
-    globals_["namespace"] = native(make_dict);
+    globals_["namespace"] = native([this, make_dict](std::vector<Value>& a, Kwargs& kw, int line) {
+      Value ns = make_dict(a, kw, line);
+      ns.markNamespace();
+      namespaces_.push_back(ns);  // emptied when the render ends: `set ns.x = ns` cycles
+      return ns;
+    });
     globals_["dict"] = native(make_dict);
     int64_t now = now_;
     globals_["strftime_now"] = native([now](std::vector<Value>& a, Kwargs&, int line) {
@@ -1464,10 +1542,26 @@ class Renderer {
     });
   }
 
+  void step(int line) {
+    if (++steps_ > kMaxSteps)
+      fail(line, "the template takes more than " + std::to_string(kMaxSteps) + " steps");
+  }
+  static void checkSize(size_t bytes, int line) {
+    if (bytes > kMaxValueBytes)
+      fail(line, "a value or the output is over " + std::to_string(kMaxValueBytes >> 20) + " MiB");
+  }
+
   Flow execNode(const Node& n, std::string* out) {
+    step(n.line);
     switch (n.kind) {
-      case Node::Kind::kText: *out += n.text; return Flow::kNormal;
-      case Node::Kind::kOutput: *out += strOf(eval(*n.expr)); return Flow::kNormal;
+      case Node::Kind::kText:
+        *out += n.text;
+        checkSize(out->size(), n.line);
+        return Flow::kNormal;
+      case Node::Kind::kOutput:
+        *out += strOf(eval(*n.expr));
+        checkSize(out->size(), n.line);
+        return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches)
           if (truthy(eval(*cond))) return exec(body, out);
@@ -1507,7 +1601,7 @@ class Renderer {
       return;
     }
     Value ns = lookup(target.substr(0, dot));
-    if (!ns.isDict())
+    if (!ns.isNamespace())
       fail(line, "cannot set an attribute of '" + target.substr(0, dot) + "' (not a namespace)");
     ns.setKey(target.substr(dot + 1), std::move(v));
   }
@@ -1552,6 +1646,7 @@ class Renderer {
     }
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
+      step(n.line);
       bind(items[static_cast<size_t>(i)]);
       Value loop = Value::dict();
       loop.setKey("index", Value(i + 1));
@@ -1577,6 +1672,7 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    step(e.line);
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.literal;
       case Expr::Kind::kName: return lookup(e.name);
@@ -1649,14 +1745,23 @@ class Renderer {
   }
 
   Value binaryOp(const std::string& op, const Value& a, const Value& b, int line) {
-    if (op == "~") return Value(strOf(a) + strOf(b));
+    if (op == "~") {
+      std::string s = strOf(a);
+      s += strOf(b);
+      checkSize(s.size(), line);
+      return Value(std::move(s));
+    }
     auto isNum = [](const Value& v) { return v.isNumber() || v.kind() == Value::Kind::kBool; };
     auto asI = [](const Value& v) {
       return v.kind() == Value::Kind::kBool ? (v.asBool() ? 1 : 0) : v.asInt();
     };
     if (op == "+") {
-      if (a.isString() && b.isString()) return Value(a.asString() + b.asString());
+      if (a.isString() && b.isString()) {
+        checkSize(a.asString().size() + b.asString().size(), line);
+        return Value(a.asString() + b.asString());
+      }
       if (a.isList() && b.isList()) {
+        checkSize((a.asList().size() + b.asList().size()) * sizeof(Value), line);
         Value::List items = a.asList();
         items.insert(items.end(), b.asList().begin(), b.asList().end());
         return Value::list(std::move(items));
@@ -1665,7 +1770,9 @@ class Renderer {
     if (op == "*") {
       if ((a.isString() || a.isList()) && b.kind() == Value::Kind::kInt) {
         int64_t n = std::max<int64_t>(0, b.asInt());
-        if (n > 1000000) fail(line, "repetition too large");
+        const size_t unit = a.isString() ? a.asString().size() : a.asList().size() * sizeof(Value);
+        if (n > 1000000 || (unit && static_cast<size_t>(n) > kMaxValueBytes / unit))
+          fail(line, "repetition too large");
         if (a.isString()) {
           std::string s;
           for (int64_t i = 0; i < n; ++i) s += a.asString();
@@ -1683,9 +1790,17 @@ class Renderer {
     bool ints = a.kind() != Value::Kind::kFloat && b.kind() != Value::Kind::kFloat;
     double x = a.kind() == Value::Kind::kBool ? asI(a) : a.asDouble();
     double y = b.kind() == Value::Kind::kBool ? asI(b) : b.asDouble();
-    if (op == "+") return ints ? Value(asI(a) + asI(b)) : Value(x + y);
-    if (op == "-") return ints ? Value(asI(a) - asI(b)) : Value(x - y);
-    if (op == "*") return ints ? Value(asI(a) * asI(b)) : Value(x * y);
+    int64_t r = 0;
+    auto overflow = [&]() { fail(line, "integer overflow in '" + op + "'"); };
+    if (ints && op == "+")
+      return __builtin_add_overflow(asI(a), asI(b), &r) ? (overflow(), Value()) : Value(r);
+    if (ints && op == "-")
+      return __builtin_sub_overflow(asI(a), asI(b), &r) ? (overflow(), Value()) : Value(r);
+    if (ints && op == "*")
+      return __builtin_mul_overflow(asI(a), asI(b), &r) ? (overflow(), Value()) : Value(r);
+    if (op == "+") return Value(x + y);
+    if (op == "-") return Value(x - y);
+    if (op == "*") return Value(x * y);
     if (op == "/") {
       if (y == 0) fail(line, "division by zero");
       return Value(x / y);
@@ -1694,6 +1809,7 @@ class Renderer {
       if (y == 0) fail(line, "division by zero");
       if (ints) {
         int64_t p = asI(a), q = asI(b);
+        if (p == std::numeric_limits<int64_t>::min() && q == -1) overflow();
         int64_t d = p / q, m = p % q;
         if (m != 0 && ((m < 0) != (q < 0))) --d, m += q;
         return op == "//" ? Value(d) : Value(m);
@@ -1703,9 +1819,13 @@ class Renderer {
     }
     if (op == "**") {
       if (ints && asI(b) >= 0) {
-        int64_t r = 1, base = asI(a);
-        for (int64_t i = 0; i < asI(b) && i < 64; ++i) r *= base;
-        return Value(r);
+        const int64_t base = asI(a), exponent = asI(b);
+        if (base == 0 || base == 1) return Value(exponent == 0 ? int64_t{1} : base);
+        if (base == -1) return Value(exponent % 2 ? int64_t{-1} : int64_t{1});
+        int64_t power = 1;  // |base| >= 2: overflows within 63 factors
+        for (int64_t i = 0; i < exponent; ++i)
+          if (__builtin_mul_overflow(power, base, &power)) overflow();
+        return Value(power);
       }
       return Value(std::pow(x, y));
     }
@@ -2397,8 +2517,10 @@ class Renderer {
 
   std::vector<Frame> frames_;
   std::map<std::string, Value> globals_;
+  std::vector<Value> namespaces_;
   int64_t now_;
   int depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 Value Macro::call(std::vector<Value>& args, Kwargs& kwargs, int line) {

@@ -49,6 +49,8 @@ class Value {
   bool isList() const { return kind_ == Kind::kList; }
   bool isDict() const { return kind_ == Kind::kDict; }
   bool isTuple() const { return tuple_; }
+  bool isNamespace() const { return namespace_; }
+  void markNamespace() { namespace_ = true; }  // a dict whose attributes `set` may assign
   bool asBool() const { return b_; }
   int64_t asInt() const { return i_; }
   double asDouble() const { return kind_ == Kind::kInt ? static_cast<double>(i_) : d_; }
@@ -65,6 +67,7 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
+  bool namespace_ = false;
   bool b_ = false;
   int64_t i_ = 0;
   double d_ = 0;
@@ -74,7 +77,11 @@ class Value {
   std::shared_ptr<Callable> fn_;
 };
 
-// Parses JSON text into a Value (objects keep their key order).
+// The deepest nesting of arrays and objects in JSON text (what is inside strings skipped), to
+// refuse deep values before anything recursive reads them.
+int jsonNesting(std::string_view text);
+
+// Parses JSON text into a Value (objects keep their key order); nesting over 128 is refused.
 Status valueFromJson(std::string_view json, Value* out);
 
 class Template {

@@ -129,10 +129,12 @@ std::optional<ApiError> parseCommon(const json& body, const ModelLimits& limits,
     for (const auto& ids : out->prompts) longest = std::max(longest, ids.size());
     max_tokens = std::min<int64_t>(
         limits.max_tokens, std::max<int64_t>(1, limits.context - static_cast<int64_t>(longest)));
+  }
+  if (auto e = integer(body, "max_tokens", 1, limits.max_tokens, &max_tokens)) return e;
+  if (out->chat) {  // the newer name wins, as OpenAI and vLLM read it
     if (auto e = integer(body, "max_completion_tokens", 1, limits.max_tokens, &max_tokens))
       return e;
   }
-  if (auto e = integer(body, "max_tokens", 1, limits.max_tokens, &max_tokens)) return e;
   for (const auto& ids : out->prompts) {
     if (static_cast<int64_t>(ids.size()) + max_tokens > limits.context)
       return bad("max_tokens", "this model's context is " + std::to_string(limits.context) +
@@ -314,8 +316,9 @@ std::optional<ApiError> parseChatRequest(const json& body, const ModelLimits& li
     if (!content->is_array())
       return bad("messages", where + ".content must be a string or an array of parts");
     for (const json& part : *content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string())
+      auto type = part.is_object() ? part.find("type") : part.end();
+      if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" ||
+          !part.contains("text") || !part["text"].is_string())
         return bad("messages", where +
                                    ".content: only text parts ({\"type\": \"text\", "
                                    "\"text\": ...}) are supported");

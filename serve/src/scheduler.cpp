@@ -146,13 +146,27 @@ void Scheduler::loop() {
     }
     for (auto& job : arrived) admit(std::move(job));
     if (expired) break;
+    // Jobs the access layer cancelled leave at this step, even before their first token (a
+    // waiting or prefilling sequence gives its blocks back at once).
+    for (auto& [id, job] : running_) {
+      if (job->cancel.load() && cancel_sent_.insert(id).second) (void)generator_->cancel(id);
+    }
     if (!generator_->idle()) {
       std::vector<BatchGenerator::Finished> finished;
       Status status = generator_->step(&finished);
-      (void)status;  // an engine error fails the step's requests, which `finished` reports
+      if (!status.ok()) {
+        // A step that failed outside the engine run (which fails only its own requests, in
+        // `finished`) would fail again: every job ends with the error and leaves the batch.
+        for (auto& [id, job] : running_) {
+          (void)generator_->cancel(id);
+          finish(job.get(), status, nullptr);
+        }
+        running_.clear();
+      }
       for (auto& f : finished) {
+        cancel_sent_.erase(f.request_id);
         auto it = running_.find(f.request_id);
-        if (it == running_.end()) continue;
+        if (it == running_.end()) continue;  // already ended (a failed step)
         finish(it->second.get(), f.status, &f.result);
         running_.erase(it);
       }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "llmc/batch_generator.h"
@@ -78,6 +79,7 @@ class Scheduler {
   std::atomic<size_t> active_{0};   // queued + running
   std::atomic<size_t> waiting_{0};  // admitted to the generator, not yet running
   std::unordered_map<int64_t, std::shared_ptr<Job>> running_;  // scheduler thread only
+  std::unordered_set<int64_t> cancel_sent_;                    // ids passed to cancel()
   std::thread thread_;
 };
 

@@ -48,6 +48,8 @@ std::chrono::steady_clock::duration seconds(double s) {
       std::chrono::duration<double>(s));
 }
 
+constexpr int kMaxJsonNesting = 64;
+
 // Compares in time that depends on the lengths only, not on where the strings differ.
 bool constantTimeEquals(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
@@ -142,7 +144,14 @@ class Session : public std::enable_shared_from_this<Session> {
     request_ = parser_->release();
     keep_alive_ = request_.keep_alive();
     stream_.expires_never();
-    route();
+    // No exception may leave a handler (it would end the I/O thread and the process): one that
+    // escapes the request's own checks is answered 500.
+    try {
+      route();
+    } catch (const std::exception& e) {
+      if (!generating_ && !writing_)
+        sendError(ApiError{500, std::string("internal error: ") + e.what()});
+    }
   }
 
   // ---- Routes --------------------------------------------------------------------------
@@ -186,6 +195,10 @@ class Session : public std::enable_shared_from_this<Session> {
         path != "/detokenize")
       return sendError(ApiError{404, "no route " + path});
     if (!only(http::verb::post)) return;
+    // Nesting is bounded before parsing: dumping or converting a deeply nested value recurses.
+    if (jinja::jsonNesting(request_.body()) > kMaxJsonNesting)
+      return sendError(ApiError{400, "the request body nests arrays or objects more than " +
+                                         std::to_string(kMaxJsonNesting) + " deep"});
     json body = json::parse(request_.body(), nullptr, false);
     if (body.is_discarded()) return sendError(ApiError{400, "the request body is not valid JSON"});
     if (path == "/tokenize") return tokenize(body);
@@ -245,6 +258,16 @@ class Session : public std::enable_shared_from_this<Session> {
                                              &request)
                           : parseCompletionRequest(body, s_.limits, *s_.tokenizer, &request))
       return sendError(*error);
+    if (request.stream && request_.version() < 11)
+      return sendError(
+          ApiError{400, "streaming needs HTTP/1.1 (chunked transfer encoding)", "stream"});
+    const size_t sequences = request.prompts.size() * static_cast<size_t>(request.n);
+    if (sequences > static_cast<size_t>(s_.options.max_queue))
+      return sendError(ApiError{400,
+                                "the request asks for " + std::to_string(sequences) +
+                                    " sequences (prompts x n); this server queues at most " +
+                                    std::to_string(s_.options.max_queue),
+                                "n"});
     request_data_ = std::move(request);
     CompletionRequest& r = *request_data_;
     id_ = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(s_.next_id++);
@@ -286,6 +309,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return sendError(ApiError{503, "the server is shutting down"});
     }
     generating_ = true;
+    // The watch read first, with no timer armed (Beast gives a pending read the timer that was
+    // set when it started, whatever is set later): it must outlive any write timeout.
+    stream_.expires_never();
+    watchClient();
     if (r.stream) {
       // Headers now; each event is a chunk.
       stream_res_.emplace(http::status::ok, request_.version());
@@ -300,7 +327,6 @@ class Session : public std::enable_shared_from_this<Session> {
           stream_, *stream_sr_,
           [self = shared_from_this()](beast::error_code ec, size_t) { self->onWritten(ec); });
     }
-    watchClient();
   }
 
   // A read while the request is served: the client closing its end cancels the request.
@@ -308,16 +334,20 @@ class Session : public std::enable_shared_from_this<Session> {
   void watchClient() {
     if (watching_) return;
     watching_ = true;
-    stream_.async_read_some(buffer_.prepare(4096),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
-                              self->watching_ = false;
-                              if (ec) {
-                                self->clientGone();
-                              } else {
-                                self->buffer_.commit(n);
-                              }
-                              if (!self->generating_) self->afterResponse();
-                            });
+    stream_.async_read_some(
+        buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+          self->watching_ = false;
+          if (ec == net::error::operation_aborted && self->unwatching_) {
+            self->unwatching_ = false;  // afterResponse() stopped the watch: not a disconnect
+          } else if (ec) {
+            self->clientGone();
+          } else {
+            self->buffer_.commit(n);  // a pipelined request: kept for readRequest
+            // Keep watching while generating (up to a bound on what is buffered).
+            if (self->generating_ && self->buffer_.size() < 65536) self->watchClient();
+          }
+          if (!self->generating_) self->afterResponse();
+        });
   }
 
   void clientGone() {
@@ -335,6 +365,16 @@ class Session : public std::enable_shared_from_this<Session> {
   // Takes what the jobs have produced; writes it (streaming) or, once all are done, the
   // response.
   void pump() {
+    try {
+      pumpUnguarded();
+    } catch (const std::exception&) {
+      // Cannot happen by design; if it does, end the request rather than the process.
+      for (Choice& c : choices_) c.job->cancel = true;
+      clientGone();
+    }
+  }
+
+  void pumpUnguarded() {
     if (!generating_ || writing_) return;
     std::string events;
     bool all_done = true;
@@ -609,9 +649,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void afterResponse() {
     if (writing_ || generating_) return;
     if (watching_) {
-      // Its handler calls back here when the next request's bytes (or the end) arrive; an
-      // idle keep-alive connection is closed after the read timeout.
-      stream_.expires_after(seconds(s_.options.read_timeout_s));
+      // Stop the watch; its handler calls back here, and readRequest then parses what is
+      // buffered and waits for the rest under the read timeout.
+      unwatching_ = true;
+      beast::error_code ec;
+      stream_.socket().cancel(ec);
       return;
     }
     if (linger_ && !gone_) return lingeringClose();
@@ -691,6 +733,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool gone_ = false;
   bool retry_after_ = false;
   bool linger_ = false;
+  bool unwatching_ = false;  // afterResponse() cancelled the watch read
   std::array<char, 8192> discard_{};
   bool stream_ending_ = false;
   // The completion being served.

@@ -247,6 +247,42 @@ TEST(ContinuousBatching, CancellationAndAdmissionByCacheSpace) {
             StatusCode::kResourceExhausted);
 }
 
+// cancel() ends a waiting request and a running one still in its prompt (no token yet)
+// before any engine run, frees their blocks, and leaves the others' tokens unchanged.
+TEST(ContinuousBatching, CancelBeforeTheFirstToken) {
+  auto engine = loadEngine();
+  BatchConfig config;
+  config.kv_cache_tokens = 64;  // room for one 40-token request at a time
+  config.max_step_tokens = 8;   // a 20-token prompt takes three steps
+  std::unique_ptr<BatchGenerator> batch;
+  ASSERT_TRUE(BatchGenerator::create(engine, config, &batch).ok());
+  GenerationOptions options;
+  options.max_new_tokens = 20;
+  int64_t a = 0, b = 0, c = 0;
+  int a_tokens = 0;
+  ASSERT_TRUE(batch
+                  ->submit(
+                      promptOf(20, 1), options, [&](int32_t) { return ++a_tokens > 0; }, &a)
+                  .ok());
+  ASSERT_TRUE(batch->submit(promptOf(20, 2), options, nullptr, &b).ok());
+  ASSERT_TRUE(batch->submit(promptOf(20, 3), options, nullptr, &c).ok());
+  std::vector<BatchGenerator::Finished> finished;
+  ASSERT_TRUE(batch->step(&finished).ok());  // a: 8 of its 20 prompt tokens
+  EXPECT_EQ(batch->numRunning(), 1u);
+  EXPECT_EQ(batch->numWaiting(), 2u);
+  ASSERT_TRUE(batch->cancel(a).ok());  // running, in its prompt
+  ASSERT_TRUE(batch->cancel(b).ok());  // waiting
+  EXPECT_EQ(batch->cancel(12345).code(), StatusCode::kNotFound);
+  auto results = drain(*batch);
+  EXPECT_EQ(a_tokens, 0);
+  EXPECT_EQ(results[a].status.code(), StatusCode::kCancelled);
+  EXPECT_TRUE(results[a].result.tokens.empty());
+  EXPECT_EQ(results[b].status.code(), StatusCode::kCancelled);
+  ASSERT_TRUE(results[c].status.ok()) << results[c].status.message();
+  EXPECT_EQ(results[c].result.tokens, greedy(*makeGenerator(engine, false), promptOf(20, 3), 20));
+  EXPECT_EQ(batch->stats().kv_blocks_used, 0);
+}
+
 // A request whose prompt an earlier one on the same batch generator left in the cache
 // prefills only the rest.
 TEST(ContinuousBatching, SharedPrefixIsReused) {

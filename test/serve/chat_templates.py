@@ -121,6 +121,28 @@ FEATURES = {
 }
 
 
+# Templates that must be refused with an error (never a crash, a hang or unbounded memory):
+# limits jinja2 does not have (Python's integers are unbounded, its recursion limit is higher).
+HOSTILE = {
+    "deep-parens": "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+    "long-chain": "{{ " + " + ".join(["1"] * 3000) + " }}",
+    "deep-blocks": "{% if true %}" * 500 + "x" + "{% endif %}" * 500,
+    "namespace-cycle": "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns | tojson }}",
+    "namespace-cycle-repr": "{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns.a }}",
+    "int-overflow": "{{ 9223372036854775807 + 1 }}",
+    "int-pow": "{{ 3 ** 100 }}",
+    "min-div": "{{ (-9223372036854775807 - 1) // -1 }}",
+    "string-growth": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
+    "repeat": "{{ 'abc' * 100000000 }}",
+    "huge-slice-step": "{{ [1, 2, 3][::9223372036854775807] }}{{ [1, 2, 3][::-9223372036854775807] }}|"
+                       "{{ [1, 2, 3][-9223372036854775807:] }}",
+    "cpu": "{% for a in range(1000000) %}{% for b in range(1000000) %}{% endfor %}{% endfor %}",
+    "set-attr-on-dict": "{% set d = {} %}{% set d.x = 1 %}",
+}
+# ... and of those, the ones whose output is defined: (template, text).
+HOSTILE_OK = {"huge-slice-step": "[1][3]|[1, 2, 3]"}
+
+
 def reference(env, template, context):
     try:
         return {"text": env.from_string(template).render(**context)}
@@ -154,8 +176,11 @@ def main() -> int:
     for name, template in FEATURES.items():
         cases.append((f"feature {name}", template, dict(EXTRA, messages=CONVERSATIONS["multi-turn"],
                                                          add_generation_prompt=True)))
+    hostile_first = len(cases)
+    for name, template in HOSTILE.items():
+        cases.append((f"hostile {name}", template, dict(EXTRA, messages=CONVERSATIONS["user"])))
 
-    expected = [reference(env, t, c) for _, t, c in cases]
+    expected = [reference(env, t, c) for _, t, c in cases[:hostile_first]]
     with tempfile.TemporaryDirectory(prefix="llmc-templates-") as tmp:
         case_file = os.path.join(tmp, "cases.json")
         with open(case_file, "w", encoding="utf-8") as f:
@@ -166,6 +191,14 @@ def main() -> int:
         return 1
     got = json.loads(result.stdout.decode("utf-8"))
     failed_templates = set()
+    for (label, _, _), have in zip(cases[hostile_first:], got[hostile_first:]):
+        name = label.split(" ", 1)[1]
+        want = {"text": HOSTILE_OK[name]} if name in HOSTILE_OK else None
+        good = have == want if want else "error" in have
+        if not good:
+            failed_templates.add(label)
+        print(f"{'ok  ' if good else 'FAIL'} {label}: {json.dumps(have)[:160]}")
+    got = got[:hostile_first]
     rendered = refused = 0
     for (label, _, _), want, have in zip(cases, expected, got):
         if "error" in want and "error" in have:
@@ -180,7 +213,9 @@ def main() -> int:
         print(f"FAIL {label}:\n  jinja2: {json.dumps(want, ensure_ascii=False)[:400]}\n"
               f"  llmc:   {json.dumps(have, ensure_ascii=False)[:400]}")
     templates_ok = len(files) - len({t for t in failed_templates if t.endswith(".jinja")})
-    print(f"{rendered} cases rendered identically, {refused} refused by both; "
+    print(f"{len(HOSTILE) - len([t for t in failed_templates if t.startswith('hostile')])} of {len(HOSTILE)} "
+          "hostile templates refused or bounded; "
+          f"{rendered} cases rendered identically, {refused} refused by both; "
           f"{templates_ok} of {len(files)} real templates ({len(families)} families) identical on every case; "
           f"{len(FEATURES) - len({t for t in failed_templates if t.startswith('feature')})} of {len(FEATURES)} feature cases")
     return 1 if failed_templates else 0

@@ -132,8 +132,10 @@ def main() -> int:
         template_file = os.path.join(tmp, "other.jinja")
         with open(template_file, "w") as f:
             f.write("{% for m in messages %}<{{ m.role }}> {{ m.content }}\n{% endfor %}")
-        server = Server(args.llmc, plain, "--chat-template", template_file)
+        server = Server(args.llmc, plain, "--chat-template", template_file, "--write-timeout", "0.1",
+                        "--read-timeout", "1")
         try:
+            run_connection_checks(server)
             chat = chat_text(server, [{"role": "user", "content": "And God said"}], max_tokens=8)
             expected = completion_of(server, jinja_render(open(template_file).read(),
                                                           [{"role": "user", "content": "And God said"}]), 8)
@@ -170,6 +172,69 @@ def chat_text(server, messages, max_tokens):
     if status != 200:
         return f"status {status}: {data[:200]!r}"
     return json.loads(data)["choices"][0]["message"]["content"]
+
+
+def raw_exchange(port, payload, responses=1, timeout=10):
+    """Sends `payload` on one connection and reads `responses` complete responses (by
+    Content-Length or until the chunked body's end); returns them and the socket."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(payload)
+    data = b""
+    out = []
+    while len(out) < responses:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        while True:
+            head_end = data.find(b"\r\n\r\n")
+            if head_end < 0:
+                break
+            head = data[:head_end].decode()
+            match = re.search(r"content-length: (\d+)", head, re.I)
+            if match:
+                end = head_end + 4 + int(match.group(1))
+            else:
+                end = data.find(b"\r\n0\r\n\r\n", head_end)
+                end = -1 if end < 0 else end + 7
+            if end < 0 or len(data) < end:
+                break
+            out.append(data[:end])
+            data = data[end:]
+    return out, s
+
+
+def post(body):
+    data = json.dumps(body).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+            str(len(data)).encode() + b"\r\n\r\n" + data)
+
+
+def run_connection_checks(server):
+    """On a server with --write-timeout 0.1 --read-timeout 1."""
+    # A stream longer than the write timeout is not cut (each write has its own timeout).
+    responses, s = raw_exchange(server.port, post({"prompt": "And God said", "max_tokens": 250, "stream": True,
+                                                   "temperature": 0, "ignore_eos": True,
+                                                   "stream_options": {"include_usage": True}}), timeout=30)
+    s.close()
+    text = responses[0].decode() if responses else ""
+    check('"completion_tokens":250' in text and "data: [DONE]" in text,
+          f"a stream longer than --write-timeout completes ({len(text)} bytes)")
+    # Two pipelined requests on one connection: both answered, in order.
+    responses, s = raw_exchange(server.port, post({"prompt": "And", "max_tokens": 3, "temperature": 0}) +
+                                post({"prompt": "God", "max_tokens": 4, "temperature": 0}), responses=2)
+    check(len(responses) == 2 and all(r.startswith(b"HTTP/1.1 200") for r in responses) and
+          b'"completion_tokens":3' in responses[0] and b'"completion_tokens":4' in responses[1],
+          f"pipelined requests: {len(responses)} answered in order")
+    # An idle keep-alive connection is closed after the read timeout.
+    s.settimeout(5)
+    start = time.time()
+    try:
+        closed = s.recv(1) == b""
+    except (socket.timeout, ConnectionError):
+        closed = False
+    s.close()
+    check(closed and time.time() - start < 4, f"idle keep-alive closed after --read-timeout ({time.time() - start:.1f} s)")
 
 
 def run_chat_checks(server, client):
@@ -222,6 +287,9 @@ def run_chat_checks(server, client):
     check(status == 400 and is_error_json(data, 400), f"non-text content parts: {status}")
     status, data = server.request("POST", "/v1/chat/completions", {"messages": []})
     check(status == 400 and is_error_json(data, 400), "empty messages: 400")
+    status, data = server.request("POST", "/v1/chat/completions",
+                                  {"messages": [{"role": "user", "content": [{"type": 1}]}]})
+    check(status == 400 and is_error_json(data, 400), f"a content part whose type is not a string: {status}")
 
 
 def run_checks(server, client, reference):
@@ -326,6 +394,9 @@ def run_checks(server, client, reference):
     expect(400, "POST", "/v1/completions", {"prompt": list(range(1, 150)), "max_tokens": 120},
            what="prompt + max_tokens past the context")
     expect(400, "POST", "/v1/completions", {"prompt": "x", "n": 100}, what="n over the limit")
+    expect(400, "POST", "/v1/completions", {"prompt": "x", "n": 4}, what="prompts x n over the queue")
+    expect(400, "POST", "/v1/completions", raw='{"prompt": ' + "[" * 30000 + "]" * 30000 + "}",
+           headers={"Content-Type": "application/json"}, what="JSON nested 30,000 deep")
     expect(400, "POST", "/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, what="bad logit_bias key")
     expect(413, "POST", "/v1/completions", {"prompt": list(range(1, 230)), "max_tokens": 1},
            what="prompt over --max-prompt-tokens")

@@ -65,6 +65,10 @@ class BatchGenerator {
     Status status;  // ok, kCancelled, or the error that ended this request
     GenerationResult result;
   };
+  // Ends a waiting or running request at the next step(), before any engine run (even one
+  // still in its prompt, whose token callback has not run yet): it is reported in `finished`
+  // with kCancelled and its KV blocks are freed. kNotFound when no such request is left.
+  Status cancel(int64_t request_id);
   // One scheduling step (one engine run); appends the requests that ended to `finished`.
   // An engine error fails every request in the step (they are reported in `finished`) and
   // leaves the generator usable.

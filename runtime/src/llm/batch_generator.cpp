@@ -28,6 +28,7 @@ struct BatchGenerator::State {
     int64_t reserved_blocks = 0;
     int64_t computed = 0;  // tokens whose K/V are in the cache (prompt + generated)
     bool registered = false;
+    bool cancelled = false;  // cancel(): ends at the next step
     GenerationResult result;
     Clock::time_point start, first_token;
   };
@@ -147,8 +148,43 @@ Status BatchGenerator::step(std::vector<Finished>* finished) {
   return guardApi("BatchGenerator::step", [&] { return stepUnguarded(finished); });
 }
 
+Status BatchGenerator::cancel(int64_t request_id) {
+  return guardApi("BatchGenerator::cancel", [&]() -> Status {
+    for (auto& r : state_->running) {
+      if (r->id != request_id) continue;
+      r->cancelled = true;
+      return okStatus();
+    }
+    for (auto& r : state_->waiting) {
+      if (r->id != request_id) continue;
+      r->cancelled = true;
+      return okStatus();
+    }
+    return notFound("BatchGenerator::cancel: no request " + std::to_string(request_id) +
+                    " is waiting or running");
+  });
+}
+
 Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
   State& s = *state_;
+  // Cancelled requests leave first, with no engine run (their blocks go back now).
+  const Status cancel_status(StatusCode::kCancelled, "cancelled");
+  for (auto it = s.waiting.begin(); it != s.waiting.end();) {
+    if (!(*it)->cancelled) {
+      ++it;
+      continue;
+    }
+    finished->push_back({(*it)->id, cancel_status, std::move((*it)->result)});  // holds no blocks
+    it = s.waiting.erase(it);
+  }
+  for (auto it = s.running.begin(); it != s.running.end();) {
+    if (!(*it)->cancelled) {
+      ++it;
+      continue;
+    }
+    s.finish(**it, cancel_status, finished);
+    it = s.running.erase(it);
+  }
   // Admit waiting requests, in order, while their whole footprint fits.
   while (!s.waiting.empty() && static_cast<int32_t>(s.running.size()) < s.config.max_running &&
          s.reserved_blocks + s.waiting.front()->reserved_blocks <=
