@@ -43,19 +43,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 DEMO = os.path.join(ROOT, "test", "models", "demo")
-
-
-def cpu_line():
-    model, flags = "?", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and model == "?":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
-              "amx_tile"]
-    return f"{model}, {os.cpu_count()} CPUs, flags: {' '.join(f for f in wanted if f in flags)}"
+sys.path.insert(0, HERE)
+import peers  # noqa: E402  (the 110M checkpoint, its export, cpu_line)
 
 
 def prepare(model, llmc, work):
@@ -69,9 +58,6 @@ def prepare(model, llmc, work):
         return engine, 2048, 256
     if os.path.exists(engine):
         return engine, 1000, 4096
-    sys.path.insert(0, HERE)
-    import peers  # the checkpoint and export of the peer benchmark
-
     hf_dir = os.path.join(work, "hf")
     os.makedirs(hf_dir, exist_ok=True)
     peers.make_checkpoint(hf_dir)
@@ -151,6 +137,14 @@ class Server:
 
 def metric(values, name, labels=""):
     return sum(v for k, v in values.items() if k.startswith(name + "{") and labels in k)
+
+
+def async_client(server, args):
+    """openai's async client on the server; `model_name` is the served model's id."""
+    import openai
+    client = openai.AsyncOpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
+    client.model_name = os.path.splitext(os.path.basename(args.engine_path))[0]
+    return client
 
 
 async def stream_one(client, prompt, max_tokens):
@@ -267,9 +261,7 @@ def pct(values, q):
 
 
 async def load_phase(args, server, vocab):
-    import openai
-    client = openai.AsyncOpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
-    client.model_name = os.path.splitext(os.path.basename(args.engine_path))[0]
+    client = async_client(server, args)
     print(f"\n## Poisson arrivals, {args.duration:.0f} s per rate, prompt {args.prompt_tokens} tokens, "
           f"{args.max_tokens} new tokens, streaming; SLO: TTFT <= {args.slo_ttft * 1000:.0f} ms, "
           f"mean ITL <= {args.slo_itl * 1000:.0f} ms\n")
@@ -307,9 +299,7 @@ async def load_phase(args, server, vocab):
 
 
 async def batching_phase(args, server, vocab):
-    import openai
-    client = openai.AsyncOpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
-    client.model_name = os.path.splitext(os.path.basename(args.engine_path))[0]
+    client = async_client(server, args)
     rng = random.Random(7)
     prompts = [[rng.randrange(1, vocab) for _ in range(args.prompt_tokens)] for _ in range(args.batch_requests)]
     start = time.perf_counter()
@@ -329,9 +319,7 @@ async def batching_phase(args, server, vocab):
 
 
 async def prefix_phase(args, server, vocab):
-    import openai
-    client = openai.AsyncOpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
-    client.model_name = os.path.splitext(os.path.basename(args.engine_path))[0]
+    client = async_client(server, args)
     rng = random.Random(11)
     system = [rng.randrange(1, vocab) for _ in range(args.system_tokens)]
     results = {}
@@ -444,7 +432,7 @@ def main() -> int:
     parser.add_argument("--interference-decode-tokens", type=int, default=128)
     parser.add_argument("--only-interference", action="store_true", help="run phase 4 alone")
     args = parser.parse_args()
-    print(f"CPU: {cpu_line()}")
+    print(f"CPU: {peers.cpu_line()}")
     with tempfile.TemporaryDirectory(prefix="llmc-serve-load-") as tmp:
         work = args.work or tmp
         os.makedirs(work, exist_ok=True)

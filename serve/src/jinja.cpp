@@ -437,7 +437,10 @@ struct Token {
 
 class Lexer {
  public:
-  explicit Lexer(std::string_view src) : src_(src) {}
+  explicit Lexer(std::string_view src) : src_(src) {
+    for (size_t i = 0; i < src_.size(); ++i)
+      if (src_[i] == '\n') newlines_.push_back(i);
+  }
 
   std::vector<Token> run() {
     size_t pos = 0;
@@ -512,11 +515,12 @@ class Lexer {
         return i;
     return src_.size();
   }
-  int lineAt(size_t pos) const {
-    return 1 + static_cast<int>(std::count(
-                   src_.begin(),
-                   src_.begin() + static_cast<std::ptrdiff_t>(std::min(pos, src_.size())), '\n'));
+  // Lines are counted once (newlines_), not per token.
+  int lineAt(size_t pos) const {  // 1 + the newlines before pos
+    return 1 + static_cast<int>(std::lower_bound(newlines_.begin(), newlines_.end(), pos) -
+                                newlines_.begin());
   }
+
   bool isRaw(size_t inner) const {
     size_t i = inner;
     while (i < src_.size() && isSpace(src_[i])) ++i;
@@ -661,6 +665,7 @@ class Lexer {
   }
 
   std::string_view src_;
+  std::vector<size_t> newlines_;  // offsets of '\n'
   std::vector<Token> tokens_;
 };
 
@@ -939,28 +944,26 @@ class Parser {
     }
     return e;
   }
-  ExprPtr parseOr() {
-    ExprPtr left = parseAnd();
-    while (isName("or")) {
-      auto e = make(Expr::Kind::kOr, cur().line);
+  // One precedence level of left-associative operators: `next (op next)*`. kOr and kAnd are
+  // the keywords; kBinary nodes carry their operator in `name`.
+  ExprPtr chain(Expr::Kind kind, std::initializer_list<const char*> ops,
+                ExprPtr (Parser::*next)()) {
+    ExprPtr left = (this->*next)();
+    for (;;) {
+      const char* op = nullptr;
+      for (const char* o : ops)
+        if (kind == Expr::Kind::kBinary ? isOp(o) : isName(o)) op = o;
+      if (!op) return left;
+      auto e = make(kind, cur().line);
+      e->name = op;
       ++pos_;
       e->args.push_back(std::move(left));
-      e->args.push_back(parseAnd());
+      e->args.push_back((this->*next)());
       left = std::move(e);
     }
-    return left;
   }
-  ExprPtr parseAnd() {
-    ExprPtr left = parseNot();
-    while (isName("and")) {
-      auto e = make(Expr::Kind::kAnd, cur().line);
-      ++pos_;
-      e->args.push_back(std::move(left));
-      e->args.push_back(parseNot());
-      left = std::move(e);
-    }
-    return left;
-  }
+  ExprPtr parseOr() { return chain(Expr::Kind::kOr, {"or"}, &Parser::parseAnd); }
+  ExprPtr parseAnd() { return chain(Expr::Kind::kAnd, {"and"}, &Parser::parseNot); }
   ExprPtr parseNot() {
     if (isName("not")) {
       Nest nest(this);
@@ -999,51 +1002,13 @@ class Parser {
     }
     return chain ? std::move(chain) : std::move(left);
   }
-  ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b, int line) {
-    auto e = make(Expr::Kind::kBinary, line);
-    e->name = op;
-    e->args.push_back(std::move(a));
-    e->args.push_back(std::move(b));
-    return e;
-  }
-  ExprPtr parseMath1() {
-    ExprPtr left = parseConcat();
-    while (isOp("+") || isOp("-")) {
-      std::string op = cur().text;
-      int line = cur().line;
-      ++pos_;
-      left = binary(op, std::move(left), parseConcat(), line);
-    }
-    return left;
-  }
-  ExprPtr parseConcat() {
-    ExprPtr left = parseMath2();
-    while (isOp("~")) {
-      int line = cur().line;
-      ++pos_;
-      left = binary("~", std::move(left), parseMath2(), line);
-    }
-    return left;
-  }
+  ExprPtr parseMath1() { return chain(Expr::Kind::kBinary, {"+", "-"}, &Parser::parseConcat); }
+  ExprPtr parseConcat() { return chain(Expr::Kind::kBinary, {"~"}, &Parser::parseMath2); }
   ExprPtr parseMath2() {
-    ExprPtr left = parsePow();
-    while (isOp("*") || isOp("/") || isOp("//") || isOp("%")) {
-      std::string op = cur().text;
-      int line = cur().line;
-      ++pos_;
-      left = binary(op, std::move(left), parsePow(), line);
-    }
-    return left;
+    return chain(Expr::Kind::kBinary, {"*", "/", "//", "%"}, &Parser::parsePow);
   }
-  ExprPtr parsePow() {
-    ExprPtr left = parseUnary(true);
-    while (isOp("**")) {
-      int line = cur().line;
-      ++pos_;
-      left = binary("**", std::move(left), parseUnary(true), line);
-    }
-    return left;
-  }
+  ExprPtr parsePow() { return chain(Expr::Kind::kBinary, {"**"}, &Parser::parseFilteredUnary); }
+  ExprPtr parseFilteredUnary() { return parseUnary(true); }
   ExprPtr parseUnary(bool with_filter) {
     ExprPtr e;
     if (isOp("-") || isOp("+")) {
@@ -1379,7 +1344,6 @@ std::string replaceAll(const std::string& s, const std::string& from, const std:
   if (from.empty()) {
     // Python inserts `to` between every character (and at both ends).
     std::string out = to;
-    for (size_t off : codePointOffsets(s)) (void)off;
     auto offsets = codePointOffsets(s);
     for (size_t i = 0; i < offsets.size(); ++i) {
       size_t end = i + 1 < offsets.size() ? offsets[i + 1] : s.size();
@@ -2405,8 +2369,6 @@ class Renderer {
         } else {
           if (args.empty() || !args[0].isString())
             fail(line, "map needs a filter name or attribute=");
-          Expr call;
-          (void)call;
           out.push_back(applySimpleFilter(args[0].asString(), item, line));
         }
       }

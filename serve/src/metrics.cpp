@@ -84,14 +84,6 @@ void Metrics::observe(const std::string& name, double seconds) {
   ++h.count;
 }
 
-double Metrics::counter(const std::string& name, const std::string& labels) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = counters_.find(name);
-  if (it == counters_.end()) return 0;
-  auto value = it->second.find(labels);
-  return value == it->second.end() ? 0 : value->second;
-}
-
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string model = "model_name=\"" + model_name_ + "\"";

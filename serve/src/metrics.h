@@ -21,7 +21,6 @@ class Metrics {
   void add(const std::string& name, double value, const std::string& labels = "");
   void set(const std::string& name, double value);  // gauges
   void observe(const std::string& name, double seconds);
-  double counter(const std::string& name, const std::string& labels = "") const;
 
   // Every metric in Prometheus' text format.
   std::string render() const;

@@ -102,7 +102,7 @@ class Session : public std::enable_shared_from_this<Session> {
     net::dispatch(stream_.get_executor(), [self = shared_from_this(), over_limit] {
       if (over_limit) {
         self->keep_alive_ = false;
-        self->sendError(ApiError{503, "too many connections; try again later"}, 11, true);
+        self->sendError(ApiError{503, "too many connections; try again later"}, true);
       } else {
         self->readRequest();
       }
@@ -130,16 +130,15 @@ class Session : public std::enable_shared_from_this<Session> {
       keep_alive_ = false;
       return sendError(ApiError{413, "the request body is over the limit of " +
                                          std::to_string(s_.options.max_body_bytes) + " bytes"},
-                       11, true);
+                       true);
     }
     if (ec == http::error::header_limit) {
       keep_alive_ = false;
-      return sendError(ApiError{431, "the request's headers are over the limit of 16 KiB"}, 11,
-                       true);
+      return sendError(ApiError{431, "the request's headers are over the limit of 16 KiB"}, true);
     }
     if (ec) {
       keep_alive_ = false;
-      return sendError(ApiError{400, "malformed HTTP request: " + ec.message()}, 11, true);
+      return sendError(ApiError{400, "malformed HTTP request: " + ec.message()}, true);
     }
     request_ = parser_->release();
     keep_alive_ = request_.keep_alive();
@@ -243,7 +242,6 @@ class Session : public std::enable_shared_from_this<Session> {
 
   struct Choice {
     std::shared_ptr<Job> job;
-    size_t prompt_index = 0;
     std::optional<ChoiceText> text;
     size_t cursor = 0;  // tokens of the job taken so far
     bool finished = false;
@@ -289,7 +287,6 @@ class Session : public std::enable_shared_from_this<Session> {
         };
         Choice choice;
         choice.job = job;
-        choice.prompt_index = p;
         choice.text.emplace(*s_.tokenizer, &r.stop, r.skip_special_tokens);
         choices_.push_back(std::move(choice));
       }
@@ -535,6 +532,13 @@ class Session : public std::enable_shared_from_this<Session> {
                 {"total_tokens", prompt_tokens + completion_tokens}};
   }
 
+  // One token's text for logprobs (empty when it does not decode alone).
+  std::string tokenText(int32_t id) const {
+    std::string text;
+    if (!s_.tokenizer->decode(std::span<const int32_t>(&id, 1), false, &text).ok()) text.clear();
+    return text;
+  }
+
   // One server-sent event holding one choice's chunk.
   std::string event(const json& choice) const {
     json chunk = {{"id", id_},
@@ -547,11 +551,6 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Chat's logprobs: per token its text, logprob, UTF-8 bytes and alternatives.
   json chatLogprobs(const GenerationResult& result, size_t count, size_t top_n) const {
-    auto piece = [&](int32_t id) {
-      std::string text;
-      if (!s_.tokenizer->decode(std::span<const int32_t>(&id, 1), false, &text).ok()) text.clear();
-      return text;
-    };
     auto bytes = [](const std::string& text) {
       json b = json::array();
       for (unsigned char c : text) b.push_back(static_cast<int>(c));
@@ -559,12 +558,12 @@ class Session : public std::enable_shared_from_this<Session> {
     };
     json content = json::array();
     for (size_t t = 0; t < count; ++t) {
-      std::string text = piece(result.tokens[t]);
+      std::string text = tokenText(result.tokens[t]);
       json top = json::array();
       if (t < result.top_logprobs.size()) {
         for (size_t k = 0; k < result.top_logprobs[t].size() && k < top_n; ++k) {
           const auto& [id, lp] = result.top_logprobs[t][k];
-          std::string alt = piece(id);
+          std::string alt = tokenText(id);
           top.push_back(json{{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
         }
       }
@@ -601,19 +600,13 @@ class Session : public std::enable_shared_from_this<Session> {
              offsets = json::array();
         size_t count = std::min(c.text->tokensFed(), result.tokens.size());
         size_t offset = 0;
-        auto piece = [&](int32_t id) {
-          std::string text;
-          if (!s_.tokenizer->decode(std::span<const int32_t>(&id, 1), false, &text).ok())
-            text.clear();
-          return text;
-        };
         for (size_t t = 0; t < count; ++t) {
-          std::string text = piece(result.tokens[t]);
+          std::string text = tokenText(result.tokens[t]);
           tokens.push_back(text);
           token_logprobs.push_back(t < result.logprobs.size() ? result.logprobs[t] : 0.0f);
           json alternatives = json::object();
           if (t < result.top_logprobs.size())
-            for (const auto& [id, lp] : result.top_logprobs[t]) alternatives[piece(id)] = lp;
+            for (const auto& [id, lp] : result.top_logprobs[t]) alternatives[tokenText(id)] = lp;
           top.push_back(alternatives);
           offsets.push_back(offset);
           offset += text.size();
@@ -667,19 +660,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void sendJson(int status, const json& body) { send(status, "application/json", dumpJson(body)); }
 
-  void sendError(const ApiError& error, unsigned version = 0, bool close_after = false) {
+  void sendError(const ApiError& error, bool close_after = false) {
     s_.metrics.add("llmc:request_errors_total", 1,
                    "status=\"" + std::to_string(error.status) + "\"");
     if (close_after) {
       keep_alive_ = false;
       linger_ = true;  // the client may still be sending (a body over the limit)
     }
-    send(error.status, "application/json", error.json(), version);
+    send(error.status, "application/json", error.json());
   }
 
-  void send(int status, const char* content_type, std::string body, unsigned version = 0) {
+  void send(int status, const char* content_type, std::string body) {
     auto res = std::make_shared<http::response<http::string_body>>(
-        static_cast<http::status>(status), version ? version : request_.version());
+        static_cast<http::status>(status), request_.version());
     res->set(http::field::server, "llmc");
     res->set(http::field::content_type, content_type);
     if (retry_after_) res->set(http::field::retry_after, "1");

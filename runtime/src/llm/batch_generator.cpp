@@ -150,16 +150,12 @@ Status BatchGenerator::step(std::vector<Finished>* finished) {
 
 Status BatchGenerator::cancel(int64_t request_id) {
   return guardApi("BatchGenerator::cancel", [&]() -> Status {
-    for (auto& r : state_->running) {
-      if (r->id != request_id) continue;
-      r->cancelled = true;
-      return okStatus();
-    }
-    for (auto& r : state_->waiting) {
-      if (r->id != request_id) continue;
-      r->cancelled = true;
-      return okStatus();
-    }
+    auto mark = [&](auto& requests) {
+      for (auto& r : requests)
+        if (r->id == request_id) return r->cancelled = true;
+      return false;
+    };
+    if (mark(state_->running) || mark(state_->waiting)) return okStatus();
     return notFound("BatchGenerator::cancel: no request " + std::to_string(request_id) +
                     " is waiting or running");
   });
