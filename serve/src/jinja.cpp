@@ -222,34 +222,31 @@ bool truthy(const Value& v) {
   return false;
 }
 
-// Python's repr of a float: the shortest text that reads back to the same double.
+// Python's repr of a float: the fewest significant digits that read back to the same double,
+// in fixed notation for exponents -4 to 15 (with ".0" when there is no fraction), otherwise
+// scientific with a signed exponent of at least two digits (1e+16, 2.5e-07).
 std::string floatRepr(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
   char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, d);
+  int digits = 1;
+  for (; digits < 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*e", digits - 1, d);
     if (std::strtod(buf, nullptr) == d) break;
   }
-  std::string s = buf;
-  // Python writes 1e+16 as 1e+16, 1.5 as 1.5, 2.0 as 2.0 (a fraction always shows).
-  size_t e = s.find('e');
-  if (e != std::string::npos) {
-    std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
-    int exp = std::stoi(exponent);
-    if (exp >= -4 && exp < 16) {
-      std::snprintf(buf, sizeof(buf), "%.17f", d);
-      // Not reached in practice: %g already chose fixed notation for these.
-      s = buf;
-    } else {
-      char sign = exp < 0 ? '-' : '+';
-      exp = std::abs(exp);
-      s = mantissa + "e" + sign + (exp < 10 ? "0" : "") + std::to_string(exp);
-    }
-    return s;
+  std::snprintf(buf, sizeof(buf), "%.*e", digits - 1, d);
+  const std::string scientific = buf;
+  const size_t e = scientific.find('e');
+  const int exp = std::stoi(scientific.substr(e + 1));
+  if (exp >= -4 && exp < 16) {
+    std::snprintf(buf, sizeof(buf), "%.*f", std::max(digits - 1 - exp, 0), d);
+    std::string fixed = buf;
+    if (fixed.find('.') == std::string::npos) fixed += ".0";
+    return fixed;
   }
-  if (s.find('.') == std::string::npos && s.find("inf") == std::string::npos) s += ".0";
-  return s;
+  const int magnitude = std::abs(exp);
+  return scientific.substr(0, e) + "e" + (exp < 0 ? "-" : "+") + (magnitude < 10 ? "0" : "") +
+         std::to_string(magnitude);
 }
 
 std::string pyRepr(const Value& v, int depth = 0);
