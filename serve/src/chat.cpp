@@ -50,6 +50,16 @@ Status parseTokenizerConfig(std::string_view text, ChatConfig* out) {
   return okStatus();
 }
 
+SamplingParams defaultSampling(const GenerationDefaults& d) {
+  SamplingParams s;
+  s.temperature = d.temperature.value_or(1.0f);
+  s.top_p = d.top_p.value_or(1.0f);
+  s.top_k = d.top_k.value_or(0);
+  s.min_p = d.min_p.value_or(0.0f);
+  s.repetition_penalty = d.repetition_penalty.value_or(1.0f);
+  return s;
+}
+
 Status parseGenerationConfig(std::string_view text, GenerationDefaults* out) {
   json config = json::parse(text, nullptr, false);
   if (config.is_discarded() || !config.is_object())

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "jinja.h"
+#include "llmc/sampling.h"
 #include "llmc/status.h"
 
 namespace llmc::serve {
@@ -36,6 +37,8 @@ struct GenerationDefaults {
   std::vector<int32_t> eos_token_ids;
 };
 Status parseGenerationConfig(std::string_view json, GenerationDefaults* out);
+// A request's sampling before its own fields: the defaults, else OpenAI's (temperature 1).
+SamplingParams defaultSampling(const GenerationDefaults& defaults);
 
 // A parsed template with the config's special tokens.
 class ChatTemplate {

@@ -14,6 +14,7 @@ const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.02, 0
 
 std::string number(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
   char text[64];
   std::snprintf(text, sizeof(text), "%.17g", v);
   return text;
@@ -52,7 +53,7 @@ Metrics::Metrics(std::string model_name) : model_name_(std::move(model_name)) {
   for (const auto& m : kMetrics) {
     info_[m.name] = Info{m.type, m.help};
     std::string type = m.type;
-    if (type == "gauge") gauges_[m.name] = 0;
+    if (type == "gauge") gauges_[m.name][""] = 0;
     if (type == "histogram") {
       Histogram& h = histograms_[m.name];
       h.bounds = kLatencyBuckets;
@@ -67,9 +68,15 @@ void Metrics::add(const std::string& name, double value, const std::string& labe
   counters_[name][labels] += value;
 }
 
-void Metrics::set(const std::string& name, double value) {
+void Metrics::set(const std::string& name, double value, const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  gauges_[name] = value;
+  gauges_[name][labels] = value;
+}
+
+void Metrics::declareGauge(const std::string& name, const std::string& help) {
+  std::lock_guard<std::mutex> lock(mu_);
+  info_[name] = Info{"gauge", help};
+  gauges_[name];
 }
 
 void Metrics::observe(const std::string& name, double seconds) {
@@ -93,9 +100,10 @@ std::string Metrics::render() const {
   std::string out;
   for (const auto& [name, info] : info_) {
     out += "# HELP " + name + " " + info.help + "\n# TYPE " + name + " " + info.type + "\n";
-    std::string type = info.type;
+    const std::string& type = info.type;
     if (type == "gauge") {
-      out += name + labelled("") + " " + number(gauges_.at(name)) + "\n";
+      for (const auto& [labels, value] : gauges_.at(name))
+        out += name + labelled(labels) + " " + number(value) + "\n";
     } else if (type == "counter") {
       const auto& series = counters_.at(name);
       if (series.empty()) out += name + labelled("") + " 0\n";

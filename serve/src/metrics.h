@@ -19,7 +19,9 @@ class Metrics {
   // Counters (monotonic; `labels` is the text inside the braces after model_name, e.g.
   // finished_reason="stop", or empty).
   void add(const std::string& name, double value, const std::string& labels = "");
-  void set(const std::string& name, double value);  // gauges
+  void set(const std::string& name, double value, const std::string& labels = "");  // gauges
+  // Adds a gauge to the registry (the fixed ones are declared by the constructor).
+  void declareGauge(const std::string& name, const std::string& help);
   void observe(const std::string& name, double seconds);
 
   // Every metric in Prometheus' text format.
@@ -33,13 +35,13 @@ class Metrics {
     uint64_t count = 0;
   };
   struct Info {
-    const char* type;
-    const char* help;
+    std::string type;
+    std::string help;
   };
   std::string model_name_;
   mutable std::mutex mu_;
   std::map<std::string, std::map<std::string, double>> counters_;
-  std::map<std::string, double> gauges_;
+  std::map<std::string, std::map<std::string, double>> gauges_;
   std::map<std::string, Histogram> histograms_;
   std::map<std::string, Info> info_;
 };

@@ -149,12 +149,7 @@ std::optional<ApiError> parseCommon(const json& body, const ModelLimits& limits,
 
   SamplingParams& s = out->options.sampling;
   // Unset fields take the engine's generation_config.json, else OpenAI's defaults.
-  const GenerationDefaults& d = limits.defaults;
-  s.temperature = d.temperature.value_or(1.0f);
-  s.top_p = d.top_p.value_or(1.0f);
-  s.top_k = d.top_k.value_or(0);
-  s.min_p = d.min_p.value_or(0.0f);
-  s.repetition_penalty = d.repetition_penalty.value_or(1.0f);
+  s = defaultSampling(limits.defaults);
   if (auto e = number(body, "temperature", 0, 100, &s.temperature)) return e;
   if (auto e = number(body, "top_p", std::numeric_limits<float>::min(), 1, &s.top_p)) return e;
   int64_t top_k = s.top_k;

@@ -10,8 +10,9 @@ double secondsBetween(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Scheduler::Scheduler(std::unique_ptr<BatchGenerator> generator, size_t max_queue, Metrics* metrics)
-    : generator_(std::move(generator)), max_queue_(max_queue), metrics_(metrics) {
+Scheduler::Scheduler(std::unique_ptr<BatchGenerator> generator, size_t max_queue, Metrics* metrics,
+                     DriftMonitor* drift)
+    : generator_(std::move(generator)), max_queue_(max_queue), metrics_(metrics), drift_(drift) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -52,6 +53,7 @@ void Scheduler::finish(Job* job, Status status, GenerationResult* result) {
   std::function<void()> notify;
   std::string reason;
   size_t prompt_tokens = job->prompt.size();
+  if (drift_ && result) drift_->add(result->entropies, result->model_logprobs);
   {
     std::lock_guard<std::mutex> lock(job->mu);
     job->done = true;

@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "drift_monitor.h"
 #include "llmc/batch_generator.h"
 #include "metrics.h"
 
@@ -50,7 +51,9 @@ struct Job {
 
 class Scheduler {
  public:
-  Scheduler(std::unique_ptr<BatchGenerator> generator, size_t max_queue, Metrics* metrics);
+  // `drift` (may be null) gets every finished request's token statistics.
+  Scheduler(std::unique_ptr<BatchGenerator> generator, size_t max_queue, Metrics* metrics,
+            DriftMonitor* drift);
   ~Scheduler();  // stops the thread; jobs still queued or running end with kCancelled
 
   // Queues a job (nothing is queued unless kQueued).
@@ -70,6 +73,7 @@ class Scheduler {
   std::unique_ptr<BatchGenerator> generator_;
   size_t max_queue_;
   Metrics* metrics_;
+  DriftMonitor* drift_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> incoming_;

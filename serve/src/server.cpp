@@ -72,6 +72,7 @@ struct ServerState {
   std::atomic<bool> shutting_down{false};
   std::shared_ptr<const Engine> engine;
   std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<DriftMonitor> drift;  // null: the engine has no drift baseline
   std::unique_ptr<Scheduler> scheduler;
   ModelLimits limits;
   std::unique_ptr<ChatTemplate> chat_template;  // null: the engine has none
@@ -280,6 +281,8 @@ class Session : public std::enable_shared_from_this<Session> {
           job->options.sampling.seed = s_.randomSeed();
         else
           job->options.sampling.seed = r.options.sampling.seed + static_cast<uint64_t>(i);
+        if (s_.drift)  // the statistics of the tokens the drift monitor counts, no more
+          job->options.sampling.model_statistics_tokens = s_.drift->newTokens();
         // Holds the session until the job is done (cleared then): the session has no
         // operation pending while it waits for tokens.
         job->notify = [self = shared_from_this()] {
@@ -822,8 +825,16 @@ Status loadModel(ServerState& s) {
   if (l.eos_ids.empty() && s.tokenizer->eosId()) l.eos_ids.push_back(*s.tokenizer->eosId());
   std::unique_ptr<BatchGenerator> generator;
   LLMC_RETURN_IF_ERROR(BatchGenerator::create(s.engine, o.batch, &generator));
+  if (const DriftBaseline* baseline = s.engine->driftBaseline()) {
+    DriftOptions drift;
+    drift.window_tokens = o.drift_window_tokens;
+    drift.min_tokens = o.drift_min_tokens;
+    drift.threshold = o.drift_threshold;
+    s.drift = std::make_unique<DriftMonitor>(*baseline, drift, &s.metrics);
+    std::fprintf(stderr, "llmc serve: drift monitor on (baseline: %s)\n", baseline->source.c_str());
+  }
   s.scheduler = std::make_unique<Scheduler>(std::move(generator), static_cast<size_t>(o.max_queue),
-                                            &s.metrics);
+                                            &s.metrics, s.drift.get());
   return okStatus();
 }
 

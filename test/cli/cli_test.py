@@ -520,6 +520,31 @@ class CliTest(unittest.TestCase):
         code, _, err = run("bench", engine, "--context", "60")
         self.assert_one_error(code, err, 2, "exceeds the engine's context of 64")
 
+    def test_drift_baseline_refusals(self):
+        # --drift-text runs the engine: each impossible combination is one error, nothing written.
+        model = self.save(micro_decoder())
+        tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "tokenizers",
+                                 "gpt2_bpe", "tokenizer.json")
+        # Lines of about 40 tokens: each is one prompt (at most 60 tokens in a context of 64).
+        text = self.write("text.txt", "\n".join(f"line {i}: " + "and it was so " * 10 for i in range(100)).encode())
+        short = self.write("short.txt", "\n".join(f"line {i}: " + "and it was so " * 10 for i in range(63)).encode())
+        out = self.path("d.engine")
+        cases = [
+            (("--drift-text", text, "--strip-weights"), 2, "--drift-text runs the engine"),
+            (("--drift-text", text, "--as-graph"), 2, "--drift-text needs a decoder language model"),
+            (("--drift-text", text), 2, "no engine carries a tokenizer"),
+            # gpt2's ids are outside the micro decoder's vocabulary of 8.
+            (("--drift-text", text, "--tokenizer", tokenizer), 2, "drift calibration prompt 0"),
+            (("--drift-text", short, "--tokenizer", tokenizer), 2, "short.txt gives 63 prompts; a drift baseline needs 64"),
+            (("--drift-text", text, "--drift-new-tokens", "64"), 2, "leaves no room for a prompt"),
+            (("--drift-text", text, "--drift-new-tokens", "0"), 2, "--drift-new-tokens"),
+            (("--drift-text", text, "--drift-tokens", "10"), 2, "--drift-tokens"),
+        ]
+        for extra, status, fragment in cases:
+            code, _, err = run("compile", model, "-o", out, *extra)
+            self.assert_one_error(code, err, status, fragment)
+            self.assertFalse(os.path.exists(out), extra)
+
 
     # --- file arguments ----------------------------------------------------------------
     def test_directory_and_missing_file_arguments(self):
@@ -545,6 +570,8 @@ class CliTest(unittest.TestCase):
                   "--calib", path), "--calib"),
                 (("compile", model, "-o", self.path("e"), "--quantize", "int8", "--max-ppl-increase", "5",
                   "--tokenizer", tokenizer, "--eval-text", path), "--eval-text"),
+                (("compile", model, "-o", self.path("e"), "--tokenizer", tokenizer, "--drift-text", path),
+                 "--drift-text"),
                 (("verify", path), "model"),
                 (("verify", model, "--tokenizer", path), "--tokenizer"),
                 (("verify", model, "--input", f"input_ids={tensor}"), "--input input_ids"),

@@ -3,12 +3,16 @@
 
 corpus/onnx/*.onnx: tiny models made here with onnx.helper (every storage form of
 initializers, external data included, symbolic dims, optional inputs, a shape chain). corpus/engine/*.engine: the same
-models compiled by llmc (pass its path). Run:
+models compiled by llmc (pass its path), and add_drift.engine: add.engine with a drift
+baseline written in through flatc (checksummed as llmc does). Run:
     .venv/bin/python test/fuzz/make_model_corpus.py build/tools/llmc/llmc
 """
+import json
 import os
+import struct
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import onnx
@@ -94,6 +98,58 @@ def seeds():
         list(mats.values()) + ints, opset=23)
 
 
+def checksum64(data):
+    """runtime/src/core/engine_file.cpp's checksum64, in Python."""
+    mask = (1 << 64) - 1
+    p1, p2, p3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+
+    def rotl(x, r):
+        return ((x << r) | (x >> (64 - r))) & mask
+
+    lanes = [(p1 + p2) & mask, p2, 0, (-p1) & mask]
+    i = 0
+    while i + 32 <= len(data):
+        for lane in range(4):
+            word = struct.unpack_from("<Q", data, i + 8 * lane)[0]
+            lanes[lane] = (rotl((lanes[lane] + word * p2) & mask, 31) * p1) & mask
+        i += 32
+    h = (rotl(lanes[0], 1) + rotl(lanes[1], 7) + rotl(lanes[2], 12) + rotl(lanes[3], 18) + len(data)) & mask
+    for byte in data[i:]:
+        h = (rotl(h ^ ((byte * p3) & mask), 11) * p1) & mask
+    h ^= h >> 33
+    h = (h * p2) & mask
+    h ^= h >> 29
+    h = (h * p3) & mask
+    h ^= h >> 32
+    return h
+
+
+def with_drift_baseline(engine_path, out_path):
+    """A weightless engine with a drift baseline added to its FlatBuffer by flatc."""
+    schema = os.path.join(HERE, "..", "..", "runtime", "schema", "engine.fbs")
+    data = open(engine_path, "rb").read()
+    header = struct.unpack_from("<8sHHIQQQQQQ", data)
+    fb_offset, fb_size, weights_size = header[4], header[5], header[7]
+    assert weights_size == 0, "only weightless engines"
+    with tempfile.TemporaryDirectory() as work:
+        binary = os.path.join(work, "engine.bin")
+        open(binary, "wb").write(data[fb_offset:fb_offset + fb_size])
+        subprocess.run(["flatc", "--json", "--strict-json", "--raw-binary", "-o", work, schema, "--", binary],
+                       check=True)
+        tree = json.load(open(os.path.join(work, "engine.json")))
+        tree["drift_baseline"] = {
+            "entropy": {"edges": [0.5, 1.0, 2.0], "counts": [3, 4, 5, 6]},
+            "logprob": {"edges": [-2.0, -0.5], "counts": [6, 6, 6]},
+            "tokens": 18, "new_tokens": 4, "source": "seed"}
+        json.dump(tree, open(os.path.join(work, "engine.json"), "w"))
+        subprocess.run(["flatc", "--binary", "-o", work, schema, os.path.join(work, "engine.json")], check=True)
+        flatbuffer = open(os.path.join(work, "engine.engine"), "rb").read()  # the schema's file_extension
+    assert checksum64(data[fb_offset:fb_offset + fb_size]) == header[8], "checksum64 differs from llmc's"
+    out = struct.pack("<8sHHIQQQQQQ", b"LLMCENG\0", 1, 5, 64, 64, len(flatbuffer), 0, 0,
+                      checksum64(flatbuffer), checksum64(b""))
+    open(out_path, "wb").write(out + flatbuffer)
+
+
 def main():
     llmc = sys.argv[1] if len(sys.argv) > 1 else None
     onnx_dir = os.path.join(HERE, "corpus", "onnx")
@@ -114,6 +170,8 @@ def main():
         if llmc and (weightless or name == "micro_decoder"):
             subprocess.run([llmc, "compile", path, "-o", os.path.join(engine_dir, name + ".engine")], check=True,
                            stdout=subprocess.DEVNULL)
+    if llmc:
+        with_drift_baseline(os.path.join(engine_dir, "add.engine"), os.path.join(engine_dir, "add_drift.engine"))
 
 
 if __name__ == "__main__":

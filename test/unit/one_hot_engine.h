@@ -20,7 +20,8 @@ namespace llmc::testing {
 inline constexpr int64_t kOneHotVocab = 10;
 inline constexpr int64_t kOneHotMaxSeq = 64;
 
-inline std::shared_ptr<const Engine> oneHotEngine(bool as_language_model = false) {
+// The engine file's bytes.
+inline std::vector<uint8_t> oneHotEngineFile(bool as_language_model = false) {
   flatbuffers::FlatBufferBuilder fbb;
   auto dim = [&](int64_t size, const char* symbol) {
     return fb::CreateDim(fbb, size, symbol ? fbb.CreateString(symbol) : 0);
@@ -42,7 +43,7 @@ inline std::shared_ptr<const Engine> oneHotEngine(bool as_language_model = false
       -1, 0));
   std::vector<flatbuffers::Offset<fb::Weight>> weights{fb::CreateWeight(fbb, 0, 8),
                                                        fb::CreateWeight(fbb, 64, 8)};
-  std::vector<flatbuffers::Offset<fb::Slot>> slots{fb::CreateSlot(fbb, 0, 0)};
+  std::vector<flatbuffers::Offset<fb::Slot>> slots{fb::CreateSlot(fbb, uint64_t{0}, uint64_t{0})};
   std::vector<flatbuffers::Offset<fb::Symbol>> symbols{
       fb::CreateSymbol(fbb, fbb.CreateString("seq"), 1, kOneHotMaxSeq)};
   std::vector<flatbuffers::Offset<fb::Param>> params{
@@ -68,8 +69,13 @@ inline std::shared_ptr<const Engine> oneHotEngine(bool as_language_model = false
   std::memcpy(blob.data() + 64, on_off, 8);
   std::vector<uint8_t> file;
   assembleEngineFile({fbb.GetBufferPointer(), fbb.GetSize()}, blob, &file);
+  return file;
+}
+
+inline std::shared_ptr<const Engine> oneHotEngine(bool as_language_model = false) {
   std::shared_ptr<const Engine> loaded;
-  Status status = Engine::loadFromMemory(file, "one_hot.engine", &loaded);
+  Status status =
+      Engine::loadFromMemory(oneHotEngineFile(as_language_model), "one_hot.engine", &loaded);
   EXPECT_TRUE(status.ok()) << status.toString();
   return loaded;
 }

@@ -4,13 +4,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
+#include "chat.h"
 #include "cli.h"
 #include "compile_flags.h"
 #include "core/engine_file.h"
 #include "core/file_io.h"
 #include "eval.h"
+#include "llmc/drift.h"
 #include "pipeline/Pipeline.h"
 
 namespace llmc::cli {
@@ -190,16 +193,72 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
   return kExitOk;
 }
 
+// --drift-text: the engine's output statistics on `text` (the contents of `text_path`;
+// docs/serving.md, drift monitor), generated with the sampling a request without sampling
+// fields gets, stored in `engine`.
+Status addDriftBaseline(const CompileOptions& options, const std::string& text_path,
+                        const std::string& text, int64_t tokens, int32_t new_tokens,
+                        std::vector<uint8_t>* engine_bytes) {
+  std::shared_ptr<const Engine> engine;
+  LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(*engine_bytes, options.output_path, &engine));
+  if (!engine->llmConfig())
+    return failedPrecondition("--drift-text needs a decoder language model; " + options.input_path +
+                              " compiled as a plain graph");
+  const int64_t context = engine->llmConfig()->max_context;
+  if (new_tokens >= context)
+    return invalidArgument("--drift-new-tokens " + std::to_string(new_tokens) +
+                           " leaves no room for a prompt in the context of " +
+                           std::to_string(context));
+  std::unique_ptr<Tokenizer> tokenizer;
+  LLMC_RETURN_IF_ERROR(loadTokenizer(options.tokenizer_path, {engine}, &tokenizer));
+  std::vector<std::vector<int32_t>> prompts;
+  LLMC_RETURN_IF_ERROR(
+      driftPrompts(*tokenizer, text, std::min<int64_t>(64, context - new_tokens), &prompts)
+          .withContext(text_path));
+  DriftCalibration calibration;
+  calibration.new_tokens = new_tokens;
+  calibration.max_tokens = tokens;
+  serve::GenerationDefaults defaults;
+  if (!engine->generationConfigJson().empty())
+    LLMC_RETURN_IF_ERROR(serve::parseGenerationConfig(engine->generationConfigJson(), &defaults));
+  calibration.sampling = serve::defaultSampling(defaults);
+  calibration.stop_token_ids = engine->llmConfig()->eos_token_ids;
+  for (int32_t id : defaults.eos_token_ids)
+    if (std::find(calibration.stop_token_ids.begin(), calibration.stop_token_ids.end(), id) ==
+        calibration.stop_token_ids.end())
+      calibration.stop_token_ids.push_back(id);
+  calibration.session.backend = Backend::kCpu;
+  if (options.progress) options.progress("drift baseline on " + text_path);
+  DriftBaseline baseline;
+  const std::string name = std::filesystem::path(text_path).filename().string();
+  LLMC_RETURN_IF_ERROR(computeDriftBaseline(engine, prompts, calibration, name, &baseline));
+  std::vector<uint8_t> with_baseline;
+  LLMC_RETURN_IF_ERROR(
+      setDriftBaseline(*engine_bytes, options.output_path, baseline, &with_baseline));
+  *engine_bytes = std::move(with_baseline);
+  std::fprintf(stderr, "llmc compile: drift baseline: %s\n", baseline.source.c_str());
+  return okStatus();
+}
+
 int runCompile(const std::vector<std::string>& args) {
   CompileOptions options;
   bool report = false;
   double max_ppl_increase = -1;
-  std::string eval_text, eval_text_option = "--eval-text";
+  std::string eval_text, eval_text_option = "--eval-text", drift_text;
+  int64_t drift_tokens = 4096, drift_new_tokens = 4;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "-o" || arg == "--output" || arg == "--eval-text") {
+    if (arg == "-o" || arg == "--output" || arg == "--eval-text" || arg == "--drift-text") {
       if (i + 1 >= args.size()) return usageError("compile", arg + " needs a file name");
-      (arg == "--eval-text" ? eval_text : options.output_path) = args[++i];
+      (arg == "--eval-text"    ? eval_text
+       : arg == "--drift-text" ? drift_text
+                               : options.output_path) = args[++i];
+      continue;
+    }
+    if (arg == "--drift-tokens" || arg == "--drift-new-tokens") {
+      Status s = arg == "--drift-tokens" ? intOption(args, &i, 64, 1 << 20, &drift_tokens)
+                                         : intOption(args, &i, 1, 4096, &drift_new_tokens);
+      if (!s.ok()) return usageError("compile", s);
       continue;
     }
     if (arg == "--max-ppl-increase") {  // a percentage, e.g. 5 for 5%
@@ -221,6 +280,9 @@ int runCompile(const std::vector<std::string>& args) {
   }
   if (options.input_path.empty()) return usageError("compile", "no model given");
   if (options.output_path.empty()) return usageError("compile", "no output given (-o OUT.engine)");
+  if (!drift_text.empty() && options.strip_weights)
+    return usageError("compile",
+                      "--drift-text runs the engine: it needs the weights (not --strip-weights)");
   if (max_ppl_increase >= 0) {
     if (options.quantize.empty()) return usageError("compile", "--max-ppl-increase goes with --quantize");
     if (options.strip_weights) return usageError("compile", "--max-ppl-increase needs the weights (not --strip-weights)");
@@ -239,11 +301,17 @@ int runCompile(const std::vector<std::string>& args) {
   std::string model;
   Status status = readFile(options.input_path, "model", &model);
   if (!status.ok()) return reportError("compile", status);
+  std::string drift_contents;  // read now: a bad path fails before the compile, not after
+  if (!drift_text.empty()) status = readFile(drift_text, "--drift-text", &drift_contents);
+  if (!status.ok()) return reportError("compile", status);
   std::vector<uint8_t> engine;
   status = compileModelBytes(model, options, &engine, &stats);
   if (status.ok() && max_ppl_increase >= 0)
     status =
         checkAccuracy(model, options, engine, stats, eval_text, eval_text_option, max_ppl_increase);
+  if (status.ok() && !drift_text.empty())
+    status = addDriftBaseline(options, drift_text, drift_contents, drift_tokens,
+                              static_cast<int32_t>(drift_new_tokens), &engine);
   if (status.ok()) {
     if (options.progress) options.progress("writing " + options.output_path);
     status = writeEngineFile(options.output_path, engine);

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "llmc/drift.h"
 #include "llmc/engine.h"
 
 namespace llmc::cli {
@@ -118,6 +119,11 @@ int runInspect(const std::vector<std::string>& args) {
     out +=
         "  \"generation_config_bytes\": " + std::to_string(engine->generationConfigJson().size()) +
         ",\n";
+    if (const DriftBaseline* drift = engine->driftBaseline())
+      out += "  \"drift_baseline\": {\"tokens\": " + std::to_string(drift->tokens) +
+             ", \"entropy_bins\": " + std::to_string(drift->entropy.counts.size()) +
+             ", \"logprob_bins\": " + std::to_string(drift->logprob.counts.size()) +
+             ", \"source\": " + jsonString(drift->source) + "},\n";
     if (const LlmConfig* llm = engine->llmConfig()) {
       std::string eos;
       for (int32_t id : llm->eos_token_ids) {
@@ -183,6 +189,21 @@ int runInspect(const std::vector<std::string>& args) {
   if (!engine->generationConfigJson().empty())
     std::printf("generation config: %zu bytes of generation_config.json\n",
                 engine->generationConfigJson().size());
+  if (const DriftBaseline* drift = engine->driftBaseline()) {
+    std::printf("drift baseline: %llu tokens from %s\n",
+                static_cast<unsigned long long>(drift->tokens), drift->source.c_str());
+    auto print_edges = [](const char* name, const DriftHistogram& h) {
+      std::string edges;
+      char number[32];
+      for (float e : h.edges) {
+        std::snprintf(number, sizeof(number), "%s%.3f", edges.empty() ? "" : " ", e);
+        edges += number;
+      }
+      std::printf("  %s bin edges: %s\n", name, edges.c_str());
+    };
+    print_edges("entropy (nats)", drift->entropy);
+    print_edges("chosen logprob", drift->logprob);
+  }
   if (const LlmConfig* llm = engine->llmConfig()) {
     std::string eos;
     for (int32_t id : llm->eos_token_ids) {

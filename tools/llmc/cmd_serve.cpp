@@ -86,6 +86,12 @@ int runServe(const std::vector<std::string>& args) {
       value = intOption(args, &i, 1, int64_t{1} << 32, &options.batch.kv_cache_tokens);
     } else if (arg == "--kv-cache-dtype") {
       value = kvCacheDtypeOption(args, &i, &options.batch.kv_cache_dtype);
+    } else if (arg == "--drift-window") {
+      value = intOption(args, &i, 1, int64_t{1} << 24, &options.drift_window_tokens);
+    } else if (arg == "--drift-min-tokens") {
+      value = intOption(args, &i, 1, int64_t{1} << 24, &options.drift_min_tokens);
+    } else if (arg == "--drift-threshold") {
+      value = floatOption(args, &i, 0, 100, &options.drift_threshold);
     } else if (!arg.empty() && arg[0] == '-') {
       return usageError("serve", "unknown option '" + arg + "'");
     } else if (options.engine_path.empty()) {
@@ -97,6 +103,10 @@ int runServe(const std::vector<std::string>& args) {
     if (!value.ok()) return usageError("serve", value);
   }
   if (options.engine_path.empty()) return usageError("serve", "needs an engine file");
+  if (options.drift_min_tokens > options.drift_window_tokens)
+    return usageError("serve", "--drift-min-tokens " + std::to_string(options.drift_min_tokens) +
+                                   " exceeds --drift-window " +
+                                   std::to_string(options.drift_window_tokens));
   Status status = serve::runServer(options, [&](int port) {
     std::printf("llmc serve: listening on http://%s:%d\n", options.host.c_str(), port);
     std::fflush(stdout);

@@ -138,8 +138,6 @@ Status evaluateEngine(std::shared_ptr<const Engine> engine_in, std::shared_ptr<c
   return okStatus();
 }
 
-namespace {
-
 Status loadTokenizer(const std::string& tokenizer_path, const std::vector<std::shared_ptr<const Engine>>& engines,
                      std::unique_ptr<Tokenizer>* tokenizer) {
   if (!tokenizer_path.empty()) return loadTokenizerFile(tokenizer_path, tokenizer);
@@ -149,6 +147,8 @@ Status loadTokenizer(const std::string& tokenizer_path, const std::vector<std::s
   if (!*tokenizer) return invalidArgument("no engine carries a tokenizer: give --tokenizer tokenizer.json");
   return okStatus();
 }
+
+namespace {
 
 // An encoder's session and which of input_ids / attention_mask / token_type_ids it takes.
 struct EncoderRun {

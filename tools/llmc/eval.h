@@ -10,6 +10,7 @@
 #include "llmc/engine.h"
 #include "llmc/session.h"
 #include "llmc/status.h"
+#include "llmc/tokenizer.h"
 
 namespace llmc::cli {
 
@@ -50,6 +51,11 @@ Status evaluateEncoder(std::shared_ptr<const Engine> engine, std::shared_ptr<con
 Status tokenizeLines(const std::string& path, const std::string& tokenizer_path,
                      const std::vector<std::shared_ptr<const Engine>>& engines,
                      std::vector<std::vector<int32_t>>* sentences);
+
+// The tokenizer of `tokenizer_path`, or else the first of `engines` that carries one.
+Status loadTokenizer(const std::string& tokenizer_path,
+                     const std::vector<std::shared_ptr<const Engine>>& engines,
+                     std::unique_ptr<Tokenizer>* tokenizer);
 
 // The text of `path` (given as `option`, e.g. --text) tokenized with `tokenizer_path`, or else
 // the first of `engines` that carries a tokenizer.

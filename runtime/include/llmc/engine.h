@@ -18,6 +18,7 @@
 namespace llmc {
 
 struct Plan;  // the verified execution plan (internal: runtime/src/core/plan.h)
+struct DriftBaseline;  // llmc/drift.h
 class InternalAccess;
 
 // One dimension of a declared shape.
@@ -106,6 +107,8 @@ class Engine {
   const std::string& generationConfigJson() const;
   // The language-model configuration; null when the engine runs as a plain graph.
   const LlmConfig* llmConfig() const;
+  // The output statistics `llmc compile --drift-text` recorded (llmc/drift.h); null when none.
+  const DriftBaseline* driftBaseline() const;
 
  private:
   friend class InternalAccess;  // the plan, for the runtime itself (core/internal_access.h)

@@ -58,6 +58,12 @@ struct GenerationResult {
   // logprobs, most probable first (empty lists when num_logprobs is 0; beam search leaves it
   // empty).
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  // Per new token, the model's own distribution: its entropy (nats) and the chosen token's
+  // log-probability under it (SampledToken::entropy / model_logprob: NaN beyond
+  // SamplingParams::model_statistics_tokens and for tokens sampled on the GPU). Beam search
+  // leaves them empty.
+  std::vector<float> entropies;
+  std::vector<float> model_logprobs;
   std::string text;             // the new tokens decoded, when the generator has a tokenizer
   FinishReason finish_reason = FinishReason::kLength;
   double time_to_first_token_ms = 0;

@@ -210,6 +210,36 @@ Status readRecipe(const fb::Weight* weight, const Plan& plan, const KernelRegist
   return okStatus();
 }
 
+Status convertDriftHistogram(const fb::DriftHistogram* fb_histogram, const std::string& what,
+                             DriftHistogram* out) {
+  if (!fb_histogram) return dataLoss(what + " is missing");
+  if (fb_histogram->edges())
+    out->edges.assign(fb_histogram->edges()->begin(), fb_histogram->edges()->end());
+  if (fb_histogram->counts())
+    out->counts.assign(fb_histogram->counts()->begin(), fb_histogram->counts()->end());
+  return out->check(what);
+}
+
+Status convertDriftBaseline(const fb::DriftBaseline& def, const std::string& what,
+                            DriftBaseline* out) {
+  const std::string at = what + ": drift baseline";
+  LLMC_RETURN_IF_ERROR(
+      convertDriftHistogram(def.entropy(), at + " entropy histogram", &out->entropy));
+  LLMC_RETURN_IF_ERROR(
+      convertDriftHistogram(def.logprob(), at + " logprob histogram", &out->logprob));
+  out->tokens = def.tokens();
+  if (out->tokens == 0 || out->entropy.total() != out->tokens ||
+      out->logprob.total() != out->tokens)
+    return dataLoss(at + ": its histograms do not each count its " + std::to_string(out->tokens) +
+                    " tokens");
+  out->new_tokens = def.new_tokens();
+  if (out->new_tokens < 1)
+    return dataLoss(at + ": counts the first " + std::to_string(out->new_tokens) +
+                    " tokens of each response (must be positive)");
+  if (def.source()) out->source = def.source()->str();
+  return okStatus();
+}
+
 Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std::string& what,
                  const KernelRegistry& registry, Plan* plan) {
   const uint8_t* fb_bytes = file + header.flatbuffer_offset;
@@ -235,6 +265,8 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   if (def->tokenizer_json()) plan->tokenizer_json = def->tokenizer_json()->str();
   if (def->tokenizer_config()) plan->tokenizer_config_json = def->tokenizer_config()->str();
   if (def->generation_config()) plan->generation_config_json = def->generation_config()->str();
+  if (const fb::DriftBaseline* drift = def->drift_baseline())
+    LLMC_RETURN_IF_ERROR(convertDriftBaseline(*drift, what, &plan->drift_baseline.emplace()));
   // No engine needs a terabyte of scratch memory; such a number is corruption.
   if (plan->arena_bytes > (uint64_t{1} << 40))
     return dataLoss(what + ": arena of " + std::to_string(plan->arena_bytes) +
@@ -539,6 +571,9 @@ const std::string& Engine::path() const { return plan_->path; }
 const std::string& Engine::tokenizerJson() const { return plan_->tokenizer_json; }
 const std::string& Engine::tokenizerConfigJson() const { return plan_->tokenizer_config_json; }
 const std::string& Engine::generationConfigJson() const { return plan_->generation_config_json; }
+const DriftBaseline* Engine::driftBaseline() const {
+  return plan_->drift_baseline ? &*plan_->drift_baseline : nullptr;
+}
 const LlmConfig* Engine::llmConfig() const { return plan_->llm ? &*plan_->llm : nullptr; }
 
 }  // namespace llmc

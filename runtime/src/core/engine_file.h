@@ -15,9 +15,9 @@ namespace llmc {
 
 inline constexpr char kEngineMagic[8] = {'L', 'L', 'M', 'C', 'E', 'N', 'G', '\0'};
 inline constexpr uint16_t kEngineFormatMajor = 1;
-inline constexpr uint16_t kEngineFormatMinor =
-    4;  // 1.1: tokenizer_json; 1.2: llm config; 1.3: weight recipes; 1.4: tokenizer and generation
-        // configs
+// 1.1: tokenizer_json; 1.2: llm config; 1.3: weight recipes; 1.4: tokenizer and generation
+// configs; 1.5: drift baseline
+inline constexpr uint16_t kEngineFormatMinor = 5;
 inline constexpr uint64_t kWeightsAlignment = 65536;  // a page on every platform
 inline constexpr uint64_t kTensorAlignment = 64;
 

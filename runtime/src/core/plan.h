@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/kernel.h"
+#include "llmc/drift.h"
 #include "llmc/engine.h"
 #include "llmc/tensor.h"
 
@@ -86,6 +87,7 @@ struct Plan {
   std::string tokenizer_config_json;   // tokenizer_config.json (empty: none)
   std::string generation_config_json;  // generation_config.json (empty: none)
   std::optional<LlmConfig> llm;
+  std::optional<DriftBaseline> drift_baseline;
 };
 
 // Engine targets: "cpu" runs on the CPU backend; "cuda-sm80" / "cuda-sm90" name the GPU an

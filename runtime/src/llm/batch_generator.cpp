@@ -247,6 +247,8 @@ Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
     if (r.result.tokens.empty()) r.first_token = Clock::now();
     r.result.tokens.push_back(token.id);
     r.result.logprobs.push_back(token.logprob);
+    r.result.entropies.push_back(token.entropy);
+    r.result.model_logprobs.push_back(token.model_logprob);
     r.result.top_logprobs.push_back(std::move(token.top_logprobs));
     bool keep_going = true;
     Status called =

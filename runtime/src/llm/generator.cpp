@@ -40,7 +40,8 @@ bool isIntegerDType(DType d) { return d == DType::kInt64 || d == DType::kInt32; 
 // logprobs, which need the host sampler's state or the whole distribution.
 bool sampleableOnDevice(const SamplingParams& p) {
   return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0 &&
-         p.logit_bias.empty() && p.min_p == 0 && p.num_logprobs == 0;
+         p.logit_bias.empty() && p.min_p == 0 && p.num_logprobs == 0 &&
+         p.model_statistics_tokens == 0;
 }
 
 // A [rows, length] id tensor; `value(row, column)` gives each element.
@@ -300,6 +301,8 @@ Status Generator::generateUnguarded(std::span<const int32_t> prompt,
     rows[0].push_back(token.id);
     result->tokens.push_back(token.id);
     result->logprobs.push_back(token.logprob);
+    result->entropies.push_back(token.entropy);
+    result->model_logprobs.push_back(token.model_logprob);
     result->top_logprobs.push_back(std::move(token.top_logprobs));
     if (decoder) {
       LLMC_RETURN_IF_ERROR(decoder->step(token.id, &result->text));

@@ -42,6 +42,30 @@ auto byLogitDescending(const std::vector<float>& logits) {
 // 150k vocab and its 1-ulp error is far below what a logprob or a top-p boundary can resolve.
 double expWeight(float logit) { return static_cast<double>(std::exp(logit)); }
 
+// Entropy (nats) and log normalizer of softmax(logits); -inf logits carry no mass. The caller
+// has checked that no logit is NaN or +inf.
+struct ModelStatistics {
+  double entropy = 0;
+  float max_logit = 0;
+  double log_normalizer = 0;  // of the logits shifted by max_logit
+};
+ModelStatistics modelStatistics(const std::vector<float>& logits) {
+  float max_logit = -kInf;
+  for (float logit : logits) max_logit = std::max(max_logit, logit);
+  if (max_logit == -kInf) return {NAN, 0, NAN};  // every token masked: sample() refuses it below
+  // H = log Z - sum(w * x) / Z over x = logit - max, w = exp(x), Z = sum(w).
+  double normalizer = 0, weighted = 0;
+  for (float logit : logits) {
+    if (logit == -kInf) continue;
+    const float shifted = logit - max_logit;
+    const double w = expWeight(shifted);
+    normalizer += w;
+    weighted += w * shifted;
+  }
+  const double log_z = std::log(normalizer);
+  return {std::max(0.0, log_z - weighted / normalizer), max_logit, log_z};
+}
+
 std::string fieldError(const char* field, const std::string& what) {
   return std::string("sampling params: ") + field + " " + what;
 }
@@ -111,6 +135,11 @@ Status validate(const SamplingParams& params, int32_t vocab_size) {
           "logit_bias", "entry " + std::to_string(i) + " (token " + std::to_string(id) +
                             "): bias must be finite or -inf, got " + std::to_string(bias)));
     }
+  }
+  if (params.model_statistics_tokens < -1) {
+    return invalidArgument(
+        fieldError("model_statistics_tokens",
+                   "must be >= -1, got " + std::to_string(params.model_statistics_tokens)));
   }
   if (params.num_logprobs < 0 || params.num_logprobs > vocab_size) {
     return invalidArgument(fieldError("num_logprobs", "must be in [0, " +
@@ -251,6 +280,10 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
     }
     processed_[i] = logit;
   }
+  // The raw distribution's statistics, before anything below changes processed_.
+  const int32_t wanted = params_.model_statistics_tokens;
+  const bool statistics = wanted == -1 || sampled_ < wanted;
+  const ModelStatistics raw = statistics ? modelStatistics(processed_) : ModelStatistics{};
 
   applyBiasAndPenalties();
 
@@ -314,6 +347,12 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
 
   out->id = static_cast<int32_t>(chosen);
   out->logprob = logprobOf(chosen);
+  out->entropy = statistics ? static_cast<float>(raw.entropy) : NAN;
+  out->model_logprob =
+      statistics ? static_cast<float>(static_cast<double>(logits[chosen] - raw.max_logit) -
+                                      raw.log_normalizer)
+                 : NAN;
+  ++sampled_;
   out->top_logprobs.clear();
   if (params_.num_logprobs > 0) {
     std::vector<int32_t>& order = logprob_order_;

@@ -77,6 +77,7 @@ class Sampler {
 
   SamplingParams params_;
   int32_t vocab_size_ = 0;
+  int64_t sampled_ = 0;  // tokens sampled so far
   Xoshiro256 rng_;
 
   std::vector<int32_t> output_counts_;  // [vocab] times each id was sampled

@@ -1,7 +1,7 @@
 // llmc::serve: the reference HTTP service over the runtime (`llmc serve`), OpenAI-compatible.
 // Layers (docs/serving.md): access (this API, HTTP, routes, auth, limits), compute (one
 // scheduler thread over a BatchGenerator), storage (the batch generator's paged KV cache and
-// prefix cache), monitoring (Prometheus metrics).
+// prefix cache), monitoring (Prometheus metrics, the output-drift monitor).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,15 @@ struct ServerOptions {
   double shutdown_grace_s = 30;      // SIGTERM: in-flight requests may finish within this
 
   BatchConfig batch;  // the scheduler's token budget, running requests, KV cache, backend
+
+  // The output-drift monitor, on when the engine holds a drift baseline (llmc compile
+  // --drift-text): scores over the most recent drift_window_tokens counted tokens (the first
+  // few of each response), none while fewer than drift_min_tokens; a PSI above
+  // drift_threshold logs a warning and raises the alert gauge until it falls under 0.8 x the
+  // threshold.
+  int64_t drift_window_tokens = 2048;
+  int64_t drift_min_tokens = 512;
+  double drift_threshold = 0.25;
 };
 
 // Binds, loads the engine (GET /health answers 503 until it is loaded), serves until SIGINT or
