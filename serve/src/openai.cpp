@@ -241,8 +241,6 @@ std::optional<ApiError> parseCommon(const json& body, const ModelLimits& limits,
     if (!out->stream) return bad("stream_options", "'stream_options' needs 'stream': true");
     if (auto e = boolean(*stream_options, "include_usage", &out->include_usage)) return e;
   }
-  if (out->stream && out->logprobs >= 0)
-    return bad("logprobs", "logprobs are not yet returned when streaming");
   if (auto e = boolean(body, "skip_special_tokens", &out->skip_special_tokens)) return e;
   auto user = body.find("user");
   if (user != body.end() && !user->is_null() && !user->is_string())

@@ -84,7 +84,7 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
     return;
   }
   Job* raw = job.get();
-  auto on_token = [this, raw](int32_t token) {
+  SampledTokenCallback on_token = [this, raw](const SampledToken& token) {
     const auto now = Clock::now();
     std::function<void()> notify;
     {
@@ -95,7 +95,9 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
         metrics_->observe("vllm:time_to_first_token_seconds", secondsBetween(raw->arrival, now));
       raw->has_token = true;
       raw->last_token = now;
-      raw->tokens.push_back(token);
+      raw->tokens.push_back(token.id);
+      raw->logprobs.push_back(token.logprob);
+      raw->top_logprobs.push_back(token.top_logprobs);
       notify = raw->notify;
     }
     metrics_->add("vllm:generation_tokens_total", 1);

@@ -37,6 +37,8 @@ struct Job {
 
   std::mutex mu;
   std::vector<int32_t> tokens;  // every token so far (the access layer keeps its own cursor)
+  std::vector<float> logprobs;  // of each token (sampling.h's convention)
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // each token's top N
   bool done = false;
   Status status;                    // set with done: ok, kCancelled, or the error that ended it
   GenerationResult result;          // set with done

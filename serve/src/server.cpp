@@ -249,6 +249,8 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string finish_reason;
     std::string all_text;  // non-streaming: the whole text
     bool role_sent = false;  // chat streaming: the first chunk (the role) is out
+    size_t logprobs_sent = 0;  // tokens whose logprobs are out
+    size_t text_offset = 0;    // completions' logprobs: the text offset of the next token
   };
 
   void complete(const json& body, bool chat) {
@@ -441,6 +443,10 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         if (!delta.empty() || done) {
           json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", reason}};
+          if (r.logprobs >= 0) {  // the tokens whose text is out (or held back by a stop string)
+            std::lock_guard<std::mutex> lock(c.job->mu);
+            choice["logprobs"] = takeLogprobs(c, c.text->tokensFed());
+          }
           if (r.chat)
             choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
           else
@@ -552,30 +558,54 @@ class Session : public std::enable_shared_from_this<Session> {
     return "data: " + dumpJson(chunk) + "\n\n";
   }
 
-  // Chat's logprobs: per token its text, logprob, UTF-8 bytes and alternatives.
-  json chatLogprobs(const GenerationResult& result, size_t count, size_t top_n) const {
-    auto bytes = [](const std::string& text) {
-      json b = json::array();
-      for (unsigned char c : text) b.push_back(static_cast<int>(c));
-      return b;
-    };
-    json content = json::array();
-    for (size_t t = 0; t < count; ++t) {
-      std::string text = tokenText(result.tokens[t]);
-      json top = json::array();
-      if (t < result.top_logprobs.size()) {
-        for (size_t k = 0; k < result.top_logprobs[t].size() && k < top_n; ++k) {
-          const auto& [id, lp] = result.top_logprobs[t][k];
+  // The logprobs of a choice's tokens [c.logprobs_sent, end), in the request's format: chat's
+  // (per token its text, logprob, UTF-8 bytes and alternatives) or completions' (parallel
+  // lists with text offsets); the choice's cursor moves to `end`. Needs the job's mutex.
+  json takeLogprobs(Choice& c, size_t end) {
+    const Job& job = *c.job;
+    const size_t top_n = static_cast<size_t>(std::max(0, request_data_->logprobs));
+    end = std::min({end, job.tokens.size(), job.logprobs.size(), job.top_logprobs.size()});
+    const size_t begin = std::min(c.logprobs_sent, end);
+    c.logprobs_sent = end;
+    if (request_data_->chat) {
+      auto bytes = [](const std::string& text) {
+        json b = json::array();
+        for (unsigned char ch : text) b.push_back(static_cast<int>(ch));
+        return b;
+      };
+      json content = json::array();
+      for (size_t t = begin; t < end; ++t) {
+        std::string text = tokenText(job.tokens[t]);
+        json top = json::array();
+        for (size_t k = 0; k < job.top_logprobs[t].size() && k < top_n; ++k) {
+          const auto& [id, lp] = job.top_logprobs[t][k];
           std::string alt = tokenText(id);
           top.push_back(json{{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
         }
+        content.push_back(json{{"token", text},
+                               {"logprob", job.logprobs[t]},
+                               {"bytes", bytes(text)},
+                               {"top_logprobs", top}});
       }
-      content.push_back(json{{"token", text},
-                             {"logprob", t < result.logprobs.size() ? result.logprobs[t] : 0.0f},
-                             {"bytes", bytes(text)},
-                             {"top_logprobs", top}});
+      return json{{"content", content}};
     }
-    return json{{"content", content}};
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+         offsets = json::array();
+    for (size_t t = begin; t < end; ++t) {
+      std::string text = tokenText(job.tokens[t]);
+      tokens.push_back(text);
+      token_logprobs.push_back(job.logprobs[t]);
+      json alternatives = json::object();
+      for (size_t k = 0; k < job.top_logprobs[t].size() && k < top_n; ++k)
+        alternatives[tokenText(job.top_logprobs[t][k].first)] = job.top_logprobs[t][k].second;
+      top.push_back(alternatives);
+      offsets.push_back(c.text_offset);
+      c.text_offset += text.size();
+    }
+    return json{{"tokens", tokens},
+                {"token_logprobs", token_logprobs},
+                {"top_logprobs", top},
+                {"text_offset", offsets}};
   }
 
   json responseBody() {
@@ -583,46 +613,20 @@ class Session : public std::enable_shared_from_this<Session> {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       json logprobs = nullptr;
-      if (request_data_->chat) {
-        if (request_data_->logprobs >= 0) {
-          std::lock_guard<std::mutex> lock(c.job->mu);
-          size_t count = std::min(c.text->tokensFed(), c.job->result.tokens.size());
-          logprobs =
-              chatLogprobs(c.job->result, count, static_cast<size_t>(request_data_->logprobs));
-        }
+      if (request_data_->logprobs >= 0) {
+        std::lock_guard<std::mutex> lock(c.job->mu);
+        logprobs = takeLogprobs(c, c.text->tokensFed());
+      }
+      if (request_data_->chat)
         choices.push_back(json{{"index", i},
                                {"message", {{"role", "assistant"}, {"content", c.all_text}}},
                                {"logprobs", logprobs},
                                {"finish_reason", c.finish_reason}});
-        continue;
-      }
-      if (request_data_->logprobs >= 0) {
-        std::lock_guard<std::mutex> lock(c.job->mu);
-        const GenerationResult& result = c.job->result;
-        json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
-             offsets = json::array();
-        size_t count = std::min(c.text->tokensFed(), result.tokens.size());
-        size_t offset = 0;
-        for (size_t t = 0; t < count; ++t) {
-          std::string text = tokenText(result.tokens[t]);
-          tokens.push_back(text);
-          token_logprobs.push_back(t < result.logprobs.size() ? result.logprobs[t] : 0.0f);
-          json alternatives = json::object();
-          if (t < result.top_logprobs.size())
-            for (const auto& [id, lp] : result.top_logprobs[t]) alternatives[tokenText(id)] = lp;
-          top.push_back(alternatives);
-          offsets.push_back(offset);
-          offset += text.size();
-        }
-        logprobs = json{{"tokens", tokens},
-                        {"token_logprobs", token_logprobs},
-                        {"top_logprobs", top},
-                        {"text_offset", offsets}};
-      }
-      choices.push_back(json{{"index", i},
-                             {"text", c.all_text},
-                             {"logprobs", logprobs},
-                             {"finish_reason", c.finish_reason}});
+      else
+        choices.push_back(json{{"index", i},
+                               {"text", c.all_text},
+                               {"logprobs", logprobs},
+                               {"finish_reason", c.finish_reason}});
     }
     return json{{"id", id_},
                 {"object", request_data_->chat ? "chat.completion" : "text_completion"},

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -122,6 +123,56 @@ TEST_P(GeneratorCallbackTest, ThrowingTokenCallbackIsAStatusAndTheGeneratorStays
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorCallbackTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "KvCache" : "Recompute"; });
+
+TEST(BatchGeneratorCallbackTest, SampledTokenCallbackSeesWhatTheResultHolds) {
+  std::unique_ptr<BatchGenerator> batch;
+  ASSERT_TRUE(BatchGenerator::create(oneHotEngine(true), BatchConfig(), &batch).ok());
+  GenerationOptions options;
+  options.max_new_tokens = 5;
+  options.sampling.temperature = 1.0f;
+  options.sampling.seed = 9;
+  options.sampling.num_logprobs = 3;
+  options.sampling.model_statistics_tokens = 2;
+  std::vector<SampledToken> seen;
+  int64_t id = 0, throwing = 0;
+  ASSERT_TRUE(batch
+                  ->submit(
+                      std::vector<int32_t>{4}, options,
+                      [&](const SampledToken& token) {
+                        seen.push_back(token);
+                        return true;
+                      },
+                      &id)
+                  .ok());
+  ASSERT_TRUE(batch
+                  ->submit(
+                      std::vector<int32_t>{5}, options,
+                      [](const SampledToken&) -> bool { throw std::runtime_error("sampled boom"); },
+                      &throwing)
+                  .ok());
+  std::vector<BatchGenerator::Finished> finished;
+  for (int i = 0; i < 20 && !batch->idle(); ++i) ASSERT_TRUE(batch->step(&finished).ok());
+  ASSERT_EQ(finished.size(), 2u);
+  for (const BatchGenerator::Finished& f : finished) {
+    if (f.request_id == throwing) {
+      EXPECT_EQ(f.status.code(), StatusCode::kCancelled);
+      EXPECT_TRUE(contains(f.status.message(), "the token callback threw: sampled boom"));
+      continue;
+    }
+    ASSERT_TRUE(f.status.ok()) << f.status.toString();
+    ASSERT_EQ(seen.size(), f.result.tokens.size());
+    for (size_t t = 0; t < seen.size(); ++t) {
+      EXPECT_EQ(seen[t].id, f.result.tokens[t]);
+      EXPECT_EQ(seen[t].logprob, f.result.logprobs[t]);
+      EXPECT_EQ(seen[t].top_logprobs, f.result.top_logprobs[t]);
+      EXPECT_EQ(seen[t].top_logprobs.size(), 3u);
+      EXPECT_EQ(std::isnan(seen[t].entropy), t >= 2);  // statistics for the first two only
+      if (t < 2) {
+        EXPECT_EQ(seen[t].entropy, f.result.entropies[t]);
+      }
+    }
+  }
+}
 
 TEST(BatchGeneratorCallbackTest, ThrowingCallbackEndsOnlyItsRequest) {
   std::unique_ptr<BatchGenerator> batch;

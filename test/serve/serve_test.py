@@ -269,6 +269,20 @@ def run_chat_checks(server, client):
     check(len(content) == 4 and all(len(t.top_logprobs) == 2 and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4
                                     and bytes(t.bytes).decode("utf-8", "replace") == t.token for t in content),
           "chat logprobs: tokens, bytes, two alternatives, greedy = most probable")
+    # Streamed, the chunks' logprobs add up to the same list (sampled with a seed, so that the
+    # chosen tokens are not always the most probable).
+    for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 11}):
+        once = client.chat.completions.create(model="demo", messages=conversation, max_tokens=12, logprobs=True,
+                                              top_logprobs=2, **sampling)
+        streamed = []
+        for chunk in client.chat.completions.create(model="demo", messages=conversation, max_tokens=12,
+                                                    logprobs=True, top_logprobs=2, stream=True, **sampling):
+            for c in chunk.choices:
+                if c.logprobs:
+                    streamed += c.logprobs.content
+        check([t.model_dump() for t in streamed] == [t.model_dump() for t in once.choices[0].logprobs.content] and
+              len(streamed) == once.usage.completion_tokens,
+              f"streamed chat logprobs equal the non-streamed ones ({sampling}, {len(streamed)} tokens)")
     # The engine's generation_config.json (temperature 0.7, top_k 20) fills unset fields.
     unset = client.chat.completions.create(model="demo", messages=conversation, max_tokens=16, seed=5)
     explicit = client.chat.completions.create(model="demo", messages=conversation, max_tokens=16, seed=5,
@@ -365,6 +379,23 @@ def run_checks(server, client, reference):
           all(len(t) <= 3 for t in logprobs.top_logprobs) and
           all(abs(max(t.values()) - v) < 1e-4 for t, v in zip(logprobs.top_logprobs, logprobs.token_logprobs)),
           "logprobs: five tokens, greedy picks the most probable")
+    # Streamed, the chunks' logprobs add up to the same lists, text offsets included; with a
+    # stop string, both end at the token that completed it.
+    for extra in ({"temperature": 0}, {"temperature": 1.0, "seed": 3}, {"temperature": 0, "stop": [stop]}):
+        request = dict(model="demo", prompt="And the LORD spake unto Moses", max_tokens=40, logprobs=2,
+                       extra_body={"ignore_eos": True}, **extra)
+        once = client.completions.create(**request).choices[0]
+        lists = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        text = ""
+        for chunk in client.completions.create(stream=True, **request):
+            for c in chunk.choices:
+                text += c.text
+                if c.logprobs:
+                    for key in lists:
+                        lists[key] += getattr(c.logprobs, key)
+        want = {key: getattr(once.logprobs, key) for key in lists}
+        check(lists == want and text == once.text and len(lists["tokens"]) > 0,
+              f"streamed logprobs equal the non-streamed ones ({extra}, {len(lists['tokens'])} tokens)")
 
     # Tokenize / detokenize.
     status, data = server.request("POST", "/tokenize", {"prompt": "In the beginning God created"})

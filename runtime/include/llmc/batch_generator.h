@@ -59,6 +59,14 @@ class BatchGenerator {
   // cancel the request (it then finishes with kCancelled).
   Status submit(std::span<const int32_t> prompt, const GenerationOptions& options,
                 TokenCallback on_token, int64_t* request_id);
+  // The same, the callback seeing each token's logprobs too (a streaming server's logprobs).
+  Status submit(std::span<const int32_t> prompt, const GenerationOptions& options,
+                SampledTokenCallback on_token, int64_t* request_id);
+  // The same without a callback.
+  Status submit(std::span<const int32_t> prompt, const GenerationOptions& options, std::nullptr_t,
+                int64_t* request_id) {
+    return submit(prompt, options, SampledTokenCallback(), request_id);
+  }
 
   struct Finished {
     int64_t request_id = 0;
@@ -82,7 +90,7 @@ class BatchGenerator {
   BatchGenerator() = default;
   // The bodies of submit() and step(), which run them inside the API's exception boundary.
   Status submitUnguarded(std::span<const int32_t> prompt, const GenerationOptions& options,
-                         TokenCallback on_token, int64_t* request_id);
+                         SampledTokenCallback on_token, int64_t* request_id);
   Status stepUnguarded(std::vector<Finished>* finished);
   struct State;
   std::unique_ptr<State> state_;

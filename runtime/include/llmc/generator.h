@@ -77,6 +77,9 @@ struct GenerationResult {
 // Called after each new token; return false to cancel (generate() then returns kCancelled
 // with the tokens so far in the result).
 using TokenCallback = std::function<bool(int32_t token)>;
+// The same, with everything sampled for the token: its logprob, top logprobs and model
+// statistics as well (BatchGenerator::submit).
+using SampledTokenCallback = std::function<bool(const SampledToken& token)>;
 
 // The KV-cache dtype that stores FP8 E4M3 codes (llmc has no float8 dtype: its codes are uint8).
 inline constexpr DType kKvCacheFp8 = DType::kUInt8;

@@ -23,7 +23,7 @@ struct BatchGenerator::State {
     int64_t id = 0;
     std::vector<int32_t> prompt;
     GenerationOptions options;
-    TokenCallback on_token;
+    SampledTokenCallback on_token;
     std::unique_ptr<Sampler> sampler;
     int64_t reserved_blocks = 0;
     int64_t computed = 0;  // tokens whose K/V are in the cache (prompt + generated)
@@ -102,13 +102,25 @@ BatchStats BatchGenerator::stats() const {
 Status BatchGenerator::submit(std::span<const int32_t> prompt, const GenerationOptions& options,
                               TokenCallback on_token, int64_t* request_id) {
   return guardApi("BatchGenerator::submit", [&] {
+    SampledTokenCallback sampled;
+    if (on_token)
+      sampled = [on_token = std::move(on_token)](const SampledToken& token) {
+        return on_token(token.id);
+      };
+    return submitUnguarded(prompt, options, std::move(sampled), request_id);
+  });
+}
+
+Status BatchGenerator::submit(std::span<const int32_t> prompt, const GenerationOptions& options,
+                              SampledTokenCallback on_token, int64_t* request_id) {
+  return guardApi("BatchGenerator::submit", [&] {
     return submitUnguarded(prompt, options, std::move(on_token), request_id);
   });
 }
 
 Status BatchGenerator::submitUnguarded(std::span<const int32_t> prompt,
-                                       const GenerationOptions& options, TokenCallback on_token,
-                                       int64_t* request_id) {
+                                       const GenerationOptions& options,
+                                       SampledTokenCallback on_token, int64_t* request_id) {
   State& s = *state_;
   const LlmConfig& config = s.runner->config();
   if (prompt.empty()) return invalidArgument("the prompt is empty");
@@ -249,11 +261,11 @@ Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
     r.result.logprobs.push_back(token.logprob);
     r.result.entropies.push_back(token.entropy);
     r.result.model_logprobs.push_back(token.model_logprob);
-    r.result.top_logprobs.push_back(std::move(token.top_logprobs));
     bool keep_going = true;
     Status called =
-        r.on_token ? callUserCode("the token callback", [&] { keep_going = r.on_token(token.id); })
+        r.on_token ? callUserCode("the token callback", [&] { keep_going = r.on_token(token); })
                    : okStatus();
+    r.result.top_logprobs.push_back(std::move(token.top_logprobs));
     bool stop_requested = !called.ok() || !keep_going;
     bool stop = std::find(r.options.stop_token_ids.begin(), r.options.stop_token_ids.end(),
                           token.id) != r.options.stop_token_ids.end();
