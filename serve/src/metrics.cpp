@@ -37,6 +37,8 @@ Metrics::Metrics(std::string model_name) : model_name_(std::move(model_name)) {
        "Prompt tokens looked up in the prefix cache."},
       {"vllm:prefix_cache_hits_total", "counter",
        "Prompt tokens whose K/V came from the prefix cache."},
+      {"vllm:num_preemptions_total", "counter",
+       "Sequences preempted when the KV cache ran short (recomputed later)."},
       {"vllm:request_success_total", "counter",
        "Requests that finished, by finish reason (stop, length, cancelled)."},
       {"llmc:request_errors_total", "counter", "Requests answered with an error, by HTTP status."},

@@ -131,6 +131,11 @@ void Scheduler::updateGauges() {
                                                 ? static_cast<double>(stats.kv_blocks_used) /
                                                       static_cast<double>(stats.kv_blocks)
                                                 : 0.0);
+  if (stats.preemptions > preemptions_seen_) {
+    metrics_->add("vllm:num_preemptions_total",
+                  static_cast<double>(stats.preemptions - preemptions_seen_));
+    preemptions_seen_ = stats.preemptions;
+  }
 }
 
 void Scheduler::loop() {

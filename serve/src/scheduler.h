@@ -86,6 +86,7 @@ class Scheduler {
   std::atomic<size_t> waiting_{0};  // admitted to the generator, not yet running
   std::unordered_map<int64_t, std::shared_ptr<Job>> running_;  // scheduler thread only
   std::unordered_set<int64_t> cancel_sent_;                    // ids passed to cancel()
+  int64_t preemptions_seen_ = 0;                               // scheduler thread only
   std::thread thread_;
 };
 

@@ -247,6 +247,50 @@ TEST(ContinuousBatching, CancellationAndAdmissionByCacheSpace) {
             StatusCode::kResourceExhausted);
 }
 
+// A cache too small for every running request's growth: the newest are preempted and
+// recompute later, and every request still gets exactly its tokens alone (greedy and seeded).
+TEST(ContinuousBatching, PreemptionRecomputesWithoutChangingTokens) {
+  auto engine = loadEngine();
+  auto alone = makeGenerator(engine, true);
+  for (int32_t step_tokens : {256, 7}) {
+    BatchConfig config;
+    config.kv_cache_tokens = 96;  // 6 blocks of 16: one 60-token request needs 4
+    config.max_step_tokens = step_tokens;
+    std::unique_ptr<BatchGenerator> batch;
+    ASSERT_TRUE(BatchGenerator::create(engine, config, &batch).ok());
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<GenerationOptions> options;
+    std::map<int64_t, size_t> index_of;
+    for (size_t i = 0; i < 4; ++i) {
+      prompts.push_back(promptOf(20, static_cast<int32_t>(60 + i)));
+      GenerationOptions o;
+      o.max_new_tokens = 40;
+      if (i % 2) {
+        o.sampling.temperature = 0.8f;
+        o.sampling.repetition_penalty = 1.2f;  // sampler state that must survive a preemption
+        o.sampling.seed = 7 + i;
+      }
+      options.push_back(o);
+      int64_t id = 0;
+      ASSERT_TRUE(batch->submit(prompts[i], o, nullptr, &id).ok());
+      index_of[id] = i;
+    }
+    auto results = drain(*batch);
+    EXPECT_GT(batch->stats().preemptions, 0) << "max_step_tokens " << step_tokens;
+    ASSERT_EQ(results.size(), prompts.size());
+    for (auto& [id, finished] : results) {
+      size_t i = index_of[id];
+      ASSERT_TRUE(finished.status.ok()) << finished.status.message();
+      GenerationResult want;
+      ASSERT_TRUE(alone->generate(prompts[i], options[i], nullptr, &want).ok());
+      EXPECT_EQ(finished.result.tokens, want.tokens)
+          << "request " << i << ", max_step_tokens " << step_tokens;
+      EXPECT_EQ(finished.result.logprobs, want.logprobs) << "request " << i;
+    }
+    EXPECT_EQ(batch->stats().kv_blocks_used, 0);
+  }
+}
+
 // cancel() ends a waiting request and a running one still in its prompt (no token yet)
 // before any engine run, frees their blocks, and leaves the others' tokens unchanged.
 TEST(ContinuousBatching, CancelBeforeTheFirstToken) {

@@ -142,6 +142,14 @@ def main() -> int:
             check(chat == expected, f"--chat-template replaces the template: {chat!r}")
         finally:
             server.stop()
+        # A KV cache of 128 tokens and six 50-token requests at once: the newest are preempted
+        # and recompute, and each answer is what the request gets alone.
+        server = Server(args.llmc, plain, "--kv-cache-tokens", "128", "--max-running", "8")
+        try:
+            run_preemption_checks(server)
+        finally:
+            code, _, _ = server.stop()
+        check(code == 0, "the preempting server stops with exit 0")
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
     print(f"{'FAILED' if failures else 'passed'}: {len(failures)} failure(s)")
@@ -208,6 +216,31 @@ def post(body):
     data = json.dumps(body).encode()
     return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
             str(len(data)).encode() + b"\r\n\r\n" + data)
+
+
+def run_preemption_checks(server):
+    prompts = ["And God said", "In the beginning", "The LORD is my shepherd", "And Moses spake",
+               "Blessed are the meek", "And it came to pass"]
+
+    def complete(prompt):
+        status, data = server.request("POST", "/v1/completions",
+                                      {"prompt": prompt, "max_tokens": 40, "temperature": 0, "ignore_eos": True})
+        return json.loads(data)["choices"][0]["text"] if status == 200 else f"status {status}"
+
+    together = [None] * len(prompts)
+    threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, complete(prompts[i])))
+               for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    preempted = server.metric("vllm:num_preemptions_total")
+    alone = [complete(p) for p in prompts]
+    check(preempted > 0, f"a full KV cache preempts ({preempted:.0f} preemptions)")
+    check(together == alone and all(not t.startswith("status") for t in together),
+          "preempted requests answer what they answer alone")
+    check(server.metric("vllm:num_requests_running") == 0 and server.metric("vllm:kv_cache_usage_perc") == 0,
+          "nothing left running, no block held")
 
 
 def run_connection_checks(server):

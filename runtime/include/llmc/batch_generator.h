@@ -30,7 +30,9 @@ struct BatchConfig {
   // Requests running at once (admitted ones; the rest wait in arrival order).
   int32_t max_running = 16;
   // KV cache capacity in tokens (0: 4 x the engine's context, at most 1 GiB). A request is
-  // admitted only when its prompt plus max_new_tokens fits beside the running ones.
+  // admitted when its prompt fits beside the running ones (with a block of headroom for each);
+  // when their next tokens do not fit, the newest running requests are preempted: they wait
+  // again and recompute their prompt and the tokens so far (their tokens do not change).
   int64_t kv_cache_tokens = 0;
   // float32, float16, bfloat16, int8 or uint8 (FP8 E4M3 codes), the 8-bit ones with a float32
   // scale per token and KV head
@@ -45,6 +47,7 @@ struct BatchStats {
   int64_t kv_blocks_cached = 0;     // held by no request, kept for prefix reuse (evictable)
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache, in total
   int64_t prefix_hit_tokens = 0;    // of those, tokens whose K/V were reused
+  int64_t preemptions = 0;          // requests sent back to wait when the cache ran short
 };
 
 class BatchGenerator {

@@ -1,7 +1,9 @@
 // BatchGenerator: continuous batching with chunked prefill over LlmRunner (see
-// batch_generator.h). Admission reserves each request's whole KV footprint (prompt plus
-// max_new_tokens, in blocks) so a running request never runs out of cache; shared prefix
-// blocks make the real use smaller.
+// batch_generator.h). Admission is optimistic: a request joins when its context (and one
+// more token for every running request) fits in the blocks available now. When the running
+// requests' next tokens would not fit, the newest are preempted: their blocks go back (full
+// ones stay in the prefix index) and they wait at the head of the queue to recompute their
+// prompt plus what they generated, which usually finds most of it still cached.
 #include "llmc/batch_generator.h"
 
 #include <algorithm>
@@ -22,12 +24,14 @@ struct BatchGenerator::State {
   struct Request {
     int64_t id = 0;
     std::vector<int32_t> prompt;
+    // What admission puts in the cache and prefills: the prompt, plus the tokens generated
+    // before a preemption (recomputed; sampling goes on from the sampler's state).
+    std::vector<int32_t> context;
     GenerationOptions options;
     SampledTokenCallback on_token;
     std::unique_ptr<Sampler> sampler;
-    int64_t reserved_blocks = 0;
-    int64_t computed = 0;  // tokens whose K/V are in the cache (prompt + generated)
-    bool registered = false;
+    int64_t computed = 0;  // tokens whose K/V are in the cache (context, then generated)
+    bool admitted_once = false;
     bool cancelled = false;  // cancel(): ends at the next step
     GenerationResult result;
     Clock::time_point start, first_token;
@@ -38,19 +42,35 @@ struct BatchGenerator::State {
   std::deque<std::unique_ptr<Request>> waiting;
   std::vector<std::unique_ptr<Request>> running;
   int64_t next_id = 1;
-  int64_t reserved_blocks = 0;
+  int64_t preemptions = 0;
 
   int64_t blocksFor(int64_t tokens) const {
     int64_t block = runner->cache().spec().block_size;
     return (tokens + block - 1) / block;
   }
-  int64_t totalTokens(const Request& r) const {
-    return static_cast<int64_t>(r.prompt.size() + r.result.tokens.size());
+
+  // Blocks the request's next token may need (0 before it is in the cache).
+  int64_t nextTokenBlocks(const Request& r) const {
+    int64_t blocks = 0;
+    if (!runner->cache().hasSequence(r.id) ||
+        !runner->cache().blocksNeededToAppend(r.id, 1, &blocks).ok())
+      return 0;
+    return blocks;
+  }
+  // Back to the head of the queue, its blocks freed, to recompute its context later.
+  void preempt(std::vector<std::unique_ptr<Request>>::iterator it) {
+    Request& r = **it;
+    runner->removeSequence(r.id);
+    r.context = r.prompt;
+    r.context.insert(r.context.end(), r.result.tokens.begin(), r.result.tokens.end());
+    r.computed = 0;
+    ++preemptions;
+    waiting.push_front(std::move(*it));
+    running.erase(it);
   }
 
   void finish(Request& r, Status status, std::vector<Finished>* finished) {
     runner->removeSequence(r.id);
-    reserved_blocks -= r.reserved_blocks;
     auto end = Clock::now();
     if (!r.result.tokens.empty()) {
       r.result.time_to_first_token_ms =
@@ -96,6 +116,7 @@ BatchStats BatchGenerator::stats() const {
   stats.kv_blocks_cached = kv.cached_blocks;
   stats.prefix_query_tokens = kv.prefix_query_tokens;
   stats.prefix_hit_tokens = kv.prefix_hit_tokens;
+  stats.preemptions = state_->preemptions;
   return stats;
 }
 
@@ -139,15 +160,16 @@ Status BatchGenerator::submitUnguarded(std::span<const int32_t> prompt,
                              std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
                              std::to_string(config.vocab_size) + ")");
   auto request = std::make_unique<State::Request>();
-  request->reserved_blocks = s.blocksFor(total);
-  if (request->reserved_blocks > s.runner->cache().spec().num_blocks)
+  // Alone in the cache it must be able to finish: preemption then always lets the oldest run.
+  if (s.blocksFor(total) > s.runner->cache().spec().num_blocks)
     return resourceExhausted("KV cache full: the request needs " +
-                             std::to_string(request->reserved_blocks) + " blocks, the cache has " +
+                             std::to_string(s.blocksFor(total)) + " blocks, the cache has " +
                              std::to_string(s.runner->cache().spec().num_blocks));
   LLMC_RETURN_IF_ERROR(Sampler::create(options.sampling, static_cast<int32_t>(config.vocab_size),
                                        prompt, &request->sampler));
   request->id = s.next_id++;
   request->prompt.assign(prompt.begin(), prompt.end());
+  request->context = request->prompt;
   request->options = options;
   request->on_token = std::move(on_token);
   request->start = Clock::now();
@@ -193,11 +215,36 @@ Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
     s.finish(**it, cancel_status, finished);
     it = s.running.erase(it);
   }
-  // Admit waiting requests, in order, while their whole footprint fits.
-  while (!s.waiting.empty() && static_cast<int32_t>(s.running.size()) < s.config.max_running &&
-         s.reserved_blocks + s.waiting.front()->reserved_blocks <=
-             s.runner->cache().spec().num_blocks) {
-    s.reserved_blocks += s.waiting.front()->reserved_blocks;
+  // Room for every running request's next token, or the newest make way (the oldest always
+  // fits: submit() checked that a request alone does).
+  const KvCache& cache = s.runner->cache();
+  for (;;) {
+    int64_t needed = 0;
+    for (const auto& r : s.running) needed += s.nextTokenBlocks(*r);
+    if (needed <= cache.numAvailableBlocks() || s.running.size() <= 1) break;
+    s.preempt(std::max_element(s.running.begin(), s.running.end(),
+                               [](const auto& a, const auto& b) { return a->id < b->id; }));
+  }
+  // Admit waiting requests, in order, while the context fits beside one more token for each
+  // running request. Admission puts the context in the cache (reusing cached prefix blocks).
+  while (!s.waiting.empty() && static_cast<int32_t>(s.running.size()) < s.config.max_running) {
+    State::Request& r = *s.waiting.front();
+    const int64_t headroom = static_cast<int64_t>(s.running.size());
+    if (s.blocksFor(static_cast<int64_t>(r.context.size()) + 1) + headroom >
+            cache.numAvailableBlocks() &&
+        !s.running.empty())
+      break;
+    int64_t cached = 0;
+    Status added = s.runner->addSequence(r.id, r.context, &cached);
+    if (!added.ok()) {
+      if (added.code() == StatusCode::kResourceExhausted && !s.running.empty()) break;
+      finished->push_back({r.id, added, std::move(r.result)});  // holds no blocks
+      s.waiting.pop_front();
+      continue;
+    }
+    r.computed = cached;
+    if (!r.admitted_once) r.result.prompt_tokens_cached = cached;
+    r.admitted_once = true;
     s.running.push_back(std::move(s.waiting.front()));
     s.waiting.pop_front();
   }
@@ -208,23 +255,16 @@ Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
   std::vector<State::Request*> owners;
   int64_t budget = s.config.max_step_tokens;
   for (auto& r : s.running) {
-    if (r->computed < static_cast<int64_t>(r->prompt.size()) || budget < 1) continue;
+    if (r->computed < static_cast<int64_t>(r->context.size()) || budget < 1) continue;
     work.push_back({r->id, r->computed, 1});
     owners.push_back(r.get());
     --budget;
   }
   for (auto& r : s.running) {
     if (budget < 1) break;
-    if (r->computed >= static_cast<int64_t>(r->prompt.size())) continue;
-    if (!r->registered) {
-      int64_t cached = 0;
-      Status status = s.runner->addSequence(r->id, r->prompt, &cached);
-      if (!status.ok()) return status;  // cannot happen with reservations; stop loudly
-      r->registered = true;
-      r->computed = cached;
-      r->result.prompt_tokens_cached = cached;
-    }
-    int64_t count = std::min<int64_t>(budget, static_cast<int64_t>(r->prompt.size()) - r->computed);
+    if (r->computed >= static_cast<int64_t>(r->context.size())) continue;
+    int64_t count =
+        std::min<int64_t>(budget, static_cast<int64_t>(r->context.size()) - r->computed);
     work.push_back({r->id, r->computed, count});
     owners.push_back(r.get());
     budget -= count;
@@ -248,7 +288,7 @@ Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
   for (size_t w = 0; w < work.size(); ++w) {
     State::Request& r = *owners[w];
     r.computed = work[w].first + work[w].count;
-    if (r.computed < static_cast<int64_t>(r.prompt.size())) continue;  // prompt not done yet
+    if (r.computed < static_cast<int64_t>(r.context.size())) continue;  // context not done yet
     SampledToken token;
     Status sampled = r.sampler->sample(logits[w], &token);
     if (!sampled.ok()) {
