@@ -184,6 +184,29 @@ std::map<int64_t, BatchGenerator::Finished> drain(BatchGenerator& batch) {
   return results;
 }
 
+// Submits every request, runs the batch until idle, and expects each request's tokens and
+// logprobs to be what `alone` generates for it by itself.
+void expectEachAsAlone(BatchGenerator& batch, Generator& alone,
+                       const std::vector<std::vector<int32_t>>& prompts,
+                       const std::vector<GenerationOptions>& options, const std::string& what) {
+  std::map<int64_t, size_t> index_of;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    int64_t id = 0;
+    ASSERT_TRUE(batch.submit(prompts[i], options[i], nullptr, &id).ok());
+    index_of[id] = i;
+  }
+  auto results = drain(batch);
+  ASSERT_EQ(results.size(), prompts.size());
+  for (auto& [id, finished] : results) {
+    size_t i = index_of[id];
+    ASSERT_TRUE(finished.status.ok()) << finished.status.message();
+    GenerationResult want;
+    ASSERT_TRUE(alone.generate(prompts[i], options[i], nullptr, &want).ok());
+    EXPECT_EQ(finished.result.tokens, want.tokens) << "request " << i << ", " << what;
+    EXPECT_EQ(finished.result.logprobs, want.logprobs) << "request " << i << ", " << what;
+  }
+}
+
 TEST(ContinuousBatching, EachRequestGetsWhatItWouldGetAlone) {
   auto engine = loadEngine();
   auto alone = makeGenerator(engine, true);
@@ -194,7 +217,6 @@ TEST(ContinuousBatching, EachRequestGetsWhatItWouldGetAlone) {
   ASSERT_TRUE(BatchGenerator::create(engine, config, &batch).ok());
   std::vector<std::vector<int32_t>> prompts;
   std::vector<GenerationOptions> options;
-  std::map<int64_t, size_t> index_of;
   for (size_t i = 0; i < 6; ++i) {
     prompts.push_back(promptOf(3 + 9 * i, static_cast<int32_t>(40 + i)));
     GenerationOptions o;
@@ -205,19 +227,8 @@ TEST(ContinuousBatching, EachRequestGetsWhatItWouldGetAlone) {
       o.sampling.seed = 100 + i;
     }
     options.push_back(o);
-    int64_t id = 0;
-    ASSERT_TRUE(batch->submit(prompts[i], o, nullptr, &id).ok());
-    index_of[id] = i;
   }
-  auto results = drain(*batch);
-  ASSERT_EQ(results.size(), prompts.size());
-  for (auto& [id, finished] : results) {
-    size_t i = index_of[id];
-    ASSERT_TRUE(finished.status.ok()) << finished.status.message();
-    GenerationResult want;
-    ASSERT_TRUE(alone->generate(prompts[i], options[i], nullptr, &want).ok());
-    EXPECT_EQ(finished.result.tokens, want.tokens) << "request " << i;
-  }
+  expectEachAsAlone(*batch, *alone, prompts, options, "chunked");
 }
 
 TEST(ContinuousBatching, CancellationAndAdmissionByCacheSpace) {
@@ -260,7 +271,6 @@ TEST(ContinuousBatching, PreemptionRecomputesWithoutChangingTokens) {
     ASSERT_TRUE(BatchGenerator::create(engine, config, &batch).ok());
     std::vector<std::vector<int32_t>> prompts;
     std::vector<GenerationOptions> options;
-    std::map<int64_t, size_t> index_of;
     for (size_t i = 0; i < 4; ++i) {
       prompts.push_back(promptOf(20, static_cast<int32_t>(60 + i)));
       GenerationOptions o;
@@ -271,22 +281,10 @@ TEST(ContinuousBatching, PreemptionRecomputesWithoutChangingTokens) {
         o.sampling.seed = 7 + i;
       }
       options.push_back(o);
-      int64_t id = 0;
-      ASSERT_TRUE(batch->submit(prompts[i], o, nullptr, &id).ok());
-      index_of[id] = i;
     }
-    auto results = drain(*batch);
+    expectEachAsAlone(*batch, *alone, prompts, options,
+                      "max_step_tokens " + std::to_string(step_tokens));
     EXPECT_GT(batch->stats().preemptions, 0) << "max_step_tokens " << step_tokens;
-    ASSERT_EQ(results.size(), prompts.size());
-    for (auto& [id, finished] : results) {
-      size_t i = index_of[id];
-      ASSERT_TRUE(finished.status.ok()) << finished.status.message();
-      GenerationResult want;
-      ASSERT_TRUE(alone->generate(prompts[i], options[i], nullptr, &want).ok());
-      EXPECT_EQ(finished.result.tokens, want.tokens)
-          << "request " << i << ", max_step_tokens " << step_tokens;
-      EXPECT_EQ(finished.result.logprobs, want.logprobs) << "request " << i;
-    }
     EXPECT_EQ(batch->stats().kv_blocks_used, 0);
   }
 }
