@@ -18,7 +18,8 @@ Phases, one server per model:
   4. Decode while long prompts arrive, at each --step-budgets value of --max-step-tokens: the
      inter-token latency of running streams (prefill is chunked to the step's budget, decode
      tokens go first).
-Server RSS at the start and the end, and /health afterwards.
+Server RSS at the start and the end, preemptions, and /health afterwards. --kv-cache-tokens
+shrinks the server's KV cache so that the load phase runs short of blocks (preemption).
 
   .venv/bin/python bench/serve_load.py --llmc build/tools/llmc/llmc --model demo
   .venv-gen/bin/python bench/serve_load.py --llmc build/tools/llmc/llmc --model llama110m --work DIR
@@ -426,6 +427,7 @@ def main() -> int:
     parser.add_argument("--system-tokens", type=int, default=512)
     parser.add_argument("--prefix-requests", type=int, default=8)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--kv-cache-tokens", type=int, default=0, help="the server's KV cache (0: its default)")
     parser.add_argument("--step-budgets", type=int, nargs="*", default=[256, 4096],
                         help="--max-step-tokens values for the interference phase (none: skip it)")
     parser.add_argument("--long-prompt-tokens", type=int, default=2000)
@@ -442,8 +444,10 @@ def main() -> int:
             return 0 if interference_phase(args, args.llmc, engine, vocab) else 1
         if args.model == "demo":
             args.system_tokens = min(args.system_tokens, context - 64)
-        server = Server(args.llmc, engine, ["--max-queue", str(args.max_queue), "--threads", str(args.threads),
-                                            "--max-running", "16"])
+        flags = ["--max-queue", str(args.max_queue), "--threads", str(args.threads), "--max-running", "16"]
+        if args.kv_cache_tokens:
+            flags += ["--kv-cache-tokens", str(args.kv_cache_tokens)]
+        server = Server(args.llmc, engine, flags)
         print(f"model: {args.model} ({engine}), llmc serve pid {server.proc.pid}")
         rss_start = server.rss_mib()
         try:
@@ -459,6 +463,7 @@ def main() -> int:
                   f"stop {metric(m, 'vllm:request_success_total', 'stop'):.0f}, "
                   f"length {metric(m, 'vllm:request_success_total', 'length'):.0f}, "
                   f"cancelled {metric(m, 'vllm:request_success_total', 'cancelled'):.0f}; "
+                  f"preemptions {metric(m, 'vllm:num_preemptions_total'):.0f}; "
                   f"errors by status: {json.dumps({k.split('status=')[1].strip('}').strip(chr(34)): v for k, v in m.items() if k.startswith('llmc:request_errors_total{')})}")
         finally:
             code = server.stop()

@@ -222,7 +222,9 @@ Status addDriftBaseline(const CompileOptions& options, const std::string& text_p
   if (!engine->generationConfigJson().empty())
     LLMC_RETURN_IF_ERROR(serve::parseGenerationConfig(engine->generationConfigJson(), &defaults));
   calibration.sampling = serve::defaultSampling(defaults);
-  calibration.stop_token_ids = engine->llmConfig()->eos_token_ids;
+  calibration.stop_token_ids = engine->llmConfig()->eos_token_ids;  // as llmc serve stops
+  if (calibration.stop_token_ids.empty() && tokenizer->eosId())
+    calibration.stop_token_ids.push_back(*tokenizer->eosId());
   for (int32_t id : defaults.eos_token_ids)
     if (std::find(calibration.stop_token_ids.begin(), calibration.stop_token_ids.end(), id) ==
         calibration.stop_token_ids.end())
@@ -232,6 +234,7 @@ Status addDriftBaseline(const CompileOptions& options, const std::string& text_p
   DriftBaseline baseline;
   const std::string name = std::filesystem::path(text_path).filename().string();
   LLMC_RETURN_IF_ERROR(computeDriftBaseline(engine, prompts, calibration, name, &baseline));
+  engine.reset();  // its weights: setDriftBaseline loads the bytes once more to verify them
   std::vector<uint8_t> with_baseline;
   LLMC_RETURN_IF_ERROR(
       setDriftBaseline(*engine_bytes, options.output_path, baseline, &with_baseline));
@@ -280,6 +283,11 @@ int runCompile(const std::vector<std::string>& args) {
   }
   if (options.input_path.empty()) return usageError("compile", "no model given");
   if (options.output_path.empty()) return usageError("compile", "no output given (-o OUT.engine)");
+  if (!drift_text.empty() && (drift_tokens + drift_new_tokens - 1) / drift_new_tokens < 64)
+    return usageError("compile", "--drift-tokens " + std::to_string(drift_tokens) +
+                                     " at --drift-new-tokens " + std::to_string(drift_new_tokens) +
+                                     " per prompt makes fewer than the 64 prompts a drift "
+                                     "baseline needs");
   if (!drift_text.empty() && options.strip_weights)
     return usageError("compile",
                       "--drift-text runs the engine: it needs the weights (not --strip-weights)");

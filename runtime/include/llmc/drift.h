@@ -90,5 +90,8 @@ Status computeDriftBaseline(std::shared_ptr<const Engine> engine,
 // (replacing any earlier one). Everything else, weights included, is unchanged.
 Status setDriftBaseline(std::span<const uint8_t> engine, const std::string& what,
                         const DriftBaseline& baseline, std::vector<uint8_t>* out);
+// The same with the baseline removed (llmc refit: a baseline of other weights is stale).
+Status clearDriftBaseline(std::span<const uint8_t> engine, const std::string& what,
+                          std::vector<uint8_t>* out);
 
 }  // namespace llmc

@@ -154,8 +154,14 @@ Status readRecipe(const fb::Weight* weight, const Plan& plan, const KernelRegist
     RecipeStep step;
     uint64_t elements = 1;
     bool dims_ok = true;
-    if (fb_step->dims())
-      for (int64_t d : *fb_step->dims()) {
+    std::vector<int64_t> fb_dims;  // memcpy: 8-byte elements may be misaligned (see convertParam)
+    if (fb_step->dims()) {
+      fb_dims.resize(fb_step->dims()->size());
+      if (!fb_dims.empty())
+        std::memcpy(fb_dims.data(), fb_step->dims()->Data(), fb_dims.size() * 8);
+    }
+    if (!fb_dims.empty())
+      for (int64_t d : fb_dims) {
         dims_ok = dims_ok && d >= 0 && (d == 0 || elements <= (uint64_t{1} << 40) / static_cast<uint64_t>(d));
         if (!dims_ok) break;
         elements *= static_cast<uint64_t>(d);
@@ -213,10 +219,13 @@ Status readRecipe(const fb::Weight* weight, const Plan& plan, const KernelRegist
 Status convertDriftHistogram(const fb::DriftHistogram* fb_histogram, const std::string& what,
                              DriftHistogram* out) {
   if (!fb_histogram) return dataLoss(what + " is missing");
-  if (fb_histogram->edges())
-    out->edges.assign(fb_histogram->edges()->begin(), fb_histogram->edges()->end());
-  if (fb_histogram->counts())
-    out->counts.assign(fb_histogram->counts()->begin(), fb_histogram->counts()->end());
+  const size_t edges = fb_histogram->edges() ? fb_histogram->edges()->size() : 0;
+  const size_t counts = fb_histogram->counts() ? fb_histogram->counts()->size() : 0;
+  if (edges > 1000 || counts > 1000) return dataLoss(what + ": more than 1000 bins");
+  if (edges) out->edges.assign(fb_histogram->edges()->begin(), fb_histogram->edges()->end());
+  // memcpy: FlatBuffers 2.0.8's verifier does not check 8-byte element alignment.
+  out->counts.resize(counts);
+  if (counts) std::memcpy(out->counts.data(), fb_histogram->counts()->Data(), counts * 8);
   return out->check(what);
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "core/api_guard.h"
@@ -12,6 +11,7 @@
 #include "core/internal_access.h"
 #include "core/kernel.h"
 #include "core/plan.h"
+#include "llmc/drift.h"
 #include "llmc/engine.h"
 
 namespace llmc {
@@ -167,6 +167,11 @@ Status refitEngine(std::span<const uint8_t> engine_bytes, const std::string& wha
     }
     assembleEngineFile({engine_bytes.data() + header.flatbuffer_offset, header.flatbuffer_size},
                        blob, out);
+    // A drift baseline describes the old weights' outputs: the refit engine goes without.
+    if (engine->driftBaseline()) {
+      std::vector<uint8_t> refit = std::move(*out);
+      return clearDriftBaseline(refit, what, out);
+    }
     return okStatus();
   });
 }

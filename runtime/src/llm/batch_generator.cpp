@@ -204,7 +204,7 @@ Status BatchGenerator::stepUnguarded(std::vector<Finished>* finished) {
       ++it;
       continue;
     }
-    finished->push_back({(*it)->id, cancel_status, std::move((*it)->result)});  // holds no blocks
+    s.finish(**it, cancel_status, finished);  // holds no blocks (its timings, if preempted)
     it = s.waiting.erase(it);
   }
   for (auto it = s.running.begin(); it != s.running.end();) {

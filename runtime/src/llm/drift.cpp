@@ -135,6 +135,11 @@ Status computeDriftBaseline(std::shared_ptr<const Engine> engine,
           "positive");
     const int64_t wanted = (c.max_tokens + c.new_tokens - 1) / c.new_tokens;
     const int64_t used = std::min<int64_t>(static_cast<int64_t>(prompts.size()), wanted);
+    if (wanted < c.min_prompts)
+      return invalidArgument("drift calibration: " + std::to_string(c.max_tokens) + " tokens of " +
+                             std::to_string(c.new_tokens) + " per prompt make " +
+                             std::to_string(wanted) + " prompts; a drift baseline needs " +
+                             std::to_string(c.min_prompts) + " or more");
     if (used < c.min_prompts)
       return invalidArgument(source + " gives " + std::to_string(prompts.size()) +
                              " prompts; a drift baseline needs " + std::to_string(c.min_prompts) +
@@ -204,6 +209,37 @@ std::unique_ptr<fb::DriftHistogramT> toFlatBuffer(const DriftHistogram& h) {
 
 }  // namespace
 
+namespace {
+
+// The engine file with its FlatBuffer's drift baseline replaced by `baseline` (null: none),
+// through the generated object API; the weights section is copied as it is.
+Status rewriteDriftBaseline(std::span<const uint8_t> engine_bytes, const std::string& what,
+                            const DriftBaseline* baseline, std::vector<uint8_t>* out) {
+  std::shared_ptr<const Engine> engine;  // verifies everything before it is rewritten
+  LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(engine_bytes, what, &engine));
+  engine.reset();
+  EngineFileHeader header;
+  LLMC_RETURN_IF_ERROR(checkEngineHeader(engine_bytes.data(), engine_bytes.size(), what, &header));
+  std::unique_ptr<fb::EngineT> def(
+      fb::GetEngine(engine_bytes.data() + header.flatbuffer_offset)->UnPack());
+  def->drift_baseline.reset();
+  if (baseline) {
+    def->drift_baseline = std::make_unique<fb::DriftBaselineT>();
+    def->drift_baseline->entropy = toFlatBuffer(baseline->entropy);
+    def->drift_baseline->logprob = toFlatBuffer(baseline->logprob);
+    def->drift_baseline->tokens = baseline->tokens;
+    def->drift_baseline->new_tokens = baseline->new_tokens;
+    def->drift_baseline->source = baseline->source;
+  }
+  flatbuffers::FlatBufferBuilder builder;
+  fb::FinishEngineBuffer(builder, fb::Engine::Pack(builder, def.get()));
+  assembleEngineFile({builder.GetBufferPointer(), builder.GetSize()},
+                     engine_bytes.subspan(header.weights_offset, header.weights_size), out);
+  return okStatus();
+}
+
+}  // namespace
+
 Status setDriftBaseline(std::span<const uint8_t> engine_bytes, const std::string& what,
                         const DriftBaseline& baseline, std::vector<uint8_t>* out) {
   return guardApi("setDriftBaseline", [&]() -> Status {
@@ -214,25 +250,14 @@ Status setDriftBaseline(std::span<const uint8_t> engine_bytes, const std::string
       return invalidArgument("the drift baseline's histograms must each count its tokens");
     if (baseline.new_tokens < 1)
       return invalidArgument("the drift baseline's new_tokens must be positive");
-    std::shared_ptr<const Engine> engine;  // verifies everything before it is rewritten
-    LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(engine_bytes, what, &engine));
-    EngineFileHeader header;
-    LLMC_RETURN_IF_ERROR(
-        checkEngineHeader(engine_bytes.data(), engine_bytes.size(), what, &header));
-    std::unique_ptr<fb::EngineT> def(
-        fb::GetEngine(engine_bytes.data() + header.flatbuffer_offset)->UnPack());
-    def->drift_baseline = std::make_unique<fb::DriftBaselineT>();
-    def->drift_baseline->entropy = toFlatBuffer(baseline.entropy);
-    def->drift_baseline->logprob = toFlatBuffer(baseline.logprob);
-    def->drift_baseline->tokens = baseline.tokens;
-    def->drift_baseline->new_tokens = baseline.new_tokens;
-    def->drift_baseline->source = baseline.source;
-    flatbuffers::FlatBufferBuilder builder;
-    fb::FinishEngineBuffer(builder, fb::Engine::Pack(builder, def.get()));
-    assembleEngineFile({builder.GetBufferPointer(), builder.GetSize()},
-                       engine_bytes.subspan(header.weights_offset, header.weights_size), out);
-    return okStatus();
+    return rewriteDriftBaseline(engine_bytes, what, &baseline, out);
   });
+}
+
+Status clearDriftBaseline(std::span<const uint8_t> engine_bytes, const std::string& what,
+                          std::vector<uint8_t>* out) {
+  return guardApi("clearDriftBaseline",
+                  [&] { return rewriteDriftBaseline(engine_bytes, what, nullptr, out); });
 }
 
 }  // namespace llmc

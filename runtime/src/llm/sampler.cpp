@@ -57,8 +57,9 @@ ModelStatistics modelStatistics(const std::vector<float>& logits) {
   double normalizer = 0, weighted = 0;
   for (float logit : logits) {
     if (logit == -kInf) continue;
-    const float shifted = logit - max_logit;
+    const float shifted = logit - max_logit;  // -inf when the range passes FLT_MAX: no mass
     const double w = expWeight(shifted);
+    if (w == 0) continue;
     normalizer += w;
     weighted += w * shifted;
   }

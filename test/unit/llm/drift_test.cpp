@@ -15,6 +15,7 @@
 #include "core/engine_file.h"
 #include "llm/sampler.h"
 #include "llmc/engine_generated.h"
+#include "llmc/refit.h"
 #include "one_hot_engine.h"
 #include "status_test_util.h"
 
@@ -92,6 +93,13 @@ TEST(DriftStatistics, EdgeDistributions) {
   EXPECT_EQ(token.id, 17);
   EXPECT_EQ(token.entropy, 0.0f);
   EXPECT_EQ(token.model_logprob, 0.0f);
+  // A range past FLT_MAX: the far token has no mass (no NaN from 0 x -inf).
+  std::vector<float> wide = {3e38f, -3e38f, 3e38f};
+  std::unique_ptr<Sampler> three;
+  ASSERT_OK(Sampler::create(every, 3, {}, &three));
+  ASSERT_OK(three->sample(wide, &token));
+  EXPECT_NEAR(token.entropy, std::log(2.0), 1e-6);
+  EXPECT_NEAR(token.model_logprob, -std::log(2.0), 1e-6);
   std::vector<float> half(1024, kNegInf);
   half[3] = half[900] = -1e30f;
   ASSERT_OK(sampler->sample(half, &token));
@@ -265,6 +273,16 @@ TEST(DriftBaselineFile, StoredLoadedAndReplaced) {
   ASSERT_OK(setDriftBaseline(with, "with", second, &replaced));
   ASSERT_OK(Engine::loadFromMemory(replaced, "replaced", &engine));
   EXPECT_EQ(engine->driftBaseline()->source, "second");
+
+  // Refit drops it (it describes the old weights' outputs), and so can clearDriftBaseline.
+  std::vector<uint8_t> refit, cleared;
+  ASSERT_OK(refitEngine(with, "with", {}, &refit));
+  ASSERT_OK(Engine::loadFromMemory(refit, "refit", &engine));
+  EXPECT_EQ(engine->driftBaseline(), nullptr);
+  EXPECT_EQ(engine->numSteps(), testing::oneHotEngine(true)->numSteps());
+  ASSERT_OK(clearDriftBaseline(with, "with", &cleared));
+  ASSERT_OK(Engine::loadFromMemory(cleared, "cleared", &engine));
+  EXPECT_EQ(engine->driftBaseline(), nullptr);
 
   DriftBaseline bad = smallBaseline();
   bad.tokens = 13;  // the histograms count 12
