@@ -1,5 +1,6 @@
 #include "chat.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,16 @@ SamplingParams defaultSampling(const GenerationDefaults& d) {
   s.min_p = d.min_p.value_or(0.0f);
   s.repetition_penalty = d.repetition_penalty.value_or(1.0f);
   return s;
+}
+
+std::vector<int32_t> defaultStopIds(const std::vector<int32_t>& engine_eos,
+                                    std::optional<int32_t> tokenizer_eos,
+                                    const GenerationDefaults& defaults) {
+  std::vector<int32_t> ids = engine_eos;
+  if (ids.empty() && tokenizer_eos) ids.push_back(*tokenizer_eos);
+  for (int32_t id : defaults.eos_token_ids)
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
 }
 
 Status parseGenerationConfig(std::string_view text, GenerationDefaults* out) {

@@ -39,6 +39,11 @@ struct GenerationDefaults {
 Status parseGenerationConfig(std::string_view json, GenerationDefaults* out);
 // A request's sampling before its own fields: the defaults, else OpenAI's (temperature 1).
 SamplingParams defaultSampling(const GenerationDefaults& defaults);
+// The ids a request stops at unless it sets ignore_eos: the engine's EOS ids (none: the
+// tokenizer's EOS token), then the generation config's.
+std::vector<int32_t> defaultStopIds(const std::vector<int32_t>& engine_eos,
+                                    std::optional<int32_t> tokenizer_eos,
+                                    const GenerationDefaults& defaults);
 
 // A parsed template with the config's special tokens.
 class ChatTemplate {

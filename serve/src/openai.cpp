@@ -208,9 +208,6 @@ std::optional<ApiError> parseCommon(const json& body, const ModelLimits& limits,
   if (auto e = boolean(body, "ignore_eos", &ignore_eos)) return e;
   if (!ignore_eos) {
     out->options.stop_token_ids = limits.eos_ids;
-    for (int32_t id : limits.defaults.eos_token_ids)
-      if (std::find(limits.eos_ids.begin(), limits.eos_ids.end(), id) == limits.eos_ids.end())
-        out->options.stop_token_ids.push_back(id);
   }
   auto stop_ids = body.find("stop_token_ids");
   if (stop_ids != body.end() && !stop_ids->is_null()) {

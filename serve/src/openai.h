@@ -34,7 +34,7 @@ struct ModelLimits {
   int64_t max_prompt_tokens = 0;  // 413 beyond
   int64_t max_tokens = 0;         // largest max_tokens
   int32_t max_n = 1;
-  std::vector<int32_t> eos_ids;
+  std::vector<int32_t> eos_ids;  // stop ids without ignore_eos (defaultStopIds)
   GenerationDefaults defaults;  // the engine's generation_config.json
 };
 

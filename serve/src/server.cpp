@@ -825,8 +825,7 @@ Status loadModel(ServerState& s) {
       o.max_prompt_tokens > 0 ? std::min(o.max_prompt_tokens, l.context - 1) : l.context - 1;
   l.max_tokens = o.max_tokens > 0 ? std::min(o.max_tokens, l.context - 1) : l.context - 1;
   l.max_n = o.max_n;
-  l.eos_ids = llm->eos_token_ids;
-  if (l.eos_ids.empty() && s.tokenizer->eosId()) l.eos_ids.push_back(*s.tokenizer->eosId());
+  l.eos_ids = defaultStopIds(llm->eos_token_ids, s.tokenizer->eosId(), l.defaults);
   std::unique_ptr<BatchGenerator> generator;
   LLMC_RETURN_IF_ERROR(BatchGenerator::create(s.engine, o.batch, &generator));
   if (const DriftBaseline* baseline = s.engine->driftBaseline()) {

@@ -222,13 +222,8 @@ Status addDriftBaseline(const CompileOptions& options, const std::string& text_p
   if (!engine->generationConfigJson().empty())
     LLMC_RETURN_IF_ERROR(serve::parseGenerationConfig(engine->generationConfigJson(), &defaults));
   calibration.sampling = serve::defaultSampling(defaults);
-  calibration.stop_token_ids = engine->llmConfig()->eos_token_ids;  // as llmc serve stops
-  if (calibration.stop_token_ids.empty() && tokenizer->eosId())
-    calibration.stop_token_ids.push_back(*tokenizer->eosId());
-  for (int32_t id : defaults.eos_token_ids)
-    if (std::find(calibration.stop_token_ids.begin(), calibration.stop_token_ids.end(), id) ==
-        calibration.stop_token_ids.end())
-      calibration.stop_token_ids.push_back(id);
+  calibration.stop_token_ids =  // as llmc serve stops
+      serve::defaultStopIds(engine->llmConfig()->eos_token_ids, tokenizer->eosId(), defaults);
   calibration.session.backend = Backend::kCpu;
   if (options.progress) options.progress("drift baseline on " + text_path);
   DriftBaseline baseline;

@@ -35,6 +35,16 @@ std::string valueRef(const Plan& plan, int index) {
          "')";
 }
 
+// A vector of 8-byte elements, copied: FlatBuffers 2.0.8's verifier checks the 4-byte
+// alignment of a vector's length, not the 8-byte alignment of its elements, so reading them in
+// place could be a misaligned load.
+template <typename T>
+std::vector<T> copyVector(const flatbuffers::Vector<T>* vector) {
+  std::vector<T> out(vector ? vector->size() : 0);
+  if (!out.empty()) std::memcpy(out.data(), vector->Data(), out.size() * sizeof(T));
+  return out;
+}
+
 Status convertParam(const fb::Param* param, const Plan& plan, const std::string& where,
                     KernelParam* out) {
   switch (param->kind()) {
@@ -52,20 +62,11 @@ Status convertParam(const fb::Param* param, const Plan& plan, const std::string&
       break;
     case fb::ParamKind::Ints:
       out->kind = KernelParam::Kind::kInts;
-      // memcpy: FlatBuffers 2.0.8's verifier does not check 8-byte element alignment.
-      if (param->ints()) {
-        out->ints.resize(param->ints()->size());
-        if (!out->ints.empty())
-          std::memcpy(out->ints.data(), param->ints()->Data(), out->ints.size() * 8);
-      }
+      out->ints = copyVector(param->ints());
       break;
     case fb::ParamKind::Floats:
       out->kind = KernelParam::Kind::kFloats;
-      if (param->floats()) {
-        out->floats.resize(param->floats()->size());
-        if (!out->floats.empty())
-          std::memcpy(out->floats.data(), param->floats()->Data(), out->floats.size() * 8);
-      }
+      out->floats = copyVector(param->floats());
       break;
     case fb::ParamKind::Tensor: {
       int index = param->tensor();
@@ -154,19 +155,13 @@ Status readRecipe(const fb::Weight* weight, const Plan& plan, const KernelRegist
     RecipeStep step;
     uint64_t elements = 1;
     bool dims_ok = true;
-    std::vector<int64_t> fb_dims;  // memcpy: 8-byte elements may be misaligned (see convertParam)
-    if (fb_step->dims()) {
-      fb_dims.resize(fb_step->dims()->size());
-      if (!fb_dims.empty())
-        std::memcpy(fb_dims.data(), fb_step->dims()->Data(), fb_dims.size() * 8);
+    for (int64_t d : copyVector(fb_step->dims())) {
+      dims_ok = dims_ok && d >= 0 &&
+                (d == 0 || elements <= (uint64_t{1} << 40) / static_cast<uint64_t>(d));
+      if (!dims_ok) break;
+      elements *= static_cast<uint64_t>(d);
+      step.shape.push_back(d);
     }
-    if (!fb_dims.empty())
-      for (int64_t d : fb_dims) {
-        dims_ok = dims_ok && d >= 0 && (d == 0 || elements <= (uint64_t{1} << 40) / static_cast<uint64_t>(d));
-        if (!dims_ok) break;
-        elements *= static_cast<uint64_t>(d);
-        step.shape.push_back(d);
-      }
     const bool dtype_ok = isValidDType(fb_step->dtype()) && fb_step->dtype() != 0;
     if (dtype_ok) step.dtype = static_cast<DType>(fb_step->dtype());
     switch (fb_step->kind()) {
@@ -223,9 +218,7 @@ Status convertDriftHistogram(const fb::DriftHistogram* fb_histogram, const std::
   const size_t counts = fb_histogram->counts() ? fb_histogram->counts()->size() : 0;
   if (edges > 1000 || counts > 1000) return dataLoss(what + ": more than 1000 bins");
   if (edges) out->edges.assign(fb_histogram->edges()->begin(), fb_histogram->edges()->end());
-  // memcpy: FlatBuffers 2.0.8's verifier does not check 8-byte element alignment.
-  out->counts.resize(counts);
-  if (counts) std::memcpy(out->counts.data(), fb_histogram->counts()->Data(), counts * 8);
+  out->counts = copyVector(fb_histogram->counts());
   return out->check(what);
 }
 
