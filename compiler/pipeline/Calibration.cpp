@@ -117,7 +117,7 @@ Status readCalibrationInputs(const std::string& calib_file, const std::string& c
 }
 
 Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
-                               const std::vector<std::vector<NamedTensor>>& samples,
+                               const std::vector<std::vector<NamedTensor>>& samples, bool with_gram,
                                const std::function<void(const std::string&)>& progress,
                                CalibrationStats* stats) {
   std::shared_ptr<const Engine> engine;
@@ -134,12 +134,16 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
     if (s.absmax.dtype() == DType::kUndefined) {
       s.absmax = Tensor::allocate(DType::kFloat32, {k});
       s.mean_abs = Tensor::allocate(DType::kFloat32, {k});
+      s.mean_sq = Tensor::allocate(DType::kFloat32, {k});
       s.samples = Tensor::allocate(DType::kFloat32, {kCalibrationRows, k});
+      if (with_gram) s.gram = Tensor::allocate(DType::kFloat32, {k, k});
     }
     if (s.absmax.dim(0) != k) return;  // the same node with another width: keep the first
     const int64_t rows = x.numElements() / k;
     float* absmax = s.absmax.data<float>();
     float* mean_abs = s.mean_abs.data<float>();
+    float* mean_sq = s.mean_sq.data<float>();
+    float* gram = s.gram.dtype() == DType::kFloat32 ? s.gram.data<float>() : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = x.data<float>() + r * k;
       const double seen = static_cast<double>(s.rows_seen);
@@ -147,7 +151,16 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
         const float a = std::fabs(row[j]);
         absmax[j] = std::max(absmax[j], a);
         mean_abs[j] = static_cast<float>((mean_abs[j] * seen + a) / (seen + 1));
+        mean_sq[j] =
+            static_cast<float>((mean_sq[j] * seen + static_cast<double>(a) * a) / (seen + 1));
       }
+      if (gram)  // a rank-1 update per row, each gram row contiguous
+        for (int64_t i = 0; i < k; ++i) {
+          const float xi = row[i];
+          if (xi == 0) continue;
+          float* g = gram + i * k;
+          for (int64_t j = 0; j < k; ++j) g[j] += xi * row[j];
+        }
       // Reservoir sampling: every row seen so far is kept with the same probability.
       int64_t slot = s.rows_seen < kCalibrationRows
                          ? s.rows_seen
@@ -210,6 +223,12 @@ std::string calibrationKey(const std::string& model_bytes, const std::vector<std
   return buffer;
 }
 
+bool hasGram(const CalibrationStats& stats) {
+  for (const auto& [node, s] : stats)
+    if (s.gram.dtype() != DType::kFloat32) return false;
+  return true;
+}
+
 Tensor channelPercentile(const ActivationStats& stats, double q) {
   const int64_t rows = stats.samples.rank() == 2 ? stats.samples.dim(0) : 0;
   const int64_t k = stats.absmax.numElements();
@@ -239,7 +258,9 @@ Status writeCalibrationStats(const std::string& path, const std::string& key, co
     seen.data<int64_t>()[0] = s.rows_seen;
     tensors.emplace_back(node + "/absmax", s.absmax);
     tensors.emplace_back(node + "/mean_abs", s.mean_abs);
+    tensors.emplace_back(node + "/mean_sq", s.mean_sq);
     tensors.emplace_back(node + "/samples", s.samples);
+    if (s.gram.dtype() != DType::kUndefined) tensors.emplace_back(node + "/gram", s.gram);
     tensors.emplace_back(node + "/rows_seen", seen);
   }
   std::ostringstream json;
@@ -283,21 +304,30 @@ Status readCalibrationStats(const std::string& path, const std::string& key, Cal
     ActivationStats& s = (*stats)[node];
     if (field == "absmax") s.absmax = t.clone();
     else if (field == "mean_abs") s.mean_abs = t.clone();
+    else if (field == "mean_sq")
+      s.mean_sq = t.clone();
     else if (field == "samples") s.samples = t.clone();
+    else if (field == "gram")
+      s.gram = t.clone();
     else if (field == "rows_seen" && t.dtype() == DType::kInt64 && t.numElements() == 1) s.rows_seen = t.data<int64_t>()[0];
   }
   // The quantization passes read these as float32 [K] and [rows, K]: a file that says otherwise
   // (another writer, a damaged cache) is refused rather than read past its tensors.
   for (const auto& [node, s] : *stats) {
     const int64_t k = s.absmax.rank() == 1 ? s.absmax.dim(0) : -1;
-    const bool mean_abs_ok = s.mean_abs.dtype() == DType::kUndefined ||
-                             (s.mean_abs.dtype() == DType::kFloat32 && s.mean_abs.rank() == 1 &&
-                              s.mean_abs.dim(0) == k);
-    if (k < 0 || s.absmax.dtype() != DType::kFloat32 || s.samples.dtype() != DType::kFloat32 ||
-        s.samples.rank() != 2 || s.samples.dim(1) != k || !mean_abs_ok)
-      return invalidArgument(path + ": statistics of '" + node +
-                             "' are incomplete (absmax and mean_abs must be float32 [K], samples "
-                             "float32 [rows, K])");
+    auto vector_ok = [&](const Tensor& t) {
+      return t.dtype() == DType::kFloat32 && t.rank() == 1 && t.dim(0) == k;
+    };
+    const bool gram_ok = s.gram.dtype() == DType::kUndefined ||
+                         (s.gram.dtype() == DType::kFloat32 && s.gram.rank() == 2 &&
+                          s.gram.dim(0) == k && s.gram.dim(1) == k);
+    if (k < 0 || !vector_ok(s.absmax) || !vector_ok(s.mean_abs) || !vector_ok(s.mean_sq) ||
+        s.samples.dtype() != DType::kFloat32 || s.samples.rank() != 2 || s.samples.dim(1) != k ||
+        !gram_ok)
+      return invalidArgument(
+          path + ": statistics of '" + node +
+          "' are incomplete (absmax, mean_abs and mean_sq must be float32 [K], samples "
+          "float32 [rows, K], gram float32 [K, K])");
   }
   return okStatus();
 }

@@ -24,7 +24,9 @@ inline constexpr int64_t kCalibrationRows = 256;
 struct ActivationStats {
   Tensor absmax;    // float32 [K]
   Tensor mean_abs;  // float32 [K]
+  Tensor mean_sq;   // float32 [K]: mean x^2 (Wanda's channel norms, up to the factor rows_seen)
   Tensor samples;   // float32 [rows, K], rows <= kCalibrationRows
+  Tensor gram;      // float32 [K, K]: XᵀX over every row seen (SparseGPT), when collected
   int64_t rows_seen = 0;
 };
 // Per-channel percentile q (in (0, 1]) of |x| over the stats' row sample (q = 1: the sample's
@@ -41,11 +43,14 @@ Status readCalibrationInputs(const std::string& calib_file, const std::string& c
                              const std::string& tokenizer_json,
                              std::vector<std::vector<NamedTensor>>* samples);
 
-// Runs `float_engine` over `samples` and collects the statistics; `progress` is called per sample.
+// Runs `float_engine` over `samples` and collects the statistics (`with_gram`: also XᵀX, K^2
+// floats per product); `progress` is called per sample.
 Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
-                               const std::vector<std::vector<NamedTensor>>& samples,
+                               const std::vector<std::vector<NamedTensor>>& samples, bool with_gram,
                                const std::function<void(const std::string&)>& progress,
                                CalibrationStats* stats);
+// Whether every product's statistics hold XᵀX.
+bool hasGram(const CalibrationStats& stats);
 
 // A key for the statistics: the model, the inputs and the float compile options.
 std::string calibrationKey(const std::string& model_bytes, const std::vector<std::vector<NamedTensor>>& samples,

@@ -14,6 +14,7 @@
 #include "core/engine_file.h"
 #include "core/file_io.h"
 #include "core/plan.h"
+#include "core/prune.h"
 #include "importer/OnnxImporter.h"
 #include "llmc/tokenizer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -105,6 +106,7 @@ CompileOptions floatCompileOptions(const CompileOptions& options) {
   out.calib_file.clear();
   out.calib_dir.clear();
   out.awq = false;
+  out.prune.clear();
   out.strip_weights = false;
   out.progress = nullptr;
   return out;
@@ -138,6 +140,7 @@ std::string buildOptionsString(const CompileOptions& options, const std::set<std
     if (options.quantize == "w8a8" && options.smooth_percentile < 1)
       opts += ";smooth-percentile=" + std::to_string(options.smooth_percentile);
   }
+  if (!options.prune.empty()) opts += ";prune=" + options.prune;
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
   return opts;
@@ -171,9 +174,31 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   std::string calib_temp;
   if (options.quantize == "w8a8" && options.calib_file.empty() && options.calib_dir.empty())
     return invalidArgument("--quantize w8a8 needs calibration data for its smoothing (--calib FILE or --calib-dir DIR)");
+  PruneMethod prune_method = PruneMethod::kMagnitude;
+  PrunePattern prune_pattern;
+  if (!options.prune.empty()) {
+    const size_t colon = options.prune.find(':');
+    if (colon == std::string::npos ||
+        !parsePruneMethod(options.prune.substr(0, colon), &prune_method))
+      return invalidArgument(
+          "--prune takes METHOD:PATTERN with METHOD magnitude, wanda or sparsegpt (wanda:0.5, "
+          "sparsegpt:2:4), got '" +
+          options.prune + "'");
+    LLMC_RETURN_IF_ERROR(
+        parsePrunePattern(options.prune.substr(colon + 1), &prune_pattern).withContext("--prune"));
+    if (prune_method != PruneMethod::kMagnitude && options.calib_file.empty() &&
+        options.calib_dir.empty())
+      return invalidArgument("--prune " + options.prune +
+                             " needs calibration data (--calib FILE or --calib-dir DIR)");
+    if (prune_method == PruneMethod::kSparseGpt && options.strip_weights)
+      return invalidArgument(
+          "--prune sparsegpt computes its weights from the calibration data: refit cannot "
+          "recompute them, so they cannot be stripped (--strip-weights)");
+  }
+  const bool gram = !options.prune.empty() && prune_method == PruneMethod::kSparseGpt;
   if (options.awq || !options.calib_file.empty() || !options.calib_dir.empty()) {
-    if (options.quantize.empty())
-      return invalidArgument("--calib, --calib-dir and --awq go with --quantize");
+    if (options.quantize.empty() && options.prune.empty())
+      return invalidArgument("--calib, --calib-dir and --awq go with --quantize or --prune");
     if (options.calib_file.empty() && options.calib_dir.empty())
       return invalidArgument("--awq needs calibration data (--calib FILE or --calib-dir DIR)");
     std::string tokenizer_json;
@@ -193,14 +218,14 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
       calib_stats_path = options.output_path + ".calib.safetensors";
     }
     CalibrationStats cached;
-    if (readCalibrationStats(calib_stats_path, key, &cached).ok()) {
+    if (readCalibrationStats(calib_stats_path, key, &cached).ok() && (!gram || hasGram(cached))) {
       progress("calibration: reusing " + calib_stats_path);
     } else {
       progress("calibration: compiling the float32 engine");
       std::vector<uint8_t> float_engine;
       LLMC_RETURN_IF_ERROR(compileModelBytes(bytes, float_options, &float_engine, nullptr).withContext("calibration"));
       CalibrationStats stats;
-      LLMC_RETURN_IF_ERROR(collectCalibrationStats(float_engine, samples, progress, &stats));
+      LLMC_RETURN_IF_ERROR(collectCalibrationStats(float_engine, samples, gram, progress, &stats));
       LLMC_RETURN_IF_ERROR(writeCalibrationStats(calib_stats_path, key, stats));
     }
   }
@@ -304,6 +329,13 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
       fpm.addPass(createLowerMatMulNBits(nbits));
     }
     fpm.addPass(createShapeInference());
+  }
+  if (!options.prune.empty()) {
+    PruneWeightsOptions prune;
+    prune.method = pruneMethodName(prune_method);
+    prune.pattern = options.prune.substr(options.prune.find(':') + 1);
+    prune.calibStats = calib_stats_path;
+    fpm.addPass(createPruneWeights(prune));
   }
   if (!options.quantize.empty()) {
     QuantizeWeightsOptions quant;

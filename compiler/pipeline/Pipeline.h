@@ -60,6 +60,9 @@ struct CompileOptions {
   bool awq = false;  // activation-aware scales for 4-bit weights (docs/quantization.md)
   double smooth_alpha = 0.5;  // w8a8: SmoothQuant's migration strength
   double smooth_percentile = 1.0;  // w8a8: percentile of |x| per channel taken as its max (1: absmax)
+  // Pruning (docs/pruning.md): "" (none) or METHOD:PATTERN, METHOD magnitude, wanda or
+  // sparsegpt (the last two need calibration), PATTERN a sparsity ("0.5") or N:M ("2:4").
+  std::string prune;
   std::function<void(const std::string&)> progress;  // called at each stage when set
 };
 

@@ -165,6 +165,30 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }
 
+def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
+  let summary = "Unstructured and N:M pruning of the products' constant weights";
+  let description = [{
+    Every `llm.fused_matmul`, `llm.gated_mlp` and `nn.matmul` with a constant 2-D float32
+    weight, except the product the function returns (the LM head), has the same share of each
+    output row zeroed (docs/pruning.md): `magnitude` by |w|, `wanda` by |w| times the input
+    channel's L2 norm over the calibration rows (both as the runtime's `LlmPruneWeight`,
+    recorded as the weight's recipe), `sparsegpt` by the optimal-brain-surgeon rule with the
+    kept weights updated from the calibration's XᵀX (a literal: refit refuses such engines).
+    `pattern` is a fraction ("0.5") or N:M ("2:4", N kept of every M along K). Each pruned
+    product is logged with its relative output error on the calibration rows; products the
+    calibration did not see, or whose K the N:M pattern does not divide, stay dense and are
+    logged with the reason.
+  }];
+  let options = [
+    Option<"method", "method", "std::string", "\"magnitude\"", "magnitude, wanda or sparsegpt">,
+    Option<"pattern", "pattern", "std::string", "\"0.5\"", "a sparsity in [0, 1) or N:M">,
+    Option<"calibStats", "calib-stats", "std::string", "\"\"",
+           "calibration statistics (wanda: channel norms; sparsegpt: XᵀX)">,
+    Option<"damping", "damping", "double", "0.01", "sparsegpt: damping as a fraction of mean(diag XᵀX)">,
+  ];
+  let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
+}
+
 def LowerMatMulNBits : Pass<"llmc-lower-matmul-nbits", "mlir::func::FuncOp"> {
   let summary = "ONNX Runtime's MatMulNBits with a constant 4-bit weight -> llm.quant_matmul";
   let description = [{

@@ -67,6 +67,35 @@ def write_initializers(model_path, path):
     write_safetensors(path, {name: a for name, a in arrays.items() if a.dtype == np.float32})
 
 
+def write_bert_files(directory):
+    """For test/models/bert_tiny (vocabulary 512): a word-level tokenizer of a few English words
+    (CLS/SEP around each sentence), four sentences to evaluate (and an empty line, skipped) and
+    five others to calibrate on. Returns the three paths."""
+    path = os.path.join(directory, "bert_words.json")
+    sentences = os.path.join(directory, "sentences.txt")
+    with open(sentences, "w") as f:
+        f.write("the cat sat on the mat\na big dog ran in the park\nthe small red cat\n\na blue dog sat\n")
+    calibration = os.path.join(directory, "bert_calibration.txt")
+    with open(calibration, "w") as f:
+        f.write("a red dog sat on a mat\nthe big blue cat ran\nthe dog sat in a small park\n"
+                "a cat ran on the mat\nthe red mat\n")
+    words = ["the", "a", "cat", "dog", "sat", "ran", "on", "in", "mat", "park", "big", "small", "red", "blue"]
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: 10 + 7 * i for i, w in enumerate(words)}}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}},
+                                      {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                           "pair": [], "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                                                          "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+        "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}
+    with open(path, "w") as f:
+        json.dump(tokenizer, f)
+    return path, sentences, calibration
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--llmc", required=True)
@@ -185,30 +214,9 @@ def main():
         # float32 engine with llmc eval --sentences, through a word-level tokenizer written
         # here; the float32 engine against itself compares equal.
         bert = os.path.join(MODELS, "bert_tiny", "model.onnx")
-        words = ["the", "a", "cat", "dog", "sat", "ran", "on", "in", "mat", "park", "big", "small", "red", "blue"]
-        vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: 10 + 7 * i for i, w in enumerate(words)}}
-        tokenizer = {
-            "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-            "pre_tokenizer": {"type": "Whitespace"},
-            "post_processor": {"type": "TemplateProcessing",
-                               "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
-                                          {"Sequence": {"id": "A", "type_id": 0}},
-                                          {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
-                               "pair": [], "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
-                                                              "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
-            "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}
-        bert_tokenizer = os.path.join(tmp, "bert_words.json")
-        with open(bert_tokenizer, "w") as f:
-            json.dump(tokenizer, f)
-        sentences = os.path.join(tmp, "sentences.txt")
-        with open(sentences, "w") as f:
-            f.write("the cat sat on the mat\na big dog ran in the park\nthe small red cat\n\na blue dog sat\n")
         # W8A8 calibrates on other sentences: the calibration feeds input_ids, an attention mask
         # of ones and token_type_ids of zeros, as the tokenizer gives one sentence.
-        bert_calibration = os.path.join(tmp, "bert_calibration.txt")
-        with open(bert_calibration, "w") as f:
-            f.write("a red dog sat on a mat\nthe big blue cat ran\nthe dog sat in a small park\n"
-                    "a cat ran on the mat\nthe red mat\n")
+        bert_tokenizer, sentences, bert_calibration = write_bert_files(tmp)
         bert_engines = {}
         for name, flags in (("float32", []), ("int8", ["--quantize", "int8"]),
                             ("w8a8", ["--quantize", "w8a8", "--calib", bert_calibration])):

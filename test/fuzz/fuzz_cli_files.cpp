@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "core/file_io.h"
+#include "core/prune.h"
 #include "eval.h"
 #include "fuzz_tokenizers.h"
 #include "fuzz_util.h"
@@ -141,6 +142,21 @@ void useCalibrationStats(const llmc::CalibrationStats& stats) {
     for (int64_t j = 0; j < percentile.numElements(); ++j)
       sink = sink + percentile.data<float>()[j];
     for (int64_t i = 0; i < s.samples.numElements(); ++i) sink = sink + s.samples.data<float>()[i];
+    // The pruning pass: Wanda's channel norms and SparseGPT's XᵀX on a [K, 2] weight.
+    if (k == 0 || k > 64) continue;
+    llmc::Tensor w = llmc::Tensor::allocate(llmc::DType::kFloat32, {k, 2}), pruned;
+    for (int64_t i = 0; i < w.numElements(); ++i)
+      w.data<float>()[i] = static_cast<float>(i % 7) - 3.0f;
+    llmc::PrunePattern half;
+    half.sparsity = 0.5;
+    std::vector<float> norms(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) norms[j] = std::sqrt(s.mean_sq.data<float>()[j]);
+    if (llmc::pruneWeight(w, false, half, norms.data(), &pruned).ok() &&
+        pruned.numElements() != w.numElements())
+      fail("pruneWeight changed the weight's size");
+    if (s.gram.dtype() == llmc::DType::kFloat32 && s.gram.numElements() == k * k &&
+        llmc::sparseGptPrune(w, false, half, s.gram, llmc::SparseGptOptions{}, &pruned).ok())
+      for (int64_t i = 0; i < pruned.numElements(); ++i) sink = sink + pruned.data<float>()[i];
   }
 }
 

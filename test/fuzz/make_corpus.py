@@ -137,7 +137,9 @@ def cli_files_corpus():
         "llmc.calibration_key": ("U8", key),
         "mm/absmax": ("F32", np.array([1.0, 2.0], np.float32)),
         "mm/mean_abs": ("F32", np.array([0.5, 1.0], np.float32)),
+        "mm/mean_sq": ("F32", np.array([0.75, 1.375], np.float32)),
         "mm/samples": ("F32", np.array([[1.0, -2.0], [0.5, 0.25], [-1.0, 0.0]], np.float32)),
+        "mm/gram": ("F32", np.array([[2.25, -1.875], [-1.875, 4.0625]], np.float32)),
         "mm/rows_seen": ("I64", np.array([3], np.int64))}))
     # The initializers of the refit model in fuzz_cli_files.cpp: w [2, 3] and b [3].
     cli("refit_weights.safetensors", "refit_weights", safetensors({

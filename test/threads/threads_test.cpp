@@ -93,12 +93,6 @@ TEST(ThreadPoolTest, DefaultCountIsWithinTheCpusThisProcessMayUse) {
 
 // ---- Kernels: the same bits on every pool ------------------------------------------------
 
-KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> entries) {
-  KernelParams p;
-  for (const auto& [name, value] : entries) p.set(name, value);
-  return p;
-}
-
 // Runs `kernel` on one thread and on pools of 2, 3 and 7; every output must be bit-identical.
 void expectSameOnEveryPool(const std::string& kernel, std::vector<std::optional<Tensor>> inputs,
                            const KernelParams& kernel_params, const std::string& what,

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -81,6 +83,13 @@ inline KernelParam floatsParam(std::vector<double> values) {
   KernelParam p;
   p.kind = KernelParam::Kind::kFloats;
   p.floats = std::move(values);
+  return p;
+}
+
+// Kernel parameters from {name, param} pairs.
+inline KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> entries) {
+  KernelParams p;
+  for (const auto& [name, value] : entries) p.set(name, value);
   return p;
 }
 

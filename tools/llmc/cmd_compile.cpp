@@ -40,7 +40,8 @@ void printFusionReport(const std::vector<FusionReport>& fusions) {
     std::printf("  %-18s %-28s x%d\n", key.first.c_str(), key.second.c_str(), count);
   for (const FusionReport& f : fusions)
     if (f.fired && !f.nodes.empty())
-      std::printf("  fired  %s %s: %s\n", f.pass.c_str(), f.pattern.c_str(), f.nodes.c_str());
+      std::printf("  fired  %s %s: %s%s%s\n", f.pass.c_str(), f.pattern.c_str(), f.nodes.c_str(),
+                  f.reason.empty() ? "" : ": ", f.reason.c_str());
   for (const FusionReport& f : fusions)
     if (!f.fired)
       std::printf("  missed %s %s at %s: %s\n", f.pass.c_str(), f.pattern.c_str(),
@@ -90,9 +91,11 @@ Status checkAccuracy(const std::string& model, const CompileOptions& options,
     recovered.emplace_back(100 * t.perplexityIncrease(), node);
   }
   std::sort(recovered.begin(), recovered.end());
-  std::string message = "perplexity +" + std::to_string(100 * m.perplexityIncrease()).substr(0, 5) +
-                        "% exceeds --max-ppl-increase " + std::to_string(max_percent).substr(0, 5) +
-                        "% (nothing written); the most sensitive layers, each kept in float32 alone:";
+  std::string message =
+      "perplexity +" + std::to_string(100 * m.perplexityIncrease()).substr(0, 5) +
+      "% exceeds --max-ppl-increase " + std::to_string(max_percent).substr(0, 5) +
+      "% (nothing written)" +
+      (recovered.empty() ? "" : "; the most sensitive layers, each kept in float32 alone:");
   for (size_t i = 0; i < recovered.size() && i < 5; ++i)
     message += "\n  --keep-float " + recovered[i].second + ": +" + std::to_string(recovered[i].first).substr(0, 5) + "%";
   return failedPrecondition(message);
@@ -173,6 +176,11 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
       return usageError(command,
                         "--smooth-percentile takes a number in (0.5, 1], got '" + args[i] + "'");
     options.smooth_percentile = q;
+  } else if (arg == "--prune") {  // METHOD:PATTERN (docs/pruning.md); checked by the compiler
+    const std::string* v = value();
+    if (!v || v->empty())
+      return usageError(command, "--prune needs METHOD:PATTERN (wanda:0.5, sparsegpt:2:4)");
+    options.prune = *v;
   } else if (arg == "--keep-float") {
     const std::string* v = value();
     if (!v || v->empty()) return usageError(command, "--keep-float needs a node-name pattern");
@@ -287,7 +295,8 @@ int runCompile(const std::vector<std::string>& args) {
     return usageError("compile",
                       "--drift-text runs the engine: it needs the weights (not --strip-weights)");
   if (max_ppl_increase >= 0) {
-    if (options.quantize.empty()) return usageError("compile", "--max-ppl-increase goes with --quantize");
+    if (options.quantize.empty() && options.prune.empty())
+      return usageError("compile", "--max-ppl-increase goes with --quantize or --prune");
     if (options.strip_weights) return usageError("compile", "--max-ppl-increase needs the weights (not --strip-weights)");
     if (eval_text.empty()) eval_text = options.calib_file, eval_text_option = "--calib";
     if (eval_text.empty())

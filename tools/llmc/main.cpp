@@ -54,6 +54,8 @@ const char kUsage[] =
     "           [--keep-float PATTERN ...] [--calib FILE | --calib-dir DIR] [--awq]\n"
     "           [--smooth-alpha A] [--smooth-percentile Q] [--max-ppl-increase PERCENT "
     "[--eval-text FILE]]]\n"
+    "          [--prune magnitude|wanda|sparsegpt:SPARSITY|N:M (wanda and sparsegpt with "
+    "--calib)]\n"
     "          [--drift-text FILE [--drift-tokens N] [--drift-new-tokens K]]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"

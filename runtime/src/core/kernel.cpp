@@ -58,6 +58,7 @@ const KernelRegistry& KernelRegistry::cpuReference() {
     registerFusedKernels(r);
     registerQuantKernels(r);
     registerOnnxQuantKernels(r);
+    registerPruneKernels(r);
     return r;
   }();
   return registry;

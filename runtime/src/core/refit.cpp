@@ -137,6 +137,12 @@ Status refitEngine(std::span<const uint8_t> engine_bytes, const std::string& wha
     std::shared_ptr<const Engine> engine;
     LLMC_RETURN_IF_ERROR(
         Engine::loadFromMemory(engine_bytes, what, &engine));  // verifies everything
+    // SparseGPT's weights are computed from the calibration data as well as the model's: they
+    // are literals, which new initializers cannot recompute.
+    if (engine->buildOptions().find(";prune=sparsegpt") != std::string::npos)
+      return failedPrecondition(what +
+                                " was pruned with SparseGPT, whose updated weights depend on the "
+                                "calibration data; compile the new model instead of refitting");
     const Plan& plan = InternalAccess::plan(*engine);
     EngineFileHeader header;
     LLMC_RETURN_IF_ERROR(

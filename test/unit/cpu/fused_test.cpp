@@ -22,12 +22,6 @@ double relativeError(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
-
-KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> entries) {
-  KernelParams p;
-  for (const auto& [name, value] : entries) p.set(name, value);
-  return p;
-}
 double activation(const std::string& name, double x) {
   if (name == "relu") return x > 0 ? x : 0;
   if (name == "gelu_erf") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));

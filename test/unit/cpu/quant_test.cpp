@@ -23,12 +23,6 @@
 namespace llmc::testing {
 namespace {
 
-KernelParams params(std::initializer_list<std::pair<const char*, KernelParam>> entries) {
-  KernelParams p;
-  for (const auto& [name, value] : entries) p.set(name, value);
-  return p;
-}
-
 struct Quantized {
   Tensor data, scales, zeros;
   QuantWeight weight;

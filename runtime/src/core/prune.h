@@ -1,0 +1,70 @@
+// Weight pruning (docs/pruning.md): the masks and updates the compiler's pruning pass computes,
+// here in the runtime's core so that `llmc refit` repeats the recipe of a magnitude- or
+// Wanda-pruned weight (kernel LlmPruneWeight) and the unit tests reach them without MLIR.
+//
+// Every rule works on the weight as output rows: row c of [N, K] holds output channel c along
+// K, whatever layout the float weight has ([K, N], or [N, K] when `transposed`). Each output row
+// loses the same number of weights (row-balanced sparsity, which the sparse storage and
+// kernels rely on): round(sparsity * K) of them, or in every group of M along K all but N.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "llmc/status.h"
+#include "llmc/tensor.h"
+
+namespace llmc {
+
+enum class PruneMethod : uint8_t {
+  kMagnitude = 0,  // score |w|
+  kWanda = 1,      // score |w| * ||x_j||2 (the input channel's norm over the calibration rows)
+  kSparseGpt = 2,  // OBS: score w^2 / [H^-1]_jj^2, the kept weights updated (sparseGptPrune)
+};
+const char* pruneMethodName(PruneMethod method);
+bool parsePruneMethod(const std::string& name, PruneMethod* method);
+
+struct PrunePattern {
+  double sparsity = 0;  // the fraction of each row zeroed (N:M: 1 - n / m)
+  int n = 0, m = 0;     // N:M: n kept of every m consecutive weights along K (0: unstructured)
+  bool nm() const { return m > 0; }
+  std::string text() const;  // "50%" or "2:4"
+};
+// "0.5" (a fraction in [0, 1)) or "N:M" (1 <= N < M <= 64).
+Status parsePrunePattern(const std::string& text, PrunePattern* pattern);
+// Whether the pattern fits a weight with this K (N:M: M divides K), with the reason.
+Status checkPrunePattern(const PrunePattern& pattern, int64_t k);
+
+// keep[r * k + j] = 0 for the weights `pattern` removes from row r: the lowest scores, ties
+// going to the lower index (the order a stable sort gives); 1 for the rest.
+void pruneMask(const float* scores, int64_t rows, int64_t k, const PrunePattern& pattern,
+               uint8_t* keep);
+
+// Magnitude (channel_norms null) or Wanda (channel_norms: K values) pruning of a 2-D float32
+// weight: `out` is `w` with the removed weights set to 0.0f and the rest bit-identical.
+Status pruneWeight(const Tensor& w, bool transposed, const PrunePattern& pattern,
+                   const float* channel_norms, Tensor* out);
+
+struct SparseGptOptions {
+  double damping = 0.01;  // added to H's diagonal, as a fraction of its mean
+  int64_t block = 128;    // columns per lazy update (and per mask choice, unstructured)
+};
+// SparseGPT (Frantar & Alistarh, 2023) on one weight, with `gram` = XᵀX (float32 [K, K]) of
+// its input over the calibration rows: column by column, each weight removed has its error
+// spread over the row's later columns through the Cholesky factor of H^-1 (H = XᵀX + damping);
+// the mask is chosen per row by w^2 / [H^-1]_jj^2 on the weights as updated so far: at each
+// block (unstructured: the row's remaining removals among all the columns not yet processed,
+// those in the block removed now, so each row loses exactly round(sparsity * K)) or group of M.
+// Channels never active (H_jj = 0) have their weights zeroed first, as the paper does.
+// kFailedPrecondition when H stays singular after damping.
+Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& pattern,
+                      const Tensor& gram, const SparseGptOptions& options, Tensor* out);
+
+// ||x (w - pruned)||_F / ||x w||_F over the first 128 rows of x (float32 [R, K]): the relative
+// output error a pruning costs on calibration rows (0 when x w is 0).
+double relativeOutputError(const Tensor& x, const Tensor& w, const Tensor& pruned, bool transposed);
+
+// The fraction of exact zeros in a float32 tensor.
+double zeroFraction(const Tensor& t);
+
+}  // namespace llmc

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Weight pruning end to end on the demo model (a real trained model, test/models/demo).
+
+Checks, for `llmc compile --prune`:
+- magnitude, Wanda and SparseGPT at 50%, 2:4 and 4:8 compile; `--report` lists every product
+  but the LM head as pruned to exactly the pattern's share of zeros, and the LM head as dense;
+- an engine pruned by magnitude equals the dense engine of the model with the same weights
+  zeroed by numpy (`llmc eval` of one against the other: KL 0, top-1 agreement 100%), in
+  float32 and under int4 quantization, so the pass removes exactly what the rule says;
+- accuracy of each against the float32 model on the chapters of the King James Bible that
+  training held out (`llmc eval`), printed as the table docs/pruning.md records;
+- refit: a stripped Wanda-pruned engine refits byte-identically from the model's initializers;
+  a SparseGPT engine (weights computed from the calibration) is refused by refit, and
+  `--strip-weights` with SparseGPT by compile;
+- bad specs and missing calibration data fail with exit 2 and one message; --max-ppl-increase
+  gates a pruned engine.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "models")
+sys.path.insert(0, os.path.join(MODELS, "demo"))
+from kjv import is_held_out, read_chapters  # noqa: E402
+
+sys.path.insert(0, HERE)
+from quantization import write_bert_files  # noqa: E402
+from refit_test import write_safetensors  # noqa: E402
+
+TOKENIZER = os.path.join(MODELS, "demo", "tokenizer.json")
+MODEL = os.path.join(MODELS, "demo", "model.onnx")
+CALIBRATION = "@calibration"  # replaced by the calibration file's path
+CALIB = ["--calib", CALIBRATION, "--tokenizer", TOKENIZER]
+MODES = [  # name, flags
+    ("magnitude 50%", ["--prune", "magnitude:0.5"]),
+    ("wanda 50%", ["--prune", "wanda:0.5", *CALIB]),
+    ("sparsegpt 50%", ["--prune", "sparsegpt:0.5", *CALIB]),
+    ("magnitude 2:4", ["--prune", "magnitude:2:4"]),
+    ("wanda 2:4", ["--prune", "wanda:2:4", *CALIB]),
+    ("sparsegpt 2:4", ["--prune", "sparsegpt:2:4", *CALIB]),
+    ("magnitude 4:8", ["--prune", "magnitude:4:8"]),
+    ("wanda 4:8", ["--prune", "wanda:4:8", *CALIB]),
+    ("sparsegpt 4:8", ["--prune", "sparsegpt:4:8", *CALIB]),
+    ("wanda 30%", ["--prune", "wanda:0.3", *CALIB]),
+    ("sparsegpt 30%", ["--prune", "sparsegpt:0.3", *CALIB]),
+    ("sparsegpt 50% int8", ["--prune", "sparsegpt:0.5", "--quantize", "int8", *CALIB]),
+    ("sparsegpt 50% int4", ["--prune", "sparsegpt:0.5", "--quantize", "int4", "--quant-group", "64", *CALIB]),
+]
+SANITIZED_MODES = ("magnitude 50%", "wanda 2:4", "sparsegpt 50%", "sparsegpt 50% int4")
+PRODUCTS = 16  # 4 layers x (QKV, output, gated MLP, down); the LM head stays dense
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, capture_output=True, text=True, **kwargs)
+
+
+def magnitude_zeroed(model_path, out_path, sparsity=None, n=0, m=0):
+    """The demo with every MatMul weight but the LM head's pruned by numpy: per output column
+    of B [K, N], the lowest |w| (ties: the lower index first, a stable sort) set to 0."""
+    model = onnx.load(model_path)
+    inits = {init.name: init for init in model.graph.initializer}
+    outputs = {o.name for o in model.graph.output}
+    count = 0
+    for node in model.graph.node:
+        if node.op_type != "MatMul" or node.input[1] not in inits or node.output[0] in outputs:
+            continue
+        init = inits[node.input[1]]
+        w = numpy_helper.to_array(init).copy()
+        k = w.shape[0]
+        for c in range(w.shape[1]):
+            column = w[:, c]
+            if m:
+                for g in range(0, k, m):
+                    order = np.argsort(np.abs(column[g:g + m]), kind="stable")
+                    column[g + order[:m - n]] = 0
+            else:
+                order = np.argsort(np.abs(column), kind="stable")
+                column[order[:int(round(sparsity * k))]] = 0
+        init.CopyFrom(numpy_helper.from_array(w, init.name))
+        count += 1
+    onnx.save(model, out_path)
+    return count
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--llmc", required=True)
+    parser.add_argument("--sanitized", action="store_true",
+                        help="an ASan/UBSan build: the paths on 4 eval windows, without the table's modes")
+    args = parser.parse_args()
+    modes = [mode for mode in MODES if not args.sanitized or mode[0] in SANITIZED_MODES]
+    windows = ["--max-windows", "4"] if args.sanitized else []
+    failures = []
+
+    def check(ok, label):
+        print(f"{'PASS' if ok else 'FAIL'} {label}", flush=True)
+        if not ok:
+            failures.append(label)
+
+    def evaluate(engine, reference, text_path):
+        proc = run([args.llmc, "eval", engine, "--reference", reference, "--text", text_path,
+                    "--tokenizer", TOKENIZER, "--context", "128", "--json", *windows])
+        check(proc.returncode == 0, f"eval {os.path.basename(engine)}: {proc.stderr.strip()[-300:]}")
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    with tempfile.TemporaryDirectory(prefix="llmc-prune-") as tmp:
+        chapters = read_chapters()
+        text_path = os.path.join(tmp, "held_out.txt")
+        with open(text_path, "w") as f:
+            f.write("\n".join(c for i, c in enumerate(chapters) if is_held_out(i)))
+        calibration = os.path.join(tmp, "calibration.txt")  # 32 chapters training saw, one per line
+        with open(calibration, "w") as f:
+            f.write("\n".join(c.replace("\n", " ") for i, c in enumerate(chapters[:40]) if not is_held_out(i)))
+
+        def compile_engine(name, flags, model=MODEL):
+            engine = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name) + ".engine")
+            flags = [calibration if f == CALIBRATION else f for f in flags]
+            proc = run([args.llmc, "compile", model, "-o", engine, "--report", *flags])
+            check(proc.returncode == 0, f"{name}: compile {proc.stderr.strip()[-300:]}")
+            return (engine, proc) if proc.returncode == 0 else (None, proc)
+
+        float_engine, _ = compile_engine("float32", [])
+        if not float_engine:
+            sys.exit(1)
+        rows = []
+        for name, flags in modes:
+            engine, proc = compile_engine(name, flags)
+            if not engine:
+                continue
+            pattern = name.split()[1]
+            share = {"2:4": 50.0, "4:8": 50.0}.get(pattern, float(pattern.rstrip("%")) if "%" in pattern else 0)
+            pruned = re.findall(r"fired  prune \S+ \S+ (?:matmul|gated-mlp): [^:]+: ([0-9.]+)% of (\d+) weights zero",
+                                proc.stdout)
+            # Exactly round(share * K) of each row: within half a weight of a 192-wide row.
+            check(len(pruned) == PRODUCTS and all(abs(float(z) - share) < 0.3 for z, _ in pruned),
+                  f"{name}: --report lists {len(pruned)} pruned products (want {PRODUCTS}) at "
+                  f"{sorted(set(z for z, _ in pruned))}% zeros (want {share}%)")
+            check("/model/lm_head/MatMul: its result is a model output" in proc.stdout, f"{name}: the LM head stays dense")
+            metrics = evaluate(engine, float_engine, text_path)
+            if metrics:
+                rows.append((name, os.path.getsize(engine), metrics))
+
+        # The pass removes exactly what the rule says: numpy's magnitude pruning of the model,
+        # compiled dense, evaluates identically (float32 and int4).
+        for label, kwargs, spec in (("50%", {"sparsity": 0.5}, "magnitude:0.5"), ("2:4", {"n": 2, "m": 4}, "magnitude:2:4")):
+            zeroed = os.path.join(tmp, f"zeroed_{label.replace(':', '_').replace('%', '')}.onnx")
+            count = magnitude_zeroed(MODEL, zeroed, **kwargs)
+            check(count == 28, f"numpy zeroed {count} MatMul weights (the demo has 28 besides the LM head)")
+            for quant in ([], ["--quantize", "int4", "--quant-group", "64"]):
+                tag = f"{label}{' int4' if quant else ''}"
+                dense, _ = compile_engine(f"zeroed {tag}", quant, model=zeroed)
+                pruned, _ = compile_engine(f"pruned {tag}", ["--prune", spec, *quant])
+                if dense and pruned:
+                    m = evaluate(pruned, dense, text_path)
+                    if m:
+                        check(m["mean_kl"] == 0 and m["top1_agreement"] == 1 and m["perplexity"] == m["reference_perplexity"],
+                              f"--prune {spec}{' int4' if quant else ''} equals the numpy-zeroed model: KL {m['mean_kl']}, "
+                              f"top-1 {m['top1_agreement']}, perplexity {m['perplexity']} vs {m['reference_perplexity']}")
+
+        # An encoder (test/models/bert_tiny, random weights): magnitude pruning equals numpy's
+        # zeroing (the pooler, a model output, stays dense), and SparseGPT 2:4 and Wanda compile
+        # and run, calibrated on sentences through a word-level tokenizer.
+        bert = os.path.join(MODELS, "bert_tiny", "model.onnx")
+        bert_tokenizer, sentences, bert_calibration = write_bert_files(tmp)
+        zeroed_bert = os.path.join(tmp, "bert_zeroed.onnx")
+        check(magnitude_zeroed(bert, zeroed_bert, sparsity=0.5) == 12, "numpy zeroed the encoder's 12 MatMul weights")
+        tok = ["--tokenizer", bert_tokenizer]
+        bert_engines = {}
+        for name, flags, model in (("bert zeroed", tok, zeroed_bert), ("bert magnitude", ["--prune", "magnitude:0.5", *tok], bert),
+                                   ("bert sparsegpt 2:4", ["--prune", "sparsegpt:2:4", "--calib", bert_calibration, *tok], bert),
+                                   ("bert wanda", ["--prune", "wanda:0.5", "--calib", bert_calibration, *tok], bert)):
+            engine, proc = compile_engine(name, flags, model=model)
+            if engine:
+                bert_engines[name] = engine
+                if name != "bert zeroed":
+                    pruned = re.findall(r"fired  prune .*: ([0-9.]+)% of \d+ weights zero", proc.stdout)
+                    check(len(pruned) == 8 and set(pruned) == {"50.0"} and "/model/pooler/dense/Gemm: its result" in proc.stdout,
+                          f"{name}: 8 products pruned to 50% ({pruned}), the pooler dense")
+        for name in ("bert magnitude", "bert sparsegpt 2:4", "bert wanda"):
+            if name in bert_engines and "bert zeroed" in bert_engines:
+                proc = run([args.llmc, "eval", bert_engines[name], "--reference", bert_engines["bert zeroed"],
+                            "--sentences", sentences, "--json"])
+                check(proc.returncode == 0, f"{name}: eval --sentences {proc.stderr.strip()[-300:]}")
+                if proc.returncode == 0:
+                    r = json.loads(proc.stdout)
+                    if name == "bert magnitude":
+                        check(r["max_abs_error"] == 0, f"{name} equals the numpy-zeroed encoder: max |error| {r['max_abs_error']}")
+                    else:
+                        check(r["sentences"] == 4 and r["mean_cosine"] > 0.5, f"{name} runs: cosine {r['mean_cosine']:.4f} "
+                              "against the magnitude-zeroed encoder")
+
+        # Refit: Wanda's recipe (the channel norms are a literal) repeats from the initializers.
+        model = onnx.load(MODEL)
+        weights = os.path.join(tmp, "weights.safetensors")
+        write_safetensors(weights, {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+                                    if numpy_helper.to_array(i).dtype == np.float32})
+        full, _ = compile_engine("wanda refit full", ["--prune", "wanda:0.5", *CALIB])
+        stripped, _ = compile_engine("wanda refit stripped", ["--prune", "wanda:0.5", "--strip-weights", *CALIB])
+        if full and stripped:
+            refit = os.path.join(tmp, "refit.engine")
+            proc = run([args.llmc, "refit", stripped, "--weights", weights, "-o", refit])
+            check(proc.returncode == 0, f"refit of a stripped Wanda engine: {proc.stderr.strip()[-300:]}")
+            if proc.returncode == 0:
+                with open(full, "rb") as a, open(refit, "rb") as b:
+                    check(a.read() == b.read(), "the refit Wanda engine is byte-identical to the full compile")
+        sparse_gpt = os.path.join(tmp, "sparsegpt_50_.engine")
+        if os.path.exists(sparse_gpt):
+            proc = run([args.llmc, "refit", sparse_gpt, "--weights", weights, "-o", os.path.join(tmp, "x.engine")])
+            check(proc.returncode != 0 and "SparseGPT" in proc.stderr and "compile the new model" in proc.stderr,
+                  f"refit refuses a SparseGPT engine: {proc.returncode} {proc.stderr.strip()[-200:]}")
+
+        # Errors: one message, exit 2, nothing written.
+        bad = os.path.join(tmp, "bad.engine")
+        for flags, expected in (
+            (["--prune", "wanda:0.5"], "needs calibration data"),
+            (["--prune", "sparsegpt:0.5", "--strip-weights", "--calib", calibration, "--tokenizer", TOKENIZER],
+             "cannot be stripped"),
+            (["--prune", "magnitude:1.5"], "a sparsity is a fraction in [0, 1)"),
+            (["--prune", "magnitude:4:4"], "1 <= N < M <= 64"),
+            (["--prune", "random:0.5"], "METHOD magnitude, wanda or sparsegpt"),
+            (["--prune", "magnitude"], "METHOD:PATTERN"),
+            (["--calib", calibration, "--tokenizer", TOKENIZER], "go with --quantize or --prune"),
+        ):
+            proc = run([args.llmc, "compile", MODEL, "-o", bad, *flags])
+            check(proc.returncode == 2 and expected in proc.stderr and not os.path.exists(bad),
+                  f"{' '.join(flags[:2])}: exit {proc.returncode}, '{expected}' in {proc.stderr.strip()[-200:]!r}")
+        proc = run([args.llmc, "compile", MODEL, "-o", bad, "--prune", "magnitude:0.9", "--max-ppl-increase", "5",
+                    "--eval-text", text_path, "--tokenizer", TOKENIZER])
+        check(proc.returncode != 0 and "exceeds --max-ppl-increase" in proc.stderr and not os.path.exists(bad),
+              f"--max-ppl-increase gates a 90%-pruned engine: exit {proc.returncode} {proc.stderr.strip()[-200:]}")
+
+        print(f"\n{'mode':20} {'engine bytes':>12} {'perplexity':>11} {'ppl +%':>8} {'mean KL':>9} {'top-1':>7}")
+        for name, size, m in rows:
+            print(f"{name:20} {size:12d} {m['perplexity']:11.3f} {100 * m['perplexity_increase']:8.2f} "
+                  f"{m['mean_kl']:9.5f} {100 * m['top1_agreement']:6.2f}%")
+        if rows:
+            m = rows[-1][2]
+            print(f"(float32 perplexity {m['reference_perplexity']:.3f} on {m['predictions']} held-out predictions)")
+        by_name = {name: m for name, _, m in rows}
+        if not args.sanitized:
+            # The published ranking at 50%: SparseGPT and Wanda well ahead of magnitude.
+            for pattern in ("50%", "2:4"):
+                mag, wanda, gpt = (by_name.get(f"{method} {pattern}") for method in ("magnitude", "wanda", "sparsegpt"))
+                if mag and wanda and gpt:
+                    check(wanda["perplexity_increase"] < mag["perplexity_increase"] and
+                          gpt["perplexity_increase"] < mag["perplexity_increase"],
+                          f"{pattern}: Wanda (+{100 * wanda['perplexity_increase']:.1f}%) and SparseGPT "
+                          f"(+{100 * gpt['perplexity_increase']:.1f}%) beat magnitude (+{100 * mag['perplexity_increase']:.1f}%)")
+    if failures:
+        print(f"\n{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("\nall pruning checks passed")
+
+
+if __name__ == "__main__":
+    main()
