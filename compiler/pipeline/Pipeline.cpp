@@ -174,28 +174,51 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   std::string calib_temp;
   if (options.quantize == "w8a8" && options.calib_file.empty() && options.calib_dir.empty())
     return invalidArgument("--quantize w8a8 needs calibration data for its smoothing (--calib FILE or --calib-dir DIR)");
-  PruneMethod prune_method = PruneMethod::kMagnitude;
-  PrunePattern prune_pattern;
-  if (!options.prune.empty()) {
-    const size_t colon = options.prune.find(':');
-    if (colon == std::string::npos ||
-        !parsePruneMethod(options.prune.substr(0, colon), &prune_method))
+  // --prune: a comma-separated list of at most one unstructured METHOD:PATTERN and one
+  // mlp:FRACTION (structured: whole MLP channels).
+  std::string prune_method_name, prune_pattern_text;
+  double prune_mlp = 0;
+  bool prune_calibrated = false;
+  for (size_t begin = 0; !options.prune.empty() && begin <= options.prune.size();) {
+    const size_t comma = std::min(options.prune.find(',', begin), options.prune.size());
+    const std::string item = options.prune.substr(begin, comma - begin);
+    begin = comma + 1;
+    const size_t colon = item.find(':');
+    const std::string method = item.substr(0, colon);
+    PruneMethod parsed = PruneMethod::kMagnitude;
+    if (colon == std::string::npos || (method != "mlp" && !parsePruneMethod(method, &parsed)))
       return invalidArgument(
-          "--prune takes METHOD:PATTERN with METHOD magnitude, wanda or sparsegpt (wanda:0.5, "
-          "sparsegpt:2:4), got '" +
+          "--prune takes METHOD:PATTERN[,mlp:FRACTION] with METHOD magnitude, wanda or sparsegpt "
+          "(wanda:0.5, sparsegpt:2:4, mlp:0.25,wanda:0.5), got '" +
           options.prune + "'");
-    LLMC_RETURN_IF_ERROR(
-        parsePrunePattern(options.prune.substr(colon + 1), &prune_pattern).withContext("--prune"));
-    if (prune_method != PruneMethod::kMagnitude && options.calib_file.empty() &&
-        options.calib_dir.empty())
-      return invalidArgument("--prune " + options.prune +
-                             " needs calibration data (--calib FILE or --calib-dir DIR)");
-    if (prune_method == PruneMethod::kSparseGpt && options.strip_weights)
-      return invalidArgument(
-          "--prune sparsegpt computes its weights from the calibration data: refit cannot "
-          "recompute them, so they cannot be stripped (--strip-weights)");
+    const std::string pattern = item.substr(colon + 1);
+    if (method == "mlp") {
+      PrunePattern fraction;
+      if (!parsePrunePattern(pattern, &fraction).ok() || fraction.nm() || fraction.sparsity <= 0)
+        return invalidArgument(
+            "--prune mlp:FRACTION removes that fraction of each MLP's channels, a number in (0, "
+            "1); got '" +
+            pattern + "'");
+      if (prune_mlp > 0) return invalidArgument("--prune names mlp twice: '" + options.prune + "'");
+      prune_mlp = fraction.sparsity;
+      prune_calibrated = true;
+      continue;
+    }
+    if (!prune_method_name.empty())
+      return invalidArgument("--prune names two unstructured methods: '" + options.prune + "'");
+    PrunePattern checked;
+    LLMC_RETURN_IF_ERROR(parsePrunePattern(pattern, &checked).withContext("--prune"));
+    prune_method_name = method, prune_pattern_text = pattern;
+    prune_calibrated |= parsed != PruneMethod::kMagnitude;
   }
-  const bool gram = !options.prune.empty() && prune_method == PruneMethod::kSparseGpt;
+  if (prune_calibrated && options.calib_file.empty() && options.calib_dir.empty())
+    return invalidArgument("--prune " + options.prune +
+                           " needs calibration data (--calib FILE or --calib-dir DIR)");
+  if (prune_method_name == "sparsegpt" && options.strip_weights)
+    return invalidArgument(
+        "--prune sparsegpt computes its weights from the calibration data: refit cannot "
+        "recompute them, so they cannot be stripped (--strip-weights)");
+  const bool gram = prune_method_name == "sparsegpt";
   if (options.awq || !options.calib_file.empty() || !options.calib_dir.empty()) {
     if (options.quantize.empty() && options.prune.empty())
       return invalidArgument("--calib, --calib-dir and --awq go with --quantize or --prune");
@@ -332,8 +355,14 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   }
   if (!options.prune.empty()) {
     PruneWeightsOptions prune;
-    prune.method = pruneMethodName(prune_method);
-    prune.pattern = options.prune.substr(options.prune.find(':') + 1);
+    prune.method = prune_method_name;
+    prune.pattern = prune_pattern_text;
+    prune.mlp = prune_mlp;
+    // The kept channels are a multiple of 32, and of the 4-bit group, so the smaller products
+    // still quantize.
+    prune.channelAlign = options.quantize == "int4" || options.quantize == "int4_zp"
+                             ? std::max<int64_t>(32, options.quant_group)
+                             : 32;
     prune.calibStats = calib_stats_path;
     fpm.addPass(createPruneWeights(prune));
   }

@@ -177,10 +177,17 @@ def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
     `pattern` is a fraction ("0.5") or N:M ("2:4", N kept of every M along K). Each pruned
     product is logged with its relative output error on the calibration rows; products the
     calibration did not see, or whose K the N:M pattern does not divide, stay dense and are
-    logged with the reason.
+    logged with the reason. With `mlp`, first, every MLP (an `llm.gated_mlp` or
+    `llm.fused_matmul` whose only user is a product with a constant weight, the down
+    projection) loses that fraction of its channels (the kept count rounded to a multiple of
+    `channel-align`), scored by ||x_f||2 * ||W_down[f, :]||2 with x the down projection's input
+    on the calibration rows: the columns of the up (gate and up) weight and bias and the rows of
+    the down weight go, by the runtime's `Gather` (recorded as recipes).
   }];
   let options = [
-    Option<"method", "method", "std::string", "\"magnitude\"", "magnitude, wanda or sparsegpt">,
+    Option<"method", "method", "std::string", "\"magnitude\"", "magnitude, wanda, sparsegpt or empty (none)">,
+    Option<"mlp", "mlp", "double", "0", "the fraction of each MLP's channels to remove (structured; needs calib-stats)">,
+    Option<"channelAlign", "channel-align", "int64_t", "32", "kept MLP channels are a multiple of this">,
     Option<"pattern", "pattern", "std::string", "\"0.5\"", "a sparsity in [0, 1) or N:M">,
     Option<"calibStats", "calib-stats", "std::string", "\"\"",
            "calibration statistics (wanda: channel norms; sparsegpt: XᵀX)">,

@@ -1,10 +1,12 @@
-// --llmc-prune-weights: unstructured and N:M pruning of the products' constant weights
-// (docs/pruning.md). Magnitude and Wanda prune with the runtime's LlmPruneWeight kernel, so
-// the pruned weight carries its recipe; SparseGPT's updated weight is a literal. Runs after
-// the fusions (the products and their calibration statistics are the quantizer's) and before
-// quantization, which then quantizes the pruned weights.
+// --llmc-prune-weights: structured pruning of MLP channels, then unstructured and N:M pruning
+// of the products' constant weights (docs/pruning.md). Magnitude and Wanda prune with the runtime's
+// LlmPruneWeight kernel, so the pruned weight carries its recipe; SparseGPT's updated weight is a
+// literal. Runs after the fusions (the products and their calibration statistics are the
+// quantizer's) and before quantization, which then quantizes the pruned weights.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "core/prune.h"
 #include "pipeline/Calibration.h"
@@ -30,13 +32,19 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
-    if (!parsePruneMethod(method, &method_)) {
+    const bool unstructured = !method.empty();
+    if (unstructured && !parsePruneMethod(method, &method_)) {
       func.emitError() << "unknown pruning method '" << method
                        << "' (methods: magnitude, wanda, sparsegpt)";
       return signalPassFailure();
     }
-    if (Status parsed = parsePrunePattern(pattern, &pattern_); !parsed.ok()) {
+    if (Status parsed = unstructured ? parsePrunePattern(pattern, &pattern_) : okStatus();
+        !parsed.ok()) {
       func.emitError() << parsed.message();
+      return signalPassFailure();
+    }
+    if (!(mlp >= 0 && mlp < 1) || channelAlign < 1) {
+      func.emitError() << "mlp must be in [0, 1) and channel-align positive";
       return signalPassFailure();
     }
     if (!calibStats.empty()) {
@@ -45,25 +53,32 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
         return signalPassFailure();
       }
     }
-    if (method_ != PruneMethod::kMagnitude && stats_.empty()) {
-      func.emitError() << method << " pruning needs calibration statistics (calib-stats)";
+    if (((unstructured && method_ != PruneMethod::kMagnitude) || mlp > 0) && stats_.empty()) {
+      func.emitError() << (mlp > 0 ? std::string("mlp") : method.getValue())
+                       << " pruning needs calibration statistics (calib-stats)";
       return signalPassFailure();
     }
-    llvm::DenseSet<Operation*> returned;
-    for (Value v : func.getBody().front().getTerminator()->getOperands())
-      if (Operation* def = v.getDefiningOp()) returned.insert(def);
-    std::vector<Operation*> products;
-    for (Operation& op : func.getBody().front())
+    std::vector<Operation*> producers, products;
+    for (Operation& op : func.getBody().front()) {
+      if (isOp(&op, "llm.gated_mlp") || isOp(&op, "llm.fused_matmul")) producers.push_back(&op);
       if (isOp(&op, "llm.fused_matmul") || isOp(&op, "llm.gated_mlp") || isOp(&op, "nn.matmul"))
         products.push_back(&op);
-    for (Operation* op : products) {
-      if (returned.count(op)) {
-        if (float32Constant(op->getOperand(1)))
-          logFusion(func, {false, kPass, name(op), nodeNames({op}),
-                           "its result is a model output (an LM head, a pooler): stays dense"});
-        continue;
+    }
+    if (mlp > 0)
+      for (Operation* op : producers) pruneChannels(func, op);
+    if (unstructured) {
+      llvm::DenseSet<Operation*> returned;
+      for (Value v : func.getBody().front().getTerminator()->getOperands())
+        if (Operation* def = v.getDefiningOp()) returned.insert(def);
+      for (Operation* op : products) {
+        if (returned.count(op)) {
+          if (float32Constant(op->getOperand(1)))
+            logFusion(func, {false, kPass, name(op), nodeNames({op}),
+                             "its result is a model output (an LM head, a pooler): stays dense"});
+          continue;
+        }
+        prune(func, op);
       }
-      prune(func, op);
     }
     eraseDeadOps(func.getBody().front());
   }
@@ -72,6 +87,118 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
   PruneMethod method_ = PruneMethod::kMagnitude;
   PrunePattern pattern_;
   CalibrationStats stats_;
+
+  // Structured: an MLP `up` (gated_mlp, or fused_matmul with any activation, both per
+  // channel) whose only user is the down projection loses its lowest-scoring channels.
+  void pruneChannels(func::FuncOp func, Operation* up) {
+    Value h = up->getResult(0);
+    if (!h.hasOneUse()) return;
+    Operation* down = *h.getUsers().begin();
+    if (!(isOp(down, "llm.fused_matmul") || isOp(down, "nn.matmul")) || down->getOperand(0) != h)
+      return;
+    const bool gated = isOp(up, "llm.gated_mlp");
+    auto h_type = dyn_cast<RankedTensorType>(h.getType());
+    auto up_w = dyn_cast<RankedTensorType>(up->getOperand(1).getType());
+    auto down_w = dyn_cast<RankedTensorType>(down->getOperand(1).getType());
+    if (!h_type || !up_w || !down_w || h_type.getRank() < 1 ||
+        h_type.isDynamicDim(h_type.getRank() - 1) || up_w.getRank() != 2 || down_w.getRank() != 2 ||
+        !float32Constant(up->getOperand(1)))
+      return;
+    std::optional<Tensor> down_weight = float32Constant(down->getOperand(1));
+    if (!down_weight) return;
+    auto trans = [](Operation* op) {
+      auto t = op->getAttrOfType<IntegerAttr>("trans_b");
+      return t ? t.getInt() : int64_t{0};
+    };
+    const int64_t up_trans = gated ? 0 : trans(up), down_trans = trans(down);
+    const int64_t f = h_type.getDimSize(h_type.getRank() - 1);
+    if ((down_trans ? down_w.getDimSize(1) : down_w.getDimSize(0)) != f) return;
+    const std::string nodes = nodeNames({up, down});
+    const std::string label =
+        std::string("mlp ") + pattern_text(mlp) + (gated ? " gated-mlp" : " matmul");
+    auto skip = [&](const std::string& why) { logFusion(func, {false, kPass, label, nodes, why}); };
+    Value bias = gated ? Value() : up->getOperand(2);
+    if (bias && !isa<NoneType>(bias.getType()) && !float32Constant(bias))
+      return skip("its bias is not a constant; stays whole");
+    auto stats = stats_.find(nodeNameOf(down));
+    if (stats == stats_.end() || stats->second.mean_sq.numElements() != f)
+      return skip("the calibration did not see the down projection; stays whole");
+    const int64_t align = channelAlign;
+    const int64_t kept = std::clamp<int64_t>(
+        std::llround((1 - mlp) * static_cast<double>(f) / static_cast<double>(align)) * align,
+        align, f);
+    if (kept >= f)
+      return skip("rounding the kept channels to a multiple of " + std::to_string(align) +
+                  " removes none");
+    const std::vector<int64_t> keep =
+        keptMlpChannels(*down_weight, down_trans != 0, stats->second.mean_sq.data<float>(), kept);
+    std::vector<int64_t> removed;
+    for (int64_t c = 0, i = 0; c < f; ++c)
+      if (i < kept && keep[i] == c)
+        ++i;
+      else
+        removed.push_back(c);
+    std::vector<int64_t> up_columns = keep;
+    if (gated)  // the gate's columns, then the same channels of the up half
+      for (int64_t c : keep) up_columns.push_back(f + c);
+    OpBuilder b(up);
+    Location loc = up->getLoc();
+    auto gather = [&](Value v, int64_t axis, const std::vector<int64_t>& indices) {
+      return kernelConstant(b, loc, "Gather", {b.getNamedAttr("axis", b.getI64IntegerAttr(axis))},
+                            {v, int64Constant(b, loc, indices)});
+    };
+    Value new_up = gather(up->getOperand(1), up_trans ? 0 : 1, up_columns);
+    Value new_bias = bias && !isa<NoneType>(bias.getType()) ? gather(bias, 0, keep) : Value();
+    Value new_down = gather(down->getOperand(1), down_trans ? 1 : 0, keep);
+    if (!new_up || !new_down || (bias && !isa<NoneType>(bias.getType()) && !new_bias))
+      return skip("the Gather of its weights failed; stays whole");
+    up->setOperand(1, new_up);
+    if (new_bias) up->setOperand(2, new_bias);
+    SmallVector<int64_t> shape(h_type.getShape());
+    shape.back() = kept;
+    h.setType(RankedTensorType::get(shape, h_type.getElementType()));
+    down->setOperand(1, new_down);
+    sliceChannels(stats->second, keep);
+    std::string detail =
+        "kept " + std::to_string(kept) + " of " + std::to_string(f) + " channels; removed";
+    for (int64_t c : removed) detail += " " + std::to_string(c);
+    logFusion(func, {true, kPass, label, nodes, detail});
+  }
+
+  static std::string pattern_text(double fraction) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%g%%", 100 * fraction);
+    return buffer;
+  }
+
+  // The statistics of a product whose input lost channels: those of the channels kept.
+  static void sliceChannels(ActivationStats& s, const std::vector<int64_t>& keep) {
+    const int64_t k = s.absmax.numElements(), kept = static_cast<int64_t>(keep.size());
+    auto slice_vector = [&](Tensor& t) {
+      if (t.dtype() != DType::kFloat32 || t.numElements() != k) return;
+      Tensor out = Tensor::allocate(DType::kFloat32, {kept});
+      for (int64_t i = 0; i < kept; ++i) out.data<float>()[i] = t.data<float>()[keep[i]];
+      t = std::move(out);
+    };
+    slice_vector(s.absmax);
+    slice_vector(s.mean_abs);
+    slice_vector(s.mean_sq);
+    if (s.samples.rank() == 2 && s.samples.dim(1) == k) {
+      const int64_t rows = s.samples.dim(0);
+      Tensor out = Tensor::allocate(DType::kFloat32, {rows, kept});
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < kept; ++i)
+          out.data<float>()[r * kept + i] = s.samples.data<float>()[r * k + keep[i]];
+      s.samples = std::move(out);
+    }
+    if (s.gram.dtype() == DType::kFloat32 && s.gram.numElements() == k * k) {
+      Tensor out = Tensor::allocate(DType::kFloat32, {kept, kept});
+      for (int64_t i = 0; i < kept; ++i)
+        for (int64_t j = 0; j < kept; ++j)
+          out.data<float>()[i * kept + j] = s.gram.data<float>()[keep[i] * k + keep[j]];
+      s.gram = std::move(out);
+    }
+  }
 
   std::string name(Operation* op) const {
     return std::string(pruneMethodName(method_)) + " " + pattern_.text() +

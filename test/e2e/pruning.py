@@ -4,12 +4,16 @@
 Checks, for `llmc compile --prune`:
 - magnitude, Wanda and SparseGPT at 50%, 2:4 and 4:8 compile; `--report` lists every product
   but the LM head as pruned to exactly the pattern's share of zeros, and the LM head as dense;
+- `mlp:0.25` (structured) keeps 352 of the 448 channels of each MLP, and the engine equals the
+  dense engine of the model numpy shrank by the channels the report lists (the decoder's gated
+  MLPs, and the encoder's MatMul + bias + GELU ones);
 - an engine pruned by magnitude equals the dense engine of the model with the same weights
   zeroed by numpy (`llmc eval` of one against the other: KL 0, top-1 agreement 100%), in
   float32 and under int4 quantization, so the pass removes exactly what the rule says;
 - accuracy of each against the float32 model on the chapters of the King James Bible that
   training held out (`llmc eval`), printed as the table docs/pruning.md records;
-- refit: a stripped Wanda-pruned engine refits byte-identically from the model's initializers;
+- refit: a stripped engine pruned by mlp:0.25 then Wanda refits byte-identically from the
+  model's initializers;
   a SparseGPT engine (weights computed from the calibration) is refused by refit, and
   `--strip-weights` with SparseGPT by compile;
 - bad specs and missing calibration data fail with exit 2 and one message; --max-ppl-increase
@@ -52,10 +56,13 @@ MODES = [  # name, flags
     ("sparsegpt 4:8", ["--prune", "sparsegpt:4:8", *CALIB]),
     ("wanda 30%", ["--prune", "wanda:0.3", *CALIB]),
     ("sparsegpt 30%", ["--prune", "sparsegpt:0.3", *CALIB]),
+    ("mlp 25%", ["--prune", "mlp:0.25", *CALIB]),
+    ("mlp 25% + sparsegpt 50%", ["--prune", "mlp:0.25,sparsegpt:0.5", *CALIB]),
     ("sparsegpt 50% int8", ["--prune", "sparsegpt:0.5", "--quantize", "int8", *CALIB]),
     ("sparsegpt 50% int4", ["--prune", "sparsegpt:0.5", "--quantize", "int4", "--quant-group", "64", *CALIB]),
 ]
-SANITIZED_MODES = ("magnitude 50%", "wanda 2:4", "sparsegpt 50%", "sparsegpt 50% int4")
+SANITIZED_MODES = ("magnitude 50%", "wanda 2:4", "sparsegpt 50%", "sparsegpt 50% int4", "mlp 25%",
+                   "mlp 25% + sparsegpt 50%")
 PRODUCTS = 16  # 4 layers x (QKV, output, gated MLP, down); the LM head stays dense
 
 
@@ -89,6 +96,39 @@ def magnitude_zeroed(model_path, out_path, sparsity=None, n=0, m=0):
         count += 1
     onnx.save(model, out_path)
     return count
+
+
+def shrink_mlps(model_path, out_path, report, axes):
+    """The model with the MLP channels `llmc compile --report` lists as removed taken out of each
+    layer's weights: for each node name in `axes` (after the layer's path), its initializer (the MatMul's
+    weight, or an Add's bias) loses those indices along the axis given. Returns how many channels
+    went, over all layers."""
+    model = onnx.load(model_path)
+    inits = {init.name: init for init in model.graph.initializer}
+    identities = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Identity"}
+
+    def constant(name):
+        while name in identities:
+            name = identities[name]
+        return numpy_helper.to_array(inits[name]) if name in inits else None
+
+    total = 0
+    for nodes, removed in re.findall(r"fired  prune mlp \S+ (?:gated-mlp|matmul): (.*?): kept \d+ of \d+ channels; "
+                                     r"removed ([\d ]+)", report):
+        layer = re.search(r"(/layers?\.\d+/)", nodes).group(1)
+        indices = [int(i) for i in removed.split()]
+        total += len(indices)
+        for node in model.graph.node:
+            for suffix, axis in axes.items():
+                if node.name.endswith(layer + suffix):
+                    # A copy per node: exporters share equal initializers (bert_tiny's zero biases,
+                    # the second layer's through an Identity).
+                    slot, name = next((i, n) for i, n in enumerate(node.input) if constant(n) is not None)
+                    w = np.delete(constant(name), indices, axis=axis)
+                    node.input[slot] = f"{name}.{node.name}"
+                    model.graph.initializer.append(numpy_helper.from_array(w, node.input[slot]))
+    onnx.save(model, out_path)
+    return total
 
 
 def main():
@@ -132,19 +172,26 @@ def main():
         if not float_engine:
             sys.exit(1)
         rows = []
+        mlp_report = ""
         for name, flags in modes:
             engine, proc = compile_engine(name, flags)
             if not engine:
                 continue
-            pattern = name.split()[1]
-            share = {"2:4": 50.0, "4:8": 50.0}.get(pattern, float(pattern.rstrip("%")) if "%" in pattern else 0)
-            pruned = re.findall(r"fired  prune \S+ \S+ (?:matmul|gated-mlp): [^:]+: ([0-9.]+)% of (\d+) weights zero",
-                                proc.stdout)
-            # Exactly round(share * K) of each row: within half a weight of a 192-wide row.
-            check(len(pruned) == PRODUCTS and all(abs(float(z) - share) < 0.3 for z, _ in pruned),
-                  f"{name}: --report lists {len(pruned)} pruned products (want {PRODUCTS}) at "
-                  f"{sorted(set(z for z, _ in pruned))}% zeros (want {share}%)")
-            check("/model/lm_head/MatMul: its result is a model output" in proc.stdout, f"{name}: the LM head stays dense")
+            if name.startswith("mlp"):  # 25% of 448 channels, rounded to a multiple of 32: 352 kept
+                kept = re.findall(r"fired  prune mlp 25% gated-mlp: .*: kept (\d+) of (\d+) channels", proc.stdout)
+                check(kept == [("352", "448")] * 4, f"{name}: each of the 4 MLPs keeps 352 of 448 channels ({kept})")
+            if name.startswith("mlp") and "+" not in name:
+                mlp_report = proc.stdout
+            else:
+                pattern = name.split()[-1] if "+" in name else name.split()[1]
+                share = {"2:4": 50.0, "4:8": 50.0}.get(pattern, float(pattern.rstrip("%")) if "%" in pattern else 0)
+                pruned = re.findall(r"fired  prune \S+ \S+ (?:matmul|gated-mlp): [^:]+: ([0-9.]+)% of (\d+) weights zero",
+                                    proc.stdout)
+                # Exactly round(share * K) of each row: within half a weight of a 192-wide row.
+                check(len(pruned) == PRODUCTS and all(abs(float(z) - share) < 0.3 for z, _ in pruned),
+                      f"{name}: --report lists {len(pruned)} pruned products (want {PRODUCTS}) at "
+                      f"{sorted(set(z for z, _ in pruned))}% zeros (want {share}%)")
+                check("/model/lm_head/MatMul: its result is a model output" in proc.stdout, f"{name}: the LM head stays dense")
             metrics = evaluate(engine, float_engine, text_path)
             if metrics:
                 rows.append((name, os.path.getsize(engine), metrics))
@@ -166,6 +213,21 @@ def main():
                               f"--prune {spec}{' int4' if quant else ''} equals the numpy-zeroed model: KL {m['mean_kl']}, "
                               f"top-1 {m['top1_agreement']}, perplexity {m['perplexity']} vs {m['reference_perplexity']}")
 
+        # Structured: the engine with 25% of the MLP channels pruned equals the dense engine of
+        # the model numpy shrank by the channels --report lists.
+        if mlp_report:
+            shrunk = os.path.join(tmp, "mlp_shrunk.onnx")
+            removed = shrink_mlps(MODEL, shrunk, mlp_report, {"mlp/gate_proj/MatMul": 1, "mlp/up_proj/MatMul": 1,
+                                                              "mlp/down_proj/MatMul": 0})
+            check(removed == 4 * 96, f"numpy removed {removed} MLP channels (4 x 96)")
+            dense, _ = compile_engine("mlp shrunk", [], model=shrunk)
+            pruned = os.path.join(tmp, "mlp_25_.engine")
+            if dense and os.path.exists(pruned):
+                m = evaluate(pruned, dense, text_path)
+                if m:
+                    check(m["mean_kl"] == 0 and m["top1_agreement"] == 1, f"--prune mlp:0.25 equals the numpy-shrunk "
+                          f"model: KL {m['mean_kl']}, top-1 {m['top1_agreement']}")
+
         # An encoder (test/models/bert_tiny, random weights): magnitude pruning equals numpy's
         # zeroing (the pooler, a model output, stays dense), and SparseGPT 2:4 and Wanda compile
         # and run, calibrated on sentences through a word-level tokenizer.
@@ -174,14 +236,17 @@ def main():
         zeroed_bert = os.path.join(tmp, "bert_zeroed.onnx")
         check(magnitude_zeroed(bert, zeroed_bert, sparsity=0.5) == 12, "numpy zeroed the encoder's 12 MatMul weights")
         tok = ["--tokenizer", bert_tokenizer]
-        bert_engines = {}
+        bert_engines, bert_mlp_report = {}, ""
         for name, flags, model in (("bert zeroed", tok, zeroed_bert), ("bert magnitude", ["--prune", "magnitude:0.5", *tok], bert),
+                                   ("bert mlp", ["--prune", "mlp:0.25", "--calib", bert_calibration, *tok], bert),
                                    ("bert sparsegpt 2:4", ["--prune", "sparsegpt:2:4", "--calib", bert_calibration, *tok], bert),
                                    ("bert wanda", ["--prune", "wanda:0.5", "--calib", bert_calibration, *tok], bert)):
             engine, proc = compile_engine(name, flags, model=model)
             if engine:
                 bert_engines[name] = engine
-                if name != "bert zeroed":
+                if name == "bert mlp":
+                    bert_mlp_report = proc.stdout
+                elif name != "bert zeroed":
                     pruned = re.findall(r"fired  prune .*: ([0-9.]+)% of \d+ weights zero", proc.stdout)
                     check(len(pruned) == 8 and set(pruned) == {"50.0"} and "/model/pooler/dense/Gemm: its result" in proc.stdout,
                           f"{name}: 8 products pruned to 50% ({pruned}), the pooler dense")
@@ -198,20 +263,36 @@ def main():
                         check(r["sentences"] == 4 and r["mean_cosine"] > 0.5, f"{name} runs: cosine {r['mean_cosine']:.4f} "
                               "against the magnitude-zeroed encoder")
 
-        # Refit: Wanda's recipe (the channel norms are a literal) repeats from the initializers.
+        # The encoder's MLP (intermediate dense with bias and GELU, then output dense) shrunk
+        # the same way: 25% of 128 channels, rounded to a multiple of 32, is 32.
+        if "bert mlp" in bert_engines:
+            shrunk = os.path.join(tmp, "bert_shrunk.onnx")
+            removed = shrink_mlps(bert, shrunk, bert_mlp_report, {"intermediate/dense/MatMul": 1,
+                                                                  "intermediate/dense/Add": 0,
+                                                                  "output/dense/MatMul": 0})
+            check(removed == 2 * 32, f"numpy removed {removed} encoder MLP channels (2 x 32)")
+            dense, _ = compile_engine("bert shrunk", tok, model=shrunk)
+            if dense:
+                proc = run([args.llmc, "eval", bert_engines["bert mlp"], "--reference", dense, "--sentences", sentences,
+                            "--json"])
+                check(proc.returncode == 0 and json.loads(proc.stdout)["max_abs_error"] == 0,
+                      f"--prune mlp:0.25 on the encoder equals the numpy-shrunk model: {proc.stdout.strip()[-200:]}")
+
+        # Refit: the recipes of MLP channel pruning (Gather, the indices a literal) and Wanda's
+        # (the channel norms a literal) repeat from the initializers.
         model = onnx.load(MODEL)
         weights = os.path.join(tmp, "weights.safetensors")
         write_safetensors(weights, {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
                                     if numpy_helper.to_array(i).dtype == np.float32})
-        full, _ = compile_engine("wanda refit full", ["--prune", "wanda:0.5", *CALIB])
-        stripped, _ = compile_engine("wanda refit stripped", ["--prune", "wanda:0.5", "--strip-weights", *CALIB])
+        full, _ = compile_engine("wanda refit full", ["--prune", "mlp:0.25,wanda:0.5", *CALIB])
+        stripped, _ = compile_engine("wanda refit stripped", ["--prune", "mlp:0.25,wanda:0.5", "--strip-weights", *CALIB])
         if full and stripped:
             refit = os.path.join(tmp, "refit.engine")
             proc = run([args.llmc, "refit", stripped, "--weights", weights, "-o", refit])
             check(proc.returncode == 0, f"refit of a stripped Wanda engine: {proc.stderr.strip()[-300:]}")
             if proc.returncode == 0:
                 with open(full, "rb") as a, open(refit, "rb") as b:
-                    check(a.read() == b.read(), "the refit Wanda engine is byte-identical to the full compile")
+                    check(a.read() == b.read(), "the refit mlp + Wanda engine is byte-identical to the full compile")
         sparse_gpt = os.path.join(tmp, "sparsegpt_50_.engine")
         if os.path.exists(sparse_gpt):
             proc = run([args.llmc, "refit", sparse_gpt, "--weights", weights, "-o", os.path.join(tmp, "x.engine")])
@@ -228,6 +309,11 @@ def main():
             (["--prune", "magnitude:4:4"], "1 <= N < M <= 64"),
             (["--prune", "random:0.5"], "METHOD magnitude, wanda or sparsegpt"),
             (["--prune", "magnitude"], "METHOD:PATTERN"),
+            (["--prune", "mlp:0.25"], "needs calibration data"),
+            (["--prune", "mlp:1.5", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
+            (["--prune", "mlp:2:4", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
+            (["--prune", "wanda:0.5,magnitude:0.5", "--calib", calibration, "--tokenizer", TOKENIZER],
+             "two unstructured methods"),
             (["--calib", calibration, "--tokenizer", TOKENIZER], "go with --quantize or --prune"),
         ):
             proc = run([args.llmc, "compile", MODEL, "-o", bad, *flags])

@@ -301,6 +301,27 @@ Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& patt
   return okStatus();
 }
 
+std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
+                                     int64_t kept) {
+  const int64_t f = transposed ? down.dim(1) : down.dim(0),
+                n = transposed ? down.dim(0) : down.dim(1);
+  std::vector<std::pair<double, int64_t>> scores;
+  for (int64_t c = 0; c < f; ++c) {
+    double row = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double v = transposed ? down.data<float>()[j * f + c] : down.data<float>()[c * n + j];
+      row += v * v;
+    }
+    scores.emplace_back(std::sqrt(static_cast<double>(mean_sq[c]) * row), c);
+  }
+  std::stable_sort(scores.begin(), scores.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < std::min(kept, f); ++i) keep.push_back(scores[i].second);
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
 double relativeOutputError(const Tensor& x, const Tensor& w, const Tensor& pruned,
                            bool transposed) {
   // At most 128 rows: an estimate for a report, linear in the rows.

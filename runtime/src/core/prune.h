@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "llmc/status.h"
 #include "llmc/tensor.h"
@@ -59,6 +60,13 @@ struct SparseGptOptions {
 // kFailedPrecondition when H stays singular after damping.
 Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& pattern,
                       const Tensor& gram, const SparseGptOptions& options, Tensor* out);
+
+// Structured pruning of an MLP's F channels: channel f scores ||x_f||2 * ||W_down[f, :]||2,
+// with mean_sq[f] the mean of x_f^2 over the calibration rows and `down` the down projection's
+// weight ([F, N], or [N, F] when `transposed`). Returns the `kept` channels of highest score
+// in ascending order (ties: the lower index stays).
+std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
+                                     int64_t kept);
 
 // ||x (w - pruned)||_F / ||x w||_F over the first 128 rows of x (float32 [R, K]): the relative
 // output error a pruning costs on calibration rows (0 when x w is 0).

@@ -266,6 +266,21 @@ TEST(SparseGptTest, DeadChannelsAndBadHessians) {
   EXPECT_FALSE(sparseGptPrune(w, false, sparsity(0.5), bad, {}, &out).ok());
 }
 
+// Down weight rows (F = 4, N = 2) with norms 5, 1, 2, 2 and input energies 1, 100, 4, 4:
+// scores 5, 10, 4, 4. Keeping two: channels 0 and 1 (magnitude alone would keep 0 and 2);
+// keeping three: the tie between 2 and 3 goes to the lower index.
+TEST(MlpChannelsTest, ActivationWeightedScoresByHand) {
+  const Tensor down = makeFloat({4, 2}, {3, 4, 1, 0, 0, 2, 2, 0});
+  const float mean_sq[] = {1, 100, 4, 4};
+  EXPECT_EQ(keptMlpChannels(down, false, mean_sq, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(keptMlpChannels(down, false, mean_sq, 3), (std::vector<int64_t>{0, 1, 2}));
+  // The same weight as [N, F].
+  const Tensor transposed = makeFloat({2, 4}, {3, 1, 0, 2, 4, 0, 2, 0});
+  EXPECT_EQ(keptMlpChannels(transposed, true, mean_sq, 2), (std::vector<int64_t>{0, 1}));
+  const float flat[] = {1, 1, 1, 1};
+  EXPECT_EQ(keptMlpChannels(down, false, flat, 2), (std::vector<int64_t>{0, 2}));
+}
+
 TEST(PruneWeightKernelTest, MatchesPruneWeightAndRefusesBadInputs) {
   const Tensor w = randomFloat({16, 5}, 41);
   const Tensor norms = makeFloat({16}, std::vector<float>(16, 2.0f));
