@@ -96,6 +96,49 @@ void reinterpretCacheTotalLength(func::FuncOp main) {
       main.setArgAttr(i, "llmc.dims", rename(dims));
 }
 
+// --prune: a comma-separated list of at most one unstructured METHOD:PATTERN and one
+// mlp:FRACTION (structured: whole MLP channels).
+struct PruneSpec {
+  std::string method, pattern;  // unstructured: "" when none
+  double mlp = 0;               // the fraction of MLP channels removed
+  bool calibrated = false;      // whether a part needs calibration statistics
+};
+Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
+  for (size_t begin = 0; !text.empty() && begin <= text.size();) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, comma - begin);
+    begin = comma + 1;
+    const size_t colon = item.find(':');
+    const std::string method = item.substr(0, colon);
+    PruneMethod parsed = PruneMethod::kMagnitude;
+    if (colon == std::string::npos || (method != "mlp" && !parsePruneMethod(method, &parsed)))
+      return invalidArgument(
+          "--prune takes METHOD:PATTERN[,mlp:FRACTION] with METHOD magnitude, wanda or sparsegpt "
+          "(wanda:0.5, sparsegpt:2:4, mlp:0.25,wanda:0.5), got '" +
+          text + "'");
+    const std::string pattern = item.substr(colon + 1);
+    PrunePattern checked;
+    if (method == "mlp") {
+      if (!parsePrunePattern(pattern, &checked).ok() || checked.nm() || checked.sparsity <= 0)
+        return invalidArgument(
+            "--prune mlp:FRACTION removes that fraction of each MLP's channels, a number in (0, "
+            "1); "
+            "got '" +
+            pattern + "'");
+      if (spec->mlp > 0) return invalidArgument("--prune names mlp twice: '" + text + "'");
+      spec->mlp = checked.sparsity;
+      spec->calibrated = true;
+      continue;
+    }
+    if (!spec->method.empty())
+      return invalidArgument("--prune names two unstructured methods: '" + text + "'");
+    LLMC_RETURN_IF_ERROR(parsePrunePattern(pattern, &checked).withContext("--prune"));
+    spec->method = method, spec->pattern = pattern;
+    spec->calibrated |= parsed != PruneMethod::kMagnitude;
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 CompileOptions floatCompileOptions(const CompileOptions& options) {
@@ -174,51 +217,16 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   std::string calib_temp;
   if (options.quantize == "w8a8" && options.calib_file.empty() && options.calib_dir.empty())
     return invalidArgument("--quantize w8a8 needs calibration data for its smoothing (--calib FILE or --calib-dir DIR)");
-  // --prune: a comma-separated list of at most one unstructured METHOD:PATTERN and one
-  // mlp:FRACTION (structured: whole MLP channels).
-  std::string prune_method_name, prune_pattern_text;
-  double prune_mlp = 0;
-  bool prune_calibrated = false;
-  for (size_t begin = 0; !options.prune.empty() && begin <= options.prune.size();) {
-    const size_t comma = std::min(options.prune.find(',', begin), options.prune.size());
-    const std::string item = options.prune.substr(begin, comma - begin);
-    begin = comma + 1;
-    const size_t colon = item.find(':');
-    const std::string method = item.substr(0, colon);
-    PruneMethod parsed = PruneMethod::kMagnitude;
-    if (colon == std::string::npos || (method != "mlp" && !parsePruneMethod(method, &parsed)))
-      return invalidArgument(
-          "--prune takes METHOD:PATTERN[,mlp:FRACTION] with METHOD magnitude, wanda or sparsegpt "
-          "(wanda:0.5, sparsegpt:2:4, mlp:0.25,wanda:0.5), got '" +
-          options.prune + "'");
-    const std::string pattern = item.substr(colon + 1);
-    if (method == "mlp") {
-      PrunePattern fraction;
-      if (!parsePrunePattern(pattern, &fraction).ok() || fraction.nm() || fraction.sparsity <= 0)
-        return invalidArgument(
-            "--prune mlp:FRACTION removes that fraction of each MLP's channels, a number in (0, "
-            "1); got '" +
-            pattern + "'");
-      if (prune_mlp > 0) return invalidArgument("--prune names mlp twice: '" + options.prune + "'");
-      prune_mlp = fraction.sparsity;
-      prune_calibrated = true;
-      continue;
-    }
-    if (!prune_method_name.empty())
-      return invalidArgument("--prune names two unstructured methods: '" + options.prune + "'");
-    PrunePattern checked;
-    LLMC_RETURN_IF_ERROR(parsePrunePattern(pattern, &checked).withContext("--prune"));
-    prune_method_name = method, prune_pattern_text = pattern;
-    prune_calibrated |= parsed != PruneMethod::kMagnitude;
-  }
-  if (prune_calibrated && options.calib_file.empty() && options.calib_dir.empty())
+  PruneSpec prune_spec;
+  LLMC_RETURN_IF_ERROR(parsePruneSpec(options.prune, &prune_spec));
+  if (prune_spec.calibrated && options.calib_file.empty() && options.calib_dir.empty())
     return invalidArgument("--prune " + options.prune +
                            " needs calibration data (--calib FILE or --calib-dir DIR)");
-  if (prune_method_name == "sparsegpt" && options.strip_weights)
+  if (prune_spec.method == "sparsegpt" && options.strip_weights)
     return invalidArgument(
         "--prune sparsegpt computes its weights from the calibration data: refit cannot "
         "recompute them, so they cannot be stripped (--strip-weights)");
-  const bool gram = prune_method_name == "sparsegpt";
+  const bool gram = prune_spec.method == "sparsegpt";
   if (options.awq || !options.calib_file.empty() || !options.calib_dir.empty()) {
     if (options.quantize.empty() && options.prune.empty())
       return invalidArgument("--calib, --calib-dir and --awq go with --quantize or --prune");
@@ -355,9 +363,9 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   }
   if (!options.prune.empty()) {
     PruneWeightsOptions prune;
-    prune.method = prune_method_name;
-    prune.pattern = prune_pattern_text;
-    prune.mlp = prune_mlp;
+    prune.method = prune_spec.method;
+    prune.pattern = prune_spec.pattern;
+    prune.mlp = prune_spec.mlp;
     // The kept channels are a multiple of 32, and of the 4-bit group, so the smaller products
     // still quantize.
     prune.channelAlign = options.quantize == "int4" || options.quantize == "int4_zp"

@@ -26,6 +26,12 @@ namespace {
 
 constexpr const char* kPass = "prune";
 
+// Whether a product's weight is [N, K] (gated_mlp's never is).
+int64_t transB(Operation* op) {
+  auto t = op->getAttrOfType<IntegerAttr>("trans_b");
+  return t ? t.getInt() : 0;
+}
+
 class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
  public:
   using Base::Base;
@@ -106,20 +112,16 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       return;
     std::optional<Tensor> down_weight = float32Constant(down->getOperand(1));
     if (!down_weight) return;
-    auto trans = [](Operation* op) {
-      auto t = op->getAttrOfType<IntegerAttr>("trans_b");
-      return t ? t.getInt() : int64_t{0};
-    };
-    const int64_t up_trans = gated ? 0 : trans(up), down_trans = trans(down);
+    const int64_t up_trans = transB(up), down_trans = transB(down);
     const int64_t f = h_type.getDimSize(h_type.getRank() - 1);
     if ((down_trans ? down_w.getDimSize(1) : down_w.getDimSize(0)) != f) return;
     const std::string nodes = nodeNames({up, down});
-    const std::string label =
-        std::string("mlp ") + pattern_text(mlp) + (gated ? " gated-mlp" : " matmul");
+    PrunePattern fraction;
+    fraction.sparsity = mlp;
+    const std::string label = "mlp " + fraction.text() + (gated ? " gated-mlp" : " matmul");
     auto skip = [&](const std::string& why) { logFusion(func, {false, kPass, label, nodes, why}); };
-    Value bias = gated ? Value() : up->getOperand(2);
-    if (bias && !isa<NoneType>(bias.getType()) && !float32Constant(bias))
-      return skip("its bias is not a constant; stays whole");
+    Value bias = gated || isa<NoneType>(up->getOperand(2).getType()) ? Value() : up->getOperand(2);
+    if (bias && !float32Constant(bias)) return skip("its bias is not a constant; stays whole");
     auto stats = stats_.find(nodeNameOf(down));
     if (stats == stats_.end() || stats->second.mean_sq.numElements() != f)
       return skip("the calibration did not see the down projection; stays whole");
@@ -148,9 +150,9 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
                             {v, int64Constant(b, loc, indices)});
     };
     Value new_up = gather(up->getOperand(1), up_trans ? 0 : 1, up_columns);
-    Value new_bias = bias && !isa<NoneType>(bias.getType()) ? gather(bias, 0, keep) : Value();
+    Value new_bias = bias ? gather(bias, 0, keep) : Value();
     Value new_down = gather(down->getOperand(1), down_trans ? 1 : 0, keep);
-    if (!new_up || !new_down || (bias && !isa<NoneType>(bias.getType()) && !new_bias))
+    if (!new_up || !new_down || (bias && !new_bias))
       return skip("the Gather of its weights failed; stays whole");
     up->setOperand(1, new_up);
     if (new_bias) up->setOperand(2, new_bias);
@@ -163,12 +165,6 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
         "kept " + std::to_string(kept) + " of " + std::to_string(f) + " channels; removed";
     for (int64_t c : removed) detail += " " + std::to_string(c);
     logFusion(func, {true, kPass, label, nodes, detail});
-  }
-
-  static std::string pattern_text(double fraction) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof(buffer), "%g%%", 100 * fraction);
-    return buffer;
   }
 
   // The statistics of a product whose input lost channels: those of the channels kept.
@@ -215,8 +211,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     auto skip = [&](const std::string& why) {
       logFusion(func, {false, kPass, name(op), nodes, why});
     };
-    int64_t trans_b = 0;
-    if (auto t = op->getAttrOfType<IntegerAttr>("trans_b")) trans_b = t.getInt();
+    const int64_t trans_b = transB(op);
     const int64_t k = w_type.getDimSize(trans_b ? 1 : 0);
     if (Status fits = checkPrunePattern(pattern_, k); !fits.ok())
       return skip(fits.message() + "; stays dense");

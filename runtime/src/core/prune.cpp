@@ -231,7 +231,7 @@ Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& patt
   const int64_t total_removed = std::llround(pattern.sparsity * static_cast<double>(k));
   std::vector<int64_t> removed_so_far(static_cast<size_t>(n), 0);
   std::vector<uint8_t> keep(static_cast<size_t>(n * k), 1);
-  std::vector<float> scores(static_cast<size_t>(std::max(block, int64_t{1})));
+  std::vector<float> scores(static_cast<size_t>(std::max(pattern.m, 1)));  // one N:M group
   std::vector<int64_t> order;
   std::vector<double> errors(static_cast<size_t>(n * block));
   for (int64_t b0 = 0; b0 < k; b0 += block) {
@@ -263,8 +263,7 @@ Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& patt
             const double d = u(j + c, j + c), v = rows[r * k + j + c];
             scores[c] = static_cast<float>(v * v / (d * d));
           }
-          PrunePattern group = pattern;
-          maskRow(scores.data(), pattern.m, group, keep.data() + r * k + j, &order);
+          maskRow(scores.data(), pattern.m, pattern, keep.data() + r * k + j, &order);
         }
       }
       const double d = u(j, j);
