@@ -34,7 +34,11 @@ def bench_modes(args, modes, baseline="float32"):
     replaced by random input_ids samples), runs `llmc bench --kv-only` on each in alternated
     rounds and prints decode tokens/s, the engine size (what one decode step reads), and
     the speed-up over `baseline`."""
-    print(cpu_line(), flush=True)
+    if args.only:
+        modes = [m for m in modes if m[0] in args.only or m[0] == baseline]
+        if len(modes) != len(set(args.only) | {baseline}):
+            sys.exit(f"--only: unknown mode among {args.only}")
+    print(cpu_line(), f"threads: {args.threads}", flush=True)
     with tempfile.TemporaryDirectory(prefix="llmc-quant-bench-") as tmp:
         subprocess.run([sys.executable, os.path.join(HERE, "gpu", "make_llama.py"), "--out", tmp, "--size", "100m"],
                        check=True)
@@ -55,7 +59,8 @@ def bench_modes(args, modes, baseline="float32"):
         ttft = {name: [] for name, _ in modes}
         for _ in range(args.rounds):
             for name, _ in modes:
-                first, tokens_per_s = llmc_kv_bench(args.llmc, engines[name], args.context, args.new_tokens, 3)
+                first, tokens_per_s = llmc_kv_bench(args.llmc, engines[name], args.context, args.new_tokens, 3,
+                                                    threads=args.threads)
                 ttft[name].append(first[0])
                 decode[name].append(tokens_per_s[0])
         base = statistics.median(decode[baseline])
@@ -75,6 +80,9 @@ def arguments(description):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="+", metavar="MODE",
+                        help="run these modes (by name) and the baseline only")
     return parser.parse_args()
 
 

@@ -184,6 +184,7 @@ std::string buildOptionsString(const CompileOptions& options, const std::set<std
       opts += ";smooth-percentile=" + std::to_string(options.smooth_percentile);
   }
   if (!options.prune.empty()) opts += ";prune=" + options.prune;
+  if (options.sparse_storage) opts += ";sparse-storage";
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
   return opts;
@@ -384,6 +385,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     quant.awq = options.awq;
     quant.smoothAlpha = options.smooth_alpha;
     quant.smoothPercentile = options.smooth_percentile;
+    quant.sparse = options.sparse_storage;
     fpm.addPass(createQuantizeWeights(quant));
   }
   fpm.addPass(createLowerToExec());

@@ -158,6 +158,8 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
            "activation-aware scales for 4-bit weights, searched on the calibration rows">,
     Option<"smoothAlpha", "smooth-alpha", "double", "0.5",
            "w8a8: SmoothQuant's migration strength (0: none, 1: all to the weights)">,
+    Option<"sparse", "sparse", "bool", "false",
+           "store pruned int8 and w8a8 weights sparse (mask + packed values) where that saves bytes">,
     Option<"smoothPercentile", "smooth-percentile", "double", "1.0",
            "w8a8: the percentile of |x| per channel (over the calibration's row sample) that "
            "SmoothQuant takes as the channel's max; 1: the absmax over every row">,

@@ -265,6 +265,8 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
                     relativeOutputError(seen->samples, *weight, *result, trans_b != 0),
                     static_cast<long long>(std::min<int64_t>(seen->samples.dim(0), 128)));
     op->setOperand(1, pruned);
+    // What sparse storage (--llmc-quantize-weights) takes as its stride: no row keeps more.
+    op->setAttr("llmc.kept_per_row", b.getI64IntegerAttr(pattern_.keptPerRow(k)));
     logFusion(func, {true, kPass, name(op), nodes, detail});
   }
 };

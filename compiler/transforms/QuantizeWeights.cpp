@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/quant.h"
+#include "core/sparse.h"
 #include "pipeline/Calibration.h"
 #include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
@@ -243,6 +244,44 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     op->erase();
   }
 
+  // A pruned product's int8 data (*data) as sparse storage (core/sparse.h), where asked
+  // (`sparse`): replaces *data with the packed values and returns the mask, where the pruning
+  // left every row at most `llmc.kept_per_row` values and that stride and the mask are at most
+  // kSparseMaxBytesShare of the dense bytes; a null Value (dense) otherwise. Says which in *detail.
+  Value sparseStorage(OpBuilder& b, Location loc, Operation* op, const QuantTraits& traits,
+                      int64_t k, Value* data, std::string* detail) {
+    auto kept = op->getAttrOfType<IntegerAttr>("llmc.kept_per_row");
+    if (!kept || traits.bits != 8 || traits.e4m3) return Value();
+    const int64_t stride = kept.getInt(), bytes = stride + (k + 7) / 8;
+    char text[128];
+    std::snprintf(
+        text, sizeof(text), "%s%lld of %lld values stored per row, %.1f%% of the dense bytes",
+        detail->empty() ? "" : "; ", static_cast<long long>(stride), static_cast<long long>(k),
+        100.0 * static_cast<double>(bytes) / static_cast<double>(k));
+    *detail += text;
+    if (!sparse) {
+      *detail +=
+          ": stored dense (--sparse-storage stores it sparse: smaller, but decode measured slower; "
+          "docs/pruning.md)";
+      return Value();
+    }
+    if (static_cast<double>(bytes) > kSparseMaxBytesShare * static_cast<double>(k)) {
+      *detail += ": dense (sparse storage pays from " +
+                 std::to_string(static_cast<int>(100 * kSparseMaxBytesShare)) + "%)";
+      return Value();
+    }
+    SmallVector<Value> parts =
+        kernelConstants(b, loc, "LlmSparsifyWeight",
+                        {b.getNamedAttr("stride", b.getI64IntegerAttr(stride))}, {*data}, 2);
+    if (parts.empty()) {
+      *detail += ": dense (the sparse packing refused the weight)";
+      return Value();
+    }
+    *detail += ": sparse";
+    *data = parts[0];
+    return parts[1];
+  }
+
   /// y = product(x, W) with W a constant [K, N] (or [N, K] with trans_b) ->
   /// llm.quant_matmul(x, data, scales, zeros | none, bias | none){format, activation, alpha, gated}.
   void quantize(func::FuncOp func, Operation* op, const QuantTraits& traits) {
@@ -301,6 +340,7 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     SmallVector<Value> parts = quantizedWeight(b, loc, traits, group_size, trans_b, weight, importance_value);
     if (parts.empty()) return skip("the quantizer refused the weight; stays float32");
     Value zeros = parts[2];
+    Value mask = sparseStorage(b, loc, op, traits, k, &parts[0], &detail);
     Value bias = gated || plain ? noneValue(b, loc) : op->getOperand(2);
     SmallVector<NamedAttribute> attrs{b.getNamedAttr("format", b.getStringAttr(traits.name)),
                                       b.getNamedAttr("group", b.getI64IntegerAttr(group_size))};
@@ -308,12 +348,14 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
       if (Attribute a = op->getAttr(name)) attrs.push_back(b.getNamedAttr(name, a));
     if (gated) attrs.push_back(b.getNamedAttr("gated", b.getI64IntegerAttr(1)));
     SmallVector<Value> operands{x, parts[0], parts[1], zeros, bias};
-    if (input_scales) operands.push_back(input_scales);
+    if (input_scales || mask) operands.push_back(input_scales ? input_scales : noneValue(b, loc));
+    if (mask) operands.push_back(mask);
     Value y = createOp(b, loc, "llm.quant_matmul", operands, op->getResult(0).getType(), attrs);
     carryNames(op, y.getDefiningOp());
     op->getResult(0).replaceAllUsesWith(y);
     std::string pattern = std::string(traits.name) + (gated ? " gated-mlp" : " matmul");
     if (row_scales || importance) pattern += traits.bits == 4 ? " awq" : " smoothed";
+    if (mask) pattern += " sparse";
     logFusion(func, {true, kPass, pattern, nodes, detail});
     op->erase();
   }

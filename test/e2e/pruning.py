@@ -9,11 +9,13 @@ Checks, for `llmc compile --prune`:
   MLPs, and the encoder's MatMul + bias + GELU ones);
 - an engine pruned by magnitude equals the dense engine of the model with the same weights
   zeroed by numpy (`llmc eval` of one against the other: KL 0, top-1 agreement 100%), in
-  float32 and under int4 quantization, so the pass removes exactly what the rule says;
+  float32, under int4 quantization, and under int8 with `--sparse-storage` (every pruned product
+  stored as a bitmask and its kept values, the engine that much smaller, the sparse kernels
+  giving the dense ones' logits bit for bit), so the pass removes exactly what the rule says;
 - accuracy of each against the float32 model on the chapters of the King James Bible that
   training held out (`llmc eval`), printed as the table docs/pruning.md records;
-- refit: a stripped engine pruned by mlp:0.25 then Wanda refits byte-identically from the
-  model's initializers;
+- refit: stripped engines pruned by mlp:0.25 then Wanda, and by magnitude under int8 with sparse
+  storage, refit byte-identically from the model's initializers;
   a SparseGPT engine (weights computed from the calibration) is refused by refit, and
   `--strip-weights` with SparseGPT by compile;
 - bad specs and missing calibration data fail with exit 2 and one message; --max-ppl-increase
@@ -60,6 +62,8 @@ MODES = [  # name, flags
     ("mlp 25% + sparsegpt 50%", ["--prune", "mlp:0.25,sparsegpt:0.5", *CALIB]),
     ("sparsegpt 50% int8", ["--prune", "sparsegpt:0.5", "--quantize", "int8", *CALIB]),
     ("sparsegpt 50% int4", ["--prune", "sparsegpt:0.5", "--quantize", "int4", "--quant-group", "64", *CALIB]),
+    ("sparsegpt 50% int8 sparse", ["--prune", "sparsegpt:0.5", "--quantize", "int8", "--sparse-storage", *CALIB]),
+    ("sparsegpt 70% int8 sparse", ["--prune", "sparsegpt:0.7", "--quantize", "int8", "--sparse-storage", *CALIB]),
 ]
 # Under sanitizers every compile is several times slower: one mode of each kind (no calibration;
 # SparseGPT with N:M; MLP channels) and the paths below that the Release pass checks in full.
@@ -200,21 +204,31 @@ def main():
         # The pass removes exactly what the rule says: numpy's magnitude pruning of the model,
         # compiled dense, evaluates identically (float32 and int4).
         for label, kwargs, spec in (("50%", {"sparsity": 0.5}, "magnitude:0.5"), ("2:4", {"n": 2, "m": 4}, "magnitude:2:4")):
-            quantizations = ([], ["--quantize", "int4", "--quant-group", "64"])
-            if args.sanitized:  # one of each: 50% in float32, 2:4 under int4
-                quantizations = quantizations[1:] if label == "2:4" else quantizations[:1]
+            quantizations = ([], ["--quantize", "int4", "--quant-group", "64"], ["--quantize", "int8"])
+            if args.sanitized:  # one of each: 50% in float32 and int8 (sparse), 2:4 under int4
+                quantizations = quantizations[1:2] if label == "2:4" else quantizations[::2]
             zeroed = os.path.join(tmp, f"zeroed_{label.replace(':', '_').replace('%', '')}.onnx")
             count = magnitude_zeroed(MODEL, zeroed, **kwargs)
             check(count == 28, f"numpy zeroed {count} MatMul weights (the demo has 28 besides the LM head)")
             for quant in quantizations:
-                tag = f"{label}{' int4' if quant else ''}"
+                tag = f"{label}{' ' + quant[1] if quant else ''}"
+                sparse = ["--sparse-storage"] if "int8" in quant else []
                 dense, _ = compile_engine(f"zeroed {tag}", quant, model=zeroed)
-                pruned, _ = compile_engine(f"pruned {tag}", ["--prune", spec, *quant])
+                pruned, proc = compile_engine(f"pruned {tag}", ["--prune", spec, *quant, *sparse])
+                if sparse and pruned and dense:
+                    # All 16 products but the LM head stored sparse: half of each row kept plus
+                    # a bit per weight, 62.5% of the dense bytes.
+                    stored = re.findall(r"fired  quantize int8 (?:matmul|gated-mlp) sparse: [^\n]*62\.5% of the dense bytes: sparse",
+                                        proc.stdout)
+                    check(len(stored) == PRODUCTS, f"--prune {spec} --sparse-storage stores {len(stored)} products sparse "
+                          f"(want {PRODUCTS})")
+                    check(os.path.getsize(pruned) < 0.85 * os.path.getsize(dense),
+                          f"the sparse engine is smaller: {os.path.getsize(pruned)} vs {os.path.getsize(dense)} bytes")
                 if dense and pruned:
                     m = evaluate(pruned, dense, text_path)
                     if m:
                         check(m["mean_kl"] == 0 and m["top1_agreement"] == 1 and m["perplexity"] == m["reference_perplexity"],
-                              f"--prune {spec}{' int4' if quant else ''} equals the numpy-zeroed model: KL {m['mean_kl']}, "
+                              f"--prune {spec} {' '.join(quant + sparse)} equals the numpy-zeroed model: KL {m['mean_kl']}, "
                               f"top-1 {m['top1_agreement']}, perplexity {m['perplexity']} vs {m['reference_perplexity']}")
 
         # Structured: the engine with 25% of the MLP channels pruned equals the dense engine of
@@ -289,15 +303,17 @@ def main():
         weights = os.path.join(tmp, "weights.safetensors")
         write_safetensors(weights, {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
                                     if numpy_helper.to_array(i).dtype == np.float32})
-        full, _ = compile_engine("wanda refit full", ["--prune", "mlp:0.25,wanda:0.5", *CALIB])
-        stripped, _ = compile_engine("wanda refit stripped", ["--prune", "mlp:0.25,wanda:0.5", "--strip-weights", *CALIB])
-        if full and stripped:
-            refit = os.path.join(tmp, "refit.engine")
-            proc = run([args.llmc, "refit", stripped, "--weights", weights, "-o", refit])
-            check(proc.returncode == 0, f"refit of a stripped Wanda engine: {proc.stderr.strip()[-300:]}")
-            if proc.returncode == 0:
-                with open(full, "rb") as a, open(refit, "rb") as b:
-                    check(a.read() == b.read(), "the refit mlp + Wanda engine is byte-identical to the full compile")
+        for label, flags in (("mlp + Wanda", ["--prune", "mlp:0.25,wanda:0.5", *CALIB]),
+                             ("sparse int8", ["--prune", "magnitude:0.5", "--quantize", "int8", "--sparse-storage"])):
+            full, _ = compile_engine(f"{label} refit full", flags)
+            stripped, _ = compile_engine(f"{label} refit stripped", [*flags, "--strip-weights"])
+            if full and stripped:
+                refit = os.path.join(tmp, "refit.engine")
+                proc = run([args.llmc, "refit", stripped, "--weights", weights, "-o", refit])
+                check(proc.returncode == 0, f"refit of a stripped {label} engine: {proc.stderr.strip()[-300:]}")
+                if proc.returncode == 0:
+                    with open(full, "rb") as a, open(refit, "rb") as b:
+                        check(a.read() == b.read(), f"the refit {label} engine is byte-identical to the full compile")
         # Any SparseGPT engine of the modes above (the sanitized pass has 2:4 only).
         sparse_gpt = next((os.path.join(tmp, f) for f in ("sparsegpt_50_.engine", "sparsegpt_2_4.engine")
                            if os.path.exists(os.path.join(tmp, f))), None)

@@ -56,6 +56,7 @@ const char kUsage[] =
     "[--eval-text FILE]]]\n"
     "          [--prune magnitude|wanda|sparsegpt:SPARSITY|N:M[,mlp:FRACTION] (all but "
     "magnitude with --calib)]\n"
+    "          [--sparse-storage]\n"
     "          [--drift-text FILE [--drift-tokens N] [--drift-new-tokens K]]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"

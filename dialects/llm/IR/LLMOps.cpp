@@ -168,13 +168,30 @@ LogicalResult QuantMatMulOp::verify() {
     return emitOpError() << "zeros must have the scales' shape";
   auto a = dyn_cast<RankedTensorType>(getA().getType());  // unranked: K is checked when it runs
   const int64_t k = a && a.getRank() ? a.getDimSize(a.getRank() - 1) : ShapedType::kDynamic;
-  if (!ShapedType::isDynamic(k) && data.getDimSize(1) != (eight ? k : k / 2))
+  if (getExtra().size() > 2)
+    return emitOpError() << "takes at most input_scales and mask after the bias";
+  Value mask = getExtra().size() == 2 ? getExtra()[1] : Value();
+  if (mask) {
+    auto type = dyn_cast<RankedTensorType>(mask.getType());
+    if (format != "int8" && format != "w8a8")
+      return emitOpError() << "a mask (sparse storage) is for int8 and w8a8 weights, not "
+                           << format;
+    if (!type || type.getRank() != 2 || !type.getElementType().isUnsignedInteger(8) ||
+        type.getDimSize(0) != data.getDimSize(0) ||
+        (!ShapedType::isDynamic(k) && type.getDimSize(1) != (k + 7) / 8))
+      return emitOpError() << "mask must be ui8 [N, ceil(K / 8)]";
+    if (!ShapedType::isDynamic(k) && data.getDimSize(1) > k)
+      return emitOpError() << "sparse data's stride " << data.getDimSize(1) << " exceeds K = " << k;
+  } else if (!ShapedType::isDynamic(k) && data.getDimSize(1) != (eight ? k : k / 2)) {
     return emitOpError() << "data " << data.getDimSize(1) << " columns do not hold K = " << k;
+  }
   if (auto activation = getActivation(); activation && !isKnownActivation(*activation, true))
     return emitOpError() << "unknown activation '" << *activation << "'";
-  if (Value input_scales = getInputScales()) {
-    auto type = cast<RankedTensorType>(input_scales.getType());
-    if (type.getRank() != 1 || !type.getElementType().isF32() || (!ShapedType::isDynamic(k) && type.getDimSize(0) != k))
+  if (Value input_scales = getExtra().empty() ? Value() : getExtra()[0];
+      input_scales && !isa<NoneType>(input_scales.getType())) {
+    auto type = dyn_cast<RankedTensorType>(input_scales.getType());
+    if (!type || type.getRank() != 1 || !type.getElementType().isF32() ||
+        (!ShapedType::isDynamic(k) && type.getDimSize(0) != k))
       return emitOpError() << "input_scales must be f32 [K]";
   }
   const bool gated = getGated() && *getGated() != 0;

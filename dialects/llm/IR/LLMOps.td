@@ -163,20 +163,24 @@ def LLM_QuantMatMulOp : LLM_Op<"quant_matmul", [Pure]> {
     f16 for the 4-bit formats), `zeros` `ui8` of the scales' shape for `int4_zp` (else
     `none`). With
     `gated = 1`, `N = 2F` and `y = activation(h[:, :F]) * h[:, F:]` (a quantized
-    `llm.gated_mlp`; no bias). The optional `input_scales` `[K]` multiplies `a` per channel
-    first (activation-aware quantization: the weight's rows were scaled by their inverse). Written by `--llmc-quantize-weights`; docs/quantization.md.
+    `llm.gated_mlp`; no bias). Up to two trailing operands (`extra`): `input_scales` `[K]` (or
+    `none`), which multiplies `a` per channel first (activation-aware quantization: the weight's
+    rows were scaled by their inverse), then `mask` `ui8` `[N, ceil(K/8)]`, which makes an
+    `int8` or `w8a8` weight sparse: `data` is then `[N, stride]`, each row's stored values in
+    column order (core/sparse.h, docs/pruning.md). Written by `--llmc-quantize-weights`;
+    docs/quantization.md.
     ```mlir
     %y = llm.quant_matmul(%x, %q, %s, %none, %none) {activation = "gelu_erf", format = "int8", group = 64 : i64}
         : (tensor<?x64xf32>, tensor<256x64xi8>, tensor<256x1xf32>, none, none) -> tensor<?x256xf32>
     ```
   }];
   let arguments = (ins AnyTensor:$a, AnyRankedTensor:$data, AnyRankedTensor:$scales,
-                   AnyType:$zeros, AnyType:$bias, Optional<AnyRankedTensor>:$input_scales,
+                   AnyType:$zeros, AnyType:$bias, Variadic<AnyType>:$extra,
                    StrAttr:$format, I64Attr:$group,
                    OptionalAttr<StrAttr>:$activation, OptionalAttr<F32Attr>:$alpha,
                    OptionalAttr<I64Attr>:$gated);
   let results = (outs AnyTensor:$output);
-  let assemblyFormat = "`(` $a `,` $data `,` $scales `,` $zeros `,` $bias (`,` $input_scales^)? `)` attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "`(` $a `,` $data `,` $scales `,` $zeros `,` $bias (`,` $extra^)? `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

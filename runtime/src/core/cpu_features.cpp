@@ -97,6 +97,7 @@ CpuFeatures detect() {
     f.avx512bw = (ebx >> 30) & 1;
     f.avx512vl = (ebx >> 31) & 1;
     f.avx512vnni = (ecx >> 11) & 1;
+    f.avx512vbmi2 = (ecx >> 6) & 1;
     f.avx512fp16 = (edx >> 23) & 1;
     // The grant has costs for the whole process (larger signal frames: a later sigaltstack()
     // smaller than the AMX frame fails), so a process capped below amx does not ask.
@@ -116,7 +117,7 @@ CpuFeatures detect() {
   if (!f.os_avx) f.avx2 = f.fma = f.f16c = f.avxvnni = false;
   if (!f.os_avx512)
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.avx512fp16 =
-        false;
+        f.avx512vbmi2 = false;
   cpuid(0x80000000, 0, r);
   if (r[0] >= 0x80000004) {
     char brand[49] = {};
@@ -205,6 +206,7 @@ std::string cpuSummary() {
   flag(f.avx512vl, "avx512vl");
   flag(f.avx512dq, "avx512dq");
   flag(f.avx512vnni, "avx512_vnni");
+  flag(f.avx512vbmi2, "avx512_vbmi2");
   flag(f.avxvnni, "avx_vnni");
   flag(f.avx512bf16, "avx512_bf16");
   flag(f.avx512fp16, "avx512_fp16");

@@ -21,6 +21,9 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false;
+  // AVX-512 VBMI2 (byte expand and compress): not a level of its own; the sparse weights'
+  // expansion (core/sparse.h) takes it at the AVX-512 levels where the CPU has it.
+  bool avx512vbmi2 = false;
   // AMX-TILE and AMX-INT8 with the tile state enabled by the OS (XCR0) and this process granted
   // it (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked once when the features are first read).
   bool amx_int8 = false;

@@ -149,6 +149,7 @@ void registerFusedKernels(KernelRegistry& registry);
 // LlmQuantizeWeight, LlmQuantMatMul (cpu/quant_matmul.cpp)
 void registerQuantKernels(KernelRegistry& registry);
 void registerOnnxQuantKernels(KernelRegistry& registry);  // cpu/quant_onnx.cpp
-void registerPruneKernels(KernelRegistry& registry);      // LlmPruneWeight (cpu/prune_weight.cpp)
+void registerPruneKernels(
+    KernelRegistry& registry);  // LlmPruneWeight, LlmSparsifyWeight (cpu/prune_weight.cpp)
 
 }  // namespace llmc

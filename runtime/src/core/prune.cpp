@@ -42,11 +42,15 @@ void maskRow(const float* scores, int64_t k, const PrunePattern& pattern, uint8_
     for (int64_t g = 0; g + pattern.m <= k; g += pattern.m)
       drop_lowest(g, g + pattern.m, pattern.m - pattern.n);
   } else {
-    drop_lowest(0, k, std::llround(pattern.sparsity * static_cast<double>(k)));
+    drop_lowest(0, k, k - pattern.keptPerRow(k));
   }
 }
 
 }  // namespace
+
+int64_t PrunePattern::keptPerRow(int64_t k) const {
+  return nm() ? k / m * n : k - std::llround(sparsity * static_cast<double>(k));
+}
 
 const char* pruneMethodName(PruneMethod method) {
   switch (method) {
@@ -228,7 +232,7 @@ Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& patt
     for (int64_t j = 0; j < k; ++j)
       if (dead[j]) rows[r * k + j] = 0;
 
-  const int64_t total_removed = std::llround(pattern.sparsity * static_cast<double>(k));
+  const int64_t total_removed = k - pattern.keptPerRow(k);
   std::vector<int64_t> removed_so_far(static_cast<size_t>(n), 0);
   std::vector<uint8_t> keep(static_cast<size_t>(n * k), 1);
   std::vector<float> scores(static_cast<size_t>(std::max(pattern.m, 1)));  // one N:M group

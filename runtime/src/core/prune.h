@@ -30,6 +30,8 @@ struct PrunePattern {
   int n = 0, m = 0;     // N:M: n kept of every m consecutive weights along K (0: unstructured)
   bool nm() const { return m > 0; }
   std::string text() const;  // "50%" or "2:4"
+  // The weights each row of K keeps (K a multiple of m for N:M).
+  int64_t keptPerRow(int64_t k) const;
 };
 // "0.5" (a fraction in [0, 1)) or "N:M" (1 <= N < M <= 64).
 Status parsePrunePattern(const std::string& text, PrunePattern* pattern);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/quant.h"
+#include "core/sparse.h"
 
 namespace llmc {
 
@@ -135,6 +136,18 @@ void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActi
 // padded to 16 (zeros), k], k a multiple of 64. Only where quantDotHasAmx().
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                     int64_t n1, int32_t* out, int64_t out_stride);
+
+// Decode over a sparse int8 weight (core/sparse.h) with the weight read once in its compact
+// form: out[i] = the product of one row of int16 activation codes (quantizeActivations, 16 bits)
+// with output channel n0 + i, each 64 columns' stored values expanded into a register (AVX-512
+// VBMI2 vpexpandb) and multiplied as the AVX-512 int8 tiles multiply a dense weight, so the
+// value is theirs bit for bit. `scales` are the channels' float32 scales. Only where
+// sparseInt8DotFused(): the AVX-512 level on a CPU with VBMI2; elsewhere the rows are expanded
+// into a buffer for the dense kernels. Returns the first channel whose mask overruns its stride
+// (its output is not written), or -1.
+bool sparseInt8DotFused();
+int64_t sparseInt8DotRows(const SparseInt8Rows& w, const float* scales, int64_t n0, int64_t n1,
+                          const QuantizedActivations& a, float* out);
 
 // The channels per pass of the integer products for `rows` rows of activations. One row
 // (decode) reads each weight once and is bound by memory: on one 2-core Zen 4 VM four

@@ -3,8 +3,10 @@
 // weight, and LlmQuantGather, rows of a quantized embedding table. As llama.cpp does, each row
 // of activations is quantized on the fly to int8 in blocks of 32 with a float scale per block,
 // and the products are int8 dot products scaled per block (cpu/quant_dot.cpp). Tested against
-// dequantized float products (test/unit/cpu/quant_test.cpp).
+// dequantized float products (test/unit/cpu/quant_test.cpp). An int8 weight may be stored sparse
+// (core/sparse.h): its rows are expanded, a tile at a time, into a buffer the dense kernels read.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -14,6 +16,7 @@
 #include "core/kernel.h"
 #include "core/quant.h"
 #include "core/scale.h"
+#include "core/sparse.h"
 #include "core/thread_pool.h"
 #include "cpu/epilogue.h"
 #include "cpu/quant_dot.h"
@@ -55,7 +58,8 @@ Status quantizeWeightKernel(KernelContext& ctx) {
 }
 
 // y = act(alpha * x·Wᵀ + bias) with W the quantized [N, K]; or, gated (N = 2F),
-// y = act(h[:, :F]) * h[:, F:] with h = x·Wᵀ.
+// y = act(h[:, :F]) * h[:, F:] with h = x·Wᵀ. Inputs: x, data, scales, zeros, bias, input scales
+// and, for a sparse int8 weight, its mask (data then holds the packed values).
 Status quantMatMulKernel(KernelContext& ctx) {
   const Tensor* x = ctx.input(0);
   const Tensor* data = ctx.input(1);
@@ -63,6 +67,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
   const Tensor* zeros = ctx.input(3);
   const Tensor* bias = ctx.input(4);
   const Tensor* input_scales = ctx.input(5);
+  const Tensor* mask = ctx.input(6);
   const QuantTraits* traits = findQuantTraits(ctx.params().getString("format", ""));
   if (!traits) return kernelError(ctx, "unknown quantization format '" + ctx.params().getString("format", "") + "'");
   if (!x || !data || !scales || x->rank() < 1 || x->dtype() != DType::kFloat32)
@@ -70,8 +75,22 @@ Status quantMatMulKernel(KernelContext& ctx) {
   const int64_t k = x->dim(x->rank() - 1);
   const int64_t group = ctx.params().getInt("group", k);
   QuantWeight w;
-  if (Status s = makeQuantWeight(*traits, k, group, *data, *scales, zeros, &w); !s.ok())
+  SparseInt8Rows sparse;
+  if (mask) {
+    if (traits->bits != 8 || traits->e4m3 || traits->scale_dtype != DType::kFloat32)
+      return kernelError(
+          ctx, std::string("sparse storage is for int8 and w8a8 weights, not ") + traits->name);
+    if (Status s = makeSparseInt8Rows(*data, *mask, k, &sparse); !s.ok())
+      return kernelError(ctx, s.message());
+    // The dense [N, K] the packed rows stand for, for the checks of the scales; never read.
+    const Tensor shape =
+        Tensor::view(DType::kInt8, {sparse.n, k}, const_cast<int8_t*>(sparse.packed));
+    if (Status s = makeQuantWeight(*traits, k, group, shape, *scales, zeros, &w); !s.ok())
+      return kernelError(ctx, s.message());
+    w.data = nullptr;
+  } else if (Status s = makeQuantWeight(*traits, k, group, *data, *scales, zeros, &w); !s.ok()) {
     return kernelError(ctx, s.message());
+  }
   const bool gated = ctx.params().getInt("gated", 0) != 0;
   const Activation activation = activationFromName(ctx.params().getString("activation", ""));
   if (activation == Activation::kUnknown || (gated && activation == Activation::kNone))
@@ -134,6 +153,23 @@ Status quantMatMulKernel(KernelContext& ctx) {
   // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once. Without
   // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
   // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI).
+  // The weight's rows [n0, n1) for the dense kernels: fn(weight, first, end) with the weight
+  // itself, or (sparse) a weight of n1 - n0 rows expanded into the calling thread's buffer.
+  std::atomic<int64_t> overrun{-1};
+  auto dense_rows = [&](int64_t n0, int64_t n1, auto&& fn) {
+    if (!mask) return fn(w, n0, n1);
+    thread_local std::vector<int8_t> expanded_scratch;  // the worker's own
+    std::vector<int8_t>& expanded = expanded_scratch;
+    if (expanded.size() < static_cast<size_t>((n1 - n0) * k))
+      expanded.resize(static_cast<size_t>((n1 - n0) * k));
+    if (int64_t bad = expandSparseInt8Rows(sparse, n0, n1, expanded.data()); bad >= 0)
+      overrun = bad;
+    QuantWeight part = w;
+    part.n = n1 - n0;
+    part.data = expanded.data();
+    part.scales = static_cast<const float*>(w.scales) + n0 * w.groupsPerRow();
+    return fn(part, int64_t{0}, n1 - n0);
+  };
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   const bool panels = quantDotHasAvx512();
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.
@@ -195,18 +231,20 @@ Status quantMatMulKernel(KernelContext& ctx) {
       if (biased)
         for (int64_t j = 0; j < k; ++j) codes[j] = static_cast<int8_t>(codes[j] ^ 0x80);
     });
-    const int8_t* wq = static_cast<const int8_t*>(w.data);
     if (tiled || biased) {
       for_each_task([&](int64_t n0, int64_t n1) {
         const int64_t stride = kChannelTile * kTaskTiles;
         thread_local std::vector<int32_t> sums;  // this task's thread's own
         if (sums.size() < static_cast<size_t>(rows * stride))
           sums.resize(static_cast<size_t>(rows * stride));
-        if (tiled)
-          dotInt8TileAmx(aq.data(), rows, wq, k, n0, n1, sums.data(), stride);
-        else
-          dotInt8PanelVnni(reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, n0, n1,
-                           sums.data(), stride);
+        dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
+          const int8_t* wq = static_cast<const int8_t*>(part.data);
+          if (tiled)
+            dotInt8TileAmx(aq.data(), rows, wq, k, p0, p1, sums.data(), stride);
+          else
+            dotInt8PanelVnni(reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, p0, p1,
+                             sums.data(), stride);
+        });
         float channel_scales[kChannelTile * kTaskTiles];
         for (int64_t n = n0; n < n1; ++n) channel_scales[n - n0] = w.scale(n, 0);
         for (int64_t r = 0; r < rows; ++r) {
@@ -220,8 +258,12 @@ Status quantMatMulKernel(KernelContext& ctx) {
     } else {
       for_each_tile([&](int64_t n0, int64_t count) {
         int32_t sums[kChannelTile];
+        const int8_t* wq = nullptr;
+        dense_rows(n0, n0 + count, [&](const QuantWeight& part, int64_t p0, int64_t) {
+          wq = static_cast<const int8_t*>(part.data) + p0 * k;
+        });
         for (int64_t r = 0; r < rows; ++r) {
-          dotInt8Rows(aq.data() + r * k, wq + n0 * k, k, count, sums, channelsPerPass(rows));
+          dotInt8Rows(aq.data() + r * k, wq, k, count, sums, channelsPerPass(rows));
           for (int64_t i = 0; i < count; ++i)
             h[r * w.n + n0 + i] = static_cast<float>(sums[i]) * row_scales[r] * w.scale(n0 + i, 0);
         }
@@ -233,7 +275,11 @@ Status quantMatMulKernel(KernelContext& ctx) {
     AmxActivations& codes = codes_scratch;
     resizeAmxActivations(rows, k, &codes);
     for_each_row([&](int64_t r, const float* row) { quantizeAmxRow(row, r, &codes); });
-    for_each_task([&](int64_t n0, int64_t n1) { quantDotTileAmx(w, n0, n1, codes, h + n0, w.n); });
+    for_each_task([&](int64_t n0, int64_t n1) {
+      dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
+        quantDotTileAmx(part, p0, p1, codes, h + n0, w.n);
+      });
+    });
   } else if (panels && rows >= kInt16PanelMinRows && traits->bits == 8) {
     // int8 weights: the int16 codes of all rows, [rows, K], and their block scales.
     thread_local std::vector<int16_t> codes_scratch;
@@ -248,17 +294,36 @@ Status quantMatMulKernel(KernelContext& ctx) {
       quantizeInt16RowAvx512(row, k, codes.data() + r * k, block_scales.data() + r * blocks);
     });
     for_each_task([&](int64_t n0, int64_t n1) {
-      quantDotPanelAvx512(w, n0, n1, codes.data(), block_scales.data(), rows, h + n0, w.n);
+      dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
+        quantDotPanelAvx512(part, p0, p1, codes.data(), block_scales.data(), rows, h + n0, w.n);
+      });
     });
   } else {
     std::vector<QuantizedActivations> activations(static_cast<size_t>(rows));
     for_each_row([&](int64_t r, const float* row) {
       quantizeActivations(row, k, w.group, activationBits(*traits), &activations[r]);
     });
-    for_each_tile([&](int64_t n0, int64_t count) {
-      quantDotRowBlock(w, n0, n0 + count, activations.data(), rows, h + n0, w.n, channelsPerPass(rows));
-    });
+    // Decode over a sparse weight reads it once in its compact form, where the CPU can expand
+    // it in registers.
+    if (mask && rows == 1 && k % kQuantBlock == 0 && sparseInt8DotFused())
+      for_each_tile([&](int64_t n0, int64_t count) {
+        if (int64_t bad = sparseInt8DotRows(sparse, static_cast<const float*>(w.scales), n0,
+                                            n0 + count, activations[0], h + n0);
+            bad >= 0)
+          overrun = bad;
+      });
+    else
+      for_each_tile([&](int64_t n0, int64_t count) {
+        dense_rows(n0, n0 + count, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
+          quantDotRowBlock(part, p0, p1, activations.data(), rows, h + n0, w.n,
+                           channelsPerPass(rows));
+        });
+      });
   }
+  if (overrun >= 0)
+    return kernelError(ctx, "sparse weight: row " + std::to_string(overrun.load()) +
+                                "'s mask sets more than its " + std::to_string(sparse.stride) +
+                                " stored values (corrupted)");
   float* y = out->data<float>();
   const float alpha = static_cast<float>(ctx.params().getFloat("alpha", 1.0));
   parallelFor(pool, (rows + kRowTask - 1) / kRowTask, [&](int64_t task) {
@@ -312,7 +377,7 @@ Status quantGatherKernel(KernelContext& ctx) {
 
 void registerQuantKernels(KernelRegistry& registry) {
   registry.add({"LlmQuantizeWeight", 1, 2, 2, 3, quantizeWeightKernel});
-  registry.add({"LlmQuantMatMul", 3, 6, 1, 1, quantMatMulKernel});
+  registry.add({"LlmQuantMatMul", 3, 7, 1, 1, quantMatMulKernel});
   registry.add({"LlmQuantGather", 3, 4, 1, 1, quantGatherKernel});
 }
 
