@@ -1,7 +1,10 @@
 // This CPU's float32 FMA peak per core (a loop of independent fused multiply-adds, AVX2 and
 // AVX-512) and packedGemm's throughput at each ISA level on prefill-sized products, one thread:
 // the "share of peak" figures of docs/performance.md; then prefill's integer products (int8
-// weights with int16 activations, and w8a8) at each integer level, in G multiply-adds/s.
+// weights with int16 activations, and w8a8) at each integer level, in G multiply-adds/s; then
+// decode's int8 product (one row of activations) over a dense weight and over the same weight
+// pruned and stored sparse (core/sparse.h), from cache and from memory: ns per 64 weights and
+// the weight bytes read per second (docs/pruning.md, Speed).
 //
 //   build/bench/llmc_kernel_bench [--rounds N]
 //
@@ -19,6 +22,7 @@
 
 #include "core/cpu_features.h"
 #include "core/quant.h"
+#include "core/sparse.h"
 #include "cpu/gemm.h"
 #include "cpu/quant_dot.h"
 
@@ -235,5 +239,71 @@ int main(int argc, char** argv) {
     }
   }
   setCpuIsaCapForTesting(kCpuIsaTop);
+
+  // Decode: one row against N x 768 int8 weights, dense and sparse at 50% and 70% (each row
+  // keeping exactly its share, as pruning leaves it), N 768 (0.6 MB: from cache) and 32768
+  // (25 MB: from memory), 16 channels per call as LlmQuantMatMul's tiles.
+  if (sparseInt8DotFused()) {
+    std::printf(
+        "\n| weight | stored | ns per 64 weights | weight GB/s read |\n|---|---|---|---|\n");
+    for (const int64_t n : {768, 32768}) {
+      const int64_t k = 768;
+      std::mt19937 rng(3);
+      std::uniform_int_distribution<int> code(1, 127);
+      std::normal_distribution<float> normal;
+      std::vector<float> x(static_cast<size_t>(k)), w_scales(static_cast<size_t>(n), 0.01f),
+          out(static_cast<size_t>(n));
+      for (float& v : x) v = normal(rng);
+      QuantizedActivations a;
+      quantizeActivations(x.data(), k, k, 16, &a);
+      for (const double sparsity : {0.0, 0.5, 0.7}) {
+        std::vector<int8_t> wq(static_cast<size_t>(n * k));
+        const int64_t kept = k - static_cast<int64_t>(sparsity * static_cast<double>(k));
+        std::vector<int64_t> columns(static_cast<size_t>(k));
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t j = 0; j < k; ++j) columns[static_cast<size_t>(j)] = j;
+          std::shuffle(columns.begin(), columns.end(), rng);
+          for (int64_t i = 0; i < kept; ++i)
+            wq[static_cast<size_t>(r * k + columns[static_cast<size_t>(i)])] =
+                static_cast<int8_t>(code(rng));
+        }
+        QuantWeight w;
+        w.traits = &quantTraits(QuantFormat::kInt8);
+        w.n = n, w.k = k, w.group = k;
+        w.data = wq.data();
+        w.scales = w_scales.data();
+        std::vector<int8_t> packed(static_cast<size_t>(n * kept));
+        std::vector<uint8_t> mask(static_cast<size_t>(n * k / 8));
+        if (!packSparseInt8Rows(wq.data(), n, k, kept, packed.data(), mask.data()).ok()) return 1;
+        const SparseInt8Rows sparse{packed.data(), mask.data(), n, k, kept};
+        for (const bool stored_sparse : {false, true}) {
+          if (sparsity == 0 && stored_sparse) continue;
+          std::vector<double> runs;
+          const int repeats = n == 768 ? 200 : 5;
+          for (int r = 0; r < rounds; ++r) {
+            const auto start = Clock::now();
+            for (int rep = 0; rep < repeats; ++rep)
+              for (int64_t c = 0; c < n; c += 16) {
+                if (stored_sparse)
+                  (void)sparseInt8DotRows(sparse, w_scales.data(), c, c + 16, a, out.data() + c);
+                else
+                  quantDotRowBlock(w, c, c + 16, &a, 1, out.data() + c, n, 1);
+              }
+            runs.push_back(std::chrono::duration<double>(Clock::now() - start).count() / repeats);
+          }
+          const Stat s = summarize(runs);
+          const double chunks = static_cast<double>(n * k) / 64;
+          const double bytes =
+              stored_sparse ? static_cast<double>(n * (kept + k / 8)) : static_cast<double>(n * k);
+          std::printf("| %lld x %lld, %.0f%% zeros | %s | %.2f [%.2f, %.2f] | %.1f |\n",
+                      static_cast<long long>(n), static_cast<long long>(k), 100 * sparsity,
+                      stored_sparse ? "sparse" : "dense", s.median / chunks * 1e9,
+                      s.low / chunks * 1e9, s.high / chunks * 1e9, bytes / s.median / 1e9);
+        }
+      }
+    }
+  } else {
+    std::printf("\nno AVX-512 VBMI2: the fused sparse decode kernel does not run here\n");
+  }
   return 0;
 }

@@ -326,8 +326,8 @@ def cpu_line():
                 model = line.split(":", 1)[1].strip()
             elif line.startswith("flags") and not flags:
                 flags = set(line.split(":", 1)[1].split())
-    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
-              "avx512_bf16", "avx512_fp16", "amx_int8"]
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi2",
+              "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_int8"]
     return f"{model}; {os.cpu_count()} CPUs; " + " ".join(f for f in wanted if f in flags)
 
 
