@@ -229,6 +229,35 @@ bool hasGram(const CalibrationStats& stats) {
   return true;
 }
 
+void sliceChannels(ActivationStats* stats, const std::vector<int64_t>& keep) {
+  ActivationStats& s = *stats;
+  const int64_t k = s.absmax.numElements(), kept = static_cast<int64_t>(keep.size());
+  auto slice_vector = [&](Tensor& t) {
+    if (t.dtype() != DType::kFloat32 || t.numElements() != k) return;
+    Tensor out = Tensor::allocate(DType::kFloat32, {kept});
+    for (int64_t i = 0; i < kept; ++i) out.data<float>()[i] = t.data<float>()[keep[i]];
+    t = std::move(out);
+  };
+  slice_vector(s.absmax);
+  slice_vector(s.mean_abs);
+  slice_vector(s.mean_sq);
+  if (s.samples.rank() == 2 && s.samples.dim(1) == k) {
+    const int64_t rows = s.samples.dim(0);
+    Tensor out = Tensor::allocate(DType::kFloat32, {rows, kept});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < kept; ++i)
+        out.data<float>()[r * kept + i] = s.samples.data<float>()[r * k + keep[i]];
+    s.samples = std::move(out);
+  }
+  if (s.gram.dtype() == DType::kFloat32 && s.gram.numElements() == k * k) {
+    Tensor out = Tensor::allocate(DType::kFloat32, {kept, kept});
+    for (int64_t i = 0; i < kept; ++i)
+      for (int64_t j = 0; j < kept; ++j)
+        out.data<float>()[i * kept + j] = s.gram.data<float>()[keep[i] * k + keep[j]];
+    s.gram = std::move(out);
+  }
+}
+
 Tensor channelPercentile(const ActivationStats& stats, double q) {
   const int64_t rows = stats.samples.rank() == 2 ? stats.samples.dim(0) : 0;
   const int64_t k = stats.absmax.numElements();

@@ -32,6 +32,9 @@ struct ActivationStats {
 // Per-channel percentile q (in (0, 1]) of |x| over the stats' row sample (q = 1: the sample's
 // max; the true absmax over every row seen is `absmax`), float32 [K].
 Tensor channelPercentile(const ActivationStats& stats, double q);
+// The statistics of a product whose input kept only the channels `keep` (ascending): each
+// per-channel vector, the row sample and XᵀX restricted to them.
+void sliceChannels(ActivationStats* stats, const std::vector<int64_t>& keep);
 
 // By the product step's ONNX node (the name the quantization pass sees for the same op).
 using CalibrationStats = std::map<std::string, ActivationStats>;

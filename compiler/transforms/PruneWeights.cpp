@@ -160,40 +160,13 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     shape.back() = kept;
     h.setType(RankedTensorType::get(shape, h_type.getElementType()));
     down->setOperand(1, new_down);
-    sliceChannels(stats->second, keep);
+    // Which input channels the down projection kept: the quantizer slices its statistics too.
+    down->setAttr("llmc.kept_inputs", b.getDenseI64ArrayAttr(keep));
+    sliceChannels(&stats->second, keep);
     std::string detail =
         "kept " + std::to_string(kept) + " of " + std::to_string(f) + " channels; removed";
     for (int64_t c : removed) detail += " " + std::to_string(c);
     logFusion(func, {true, kPass, label, nodes, detail});
-  }
-
-  // The statistics of a product whose input lost channels: those of the channels kept.
-  static void sliceChannels(ActivationStats& s, const std::vector<int64_t>& keep) {
-    const int64_t k = s.absmax.numElements(), kept = static_cast<int64_t>(keep.size());
-    auto slice_vector = [&](Tensor& t) {
-      if (t.dtype() != DType::kFloat32 || t.numElements() != k) return;
-      Tensor out = Tensor::allocate(DType::kFloat32, {kept});
-      for (int64_t i = 0; i < kept; ++i) out.data<float>()[i] = t.data<float>()[keep[i]];
-      t = std::move(out);
-    };
-    slice_vector(s.absmax);
-    slice_vector(s.mean_abs);
-    slice_vector(s.mean_sq);
-    if (s.samples.rank() == 2 && s.samples.dim(1) == k) {
-      const int64_t rows = s.samples.dim(0);
-      Tensor out = Tensor::allocate(DType::kFloat32, {rows, kept});
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < kept; ++i)
-          out.data<float>()[r * kept + i] = s.samples.data<float>()[r * k + keep[i]];
-      s.samples = std::move(out);
-    }
-    if (s.gram.dtype() == DType::kFloat32 && s.gram.numElements() == k * k) {
-      Tensor out = Tensor::allocate(DType::kFloat32, {kept, kept});
-      for (int64_t i = 0; i < kept; ++i)
-        for (int64_t j = 0; j < kept; ++j)
-          out.data<float>()[i * kept + j] = s.gram.data<float>()[keep[i] * k + keep[j]];
-      s.gram = std::move(out);
-    }
   }
 
   std::string name(Operation* op) const {

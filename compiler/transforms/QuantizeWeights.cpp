@@ -310,6 +310,11 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     std::optional<Tensor> row_scales, importance;
     std::string detail;
     auto stats = stats_.find(nodeNameOf(op));
+    // A down projection whose MLP lost channels (--prune mlp:): the statistics of those it kept.
+    if (auto kept = op->getAttrOfType<DenseI64ArrayAttr>("llmc.kept_inputs");
+        kept && stats != stats_.end() && stats->second.absmax.numElements() != k)
+      sliceChannels(&stats->second,
+                    std::vector<int64_t>(kept.asArrayRef().begin(), kept.asArrayRef().end()));
     if (stats != stats_.end() && awq && traits.bits == 4) {
       if (std::optional<AwqChoice> choice = searchAwq(*float32Constant(w), trans_b != 0, stats->second, traits, group_size)) {
         char text[96];

@@ -231,6 +231,15 @@ def main():
                               f"--prune {spec} {' '.join(quant + sparse)} equals the numpy-zeroed model: KL {m['mean_kl']}, "
                               f"top-1 {m['top1_agreement']}, perplexity {m['perplexity']} vs {m['reference_perplexity']}")
 
+        # After MLP channel pruning the quantizer still finds the down projections' statistics
+        # (those of the channels kept): AWQ and SmoothQuant apply to them.
+        if not args.sanitized:
+            for quant, wanted in ((["--quantize", "int4", "--quant-group", "64", "--awq"], r"int4 matmul awq: [^\n]*down_proj[^\n]*awq alpha"),
+                                  (["--quantize", "w8a8"], r"w8a8 matmul smoothed: [^\n]*down_proj[^\n]*smoothed \(alpha")):
+                _, proc = compile_engine(f"mlp {quant[1]}", ["--prune", "mlp:0.25", *quant, *CALIB])
+                found = re.findall(wanted, proc.stdout)
+                check(len(found) == 4, f"--prune mlp:0.25 {' '.join(quant)}: {len(found)} of 4 down projections calibrated")
+
         # Structured: the engine with 25% of the MLP channels pruned equals the dense engine of
         # the model numpy shrank by the channels --report lists.
         if mlp_report:
