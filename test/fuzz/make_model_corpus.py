@@ -96,6 +96,18 @@ def seeds():
         [helper.make_tensor_value_info("input_ids", i64, ["batch", "seq"])],
         [helper.make_tensor_value_info("logits", f, ["batch", "seq", 8])],
         list(mats.values()) + ints, opset=23)
+    # Two products, the first pruned by magnitude and stored sparse under int8 (the second is
+    # the output, which stays dense): the engine seed of the sparse weights' checks.
+    rng = np.random.default_rng(5)
+    yield "sparse_int8", model(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")],
+        [helper.make_tensor_value_info("x", f, ["batch", 64])],
+        [helper.make_tensor_value_info("y", f, ["batch", 32])],
+        [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w1"),
+         numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w2")])
+
 
 
 def checksum64(data):
@@ -150,6 +162,9 @@ def with_drift_baseline(engine_path, out_path):
     open(out_path, "wb").write(out + flatbuffer)
 
 
+COMPILE_FLAGS = {"sparse_int8": ["--prune", "magnitude:0.5", "--quantize", "int8", "--sparse-storage"]}
+
+
 def main():
     llmc = sys.argv[1] if len(sys.argv) > 1 else None
     onnx_dir = os.path.join(HERE, "corpus", "onnx")
@@ -164,12 +179,12 @@ def main():
             out.write(m.SerializeToString())
         # Engines with weights are >= 64 KiB (the weights section is page aligned); keep the
         # engine corpus to the weightless ones so replays stay fast.
-        # The micro decoder is the one weighted exception: it is the only seed whose engine
-        # has a language-model config.
+        # The weighted exceptions: the micro decoder, the only seed whose engine has a
+        # language-model config, and the sparse int8 product.
         weightless = not m.graph.initializer and not any(n.op_type == "Constant" for n in m.graph.node)
-        if llmc and (weightless or name == "micro_decoder"):
-            subprocess.run([llmc, "compile", path, "-o", os.path.join(engine_dir, name + ".engine")], check=True,
-                           stdout=subprocess.DEVNULL)
+        if llmc and (weightless or name in ("micro_decoder", *COMPILE_FLAGS)):
+            subprocess.run([llmc, "compile", path, "-o", os.path.join(engine_dir, name + ".engine"),
+                            *COMPILE_FLAGS.get(name, [])], check=True, stdout=subprocess.DEVNULL)
     if llmc:
         with_drift_baseline(os.path.join(engine_dir, "add.engine"), os.path.join(engine_dir, "add_drift.engine"))
 

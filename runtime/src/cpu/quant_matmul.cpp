@@ -150,9 +150,6 @@ Status quantMatMulKernel(KernelContext& ctx) {
         tile(n0, std::min(kChannelTile, w.n - n0));
     });
   };
-  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once. Without
-  // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
-  // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI).
   // The weight's rows [n0, n1) for the dense kernels: fn(weight, first, end) with the weight
   // itself, or (sparse) a weight of n1 - n0 rows expanded into the calling thread's buffer.
   std::atomic<int64_t> overrun{-1};
@@ -170,6 +167,9 @@ Status quantMatMulKernel(KernelContext& ctx) {
     part.scales = static_cast<const float*>(w.scales) + n0 * w.groupsPerRow();
     return fn(part, int64_t{0}, n1 - n0);
   };
+  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once. Without
+  // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
+  // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI).
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   const bool panels = quantDotHasAvx512();
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.

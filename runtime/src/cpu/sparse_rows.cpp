@@ -130,9 +130,11 @@ LLMC_TARGET_AVX2 bool expandRowShuffle(const SparseInt8Rows& rows, int64_t r, in
   return true;
 }
 
+#define LLMC_TARGET_VBMI2 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,avx2,fma,f16c,popcnt")))
+
 // 64 columns per step: a masked load of the step's stored bytes, vpexpandb into their columns.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt"))) bool expandRowVbmi2(
-    const SparseInt8Rows& rows, int64_t r, int8_t* out) {
+LLMC_TARGET_VBMI2 bool expandRowVbmi2(const SparseInt8Rows& rows, int64_t r, int8_t* out) {
   const int8_t* p = rows.packed + r * rows.stride;
   const uint8_t* m = rows.mask + r * rows.maskBytes();
   const int64_t mask_bytes = rows.maskBytes();
@@ -158,14 +160,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt"))) bool exp
   }
   return true;
 }
-
-// One channel, its row read in memory order: per 64 columns the stored values expanded into
-// their lanes (vpexpandb), then per block of 32 what the AVX-512 int8 tile does with a dense
-// block (vpmovsxbw, vpmaddwd with the codes, float, times the block's activation scale), in the
-// same order. vpexpandb's latency is long: kChunks chunks of 64 columns are expanded before
-// any is multiplied, so that their expansions overlap. False when the mask overruns the stride.
-#define LLMC_TARGET_VBMI2 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,avx2,fma,f16c,popcnt")))
 
 // The chunk of blocks b and b + 1 (b alone at the end of an odd count): its stored values at
 // `*offset` expanded into their lanes; false when they overrun the stride.
@@ -205,6 +199,11 @@ LLMC_TARGET_VBMI2 LLMC_ISA_INLINE void multiplyChunk(const QuantizedActivations&
   }
 }
 
+// One channel, its row read in memory order: per 64 columns the stored values expanded into
+// their lanes (vpexpandb), then per block of 32 what the AVX-512 int8 tile does with a dense
+// block (vpmovsxbw, vpmaddwd with the codes, float, times the block's activation scale), in the
+// same order. vpexpandb's latency is long: kChunks chunks of 64 columns are expanded before
+// any is multiplied, so that their expansions overlap. False when the mask overruns the stride.
 template <int kChunks>
 LLMC_TARGET_VBMI2 bool sparseChannelVbmi2(const SparseInt8Rows& w, int64_t n,
                                           const QuantizedActivations& a, float* sum) {
