@@ -150,6 +150,7 @@ CompileOptions floatCompileOptions(const CompileOptions& options) {
   out.calib_dir.clear();
   out.awq = false;
   out.prune.clear();
+  out.sparse_storage = false;
   out.strip_weights = false;
   out.progress = nullptr;
   return out;
@@ -227,6 +228,11 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     return invalidArgument(
         "--prune sparsegpt computes its weights from the calibration data: refit cannot "
         "recompute them, so they cannot be stripped (--strip-weights)");
+  if (options.sparse_storage &&
+      (prune_spec.method.empty() || (options.quantize != "int8" && options.quantize != "w8a8")))
+    return invalidArgument(
+        "--sparse-storage stores the zeros of unstructured or N:M pruning (--prune METHOD:PATTERN) "
+        "under --quantize int8 or w8a8");
   const bool gram = prune_spec.method == "sparsegpt";
   if (options.awq || !options.calib_file.empty() || !options.calib_dir.empty()) {
     if (options.quantize.empty() && options.prune.empty())

@@ -266,8 +266,8 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
       return Value();
     }
     if (static_cast<double>(bytes) > kSparseMaxBytesShare * static_cast<double>(k)) {
-      *detail += ": dense (sparse storage pays from " +
-                 std::to_string(static_cast<int>(100 * kSparseMaxBytesShare)) + "%)";
+      *detail += ": stored dense (sparse storage only where it takes at most " +
+                 std::to_string(static_cast<int>(100 * kSparseMaxBytesShare)) + "% of the bytes)";
       return Value();
     }
     SmallVector<Value> parts =

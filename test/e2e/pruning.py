@@ -348,6 +348,9 @@ def main():
             (["--prune", "wanda:0.5,magnitude:0.5", "--calib", calibration, "--tokenizer", TOKENIZER],
              "two unstructured methods"),
             (["--calib", calibration, "--tokenizer", TOKENIZER], "go with --quantize or --prune"),
+            (["--prune", "magnitude:0.5", "--sparse-storage"], "under --quantize int8 or w8a8"),
+            (["--quantize", "int8", "--sparse-storage"], "under --quantize int8 or w8a8"),
+            (["--prune", "magnitude:0.5", "--quantize", "int4", "--sparse-storage"], "under --quantize int8 or w8a8"),
         ):
             proc = run([args.llmc, "compile", MODEL, "-o", bad, *flags])
             check(proc.returncode == 2 and expected in proc.stderr and not os.path.exists(bad),
