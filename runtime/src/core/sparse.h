@@ -52,7 +52,7 @@ int64_t expandSparseInt8RowsAt(CpuIsa isa, const SparseInt8Rows& rows, int64_t n
 // With --sparse-storage, the compiler stores a pruned weight sparse where
 // (stride + ceil(K / 8)) <= kSparseMaxBytesShare * K (40% sparsity and more): above it the
 // engine would shrink by less than a quarter. Decode speed is no reason on the CPUs measured:
-// sparse decoded at 0.85-0.93x dense at 50-70% (docs/pruning.md, bench/prune.py), so the
+// sparse decoded at 0.81-0.94x dense at 40-70% (docs/pruning.md, bench/prune.py), so the
 // compiler keeps pruned weights dense unless asked.
 constexpr double kSparseMaxBytesShare = 0.75;
 
