@@ -96,12 +96,14 @@ void reinterpretCacheTotalLength(func::FuncOp main) {
       main.setArgAttr(i, "llmc.dims", rename(dims));
 }
 
-// --prune: a comma-separated list of at most one unstructured METHOD:PATTERN and one
-// mlp:FRACTION (structured: whole MLP channels).
+// --prune: a comma-separated list of at most one unstructured METHOD:PATTERN and the
+// structured mlp:FRACTION (MLP channels), heads:FRACTION (query heads of each KV group) and
+// kv-heads:FRACTION (KV groups), each at most once.
 struct PruneSpec {
   std::string method, pattern;  // unstructured: "" when none
   double mlp = 0;               // the fraction of MLP channels removed
-  bool calibrated = false;      // whether a part needs calibration statistics
+  double heads = 0, kv_heads = 0;
+  bool calibrated = false;  // whether a part needs calibration statistics
 };
 Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
   for (size_t begin = 0; !text.empty() && begin <= text.size();) {
@@ -110,23 +112,28 @@ Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
     begin = comma + 1;
     const size_t colon = item.find(':');
     const std::string method = item.substr(0, colon);
+    double* structured = method == "mlp"        ? &spec->mlp
+                         : method == "heads"    ? &spec->heads
+                         : method == "kv-heads" ? &spec->kv_heads
+                                                : nullptr;
     PruneMethod parsed = PruneMethod::kMagnitude;
-    if (colon == std::string::npos || (method != "mlp" && !parsePruneMethod(method, &parsed)))
+    if (colon == std::string::npos || (!structured && !parsePruneMethod(method, &parsed)))
       return invalidArgument(
-          "--prune takes METHOD:PATTERN[,mlp:FRACTION] with METHOD magnitude, wanda or sparsegpt "
-          "(wanda:0.5, sparsegpt:2:4, mlp:0.25,wanda:0.5), got '" +
+          "--prune takes METHOD:PATTERN with METHOD magnitude, wanda or sparsegpt, and "
+          "mlp:FRACTION, heads:FRACTION, kv-heads:FRACTION (wanda:0.5, sparsegpt:2:4, "
+          "mlp:0.25,heads:0.25,wanda:0.5), got '" +
           text + "'");
     const std::string pattern = item.substr(colon + 1);
     PrunePattern checked;
-    if (method == "mlp") {
+    if (structured) {
       if (!parsePrunePattern(pattern, &checked).ok() || checked.nm() || checked.sparsity <= 0)
-        return invalidArgument(
-            "--prune mlp:FRACTION removes that fraction of each MLP's channels, a number in (0, "
-            "1); "
-            "got '" +
-            pattern + "'");
-      if (spec->mlp > 0) return invalidArgument("--prune names mlp twice: '" + text + "'");
-      spec->mlp = checked.sparsity;
+        return invalidArgument("--prune " + method +
+                               ":FRACTION removes that fraction of each layer's " +
+                               (method == "mlp" ? "MLP channels" : "heads") +
+                               ", a number in (0, 1); got '" + pattern + "'");
+      if (*structured > 0)
+        return invalidArgument("--prune names " + method + " twice: '" + text + "'");
+      *structured = checked.sparsity;
       spec->calibrated = true;
       continue;
     }
@@ -373,6 +380,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     prune.method = prune_spec.method;
     prune.pattern = prune_spec.pattern;
     prune.mlp = prune_spec.mlp;
+    prune.heads = prune_spec.heads;
+    prune.kvHeads = prune_spec.kv_heads;
     // The kept channels are a multiple of 32, and of the 4-bit group, so the smaller products
     // still quantize.
     prune.channelAlign = options.quantize == "int4" || options.quantize == "int4_zp"

@@ -168,7 +168,7 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
 }
 
 def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
-  let summary = "Unstructured and N:M pruning of the products' constant weights";
+  let summary = "Structured (MLP channels, attention heads), unstructured and N:M pruning";
   let description = [{
     Every `llm.fused_matmul`, `llm.gated_mlp` and `nn.matmul` with a constant 2-D float32
     weight, except the product the function returns (the LM head), has the same share of each
@@ -184,11 +184,18 @@ def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
     projection) loses that fraction of its channels (the kept count rounded to a multiple of
     `channel-align`), scored by ||x_f||2 * ||W_down[f, :]||2 with x the down projection's input
     on the calibration rows: the columns of the up (gate and up) weight and bias and the rows of
-    the down weight go, by the runtime's `Gather` (recorded as recipes).
+    the down weight go, by the runtime's `Gather` (recorded as recipes). With `heads` or
+    `kv-heads`, every token-major `llm.attention` and `llm.sdpa` loses that fraction of its KV
+    groups (with their query heads) and of each group's query heads, scored by the summed
+    channel scores of the output projection's input: the q, k and v columns of their products
+    (through ropes and per-head norms) and the output projection's rows go, the attention's
+    head counts and the function's `llm.config` follow (one count for every KV-cache layer).
   }];
   let options = [
     Option<"method", "method", "std::string", "\"magnitude\"", "magnitude, wanda, sparsegpt or empty (none)">,
     Option<"mlp", "mlp", "double", "0", "the fraction of each MLP's channels to remove (structured; needs calib-stats)">,
+    Option<"heads", "heads", "double", "0", "the fraction of each KV group's query heads to remove (structured; with one query head per group, whole heads)">,
+    Option<"kvHeads", "kv-heads", "double", "0", "the fraction of KV groups to remove, with their query heads (structured)">,
     Option<"channelAlign", "channel-align", "int64_t", "32", "kept MLP channels are a multiple of this">,
     Option<"pattern", "pattern", "std::string", "\"0.5\"", "a sparsity in [0, 1) or N:M">,
     Option<"calibStats", "calib-stats", "std::string", "\"\"",

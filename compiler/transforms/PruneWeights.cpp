@@ -32,6 +32,22 @@ int64_t transB(Operation* op) {
   return t ? t.getInt() : 0;
 }
 
+// The runtime's Gather of `indices` along `axis` of a constant, recorded as its recipe (null
+// when the kernel refuses).
+Value gatherConstant(OpBuilder& b, Location loc, Value v, int64_t axis,
+                     const std::vector<int64_t>& indices) {
+  return kernelConstant(b, loc, "Gather", {b.getNamedAttr("axis", b.getI64IntegerAttr(axis))},
+                        {v, int64Constant(b, loc, indices)});
+}
+
+// `value` with its last dimension now `width`.
+void setLastDim(Value value, int64_t width) {
+  auto type = cast<RankedTensorType>(value.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape.back() = width;
+  value.setType(RankedTensorType::get(shape, type.getElementType()));
+}
+
 class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
  public:
   using Base::Base;
@@ -49,8 +65,9 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       func.emitError() << parsed.message();
       return signalPassFailure();
     }
-    if (!(mlp >= 0 && mlp < 1) || channelAlign < 1) {
-      func.emitError() << "mlp must be in [0, 1) and channel-align positive";
+    if (!(mlp >= 0 && mlp < 1) || !(heads >= 0 && heads < 1) || !(kvHeads >= 0 && kvHeads < 1) ||
+        channelAlign < 1) {
+      func.emitError() << "mlp, heads and kv-heads must be in [0, 1) and channel-align positive";
       return signalPassFailure();
     }
     if (!calibStats.empty()) {
@@ -59,8 +76,9 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
         return signalPassFailure();
       }
     }
-    if (((unstructured && method_ != PruneMethod::kMagnitude) || mlp > 0) && stats_.empty()) {
-      func.emitError() << (mlp > 0 ? std::string("mlp") : method.getValue())
+    const bool structured = mlp > 0 || heads > 0 || kvHeads > 0;
+    if (((unstructured && method_ != PruneMethod::kMagnitude) || structured) && stats_.empty()) {
+      func.emitError() << (structured ? std::string("structured") : method.getValue())
                        << " pruning needs calibration statistics (calib-stats)";
       return signalPassFailure();
     }
@@ -72,6 +90,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     }
     if (mlp > 0)
       for (Operation* op : producers) pruneChannels(func, op);
+    if (heads > 0 || kvHeads > 0) pruneHeads(func);
     if (unstructured) {
       llvm::DenseSet<Operation*> returned;
       for (Value v : func.getBody().front().getTerminator()->getOperands())
@@ -146,8 +165,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     OpBuilder b(up);
     Location loc = up->getLoc();
     auto gather = [&](Value v, int64_t axis, const std::vector<int64_t>& indices) {
-      return kernelConstant(b, loc, "Gather", {b.getNamedAttr("axis", b.getI64IntegerAttr(axis))},
-                            {v, int64Constant(b, loc, indices)});
+      return gatherConstant(b, loc, v, axis, indices);
     };
     Value new_up = gather(up->getOperand(1), up_trans ? 0 : 1, up_columns);
     Value new_bias = bias ? gather(bias, 0, keep) : Value();
@@ -156,9 +174,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       return skip("the Gather of its weights failed; stays whole");
     up->setOperand(1, new_up);
     if (new_bias) up->setOperand(2, new_bias);
-    SmallVector<int64_t> shape(h_type.getShape());
-    shape.back() = kept;
-    h.setType(RankedTensorType::get(shape, h_type.getElementType()));
+    setLastDim(h, kept);
     down->setOperand(1, new_down);
     // Which input channels the down projection kept: the quantizer slices its statistics too.
     down->setAttr("llmc.kept_inputs", b.getDenseI64ArrayAttr(keep));
@@ -167,6 +183,316 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
         "kept " + std::to_string(kept) + " of " + std::to_string(f) + " channels; removed";
     for (int64_t c : removed) detail += " " + std::to_string(c);
     logFusion(func, {true, kPass, label, nodes, detail});
+  }
+
+  // One attention's head pruning: what the rewrite changes.
+  struct HeadPlan {
+    Operation* attention = nullptr;
+    Operation* o_proj = nullptr;
+    int64_t heads = 0, kv_heads = 0, head_dim = 0;
+    int64_t groups_removed = 0, heads_removed_per_group = 0;
+    // Each distinct q/k/v operand: the product that makes it, the llm.rope / per-head llm.norm
+    // ops between them (product first), and the attention's roles (0 q, 1 k, 2 v) it feeds,
+    // by column offset.
+    struct Source {
+      Value value;
+      Operation* product = nullptr;
+      std::vector<Operation*> chain;
+      std::vector<int> roles;
+    };
+    std::vector<Source> sources;
+  };
+
+  // Structured: attention heads. Every token-major llm.attention (the KV cache's) and
+  // llm.sdpa whose q, k and v come from products with constant weights, through at most a
+  // rope and per-head norms, and whose output feeds one product with a constant weight (the
+  // output projection) loses the lowest-scoring KV groups (kv-heads) and query heads of each
+  // group (heads). The KV cache and the engine's model table hold one head count for every
+  // layer, so either every llm.attention loses the same count or none does.
+  void pruneHeads(func::FuncOp func) {
+    std::vector<HeadPlan> plans;
+    bool cached_ok = true;
+    std::vector<Operation*> cached;
+    for (Operation& op : func.getBody().front()) {
+      const bool is_cached = isOp(&op, "llm.attention");
+      if (!is_cached && !isOp(&op, "llm.sdpa")) continue;
+      std::string why;
+      std::optional<HeadPlan> plan = planHeads(&op, &why);
+      if (!plan) {
+        logFusion(func, {false, kPass, headsLabel(), nodeNames({&op}), why});
+        if (is_cached) cached_ok = false;
+        continue;
+      }
+      if (is_cached) cached.push_back(&op);
+      plans.push_back(std::move(*plan));
+    }
+    if (!cached_ok)
+      for (Operation* op : cached)
+        logFusion(func, {false, kPass, headsLabel(), nodeNames({op}),
+                         "another layer's attention keeps its heads, and the KV cache holds one "
+                         "head count for every layer; stays whole"});
+    int64_t new_heads = 0, new_kv_heads = 0;
+    for (HeadPlan& plan : plans) {
+      if (!cached_ok && isOp(plan.attention, "llm.attention")) continue;
+      if (!applyHeads(func, plan)) continue;
+      if (isOp(plan.attention, "llm.attention")) {
+        new_heads = cast<IntegerAttr>(plan.attention->getAttr("num_heads")).getInt();
+        new_kv_heads = cast<IntegerAttr>(plan.attention->getAttr("num_kv_heads")).getInt();
+      }
+    }
+    if (new_heads == 0) return;
+    auto config = func->getAttrOfType<DictionaryAttr>("llm.config");
+    if (!config) return;
+    OpBuilder b(func.getContext());
+    SmallVector<NamedAttribute> entries;
+    for (NamedAttribute entry : config) {
+      if (entry.getName() == "num_heads")
+        entry = b.getNamedAttr("num_heads", b.getI64IntegerAttr(new_heads));
+      else if (entry.getName() == "num_kv_heads")
+        entry = b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(new_kv_heads));
+      entries.push_back(entry);
+    }
+    func->setAttr("llm.config", b.getDictionaryAttr(entries));
+  }
+
+  std::string headsLabel() const {
+    auto percent = [](double f) {
+      return std::to_string(static_cast<int>(std::lround(f * 100))) + "%";
+    };
+    if (heads > 0 && kvHeads > 0)
+      return "heads " + percent(heads) + " kv-heads " + percent(kvHeads);
+    return heads > 0 ? "heads " + percent(heads) : "kv-heads " + percent(kvHeads);
+  }
+
+  std::optional<HeadPlan> planHeads(Operation* attention, std::string* why) {
+    auto fail = [&](const std::string& reason) -> std::optional<HeadPlan> {
+      *why = reason + "; keeps its heads";
+      return std::nullopt;
+    };
+    auto attr = [&](StringRef name) {
+      auto a = attention->getAttrOfType<IntegerAttr>(name);
+      return a ? a.getInt() : int64_t{-1};
+    };
+    HeadPlan plan;
+    plan.attention = attention;
+    plan.heads = attr("num_heads"), plan.kv_heads = attr("num_kv_heads");
+    plan.head_dim = attr("head_dim");
+    const int64_t columns[3] = {attr("q_column"), attr("k_column"), attr("v_column")};
+    if (plan.heads < 1 || plan.kv_heads < 1 || plan.head_dim < 1 || columns[0] < 0 ||
+        columns[1] < 0 || columns[2] < 0 || plan.heads % plan.kv_heads != 0)
+      return fail("not the token-major form (q, k and v as columns of rows)");
+    const int64_t group = plan.heads / plan.kv_heads;
+    // The count each flag removes, rounded; every group keeps a query head and one group stays.
+    const int64_t removed_groups =
+        std::llround(kvHeads * static_cast<double>(plan.kv_heads)) +
+        (group == 1 ? std::llround(heads * static_cast<double>(plan.kv_heads)) : 0);
+    plan.groups_removed = std::clamp<int64_t>(removed_groups, 0, plan.kv_heads - 1);
+    plan.heads_removed_per_group =
+        group == 1
+            ? 0
+            : std::clamp<int64_t>(std::llround(heads * static_cast<double>(group)), 0, group - 1);
+    if (plan.groups_removed == 0 && plan.heads_removed_per_group == 0)
+      return fail("rounding removes none of its " + std::to_string(plan.heads) + " heads (" +
+                  std::to_string(plan.kv_heads) + " KV heads)");
+    if (isOp(attention, "llm.sdpa") && !isa<NoneType>(attention->getOperand(3).getType())) {
+      auto mask = dyn_cast<RankedTensorType>(attention->getOperand(3).getType());
+      if (!mask || (mask.getRank() >= 3 && mask.getDimSize(mask.getRank() - 3) != 1))
+        return fail("its mask differs per head");
+    }
+    // The output projection.
+    Value out = attention->getResult(0);
+    if (!out.hasOneUse()) return fail("its output has more than one user");
+    plan.o_proj = *out.getUsers().begin();
+    if (!(isOp(plan.o_proj, "llm.fused_matmul") || isOp(plan.o_proj, "nn.matmul")) ||
+        plan.o_proj->getOperand(0) != out || !float32Constant(plan.o_proj->getOperand(1)))
+      return fail("its output does not feed one product with a constant weight");
+    auto stats = stats_.find(nodeNameOf(plan.o_proj));
+    if (stats == stats_.end() || stats->second.mean_sq.numElements() != plan.heads * plan.head_dim)
+      return fail("the calibration did not see the output projection");
+    // The sources of q, k and v.
+    const int64_t widths[3] = {plan.heads * plan.head_dim, plan.kv_heads * plan.head_dim,
+                               plan.kv_heads * plan.head_dim};
+    for (int role = 0; role < 3; ++role) {
+      Value v = attention->getOperand(role);
+      auto it = std::find_if(plan.sources.begin(), plan.sources.end(),
+                             [&](const HeadPlan::Source& s) { return s.value == v; });
+      if (it == plan.sources.end()) {
+        plan.sources.push_back({v, nullptr, {}, {}});
+        it = std::prev(plan.sources.end());
+      }
+      it->roles.push_back(role);
+    }
+    for (HeadPlan::Source& source : plan.sources) {
+      std::sort(source.roles.begin(), source.roles.end(),
+                [&](int a, int b) { return columns[a] < columns[b]; });
+      int64_t next = 0;
+      for (int role : source.roles) {
+        if (columns[role] != next) return fail("its q, k and v do not tile their rows");
+        next += widths[role];
+      }
+      auto type = dyn_cast<RankedTensorType>(source.value.getType());
+      if (!type || type.getRank() < 1 || type.getShape().back() != next)
+        return fail("its q, k and v rows hold other columns");
+      // Walk back through ropes and per-head norms to the product; each value on the way is
+      // used by the next op only.
+      Operation* user = attention;
+      Value v = source.value;
+      while (true) {
+        if (!llvm::all_of(v.getUsers(), [&](Operation* u) { return u == user; }))
+          return fail("its q, k or v rows have other users");
+        Operation* def = v.getDefiningOp();
+        if (!def) return fail("its q, k or v rows are a function argument");
+        if (isOp(def, "llm.rope")) {
+          auto rotated = def->getAttrOfType<IntegerAttr>("num_heads");
+          auto dim = def->getAttrOfType<IntegerAttr>("head_dim");
+          if (!rotated || !dim || dim.getInt() != plan.head_dim || def->getAttr("token_axis"))
+            return fail("a rope of its rows is not token-major over its heads");
+        } else if (isOp(def, "llm.norm")) {
+          auto norm_group = def->getAttrOfType<IntegerAttr>("group");
+          if (def->getNumResults() != 1 || !isa<NoneType>(def->getOperand(1).getType()) ||
+              !norm_group || norm_group.getInt() != plan.head_dim)
+            return fail("a norm of its rows is not per head");
+          for (unsigned i = 2; i < 4; ++i) {
+            Value param = def->getOperand(i);
+            if (isa<NoneType>(param.getType())) continue;
+            // C values: the first C columns of the row normalized, head by head.
+            std::optional<Tensor> t = float32Constant(param);
+            if (!t || t->rank() != 1 || t->numElements() % plan.head_dim != 0 ||
+                t->numElements() > next)
+              return fail("a per-head norm's weights are not constants over whole heads");
+          }
+        } else if (isOp(def, "llm.fused_matmul") || isOp(def, "nn.matmul")) {
+          auto w = dyn_cast<RankedTensorType>(def->getOperand(1).getType());
+          if (!w || w.getRank() != 2 || !float32Constant(def->getOperand(1)))
+            return fail("its q, k or v product has no constant float32 weight");
+          if (isOp(def, "llm.fused_matmul") && !isa<NoneType>(def->getOperand(2).getType()) &&
+              !float32Constant(def->getOperand(2)))
+            return fail("its q, k or v product's bias is not a constant");
+          source.product = def;
+          std::reverse(source.chain.begin(), source.chain.end());
+          break;
+        } else {
+          return fail("its q, k or v rows come from " + def->getName().getStringRef().str() +
+                      ", not a product");
+        }
+        source.chain.push_back(def);
+        user = def;
+        v = def->getOperand(0);
+      }
+    }
+    return plan;
+  }
+
+  bool applyHeads(func::FuncOp func, const HeadPlan& plan) {
+    Operation* attention = plan.attention;
+    const int64_t hd = plan.head_dim;
+    auto stats = stats_.find(nodeNameOf(plan.o_proj));
+    std::optional<Tensor> o_weight = float32Constant(plan.o_proj->getOperand(1));
+    const bool o_trans = transB(plan.o_proj) != 0;
+    const KeptHeads kept =
+        keptAttentionHeads(*o_weight, o_trans, stats->second.mean_sq.data<float>(), plan.heads,
+                           plan.kv_heads, plan.groups_removed, plan.heads_removed_per_group);
+    const std::string nodes = nodeNames({attention, plan.o_proj});
+    auto skip = [&](const std::string& why) {
+      logFusion(func, {false, kPass, headsLabel(), nodes, why + "; keeps its heads"});
+      return false;
+    };
+    // Head chunks (head_dim columns each) of every role, in the attention's head order.
+    auto keptChunks = [&](int role) { return role == 0 ? kept.heads : kept.kv_heads; };
+    const int64_t old_columns[3] = {cast<IntegerAttr>(attention->getAttr("q_column")).getInt(),
+                                    cast<IntegerAttr>(attention->getAttr("k_column")).getInt(),
+                                    cast<IntegerAttr>(attention->getAttr("v_column")).getInt()};
+    int64_t new_columns[3] = {0, 0, 0};
+    OpBuilder b(attention);
+    // Build every new constant first, so a refusal leaves the graph as it was.
+    struct Change {
+      Operation* op;
+      unsigned operand;
+      Value value;
+    };
+    std::vector<Change> changes;
+    std::vector<std::pair<Value, int64_t>> widths;
+    std::vector<std::pair<Operation*, int64_t>> rotations;
+    for (const HeadPlan::Source& source : plan.sources) {
+      std::vector<int64_t> columns, chunk_old;  // kept columns; each kept chunk's old index
+      for (int role : source.roles) {
+        new_columns[role] = static_cast<int64_t>(columns.size());
+        for (int64_t h : keptChunks(role)) {
+          chunk_old.push_back((old_columns[role] + h * hd) / hd);
+          for (int64_t d = 0; d < hd; ++d) columns.push_back(old_columns[role] + h * hd + d);
+        }
+      }
+      const int64_t width = static_cast<int64_t>(columns.size());
+      Operation* product = source.product;
+      OpBuilder pb(product);
+      Location loc = product->getLoc();
+      Value w = gatherConstant(pb, loc, product->getOperand(1), transB(product) ? 0 : 1, columns);
+      if (!w) return skip("the Gather of its q, k or v weight failed");
+      changes.push_back({product, 1, w});
+      if (isOp(product, "llm.fused_matmul") && !isa<NoneType>(product->getOperand(2).getType())) {
+        Value bias = gatherConstant(pb, loc, product->getOperand(2), 0, columns);
+        if (!bias) return skip("the Gather of its q, k or v bias failed");
+        changes.push_back({product, 2, bias});
+      }
+      widths.push_back({product->getResult(0), width});
+      for (Operation* op : source.chain) {
+        widths.push_back({op->getResult(0), width});
+        if (isOp(op, "llm.rope")) {
+          // The first R heads of the row rotate: now those of the kept chunks that were.
+          const int64_t rotated = cast<IntegerAttr>(op->getAttr("num_heads")).getInt();
+          rotations.push_back({op, std::count_if(chunk_old.begin(), chunk_old.end(),
+                                                 [&](int64_t c) { return c < rotated; })});
+          continue;
+        }
+        for (unsigned i = 2; i < 4; ++i) {  // a per-head norm's weights: its first C columns
+          Value param = op->getOperand(i);
+          if (isa<NoneType>(param.getType())) continue;
+          const int64_t normalized = float32Constant(param)->numElements();
+          std::vector<int64_t> kept_normalized;
+          for (int64_t c : columns)
+            if (c < normalized) kept_normalized.push_back(c);
+          if (kept_normalized.empty()) return skip("a per-head norm would keep none of its heads");
+          OpBuilder nb(op);
+          Value sliced = gatherConstant(nb, op->getLoc(), param, 0, kept_normalized);
+          if (!sliced) return skip("the Gather of a per-head norm's weights failed");
+          changes.push_back({op, i, sliced});
+        }
+      }
+    }
+    std::vector<int64_t> o_channels;
+    for (int64_t h : kept.heads)
+      for (int64_t d = 0; d < hd; ++d) o_channels.push_back(h * hd + d);
+    OpBuilder ob(plan.o_proj);
+    Value o_new = gatherConstant(ob, plan.o_proj->getLoc(), plan.o_proj->getOperand(1),
+                                 o_trans ? 1 : 0, o_channels);
+    if (!o_new) return skip("the Gather of its output projection's weight failed");
+    changes.push_back({plan.o_proj, 1, o_new});
+    // Commit.
+    for (const Change& change : changes) change.op->setOperand(change.operand, change.value);
+    for (const auto& [value, width] : widths) setLastDim(value, width);
+    for (const auto& [op, rotated] : rotations)
+      op->setAttr("num_heads", b.getI64IntegerAttr(rotated));
+    const int64_t kept_heads = static_cast<int64_t>(kept.heads.size());
+    attention->setAttr("num_heads", b.getI64IntegerAttr(kept_heads));
+    attention->setAttr("num_kv_heads",
+                       b.getI64IntegerAttr(static_cast<int64_t>(kept.kv_heads.size())));
+    attention->setAttr("q_column", b.getI64IntegerAttr(new_columns[0]));
+    attention->setAttr("k_column", b.getI64IntegerAttr(new_columns[1]));
+    attention->setAttr("v_column", b.getI64IntegerAttr(new_columns[2]));
+    setLastDim(attention->getResult(0), kept_heads * hd);
+    plan.o_proj->setAttr("llmc.kept_inputs", b.getDenseI64ArrayAttr(o_channels));
+    sliceChannels(&stats->second, o_channels);
+    std::string detail = "kept " + std::to_string(kept_heads) + " of " +
+                         std::to_string(plan.heads) + " heads, " +
+                         std::to_string(kept.kv_heads.size()) + " of " +
+                         std::to_string(plan.kv_heads) + " KV heads; removed heads";
+    for (int64_t h = 0, i = 0; h < plan.heads; ++h)
+      if (i < kept_heads && kept.heads[i] == h)
+        ++i;
+      else
+        detail += " " + std::to_string(h);
+    logFusion(func, {true, kPass, headsLabel(), nodes, detail});
+    return true;
   }
 
   std::string name(Operation* op) const {

@@ -7,6 +7,12 @@ Checks, for `llmc compile --prune`:
 - `mlp:0.25` (structured) keeps 352 of the 448 channels of each MLP, and the engine equals the
   dense engine of the model numpy shrank by the channels the report lists (the decoder's gated
   MLPs, and the encoder's MatMul + bias + GELU ones);
+- `heads:0.25` keeps 2 of the 3 query heads of each of the demo's 2 KV groups and `kv-heads:0.5`
+  one whole group (3 query heads, 1 KV head: the KV cache halves); each engine evaluates and
+  generates as the dense engine of the model whose output projections numpy zeroed at the input
+  rows of the heads `--report` lists as removed (the same function; only the order of the output
+  projection's sums differs), the engine's model table records the new counts; the encoder's
+  heads (llm.sdpa, bias in q, k and v) likewise;
 - an engine pruned by magnitude equals the dense engine of the model with the same weights
   zeroed by numpy (`llmc eval` of one against the other: KL 0, top-1 agreement 100%), in
   float32, under int4 quantization, and under int8 with `--sparse-storage` (every pruned product
@@ -14,7 +20,7 @@ Checks, for `llmc compile --prune`:
   giving the dense ones' logits bit for bit), so the pass removes exactly what the rule says;
 - accuracy of each against the float32 model on the chapters of the King James Bible that
   training held out (`llmc eval`), printed as the table docs/pruning.md records;
-- refit: stripped engines pruned by mlp:0.25 then Wanda, and by magnitude under int8 with sparse
+- refit: stripped engines pruned by mlp:0.25 and heads:0.25 then Wanda, and by magnitude under int8 with sparse
   storage, refit byte-identically from the model's initializers;
   a SparseGPT engine (weights computed from the calibration) is refused by refit, and
   `--strip-weights` with SparseGPT by compile;
@@ -60,6 +66,9 @@ MODES = [  # name, flags
     ("sparsegpt 30%", ["--prune", "sparsegpt:0.3", *CALIB]),
     ("mlp 25%", ["--prune", "mlp:0.25", *CALIB]),
     ("mlp 25% + sparsegpt 50%", ["--prune", "mlp:0.25,sparsegpt:0.5", *CALIB]),
+    ("heads 25%", ["--prune", "heads:0.25", *CALIB]),
+    ("kv-heads 50%", ["--prune", "kv-heads:0.5", *CALIB]),
+    ("mlp 25% + heads 25%", ["--prune", "mlp:0.25,heads:0.25", *CALIB]),
     ("sparsegpt 50% int8", ["--prune", "sparsegpt:0.5", "--quantize", "int8", *CALIB]),
     ("sparsegpt 50% int4", ["--prune", "sparsegpt:0.5", "--quantize", "int4", "--quant-group", "64", *CALIB]),
     ("sparsegpt 50% int8 sparse", ["--prune", "sparsegpt:0.5", "--quantize", "int8", "--sparse-storage", *CALIB]),
@@ -67,7 +76,7 @@ MODES = [  # name, flags
 ]
 # Under sanitizers every compile is several times slower: one mode of each kind (no calibration;
 # SparseGPT with N:M; MLP channels) and the paths below that the Release pass checks in full.
-SANITIZED_MODES = ("magnitude 50%", "sparsegpt 2:4", "mlp 25%")
+SANITIZED_MODES = ("magnitude 50%", "sparsegpt 2:4", "mlp 25%", "kv-heads 50%")
 PRODUCTS = 16  # 4 layers x (QKV, output, gated MLP, down); the LM head stays dense
 
 
@@ -136,6 +145,38 @@ def shrink_mlps(model_path, out_path, report, axes):
     return total
 
 
+def zero_heads(model_path, out_path, report):
+    """The model with the input channels of each output projection (the second node of each
+    `fired  prune heads` line of `llmc compile --report`) zeroed for the heads the line lists
+    as removed: the same function as the model without those heads. Returns
+    {output projection: removed heads}."""
+    model = onnx.load(model_path)
+    inits = {init.name: init for init in model.graph.initializer}
+    identities = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Identity"}
+    removed = {}
+    for o_proj, heads, removed_heads in re.findall(
+            r"fired  prune (?:kv-)?heads[^:]*: [^,]*, ([^:]*): kept \d+ of (\d+) heads, \d+ of \d+ KV heads; "
+            r"removed heads ([\d ]+)", report):
+        node = next(n for n in model.graph.node if n.name == o_proj)
+        name = node.input[1]
+        while name in identities:
+            name = identities[name]
+        init = inits[name]
+        w = numpy_helper.to_array(init).copy()
+        trans_b = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+        k = w.shape[1] if trans_b else w.shape[0]
+        head_dim = k // int(heads)
+        removed[o_proj] = [int(h) for h in removed_heads.split()]
+        for h in removed[o_proj]:
+            if trans_b:
+                w[:, h * head_dim:(h + 1) * head_dim] = 0
+            else:
+                w[h * head_dim:(h + 1) * head_dim, :] = 0
+        init.CopyFrom(numpy_helper.from_array(w, init.name))
+    onnx.save(model, out_path)
+    return removed
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--llmc", required=True)
@@ -178,6 +219,7 @@ def main():
             sys.exit(1)
         rows = []
         mlp_report = ""
+        head_reports = {}
         for name, flags in modes:
             engine, proc = compile_engine(name, flags)
             if not engine:
@@ -185,10 +227,18 @@ def main():
             if name.startswith("mlp"):  # 25% of 448 channels, rounded to a multiple of 32: 352 kept
                 kept = re.findall(r"fired  prune mlp 25% gated-mlp: .*: kept (\d+) of (\d+) channels", proc.stdout)
                 check(kept == [("352", "448")] * 4, f"{name}: each of the 4 MLPs keeps 352 of 448 channels ({kept})")
-            if name.startswith("mlp") and "+" not in name:
+            if "heads" in name:
+                kept = re.findall(r"fired  prune (?:kv-)?heads \S+: .*: kept (\d+) of 6 heads, (\d+) of 2 KV heads", proc.stdout)
+                want = ("3", "1") if name.startswith("kv-heads") else ("4", "2")
+                check(kept == [want] * 4, f"{name}: each of the 4 attentions keeps {want[0]} of 6 heads, {want[1]} of 2 KV "
+                      f"heads ({kept})")
+                if "+" not in name:
+                    head_reports[name] = (engine, proc.stdout)
+            unstructured = [part for part in name.split(" + ") if part.split()[0] not in ("mlp", "heads", "kv-heads")]
+            if name == "mlp 25%":
                 mlp_report = proc.stdout
-            else:
-                pattern = name.split()[-1] if "+" in name else name.split()[1]
+            if unstructured:
+                pattern = unstructured[0].split()[1]
                 share = {"2:4": 50.0, "4:8": 50.0}.get(pattern, float(pattern.rstrip("%")) if "%" in pattern else 0)
                 pruned = re.findall(r"fired  prune \S+ \S+ (?:matmul|gated-mlp): [^:]+: ([0-9.]+)% of (\d+) weights zero",
                                     proc.stdout)
@@ -255,6 +305,32 @@ def main():
                     check(m["mean_kl"] == 0 and m["top1_agreement"] == 1, f"--prune mlp:0.25 equals the numpy-shrunk "
                           f"model: KL {m['mean_kl']}, top-1 {m['top1_agreement']}")
 
+        # Heads: the pruned engine computes what the model without those heads computes (their
+        # rows of the output projection zeroed), through the KV cache too, and its model table
+        # has the new counts.
+        prompt = "And God said unto Moses, Go in unto Pharaoh"
+        for name, (pruned, report) in head_reports.items():
+            zeroed = os.path.join(tmp, name.replace(" ", "_").replace("%", "") + "_zeroed.onnx")
+            removed = zero_heads(MODEL, zeroed, report)
+            check(len(removed) == 4, f"{name}: numpy zeroed the heads of {len(removed)} layers (want 4)")
+            dense, _ = compile_engine(f"{name} zeroed", [], model=zeroed)
+            if not dense:
+                continue
+            m = evaluate(pruned, dense, text_path)
+            if m:
+                check(m["mean_kl"] < 1e-9 and m["top1_agreement"] == 1,
+                      f"--prune {name} equals the model with those heads zeroed: KL {m['mean_kl']:.3g}, "
+                      f"top-1 {m['top1_agreement']}")
+            texts = [run([args.llmc, "generate", e, "--prompt", prompt, "--tokenizer", TOKENIZER, "--max-new-tokens", "24",
+                          "--print-ids"]) for e in (pruned, dense)]
+            check(all(t.returncode == 0 for t in texts) and texts[0].stdout == texts[1].stdout,
+                  f"--prune {name}: greedy generation over the KV cache equals the zeroed model's: "
+                  f"{texts[0].stdout.strip()[-120:]!r} vs {texts[1].stdout.strip()[-120:]!r}")
+            table = run([args.llmc, "inspect", pruned]).stdout
+            want = "3 query / 1 KV heads" if name.startswith("kv-heads") else "4 query / 2 KV heads"
+            check(want in table, f"--prune {name}: the engine's model table says '{want}': "
+                  f"{next((line for line in table.splitlines() if 'heads' in line), table[-200:])}")
+
         # An encoder (test/models/bert_tiny, random weights): magnitude pruning equals numpy's
         # zeroing (the pooler, a model output, stays dense), and SparseGPT 2:4 and Wanda compile
         # and run, calibrated on sentences through a word-level tokenizer.
@@ -263,9 +339,10 @@ def main():
         zeroed_bert = os.path.join(tmp, "bert_zeroed.onnx")
         check(magnitude_zeroed(bert, zeroed_bert, sparsity=0.5) == 12, "numpy zeroed the encoder's 12 MatMul weights")
         tok = ["--tokenizer", bert_tokenizer]
-        bert_engines, bert_mlp_report = {}, ""
+        bert_engines, bert_mlp_report, bert_heads_report = {}, "", ""
         for name, flags, model in (("bert zeroed", tok, zeroed_bert), ("bert magnitude", ["--prune", "magnitude:0.5", *tok], bert),
                                    ("bert mlp", ["--prune", "mlp:0.25", "--calib", bert_calibration, *tok], bert),
+                                   ("bert heads", ["--prune", "heads:0.25", "--calib", bert_calibration, *tok], bert),
                                    *(() if args.sanitized else (
                                        ("bert sparsegpt 2:4", ["--prune", "sparsegpt:2:4", "--calib", bert_calibration, *tok], bert),
                                        ("bert wanda", ["--prune", "wanda:0.5", "--calib", bert_calibration, *tok], bert)))):
@@ -274,6 +351,8 @@ def main():
                 bert_engines[name] = engine
                 if name == "bert mlp":
                     bert_mlp_report = proc.stdout
+                elif name == "bert heads":
+                    bert_heads_report = proc.stdout
                 elif name != "bert zeroed":
                     pruned = re.findall(r"fired  prune .*: ([0-9.]+)% of \d+ weights zero", proc.stdout)
                     check(len(pruned) == 8 and set(pruned) == {"50.0"} and "/model/pooler/dense/Gemm: its result" in proc.stdout,
@@ -306,13 +385,70 @@ def main():
                 check(proc.returncode == 0 and json.loads(proc.stdout)["max_abs_error"] == 0,
                       f"--prune mlp:0.25 on the encoder equals the numpy-shrunk model: {proc.stdout.strip()[-200:]}")
 
-        # Refit: the recipes of MLP channel pruning (Gather, the indices a literal) and Wanda's
+        # The encoder's heads (4 of 16 columns, biased q, k and v, llm.sdpa): one of 4 goes.
+        if "bert heads" in bert_engines:
+            zeroed = os.path.join(tmp, "bert_heads_zeroed.onnx")
+            removed = zero_heads(bert, zeroed, bert_heads_report)
+            check(sorted(len(h) for h in removed.values()) == [1, 1], f"bert heads: one head removed per layer ({removed})")
+            dense, _ = compile_engine("bert heads zeroed", tok, model=zeroed)
+            if dense:
+                proc = run([args.llmc, "eval", bert_engines["bert heads"], "--reference", dense, "--sentences", sentences,
+                            "--json"])
+                error = json.loads(proc.stdout)["max_abs_error"] if proc.returncode == 0 else None
+                check(error is not None and error < 1e-5,
+                      f"--prune heads:0.25 on the encoder equals the model with those heads zeroed: max |error| {error}")
+
+        # Other families' attentions (test/models, random weights): packed and separate q, k and
+        # v, biases, grouped- and multi-query, rotary in halves, interleaved and partial, Qwen3's
+        # per-head q/k norms, an output projection as Gemm. Half the heads go; the engine's logits
+        # over a prompt, and its greedy generation over the KV cache, are the model's with those
+        # heads' output-projection inputs zeroed.
+        families = ("qwen3_tiny", "gpt_neox_tiny_past") if args.sanitized else (
+            "qwen3_tiny", "gpt2_tiny_past", "phi3_tiny_past", "gpt_neox_tiny_past", "falcon_tiny_past",
+            "gptj_tiny_past", "opt_tiny_past", "gemma2_tiny", "llama_tiny_past")
+        calib_dir = os.path.join(tmp, "random_ids")
+        os.makedirs(calib_dir)
+        rng = np.random.default_rng(7)
+        for i in range(4):
+            np.save(os.path.join(calib_dir, f"{i}.npy"), rng.integers(0, 100, size=(1, 24)).astype(np.int64))
+        ids = os.path.join(tmp, "ids.npy")
+        np.save(ids, rng.integers(0, 100, size=(1, 12)).astype(np.int64))
+
+        def logits(engine):
+            out = os.path.join(tmp, "out")
+            proc = run([args.llmc, "run", engine, "--input", f"input_ids={ids}", "--output-dir", out])
+            check(proc.returncode == 0, f"run {os.path.basename(engine)}: {proc.stderr.strip()[-200:]}")
+            return np.load(os.path.join(out, "logits.npy")) if proc.returncode == 0 else None
+
+        for family in families:
+            model = os.path.join(MODELS, family, "model.onnx")
+            pruned, proc = compile_engine(f"{family} heads", ["--prune", "heads:0.5", "--calib-dir", calib_dir], model=model)
+            if not pruned:
+                continue
+            zeroed = os.path.join(tmp, f"{family}_zeroed.onnx")
+            removed = zero_heads(model, zeroed, proc.stdout)
+            check(len(removed) == 2 and all(removed.values()), f"{family}: heads removed in both layers ({removed})")
+            dense, _ = compile_engine(f"{family} zeroed", [], model=zeroed)
+            if not dense:
+                continue
+            a, b = logits(pruned), logits(dense)
+            if a is not None and b is not None:
+                error = float(np.max(np.abs(a - b))) if a.shape == b.shape else float("inf")
+                check(error <= 1e-4 * max(1.0, float(np.max(np.abs(b)))),
+                      f"{family}: --prune heads:0.5 equals the model with those heads zeroed: max |error| {error:.3g}")
+            texts = [run([args.llmc, "generate", e, "--prompt-ids", "5,17,42", "--max-new-tokens", "12", "--print-ids"])
+                     for e in (pruned, dense)]
+            check(all(t.returncode == 0 for t in texts) and texts[0].stdout == texts[1].stdout,
+                  f"{family}: greedy generation over the KV cache equals the zeroed model's: "
+                  f"{texts[0].stdout.strip()[-80:]!r} vs {texts[1].stdout.strip()[-80:]!r} {texts[0].stderr.strip()[-200:]}")
+
+        # Refit: the recipes of MLP channel and head pruning (Gather, the indices a literal) and Wanda's
         # (the channel norms a literal) repeat from the initializers.
         model = onnx.load(MODEL)
         weights = os.path.join(tmp, "weights.safetensors")
         write_safetensors(weights, {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
                                     if numpy_helper.to_array(i).dtype == np.float32})
-        for label, flags in (("mlp + Wanda", ["--prune", "mlp:0.25,wanda:0.5", *CALIB]),
+        for label, flags in (("mlp + heads + Wanda", ["--prune", "mlp:0.25,heads:0.25,wanda:0.5", *CALIB]),
                              ("sparse int8", ["--prune", "magnitude:0.5", "--quantize", "int8", "--sparse-storage"])):
             full, _ = compile_engine(f"{label} refit full", flags)
             stripped, _ = compile_engine(f"{label} refit stripped", [*flags, "--strip-weights"])
@@ -345,6 +481,9 @@ def main():
             (["--prune", "mlp:0.25"], "needs calibration data"),
             (["--prune", "mlp:1.5", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
             (["--prune", "mlp:2:4", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
+            (["--prune", "heads:0.25"], "needs calibration data"),
+            (["--prune", "kv-heads:1", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
+            (["--prune", "heads:0.25,heads:0.5", "--calib", calibration, "--tokenizer", TOKENIZER], "names heads twice"),
             (["--prune", "wanda:0.5,magnitude:0.5", "--calib", calibration, "--tokenizer", TOKENIZER],
              "two unstructured methods"),
             (["--calib", calibration, "--tokenizer", TOKENIZER], "go with --quantize or --prune"),

@@ -179,8 +179,8 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
   } else if (arg == "--prune") {  // METHOD:PATTERN (docs/pruning.md); checked by the compiler
     const std::string* v = value();
     if (!v || v->empty())
-      return usageError(command,
-                        "--prune needs METHOD:PATTERN (wanda:0.5, sparsegpt:2:4, mlp:0.25)");
+      return usageError(
+          command, "--prune needs METHOD:PATTERN (wanda:0.5, sparsegpt:2:4, mlp:0.25, heads:0.25)");
     options.prune = *v;
   } else if (arg == "--sparse-storage") {  // pruned int8 and w8a8 weights as mask + kept values
     options.sparse_storage = true;

@@ -304,25 +304,67 @@ Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& patt
   return okStatus();
 }
 
-std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
-                                     int64_t kept) {
-  const int64_t f = transposed ? down.dim(1) : down.dim(0),
-                n = transposed ? down.dim(0) : down.dim(1);
-  std::vector<std::pair<double, int64_t>> scores;
+namespace {
+
+// ||x_f||2 * ||W[f, :]||2 for each input channel f of a product's weight ([F, N], or [N, F]
+// when `transposed`), mean_sq[f] the mean of x_f^2 over the calibration rows.
+std::vector<double> channelScores(const Tensor& w, bool transposed, const float* mean_sq) {
+  const int64_t f = transposed ? w.dim(1) : w.dim(0), n = transposed ? w.dim(0) : w.dim(1);
+  std::vector<double> scores(static_cast<size_t>(f));
   for (int64_t c = 0; c < f; ++c) {
     double row = 0;
     for (int64_t j = 0; j < n; ++j) {
-      const double v = transposed ? down.data<float>()[j * f + c] : down.data<float>()[c * n + j];
+      const double v = transposed ? w.data<float>()[j * f + c] : w.data<float>()[c * n + j];
       row += v * v;
     }
-    scores.emplace_back(std::sqrt(static_cast<double>(mean_sq[c]) * row), c);
+    scores[c] = std::sqrt(static_cast<double>(mean_sq[c]) * row);
   }
-  std::stable_sort(scores.begin(), scores.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<int64_t> keep;
-  for (int64_t i = 0; i < std::min(kept, f); ++i) keep.push_back(scores[i].second);
-  std::sort(keep.begin(), keep.end());
-  return keep;
+  return scores;
+}
+
+// The `kept` of `candidates` with the highest scores (ties: the earlier candidate stays),
+// ascending.
+std::vector<int64_t> highest(const std::vector<double>& scores, std::vector<int64_t> candidates,
+                             int64_t kept) {
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+  candidates.resize(static_cast<size_t>(std::clamp<int64_t>(kept, 0, candidates.size())));
+  std::sort(candidates.begin(), candidates.end());
+  return candidates;
+}
+
+}  // namespace
+
+std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
+                                     int64_t kept) {
+  const std::vector<double> scores = channelScores(down, transposed, mean_sq);
+  std::vector<int64_t> all(scores.size());
+  for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<int64_t>(c);
+  return highest(scores, std::move(all), kept);
+}
+
+KeptHeads keptAttentionHeads(const Tensor& o_proj, bool transposed, const float* mean_sq,
+                             int64_t heads, int64_t kv_heads, int64_t groups_removed,
+                             int64_t heads_removed_per_group) {
+  const std::vector<double> channels = channelScores(o_proj, transposed, mean_sq);
+  const int64_t head_dim = static_cast<int64_t>(channels.size()) / heads;
+  const int64_t group = heads / kv_heads;
+  std::vector<double> head_scores(static_cast<size_t>(heads)), group_scores(kv_heads);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t d = 0; d < head_dim; ++d) head_scores[h] += channels[h * head_dim + d];
+    group_scores[h / group] += head_scores[h];
+  }
+  std::vector<int64_t> groups(static_cast<size_t>(kv_heads));
+  for (int64_t g = 0; g < kv_heads; ++g) groups[g] = g;
+  KeptHeads kept;
+  kept.kv_heads = highest(group_scores, std::move(groups), kv_heads - groups_removed);
+  for (int64_t g : kept.kv_heads) {
+    std::vector<int64_t> members(static_cast<size_t>(group));
+    for (int64_t i = 0; i < group; ++i) members[i] = g * group + i;
+    for (int64_t h : highest(head_scores, std::move(members), group - heads_removed_per_group))
+      kept.heads.push_back(h);
+  }
+  return kept;
 }
 
 double relativeOutputError(const Tensor& x, const Tensor& w, const Tensor& pruned,

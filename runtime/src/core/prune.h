@@ -70,6 +70,22 @@ Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& patt
 std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
                                      int64_t kept);
 
+// Structured pruning of attention heads. `o_proj` is the output projection's weight
+// ([heads * head_dim, N], or [N, heads * head_dim] when `transposed`), mean_sq its input's
+// per-channel mean of x^2; query heads come in `kv_heads` groups of heads / kv_heads
+// consecutive heads, each group sharing one key/value head. A head scores the sum of its
+// channels' ||x_f||2 * ||W_o[f, :]||2 (the MLP channels' score) and a group the sum of its
+// heads'. The `groups_removed` lowest-scoring groups go (with their query heads), then the
+// `heads_removed_per_group` lowest-scoring heads of every group kept, so each group keeps the
+// same count (ties: the lower index stays). Both lists ascending.
+struct KeptHeads {
+  std::vector<int64_t> heads;     // query heads kept
+  std::vector<int64_t> kv_heads;  // key/value heads (groups) kept
+};
+KeptHeads keptAttentionHeads(const Tensor& o_proj, bool transposed, const float* mean_sq,
+                             int64_t heads, int64_t kv_heads, int64_t groups_removed,
+                             int64_t heads_removed_per_group);
+
 // ||x (w - pruned)||_F / ||x w||_F over the first 128 rows of x (float32 [R, K]): the relative
 // output error a pruning costs on calibration rows (0 when x w is 0).
 double relativeOutputError(const Tensor& x, const Tensor& w, const Tensor& pruned, bool transposed);

@@ -281,6 +281,42 @@ TEST(MlpChannelsTest, ActivationWeightedScoresByHand) {
   EXPECT_EQ(keptMlpChannels(down, false, flat, 2), (std::vector<int64_t>{0, 2}));
 }
 
+// Attention heads: two heads of head_dim 2 (one KV head each), the output projection's input
+// rows (3, 4), (0, 1), (1, 0), (2, 0) with norms 5, 1, 1, 2. With input energies 1, 1, 25, 1 the
+// channels score 5, 1, 5, 2: head 0 sums 6, head 1 7, so removing one keeps head 1; on weight
+// norms alone (flat energies) head 0 (6 against 3) stays.
+TEST(AttentionHeadsTest, SummedChannelScoresByHand) {
+  const Tensor o_proj = makeFloat({4, 2}, {3, 4, 0, 1, 1, 0, 2, 0});
+  const float mean_sq[] = {1, 1, 25, 1}, flat[] = {1, 1, 1, 1};
+  KeptHeads kept = keptAttentionHeads(o_proj, false, mean_sq, 2, 2, 1, 0);
+  EXPECT_EQ(kept.heads, (std::vector<int64_t>{1}));
+  EXPECT_EQ(kept.kv_heads, (std::vector<int64_t>{1}));
+  EXPECT_EQ(keptAttentionHeads(o_proj, false, flat, 2, 2, 1, 0).heads, (std::vector<int64_t>{0}));
+  // The same weight as [N, heads * head_dim].
+  const Tensor transposed = makeFloat({2, 4}, {3, 0, 1, 2, 4, 1, 0, 0});
+  EXPECT_EQ(keptAttentionHeads(transposed, true, mean_sq, 2, 2, 1, 0).heads,
+            (std::vector<int64_t>{1}));
+  EXPECT_EQ(keptAttentionHeads(o_proj, false, mean_sq, 2, 2, 0, 0).heads,
+            (std::vector<int64_t>{0, 1}));
+}
+
+// Grouped-query: four heads of head_dim 1 in two KV groups (heads 0-1, 2-3), scoring 2, 3, 2, 2:
+// the groups 5 and 4. One group removed: group 0 and its heads stay. One head removed from each
+// group: head 1 of the first, and of the tie in the second the lower index, head 2.
+TEST(AttentionHeadsTest, GroupsAndHeadsPerGroup) {
+  const Tensor o_proj = makeFloat({4, 1}, {1, 3, 2, 2});
+  const float mean_sq[] = {4, 1, 1, 1};
+  KeptHeads groups = keptAttentionHeads(o_proj, false, mean_sq, 4, 2, 1, 0);
+  EXPECT_EQ(groups.heads, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(groups.kv_heads, (std::vector<int64_t>{0}));
+  KeptHeads per_group = keptAttentionHeads(o_proj, false, mean_sq, 4, 2, 0, 1);
+  EXPECT_EQ(per_group.heads, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(per_group.kv_heads, (std::vector<int64_t>{0, 1}));
+  KeptHeads both = keptAttentionHeads(o_proj, false, mean_sq, 4, 2, 1, 1);
+  EXPECT_EQ(both.heads, (std::vector<int64_t>{1}));
+  EXPECT_EQ(both.kv_heads, (std::vector<int64_t>{0}));
+}
+
 TEST(PruneWeightKernelTest, MatchesPruneWeightAndRefusesBadInputs) {
   const Tensor w = randomFloat({16, 5}, 41);
   const Tensor norms = makeFloat({16}, std::vector<float>(16, 2.0f));
