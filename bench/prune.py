@@ -4,7 +4,7 @@
 The random ~110M Llama of bench/quant.py (not committed), compiled dense and with
 `--prune mlp:0.25` (a quarter of every MLP's channels removed, calibrated on random token ids),
 `--prune heads:0.25` (3 of the 12 heads of every layer) and both, in float32, int8 and int4
-(group 128), run with `llmc bench --kv-only` in alternated rounds.
+(group 128), and `--prune layers:0.25` (3 of the 12 layers) in int8, run with `llmc bench --kv-only` in alternated rounds.
 Also unstructured and 2:4 magnitude pruning under int8 and w8a8 with `--sparse-storage` (the
 engine stores a bitmask and the kept values, core/sparse.h), and the same 50% engine without
 it (the zeros stored): an A/B of the two formats on the same weights.
@@ -23,11 +23,13 @@ from quant import CALIB_DIR, arguments, bench_modes  # noqa: E402
 MLP = ["--prune", "mlp:0.25", "--calib-dir", CALIB_DIR]
 HEADS = ["--prune", "heads:0.25", "--calib-dir", CALIB_DIR]
 BOTH = ["--prune", "mlp:0.25,heads:0.25", "--calib-dir", CALIB_DIR]
+LAYERS = ["--prune", "layers:0.25", "--calib-dir", CALIB_DIR]
 SPARSE = ["--sparse-storage"]
 INT4 = ["--quantize", "int4", "--quant-group", "128"]
 MODES = [("float32", []), ("float32 mlp:0.25", MLP), ("float32 heads:0.25", HEADS), ("float32 mlp+heads", BOTH),
          ("int8", ["--quantize", "int8"]), ("int8 mlp:0.25", ["--quantize", "int8", *MLP]),
          ("int8 heads:0.25", ["--quantize", "int8", *HEADS]), ("int8 mlp+heads", ["--quantize", "int8", *BOTH]),
+         ("int8 layers:0.25", ["--quantize", "int8", *LAYERS]),
          ("int4 g128", INT4), ("int4 g128 mlp:0.25", [*INT4, *MLP]), ("int4 g128 heads:0.25", [*INT4, *HEADS]),
          ("int4 g128 mlp+heads", [*INT4, *BOTH]),
          ("int8 50%", ["--quantize", "int8", "--prune", "magnitude:0.5", *SPARSE]),

@@ -125,18 +125,17 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
   std::mt19937_64 rng(20261201);
   SessionOptions options;
   options.backend = Backend::kCpu;
-  options.observer = [&](const StepObservation& step) {
-    if (!isProduct(step)) return;
-    const Tensor& x = *step.inputs[0];
+  // Each row of `x` into the statistics `s` (absmax, means, XᵀX when allocated, and the row
+  // reservoir, whose slot for the n-th row `slot(n)` chooses).
+  auto accumulate = [&](ActivationStats& s, const Tensor& x, bool gram_wanted, auto&& slot) {
     const int64_t k = x.dim(x.rank() - 1);
     if (k == 0) return;
-    ActivationStats& s = (*stats)[step.node];
     if (s.absmax.dtype() == DType::kUndefined) {
       s.absmax = Tensor::allocate(DType::kFloat32, {k});
       s.mean_abs = Tensor::allocate(DType::kFloat32, {k});
       s.mean_sq = Tensor::allocate(DType::kFloat32, {k});
       s.samples = Tensor::allocate(DType::kFloat32, {kCalibrationRows, k});
-      if (with_gram) s.gram = Tensor::allocate(DType::kFloat32, {k, k});
+      if (gram_wanted) s.gram = Tensor::allocate(DType::kFloat32, {k, k});
     }
     if (s.absmax.dim(0) != k) return;  // the same node with another width: keep the first
     const int64_t rows = x.numElements() / k;
@@ -162,12 +161,34 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
           for (int64_t j = 0; j < k; ++j) g[j] += xi * row[j];
         }
       // Reservoir sampling: every row seen so far is kept with the same probability.
-      int64_t slot = s.rows_seen < kCalibrationRows
-                         ? s.rows_seen
-                         : static_cast<int64_t>(rng() % static_cast<uint64_t>(s.rows_seen + 1));
-      if (slot < kCalibrationRows) std::memcpy(s.samples.data<float>() + slot * k, row, k * sizeof(float));
+      const int64_t slot_index = s.rows_seen < kCalibrationRows ? s.rows_seen : slot(s.rows_seen);
+      if (slot_index < kCalibrationRows)
+        std::memcpy(s.samples.data<float>() + slot_index * k, row, k * sizeof(float));
       ++s.rows_seen;
     }
+  };
+  options.observer = [&](const StepObservation& step) {
+    if (step.kernel == "LlmNorm") {
+      // The residual stream where a norm reads it (the sum it makes with its residual, or its
+      // input), for --prune layers. Every norm sees the same tokens in the same order and the
+      // reservoir's slot depends on the row's index alone, so the samples of all norms hold the
+      // same tokens, row for row.
+      const bool fused = step.inputs.size() >= 2 && step.inputs[1];
+      const Tensor* stream =
+          fused ? (step.outputs.size() >= 2 ? step.outputs[1] : nullptr) : step.inputs[0];
+      if (!stream || stream->dtype() != DType::kFloat32 || stream->rank() < 1) return;
+      accumulate((*stats)[step.node + std::string(kStreamSuffix)], *stream, false, [](int64_t n) {
+        uint64_t z = static_cast<uint64_t>(n) + 0x9e3779b97f4a7c15ull;  // splitmix64 of n
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return static_cast<int64_t>((z ^ (z >> 31)) % static_cast<uint64_t>(n + 1));
+      });
+      return;
+    }
+    if (!isProduct(step)) return;
+    accumulate((*stats)[step.node], *step.inputs[0], with_gram, [&](int64_t n) {
+      return static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
+    });
   };
   std::unique_ptr<Session> session;
   LLMC_RETURN_IF_ERROR(Session::create(engine, options, &session));
@@ -223,10 +244,20 @@ std::string calibrationKey(const std::string& model_bytes, const std::vector<std
   return buffer;
 }
 
+bool isStream(const std::string& key) {
+  return key.size() > kStreamSuffix.size() && key.ends_with(kStreamSuffix);
+}
+
 bool hasGram(const CalibrationStats& stats) {
   for (const auto& [node, s] : stats)
-    if (s.gram.dtype() != DType::kFloat32) return false;
+    if (!isStream(node) && s.gram.dtype() != DType::kFloat32) return false;
   return true;
+}
+
+bool hasStreams(const CalibrationStats& stats) {
+  for (const auto& [node, s] : stats)
+    if (isStream(node)) return true;
+  return false;
 }
 
 void sliceChannels(ActivationStats* stats, const std::vector<int64_t>& keep) {

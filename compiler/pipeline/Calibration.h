@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llmc/session.h"
@@ -36,8 +37,11 @@ Tensor channelPercentile(const ActivationStats& stats, double q);
 // per-channel vector, the row sample and XᵀX restricted to them.
 void sliceChannels(ActivationStats* stats, const std::vector<int64_t>& keep);
 
-// By the product step's ONNX node (the name the quantization pass sees for the same op).
+// By the product step's ONNX node (the name the quantization pass sees for the same op); and,
+// under the norm step's node name + kStreamSuffix, the residual stream each norm reads (the
+// sum with its residual, or its input), its samples the same tokens for every norm.
 using CalibrationStats = std::map<std::string, ActivationStats>;
+inline constexpr std::string_view kStreamSuffix = " (stream)";
 
 // The calibration inputs: `calib_file` holds one prompt per line, tokenized with
 // `tokenizer_json` (each becomes input_ids [1, tokens]); `calib_dir` holds .npy files, each one
@@ -54,6 +58,9 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
                                CalibrationStats* stats);
 // Whether every product's statistics hold XᵀX.
 bool hasGram(const CalibrationStats& stats);
+// Whether the statistics hold the residual stream at the norms (files from before they did
+// not).
+bool hasStreams(const CalibrationStats& stats);
 
 // A key for the statistics: the model, the inputs and the float compile options.
 std::string calibrationKey(const std::string& model_bytes, const std::vector<std::vector<NamedTensor>>& samples,

@@ -97,12 +97,12 @@ void reinterpretCacheTotalLength(func::FuncOp main) {
 }
 
 // --prune: a comma-separated list of at most one unstructured METHOD:PATTERN and the
-// structured mlp:FRACTION (MLP channels), heads:FRACTION (query heads of each KV group) and
-// kv-heads:FRACTION (KV groups), each at most once.
+// structured layers:FRACTION (decoder layers), mlp:FRACTION (MLP channels), heads:FRACTION
+// (query heads of each KV group) and kv-heads:FRACTION (KV groups), each at most once.
 struct PruneSpec {
   std::string method, pattern;  // unstructured: "" when none
   double mlp = 0;               // the fraction of MLP channels removed
-  double heads = 0, kv_heads = 0;
+  double heads = 0, kv_heads = 0, layers = 0;
   bool calibrated = false;  // whether a part needs calibration statistics
 };
 Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
@@ -115,12 +115,14 @@ Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
     double* structured = method == "mlp"        ? &spec->mlp
                          : method == "heads"    ? &spec->heads
                          : method == "kv-heads" ? &spec->kv_heads
+                         : method == "layers"   ? &spec->layers
                                                 : nullptr;
     PruneMethod parsed = PruneMethod::kMagnitude;
     if (colon == std::string::npos || (!structured && !parsePruneMethod(method, &parsed)))
       return invalidArgument(
           "--prune takes METHOD:PATTERN with METHOD magnitude, wanda or sparsegpt, and "
-          "mlp:FRACTION, heads:FRACTION, kv-heads:FRACTION (wanda:0.5, sparsegpt:2:4, "
+          "layers:FRACTION, mlp:FRACTION, heads:FRACTION, kv-heads:FRACTION (wanda:0.5, "
+          "sparsegpt:2:4, "
           "mlp:0.25,heads:0.25,wanda:0.5), got '" +
           text + "'");
     const std::string pattern = item.substr(colon + 1);
@@ -129,7 +131,9 @@ Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
       if (!parsePrunePattern(pattern, &checked).ok() || checked.nm() || checked.sparsity <= 0)
         return invalidArgument("--prune " + method +
                                ":FRACTION removes that fraction of each layer's " +
-                               (method == "mlp" ? "MLP channels" : "heads") +
+                               (method == "mlp"      ? "MLP channels"
+                                : method == "layers" ? "decoder layers"
+                                                     : "heads") +
                                ", a number in (0, 1); got '" + pattern + "'");
       if (*structured > 0)
         return invalidArgument("--prune names " + method + " twice: '" + text + "'");
@@ -263,7 +267,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
       calib_stats_path = options.output_path + ".calib.safetensors";
     }
     CalibrationStats cached;
-    if (readCalibrationStats(calib_stats_path, key, &cached).ok() && (!gram || hasGram(cached))) {
+    if (readCalibrationStats(calib_stats_path, key, &cached).ok() && (!gram || hasGram(cached)) &&
+        (prune_spec.layers == 0 || hasStreams(cached))) {
       progress("calibration: reusing " + calib_stats_path);
     } else {
       progress("calibration: compiling the float32 engine");
@@ -382,6 +387,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     prune.mlp = prune_spec.mlp;
     prune.heads = prune_spec.heads;
     prune.kvHeads = prune_spec.kv_heads;
+    prune.layers = prune_spec.layers;
     // The kept channels are a multiple of 32, and of the 4-bit group, so the smaller products
     // still quantize.
     prune.channelAlign = options.quantize == "int4" || options.quantize == "int4_zp"

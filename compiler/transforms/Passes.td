@@ -168,7 +168,7 @@ def QuantizeWeights : Pass<"llmc-quantize-weights", "mlir::func::FuncOp"> {
 }
 
 def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
-  let summary = "Structured (MLP channels, attention heads), unstructured and N:M pruning";
+  let summary = "Structured (layers, MLP channels, attention heads), unstructured and N:M pruning";
   let description = [{
     Every `llm.fused_matmul`, `llm.gated_mlp` and `nn.matmul` with a constant 2-D float32
     weight, except the product the function returns (the LM head), has the same share of each
@@ -190,12 +190,17 @@ def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
     channel scores of the output projection's input: the q, k and v columns of their products
     (through ropes and per-head norms) and the output projection's rows go, the attention's
     head counts and the function's `llm.config` follow (one count for every KV-cache layer).
+    With `layers`, first, that fraction of a decoder's sequential pre-norm layers goes, those
+    with the lowest block influence (1 - the mean cosine between the residual stream entering
+    and leaving the layer on the calibration rows, ShortGPT's score): the norm after a removed
+    layer reads the stream its input norm read, the KV-cache layers are renumbered.
   }];
   let options = [
     Option<"method", "method", "std::string", "\"magnitude\"", "magnitude, wanda, sparsegpt or empty (none)">,
     Option<"mlp", "mlp", "double", "0", "the fraction of each MLP's channels to remove (structured; needs calib-stats)">,
     Option<"heads", "heads", "double", "0", "the fraction of each KV group's query heads to remove (structured; with one query head per group, whole heads)">,
     Option<"kvHeads", "kv-heads", "double", "0", "the fraction of KV groups to remove, with their query heads (structured)">,
+    Option<"layers", "layers", "double", "0", "the fraction of decoder layers to remove (structured; ShortGPT's block influence)">,
     Option<"channelAlign", "channel-align", "int64_t", "32", "kept MLP channels are a multiple of this">,
     Option<"pattern", "pattern", "std::string", "\"0.5\"", "a sparsity in [0, 1) or N:M">,
     Option<"calibStats", "calib-stats", "std::string", "\"\"",

@@ -66,8 +66,9 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       return signalPassFailure();
     }
     if (!(mlp >= 0 && mlp < 1) || !(heads >= 0 && heads < 1) || !(kvHeads >= 0 && kvHeads < 1) ||
-        channelAlign < 1) {
-      func.emitError() << "mlp, heads and kv-heads must be in [0, 1) and channel-align positive";
+        !(layers >= 0 && layers < 1) || channelAlign < 1) {
+      func.emitError()
+          << "mlp, heads, kv-heads and layers must be in [0, 1) and channel-align positive";
       return signalPassFailure();
     }
     if (!calibStats.empty()) {
@@ -76,12 +77,13 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
         return signalPassFailure();
       }
     }
-    const bool structured = mlp > 0 || heads > 0 || kvHeads > 0;
+    const bool structured = mlp > 0 || heads > 0 || kvHeads > 0 || layers > 0;
     if (((unstructured && method_ != PruneMethod::kMagnitude) || structured) && stats_.empty()) {
       func.emitError() << (structured ? std::string("structured") : method.getValue())
                        << " pruning needs calibration statistics (calib-stats)";
       return signalPassFailure();
     }
+    if (layers > 0) pruneLayers(func);
     std::vector<Operation*> producers, products;
     for (Operation& op : func.getBody().front()) {
       if (isOp(&op, "llm.gated_mlp") || isOp(&op, "llm.fused_matmul")) producers.push_back(&op);
@@ -183,6 +185,191 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
         "kept " + std::to_string(kept) + " of " + std::to_string(f) + " channels; removed";
     for (int64_t c : removed) detail += " " + std::to_string(c);
     logFusion(func, {true, kPass, label, nodes, detail});
+  }
+
+  // One decoder layer of a pre-norm residual stream: `input` normalizes the stream x_i (its sum
+  // with its residual, or its input) for the attention; `post` adds the attention's output to
+  // x_i and normalizes for the MLP; `exit` adds the MLP's output and normalizes for the next
+  // layer (or the LM head): its sum is x_{i+1}.
+  struct DecoderLayer {
+    Operation* attention;
+    Operation* input;
+    Operation* post;
+    Operation* exit;
+    double influence;
+  };
+
+  // The stream a norm reads: its sum with its residual, or its input.
+  static Value streamOf(Operation* norm) {
+    return isa<NoneType>(norm->getOperand(1).getType()) ? norm->getOperand(0) : norm->getResult(1);
+  }
+  static bool isStreamNorm(Operation* op) {
+    return op && isOp(op, "llm.norm") && !op->getAttr("group");
+  }
+  // Whether `norm` adds something to `stream` (either operand: the sum is the same).
+  static bool addsTo(Operation* norm, Value stream) {
+    return !isa<NoneType>(norm->getOperand(1).getType()) &&
+           (norm->getOperand(0) == stream || norm->getOperand(1) == stream);
+  }
+
+  std::optional<DecoderLayer> decoderLayer(Operation* attention, std::string* why) {
+    // The attention's q back to its product, through ropes and per-head norms.
+    Value v = attention->getOperand(0);
+    Operation* def = v.getDefiningOp();
+    while (def && (isOp(def, "llm.rope") || (isOp(def, "llm.norm") && def->getAttr("group"))))
+      def = def->getOperand(0).getDefiningOp();
+    if (!def || !(isOp(def, "llm.fused_matmul") || isOp(def, "nn.matmul"))) {
+      *why = "its q does not come from a product";
+      return std::nullopt;
+    }
+    Operation* input = def->getOperand(0).getDefiningOp();
+    if (!isStreamNorm(input) || def->getOperand(0) != input->getResult(0)) {
+      *why = "its input is not normalized by a norm of the residual stream (a pre-norm layer)";
+      return std::nullopt;
+    }
+    Value x = streamOf(input);
+    // The output projection's result is what the next norm adds to x.
+    Value out = attention->getResult(0);
+    Operation* o_proj = out.hasOneUse() ? *out.getUsers().begin() : nullptr;
+    Operation* post = nullptr;
+    if (o_proj && (isOp(o_proj, "llm.fused_matmul") || isOp(o_proj, "nn.matmul")) &&
+        o_proj->getOperand(0) == out)
+      for (Operation* user : x.getUsers())
+        if (user != input && isStreamNorm(user) && addsTo(user, x) &&
+            addsTo(user, o_proj->getResult(0)))
+          post = post ? nullptr : user;
+    if (!post) {
+      *why =
+          "its output projection is not what one norm adds to its input stream (a sequential "
+          "pre-norm layer; parallel attention and MLP are not)";
+      return std::nullopt;
+    }
+    Value h = post->getResult(1);
+    Operation* exit = h.hasOneUse() ? *h.getUsers().begin() : nullptr;
+    if (!isStreamNorm(exit) || !addsTo(exit, h)) {
+      *why = "the stream after its attention does not feed one norm that adds the MLP's output";
+      return std::nullopt;
+    }
+    const bool input_fused = !isa<NoneType>(input->getOperand(1).getType());
+    if (llvm::any_of(x.getUsers(),
+                     [&](Operation* u) { return u != post && (input_fused || u != input); })) {
+      *why = "its residual stream has other users";
+      return std::nullopt;
+    }
+    return DecoderLayer{attention, input, post, exit, 0};
+  }
+
+  // `norm` now normalizes x (+ residual): its operands set, or, when it gains or loses its
+  // residual, a new norm in its place (a lost sum is x itself). Returns the norm.
+  static Operation* rewireNorm(Operation* norm, Value x, Value residual) {
+    const bool fused = !isa<NoneType>(residual.getType());
+    if (fused == (norm->getNumResults() == 2)) {
+      norm->setOperand(0, x);
+      norm->setOperand(1, residual);
+      return norm;
+    }
+    OpBuilder b(norm);
+    SmallVector<Type> types(fused ? 2 : 1, norm->getResult(0).getType());
+    OperationState state(norm->getLoc(), norm->getName());
+    state.addOperands({x, residual, norm->getOperand(2), norm->getOperand(3)});
+    state.addTypes(types);
+    state.addAttributes(norm->getAttrs());
+    Operation* replacement = b.create(state);
+    norm->getResult(0).replaceAllUsesWith(replacement->getResult(0));
+    if (norm->getNumResults() == 2) norm->getResult(1).replaceAllUsesWith(x);
+    norm->erase();
+    return replacement;
+  }
+
+  // Structured: whole decoder layers, ShortGPT's way: the layers whose output stream is most
+  // like their input (the lowest block influence on the calibration rows) go; the next layer
+  // (or the final norm) reads what the removed layer read.
+  void pruneLayers(func::FuncOp func) {
+    const std::string label =
+        "layers " + std::to_string(static_cast<int>(std::lround(layers * 100))) + "%";
+    auto refuse = [&](const std::string& nodes, const std::string& why) {
+      logFusion(func, {false, kPass, label, nodes, why + "; every layer stays"});
+    };
+    auto config = func->getAttrOfType<DictionaryAttr>("llm.config");
+    std::vector<DecoderLayer> stack;
+    for (Operation& op : func.getBody().front()) {
+      if (isOp(&op, "llm.sdpa") || (isOp(&op, "llm.attention") && !config))
+        return refuse(nodeNames({&op}),
+                      "not a decoder over the KV cache (an encoder's or "
+                      "unrecognized attention)");
+      if (!isOp(&op, "llm.attention")) continue;
+      std::string why;
+      std::optional<DecoderLayer> layer = decoderLayer(&op, &why);
+      if (!layer) return refuse(nodeNames({&op}), why);
+      if (!stack.empty() && stack.back().exit != layer->input)
+        return refuse(nodeNames({&op}), "it does not read the previous layer's output stream");
+      auto before = stats_.find(nodeNameOf(layer->input) + std::string(kStreamSuffix));
+      auto after = stats_.find(nodeNameOf(layer->exit) + std::string(kStreamSuffix));
+      layer->influence = before == stats_.end() || after == stats_.end()
+                             ? std::nan("")
+                             : blockInfluence(before->second.samples, after->second.samples);
+      if (std::isnan(layer->influence))
+        return refuse(nodeNames({&op}), "the calibration did not see its residual stream");
+      stack.push_back(*layer);
+    }
+    if (stack.empty()) return;
+    const int64_t count = static_cast<int64_t>(stack.size());
+    const int64_t removed =
+        std::clamp<int64_t>(std::llround(layers * static_cast<double>(count)), 0, count - 1);
+    if (removed == 0)
+      return refuse("", "rounding removes none of the " + std::to_string(count) + " layers");
+    std::vector<int64_t> order(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return stack[a].influence < stack[b].influence; });
+    std::vector<bool> gone(static_cast<size_t>(count), false);
+    for (int64_t i = 0; i < removed; ++i) gone[order[i]] = true;
+    std::string influences;
+    for (int64_t i = 0; i < count; ++i) {
+      char text[48];
+      std::snprintf(text, sizeof(text), "%s%lld: %.4f", i ? ", " : "", static_cast<long long>(i),
+                    stack[i].influence);
+      influences += text;
+    }
+    // In order: a removed layer's exit norm reads what its input norm read (a run of removed
+    // layers chains through, as each input norm is the previous layer's exit).
+    std::vector<Operation*> dead_attention;
+    for (int64_t i = 0; i < count; ++i) {
+      if (!gone[i]) continue;
+      DecoderLayer& layer = stack[i];
+      const std::string nodes = nodeNames({layer.attention});
+      Operation* exit =
+          rewireNorm(layer.exit, layer.input->getOperand(0), layer.input->getOperand(1));
+      if (i + 1 < count) stack[i + 1].input = exit;
+      dead_attention.push_back(layer.attention);
+      char detail[96];
+      std::snprintf(detail, sizeof(detail), "removed layer %lld of %lld (block influence %.4f)",
+                    static_cast<long long>(i), static_cast<long long>(count), layer.influence);
+      logFusion(func, {true, kPass, label, nodes,
+                       std::string(detail) + "; every layer's: " + influences});
+    }
+    Block& body = func.getBody().front();
+    eraseDeadOps(body);  // the removed layers' products, norms and ropes
+    for (Operation* attention : dead_attention) {
+      if (!attention
+               ->use_empty()) {  // something else reads the layer: cannot happen after the checks
+        func.emitError() << "a removed layer's attention is still used";
+        return signalPassFailure();
+      }
+      attention->erase();
+    }
+    eraseDeadOps(body);  // what fed them
+    // The KV cache's layers, renumbered.
+    int64_t next = 0;
+    OpBuilder b(func.getContext());
+    for (Operation& op : body)
+      if (isOp(&op, "llm.attention")) op.setAttr("layer", b.getI64IntegerAttr(next++));
+    SmallVector<NamedAttribute> entries;
+    for (NamedAttribute entry : config)
+      entries.push_back(entry.getName() == "num_layers"
+                            ? b.getNamedAttr("num_layers", b.getI64IntegerAttr(next))
+                            : entry);
+    func->setAttr("llm.config", b.getDictionaryAttr(entries));
   }
 
   // One attention's head pruning: what the rewrite changes.

@@ -13,6 +13,10 @@ Checks, for `llmc compile --prune`:
   rows of the heads `--report` lists as removed (the same function; only the order of the output
   projection's sums differs), the engine's model table records the new counts; the encoder's
   heads (llm.sdpa, bias in q, k and v) likewise;
+- `layers:0.25` removes one of the demo's 4 decoder layers (the lowest block influence) and
+  equals the dense engine of the model with that layer cut out of the ONNX graph (its output's
+  consumers reading its input), through the KV cache too; qwen3_tiny and gpt2_tiny likewise; GPT-J's parallel
+  layers and the encoder are refused with the reason;
 - an engine pruned by magnitude equals the dense engine of the model with the same weights
   zeroed by numpy (`llmc eval` of one against the other: KL 0, top-1 agreement 100%), in
   float32, under int4 quantization, and under int8 with `--sparse-storage` (every pruned product
@@ -69,6 +73,7 @@ MODES = [  # name, flags
     ("heads 25%", ["--prune", "heads:0.25", *CALIB]),
     ("kv-heads 50%", ["--prune", "kv-heads:0.5", *CALIB]),
     ("mlp 25% + heads 25%", ["--prune", "mlp:0.25,heads:0.25", *CALIB]),
+    ("layers 25%", ["--prune", "layers:0.25", *CALIB]),
     ("sparsegpt 50% int8", ["--prune", "sparsegpt:0.5", "--quantize", "int8", *CALIB]),
     ("sparsegpt 50% int4", ["--prune", "sparsegpt:0.5", "--quantize", "int4", "--quant-group", "64", *CALIB]),
     ("sparsegpt 50% int8 sparse", ["--prune", "sparsegpt:0.5", "--quantize", "int8", "--sparse-storage", *CALIB]),
@@ -76,7 +81,7 @@ MODES = [  # name, flags
 ]
 # Under sanitizers every compile is several times slower: one mode of each kind (no calibration;
 # SparseGPT with N:M; MLP channels) and the paths below that the Release pass checks in full.
-SANITIZED_MODES = ("magnitude 50%", "sparsegpt 2:4", "mlp 25%", "kv-heads 50%")
+SANITIZED_MODES = ("magnitude 50%", "sparsegpt 2:4", "mlp 25%", "kv-heads 50%", "layers 25%")
 PRODUCTS = 16  # 4 layers x (QKV, output, gated MLP, down); the LM head stays dense
 
 
@@ -177,6 +182,27 @@ def zero_heads(model_path, out_path, report):
     return removed
 
 
+def drop_layers(model_path, out_path, report):
+    """The model with the decoder layers `llmc compile --report` lists as removed cut out: the
+    consumers of layer i's output (its second residual Add, `layers.i/Add_1` or `h.i/Add_1`) read
+    the layer's input (the first residual Add's operand that is not the attention's) instead.
+    Returns the removed layers."""
+    model = onnx.load(model_path)
+    removed = sorted((int(i) for i in re.findall(r"fired  prune layers \S+: [^:]*: removed layer (\d+) of", report)),
+                     reverse=True)
+    for i in removed:  # from the last: a run of removed layers chains through
+        first = next(n for n in model.graph.node if re.search(rf"(layers|h)\.{i}/Add$", n.name))
+        second = next(n for n in model.graph.node if re.search(rf"(layers|h)\.{i}/Add_1$", n.name))
+        stream_in = next(name for name in first.input if "attn" not in name)
+        stream_out = second.output[0]
+        for node in model.graph.node:
+            for slot, name in enumerate(node.input):
+                if name == stream_out:
+                    node.input[slot] = stream_in
+    onnx.save(model, out_path)
+    return sorted(removed)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--llmc", required=True)
@@ -220,6 +246,7 @@ def main():
         rows = []
         mlp_report = ""
         head_reports = {}
+        layer_report = None
         for name, flags in modes:
             engine, proc = compile_engine(name, flags)
             if not engine:
@@ -227,6 +254,8 @@ def main():
             if name.startswith("mlp"):  # 25% of 448 channels, rounded to a multiple of 32: 352 kept
                 kept = re.findall(r"fired  prune mlp 25% gated-mlp: .*: kept (\d+) of (\d+) channels", proc.stdout)
                 check(kept == [("352", "448")] * 4, f"{name}: each of the 4 MLPs keeps 352 of 448 channels ({kept})")
+            if name.startswith("layers"):
+                layer_report = (engine, proc.stdout)
             if "heads" in name:
                 kept = re.findall(r"fired  prune (?:kv-)?heads \S+: .*: kept (\d+) of 6 heads, (\d+) of 2 KV heads", proc.stdout)
                 want = ("3", "1") if name.startswith("kv-heads") else ("4", "2")
@@ -234,7 +263,7 @@ def main():
                       f"heads ({kept})")
                 if "+" not in name:
                     head_reports[name] = (engine, proc.stdout)
-            unstructured = [part for part in name.split(" + ") if part.split()[0] not in ("mlp", "heads", "kv-heads")]
+            unstructured = [part for part in name.split(" + ") if part.split()[0] not in ("mlp", "heads", "kv-heads", "layers")]
             if name == "mlp 25%":
                 mlp_report = proc.stdout
             if unstructured:
@@ -331,6 +360,28 @@ def main():
             check(want in table, f"--prune {name}: the engine's model table says '{want}': "
                   f"{next((line for line in table.splitlines() if 'heads' in line), table[-200:])}")
 
+        # Layers: the engine equals the model with the removed layer cut out of the graph.
+        if layer_report:
+            pruned, report = layer_report
+            cut = os.path.join(tmp, "layers_cut.onnx")
+            removed = drop_layers(MODEL, cut, report)
+            check(len(removed) == 1, f"layers 25%: one of 4 layers removed ({removed})")
+            dense, _ = compile_engine("layers cut", [], model=cut)
+            if dense and removed:
+                m = evaluate(pruned, dense, text_path)
+                if m:
+                    check(m["mean_kl"] < 1e-9 and m["top1_agreement"] == 1,
+                          f"--prune layers:0.25 equals the model with layer {removed} cut out: KL {m['mean_kl']:.3g}, "
+                          f"top-1 {m['top1_agreement']}")
+                texts = [run([args.llmc, "generate", e, "--prompt", prompt, "--tokenizer", TOKENIZER, "--max-new-tokens",
+                              "24", "--print-ids"]) for e in (pruned, dense)]
+                check(all(t.returncode == 0 for t in texts) and texts[0].stdout == texts[1].stdout,
+                      f"--prune layers:0.25: greedy generation over the KV cache equals the cut model's: "
+                      f"{texts[0].stdout.strip()[-120:]!r} vs {texts[1].stdout.strip()[-120:]!r}")
+                table = run([args.llmc, "inspect", pruned]).stdout
+                check("3 layers, 6 query / 2 KV heads" in table, f"--prune layers:0.25: the model table has 3 layers: "
+                      f"{next((line for line in table.splitlines() if 'layers' in line), table[-200:])}")
+
         # An encoder (test/models/bert_tiny, random weights): magnitude pruning equals numpy's
         # zeroing (the pooler, a model output, stays dense), and SparseGPT 2:4 and Wanda compile
         # and run, calibrated on sentences through a word-level tokenizer.
@@ -403,7 +454,7 @@ def main():
         # per-head q/k norms, an output projection as Gemm. Half the heads go; the engine's logits
         # over a prompt, and its greedy generation over the KV cache, are the model's with those
         # heads' output-projection inputs zeroed.
-        families = ("qwen3_tiny", "gpt_neox_tiny_past") if args.sanitized else (
+        families = ("qwen3_tiny",) if args.sanitized else (
             "qwen3_tiny", "gpt2_tiny_past", "phi3_tiny_past", "gpt_neox_tiny_past", "falcon_tiny_past",
             "gptj_tiny_past", "opt_tiny_past", "gemma2_tiny", "llama_tiny_past")
         calib_dir = os.path.join(tmp, "random_ids")
@@ -420,6 +471,12 @@ def main():
             check(proc.returncode == 0, f"run {os.path.basename(engine)}: {proc.stderr.strip()[-200:]}")
             return np.load(os.path.join(out, "logits.npy")) if proc.returncode == 0 else None
 
+        def same_logits(pruned, dense, label):
+            a, b = logits(pruned), logits(dense)
+            if a is not None and b is not None:
+                error = float(np.max(np.abs(a - b))) if a.shape == b.shape else float("inf")
+                check(error <= 1e-4 * max(1.0, float(np.max(np.abs(b)))), f"{label}: max |error| {error:.3g}")
+
         for family in families:
             model = os.path.join(MODELS, family, "model.onnx")
             pruned, proc = compile_engine(f"{family} heads", ["--prune", "heads:0.5", "--calib-dir", calib_dir], model=model)
@@ -431,16 +488,35 @@ def main():
             dense, _ = compile_engine(f"{family} zeroed", [], model=zeroed)
             if not dense:
                 continue
-            a, b = logits(pruned), logits(dense)
-            if a is not None and b is not None:
-                error = float(np.max(np.abs(a - b))) if a.shape == b.shape else float("inf")
-                check(error <= 1e-4 * max(1.0, float(np.max(np.abs(b)))),
-                      f"{family}: --prune heads:0.5 equals the model with those heads zeroed: max |error| {error:.3g}")
+            same_logits(pruned, dense, f"{family}: --prune heads:0.5 equals the model with those heads zeroed")
             texts = [run([args.llmc, "generate", e, "--prompt-ids", "5,17,42", "--max-new-tokens", "12", "--print-ids"])
                      for e in (pruned, dense)]
             check(all(t.returncode == 0 for t in texts) and texts[0].stdout == texts[1].stdout,
                   f"{family}: greedy generation over the KV cache equals the zeroed model's: "
                   f"{texts[0].stdout.strip()[-80:]!r} vs {texts[1].stdout.strip()[-80:]!r} {texts[0].stderr.strip()[-200:]}")
+
+        # Whole layers on other families (Qwen3: per-head q/k norms; GPT-2), and the refusals: GPT-J's
+        # attention and MLP read the same norm (parallel, not sequential), an encoder has no KV cache.
+        # GPT-2: the stream is the norms' second operand. Sanitized: the demo's layers only.
+        for family in () if args.sanitized else ("qwen3_tiny", "gpt2_tiny"):
+            model = os.path.join(MODELS, family, "model.onnx")
+            pruned, proc = compile_engine(f"{family} layers", ["--prune", "layers:0.5", "--calib-dir", calib_dir], model=model)
+            if not pruned:
+                continue
+            cut = os.path.join(tmp, f"{family}_cut.onnx")
+            removed = drop_layers(model, cut, proc.stdout)
+            dense, _ = compile_engine(f"{family} cut", [], model=cut)
+            check(len(removed) == 1, f"{family}: one of 2 layers removed ({removed})")
+            if dense and removed:
+                same_logits(pruned, dense, f"{family}: --prune layers:0.5 equals the model with layer {removed} cut out")
+        for label, model, flags, reason in (
+                ("gptj layers", os.path.join(MODELS, "gptj_tiny_past", "model.onnx"), ["--calib-dir", calib_dir],
+                 "parallel attention and MLP are not"),
+                ("bert layers", bert, ["--calib", bert_calibration, *tok], "not a decoder over the KV cache")):
+            engine, proc = compile_engine(label, ["--prune", "layers:0.5", *flags], model=model)
+            check(engine is not None and re.search(r"missed prune layers 50% at [^\n]*" + re.escape(reason) +
+                                                   r"[^\n]*; every layer stays", proc.stdout) is not None,
+                  f"{label}: refused with the reason: {re.findall(r'missed prune layers.*', proc.stdout)}")
 
         # Refit: the recipes of MLP channel and head pruning (Gather, the indices a literal) and Wanda's
         # (the channel norms a literal) repeat from the initializers.
@@ -482,6 +558,7 @@ def main():
             (["--prune", "mlp:1.5", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
             (["--prune", "mlp:2:4", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
             (["--prune", "heads:0.25"], "needs calibration data"),
+            (["--prune", "layers:1", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
             (["--prune", "kv-heads:1", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
             (["--prune", "heads:0.25,heads:0.5", "--calib", calibration, "--tokenizer", TOKENIZER], "names heads twice"),
             (["--prune", "wanda:0.5,magnitude:0.5", "--calib", calibration, "--tokenizer", TOKENIZER],

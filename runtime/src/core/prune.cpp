@@ -367,6 +367,27 @@ KeptHeads keptAttentionHeads(const Tensor& o_proj, bool transposed, const float*
   return kept;
 }
 
+double blockInfluence(const Tensor& before, const Tensor& after) {
+  if (before.rank() != 2 || before.shape() != after.shape() || before.dtype() != DType::kFloat32 ||
+      after.dtype() != DType::kFloat32)
+    return std::nan("");
+  const int64_t rows = before.dim(0), k = before.dim(1);
+  double sum = 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = before.data<float>() + r * k;
+    const float* b = after.data<float>() + r * k;
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t j = 0; j < k; ++j)
+      ab += static_cast<double>(a[j]) * b[j], aa += static_cast<double>(a[j]) * a[j],
+          bb += static_cast<double>(b[j]) * b[j];
+    if (aa == 0 || bb == 0) continue;
+    sum += ab / std::sqrt(aa * bb);
+    ++counted;
+  }
+  return counted ? 1 - sum / static_cast<double>(counted) : std::nan("");
+}
+
 double relativeOutputError(const Tensor& x, const Tensor& w, const Tensor& pruned,
                            bool transposed) {
   // At most 128 rows: an estimate for a report, linear in the rows.

@@ -86,6 +86,12 @@ KeptHeads keptAttentionHeads(const Tensor& o_proj, bool transposed, const float*
                              int64_t heads, int64_t kv_heads, int64_t groups_removed,
                              int64_t heads_removed_per_group);
 
+// ShortGPT's block influence of a decoder layer: 1 - the mean over rows of the cosine between
+// `before` (the residual stream entering the layer, float32 [rows, hidden]) and `after` (the
+// stream leaving it), row r of both the same token. 0: the layer changes no direction. Rows
+// where either vector is zero are skipped; NaN when none is left or the shapes differ.
+double blockInfluence(const Tensor& before, const Tensor& after);
+
 // ||x (w - pruned)||_F / ||x w||_F over the first 128 rows of x (float32 [R, K]): the relative
 // output error a pruning costs on calibration rows (0 when x w is 0).
 double relativeOutputError(const Tensor& x, const Tensor& w, const Tensor& pruned, bool transposed);

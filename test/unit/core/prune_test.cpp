@@ -317,6 +317,18 @@ TEST(AttentionHeadsTest, GroupsAndHeadsPerGroup) {
   EXPECT_EQ(both.kv_heads, (std::vector<int64_t>{0}));
 }
 
+// Block influence by hand: rows unchanged (cosine 1), turned by 90 degrees (0), reversed (-1)
+// and scaled (1): 1 - mean(1, 0, -1, 1) = 0.75. A zero row does not count; nothing to count
+// or shapes that differ give NaN.
+TEST(LayerInfluenceTest, OneMinusMeanCosineByHand) {
+  const Tensor before = makeFloat({5, 2}, {1, 0, 1, 0, 1, 0, 3, 4, 0, 0});
+  const Tensor after = makeFloat({5, 2}, {2, 0, 0, 5, -1, 0, 6, 8, 1, 1});
+  EXPECT_DOUBLE_EQ(blockInfluence(before, after), 0.25 * (0 + 1 + 2 + 0));
+  EXPECT_DOUBLE_EQ(blockInfluence(before, before), 0);
+  EXPECT_TRUE(std::isnan(blockInfluence(makeFloat({1, 2}, {0, 0}), makeFloat({1, 2}, {1, 0}))));
+  EXPECT_TRUE(std::isnan(blockInfluence(before, makeFloat({1, 2}, {1, 0}))));
+}
+
 TEST(PruneWeightKernelTest, MatchesPruneWeightAndRefusesBadInputs) {
   const Tensor w = randomFloat({16, 5}, 41);
   const Tensor norms = makeFloat({16}, std::vector<float>(16, 2.0f));
