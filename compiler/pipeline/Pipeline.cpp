@@ -103,6 +103,7 @@ struct PruneSpec {
   std::string method, pattern;  // unstructured: "" when none
   double mlp = 0;               // the fraction of MLP channels removed
   double heads = 0, kv_heads = 0, layers = 0;
+  bool overall = false;     // the unstructured sparsity is over every product together
   bool calibrated = false;  // whether a part needs calibration statistics
 };
 Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
@@ -110,6 +111,10 @@ Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
     const size_t comma = std::min(text.find(',', begin), text.size());
     const std::string item = text.substr(begin, comma - begin);
     begin = comma + 1;
+    if (item == "overall") {  // the unstructured sparsity is the model's, not each product's
+      spec->overall = true;
+      continue;
+    }
     const size_t colon = item.find(':');
     const std::string method = item.substr(0, colon);
     double* structured = method == "mlp"        ? &spec->mlp
@@ -146,6 +151,15 @@ Status parsePruneSpec(const std::string& text, PruneSpec* spec) {
     LLMC_RETURN_IF_ERROR(parsePrunePattern(pattern, &checked).withContext("--prune"));
     spec->method = method, spec->pattern = pattern;
     spec->calibrated |= parsed != PruneMethod::kMagnitude;
+  }
+  if (spec->overall) {
+    PrunePattern pattern;
+    if (spec->method.empty() || !parsePrunePattern(spec->pattern, &pattern).ok() || pattern.nm())
+      return invalidArgument(
+          "--prune ...,overall makes an unstructured sparsity the whole model's "
+          "(wanda:0.5,overall); "
+          "it needs METHOD:SPARSITY, not N:M: '" +
+          text + "'");
   }
   return okStatus();
 }
@@ -388,6 +402,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     prune.heads = prune_spec.heads;
     prune.kvHeads = prune_spec.kv_heads;
     prune.layers = prune_spec.layers;
+    prune.overall = prune_spec.overall;
     // The kept channels are a multiple of 32, and of the 4-bit group, so the smaller products
     // still quantize.
     prune.channelAlign = options.quantize == "int4" || options.quantize == "int4_zp"

@@ -203,6 +203,7 @@ def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
     Option<"layers", "layers", "double", "0", "the fraction of decoder layers to remove (structured; ShortGPT's block influence)">,
     Option<"channelAlign", "channel-align", "int64_t", "32", "kept MLP channels are a multiple of this">,
     Option<"pattern", "pattern", "std::string", "\"0.5\"", "a sparsity in [0, 1) or N:M">,
+    Option<"overall", "overall", "bool", "false", "the sparsity is the model's: each product's share from one score threshold over all">,
     Option<"calibStats", "calib-stats", "std::string", "\"\"",
            "calibration statistics (wanda: channel norms; sparsegpt: XᵀX)">,
     Option<"damping", "damping", "double", "0.01", "sparsegpt: damping as a fraction of mean(diag XᵀX)">,

@@ -97,6 +97,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       llvm::DenseSet<Operation*> returned;
       for (Value v : func.getBody().front().getTerminator()->getOperands())
         if (Operation* def = v.getDefiningOp()) returned.insert(def);
+      std::vector<Operation*> targets;
       for (Operation* op : products) {
         if (returned.count(op)) {
           if (float32Constant(op->getOperand(1)))
@@ -104,7 +105,17 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
                              "its result is a model output (an LM head, a pooler): stays dense"});
           continue;
         }
-        prune(func, op);
+        targets.push_back(op);
+      }
+      if (overall && pattern_.nm()) {
+        func.emitError() << "an overall sparsity is a fraction, not N:M";
+        return signalPassFailure();
+      }
+      llvm::DenseMap<Operation*, PrunePattern> shares;
+      if (overall) allocateOverall(func, targets, &shares);
+      for (Operation* op : targets) {
+        auto share = shares.find(op);
+        prune(func, op, share == shares.end() ? pattern_ : share->second);
       }
     }
     eraseDeadOps(func.getBody().front());
@@ -684,10 +695,98 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
 
   std::string name(Operation* op) const {
     return std::string(pruneMethodName(method_)) + " " + pattern_.text() +
-           (isOp(op, "llm.gated_mlp") ? " gated-mlp" : " matmul");
+           (overall ? " overall" : "") + (isOp(op, "llm.gated_mlp") ? " gated-mlp" : " matmul");
   }
 
-  void prune(func::FuncOp func, Operation* op) {
+  // A product's 2-D float32 weight and, for the calibrated methods, its input channels' norms
+  // ||x_j||2 (up to a factor common to every channel); nullopt when prune() leaves it dense.
+  struct Scored {
+    Tensor weight;
+    bool transposed = false;
+    std::vector<float> norms;  // empty: magnitude
+  };
+  std::optional<Scored> scored(Operation* op) {
+    auto w_type = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
+    std::optional<Tensor> weight =
+        w_type && w_type.getRank() == 2 ? float32Constant(op->getOperand(1)) : std::nullopt;
+    if (!weight) return std::nullopt;
+    Scored out{*weight, transB(op) != 0, {}};
+    const int64_t k = weight->dim(out.transposed ? 1 : 0);
+    if (method_ == PruneMethod::kMagnitude) return out;
+    auto stats = stats_.find(nodeNameOf(op));
+    if (stats == stats_.end() || stats->second.mean_sq.numElements() != k) return std::nullopt;
+    for (int64_t j = 0; j < k; ++j)
+      out.norms.push_back(std::sqrt(stats->second.mean_sq.data<float>()[j]));
+    return out;
+  }
+
+  // --prune METHOD:S,overall: the model's share S spread over the products (overallShares) by
+  // their scores (|w|, or Wanda's |w| * ||x_j||2 for Wanda and SparseGPT), each product's
+  // divided by their mean (raw scores differ by orders of magnitude between products: an output
+  // projection's inputs are small), from a sample of at most 2^16 per product; each share is
+  // rounded to whole weights per row (at least one kept) and the product's rows are then pruned
+  // evenly at it.
+  void allocateOverall(func::FuncOp func, const std::vector<Operation*>& targets,
+                       llvm::DenseMap<Operation*, PrunePattern>* shares) {
+    struct Item {
+      Operation* op;
+      int64_t size, k;
+      std::vector<float> sample;  // scores divided by their mean
+    };
+    std::vector<Item> items;
+    int64_t total = 0;
+    for (Operation* op : targets) {
+      std::optional<Scored> item = scored(op);
+      if (!item) continue;
+      const Tensor& w = item->weight;
+      const int64_t n = w.numElements(), cols = w.dim(1);
+      auto score = [&](int64_t e) {
+        const float a = std::fabs(w.data<float>()[e]);
+        return item->norms.empty() ? a : a * item->norms[item->transposed ? e % cols : e / cols];
+      };
+      double mean = 0;
+      for (int64_t e = 0; e < n; ++e) mean += score(e);
+      mean /= static_cast<double>(n);
+      Item entry{op, n, w.dim(item->transposed ? 1 : 0), {}};
+      const int64_t stride = std::max<int64_t>(1, n >> 16);
+      for (int64_t e = 0; e < n; e += stride)
+        entry.sample.push_back(mean > 0 ? static_cast<float>(score(e) / mean) : 0.0f);
+      total += n;
+      items.push_back(std::move(entry));
+    }
+    if (items.empty()) return;
+    std::vector<std::vector<float>> samples;
+    std::vector<int64_t> sizes;
+    for (Item& item : items) {
+      samples.push_back(std::move(item.sample));
+      sizes.push_back(item.size);
+    }
+    const std::vector<double> fractions =
+        overallShares(std::move(samples), sizes, pattern_.sparsity);
+    int64_t zeros = 0;
+    double lowest = 1, highest = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const Item& item = items[i];
+      const int64_t rows = item.size / item.k;
+      const int64_t removed = std::clamp<int64_t>(
+          std::llround(fractions[i] * static_cast<double>(item.k)), 0, item.k - 1);
+      PrunePattern share;
+      share.sparsity = static_cast<double>(removed) / static_cast<double>(item.k);
+      (*shares)[item.op] = share;
+      zeros += removed * rows;
+      lowest = std::min(lowest, share.sparsity), highest = std::max(highest, share.sparsity);
+    }
+    char detail[160];
+    std::snprintf(detail, sizeof(detail),
+                  "%.1f%% of %lld weights zero over %zu products, each from %.1f%% to %.1f%%",
+                  100.0 * static_cast<double>(zeros) / static_cast<double>(total),
+                  static_cast<long long>(total), items.size(), 100 * lowest, 100 * highest);
+    logFusion(func, {true, kPass,
+                     std::string(pruneMethodName(method_)) + " " + pattern_.text() + " overall",
+                     "the model", detail});
+  }
+
+  void prune(func::FuncOp func, Operation* op, const PrunePattern& pattern) {
     Value w = op->getOperand(1);
     auto w_type = dyn_cast<RankedTensorType>(w.getType());
     std::optional<Tensor> weight =
@@ -699,7 +798,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     };
     const int64_t trans_b = transB(op);
     const int64_t k = w_type.getDimSize(trans_b ? 1 : 0);
-    if (Status fits = checkPrunePattern(pattern_, k); !fits.ok())
+    if (Status fits = checkPrunePattern(pattern, k); !fits.ok())
       return skip(fits.message() + "; stays dense");
     auto stats = stats_.find(nodeNameOf(op));
     const ActivationStats* seen =
@@ -715,7 +814,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       SparseGptOptions options;
       options.damping = damping;
       Tensor result;
-      if (Status s = sparseGptPrune(*weight, trans_b != 0, pattern_, seen->gram, options, &result);
+      if (Status s = sparseGptPrune(*weight, trans_b != 0, pattern, seen->gram, options, &result);
           !s.ok())
         return skip(s.message() + "; stays dense");
       pruned = float32ConstantOp(b, loc, result, "");
@@ -723,11 +822,11 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       SmallVector<NamedAttribute> params{
           b.getNamedAttr("method", b.getStringAttr(pruneMethodName(method_))),
           b.getNamedAttr("trans_b", b.getI64IntegerAttr(trans_b))};
-      if (pattern_.nm()) {
-        params.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(pattern_.n)));
-        params.push_back(b.getNamedAttr("m", b.getI64IntegerAttr(pattern_.m)));
+      if (pattern.nm()) {
+        params.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(pattern.n)));
+        params.push_back(b.getNamedAttr("m", b.getI64IntegerAttr(pattern.m)));
       } else {
-        params.push_back(b.getNamedAttr("sparsity", b.getF64FloatAttr(pattern_.sparsity)));
+        params.push_back(b.getNamedAttr("sparsity", b.getF64FloatAttr(pattern.sparsity)));
       }
       SmallVector<Value> inputs{w};
       if (method_ == PruneMethod::kWanda) {
@@ -741,10 +840,11 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       if (!pruned) return skip("the pruning kernel refused the weight; stays dense");
     }
     std::optional<Tensor> result = float32Constant(pruned);
-    char detail[160];
+    char detail[224];
     const int n =
-        std::snprintf(detail, sizeof(detail), "%.1f%% of %lld weights zero",
-                      100 * zeroFraction(*result), static_cast<long long>(weight->numElements()));
+        std::snprintf(detail, sizeof(detail), "%.1f%% of %lld weights zero (%lld of %lld per row)",
+                      100 * zeroFraction(*result), static_cast<long long>(weight->numElements()),
+                      static_cast<long long>(k - pattern.keptPerRow(k)), static_cast<long long>(k));
     if (seen && seen->samples.rank() == 2 && seen->samples.dim(0) > 0)
       std::snprintf(detail + n, sizeof(detail) - n,
                     "; relative output error %.4f on %lld calibration rows",
@@ -752,7 +852,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
                     static_cast<long long>(std::min<int64_t>(seen->samples.dim(0), 128)));
     op->setOperand(1, pruned);
     // What sparse storage (--llmc-quantize-weights) takes as its stride: no row keeps more.
-    op->setAttr("llmc.kept_per_row", b.getI64IntegerAttr(pattern_.keptPerRow(k)));
+    op->setAttr("llmc.kept_per_row", b.getI64IntegerAttr(pattern.keptPerRow(k)));
     logFusion(func, {true, kPass, name(op), nodes, detail});
   }
 };

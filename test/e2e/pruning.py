@@ -4,6 +4,7 @@
 Checks, for `llmc compile --prune`:
 - magnitude, Wanda and SparseGPT at 50%, 2:4 and 4:8 compile; `--report` lists every product
   but the LM head as pruned to exactly the pattern's share of zeros, and the LM head as dense;
+  with `,overall` the 50% is the model's, each product's share within 40-60%;
 - `mlp:0.25` (structured) keeps 352 of the 448 channels of each MLP, and the engine equals the
   dense engine of the model numpy shrank by the channels the report lists (the decoder's gated
   MLPs, and the encoder's MatMul + bias + GELU ones);
@@ -66,6 +67,8 @@ MODES = [  # name, flags
     ("magnitude 4:8", ["--prune", "magnitude:4:8"]),
     ("wanda 4:8", ["--prune", "wanda:4:8", *CALIB]),
     ("sparsegpt 4:8", ["--prune", "sparsegpt:4:8", *CALIB]),
+    ("magnitude 50% overall", ["--prune", "magnitude:0.5,overall"]),
+    ("wanda 50% overall", ["--prune", "wanda:0.5,overall", *CALIB]),
     ("wanda 30%", ["--prune", "wanda:0.3", *CALIB]),
     ("sparsegpt 30%", ["--prune", "sparsegpt:0.3", *CALIB]),
     ("mlp 25%", ["--prune", "mlp:0.25", *CALIB]),
@@ -266,7 +269,17 @@ def main():
             unstructured = [part for part in name.split(" + ") if part.split()[0] not in ("mlp", "heads", "kv-heads", "layers")]
             if name == "mlp 25%":
                 mlp_report = proc.stdout
-            if unstructured:
+            if name.endswith("overall"):
+                # The model's share is 50%; each product's within 40-60% (the allocation's bounds),
+                # not all the same.
+                summary = re.search(r"fired  prune \S+ 50% overall: the model: ([0-9.]+)% of \d+ weights zero over (\d+) products",
+                                    proc.stdout)
+                shares = [float(z) for z in re.findall(r"fired  prune \S+ 50% overall (?:matmul|gated-mlp): [^:]+: "
+                                                       r"([0-9.]+)% of \d+ weights zero", proc.stdout)]
+                check(summary is not None and abs(float(summary.group(1)) - 50) < 0.5 and summary.group(2) == str(PRODUCTS)
+                      and len(shares) == PRODUCTS and all(39.5 <= z <= 60.5 for z in shares) and len(set(shares)) > 1,
+                      f"{name}: 50% over {summary and summary.groups()} products, each within 40-60%: {shares}")
+            elif unstructured:
                 pattern = unstructured[0].split()[1]
                 share = {"2:4": 50.0, "4:8": 50.0}.get(pattern, float(pattern.rstrip("%")) if "%" in pattern else 0)
                 pruned = re.findall(r"fired  prune \S+ \S+ (?:matmul|gated-mlp): [^:]+: ([0-9.]+)% of (\d+) weights zero",
@@ -559,6 +572,8 @@ def main():
             (["--prune", "mlp:2:4", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
             (["--prune", "heads:0.25"], "needs calibration data"),
             (["--prune", "layers:1", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
+            (["--prune", "magnitude:2:4,overall"], "not N:M"),
+            (["--prune", "mlp:0.25,overall", "--calib", calibration, "--tokenizer", TOKENIZER], "needs METHOD:SPARSITY"),
             (["--prune", "kv-heads:1", "--calib", calibration, "--tokenizer", TOKENIZER], "a number in (0, 1)"),
             (["--prune", "heads:0.25,heads:0.5", "--calib", calibration, "--tokenizer", TOKENIZER], "names heads twice"),
             (["--prune", "wanda:0.5,magnitude:0.5", "--calib", calibration, "--tokenizer", TOKENIZER],

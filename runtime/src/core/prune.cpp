@@ -335,6 +335,38 @@ std::vector<int64_t> highest(const std::vector<double>& scores, std::vector<int6
 
 }  // namespace
 
+std::vector<double> overallShares(std::vector<std::vector<float>> samples,
+                                  const std::vector<int64_t>& sizes, double target, double spread) {
+  double total = 0, hi = 1;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    std::sort(samples[i].begin(), samples[i].end());
+    total += static_cast<double>(sizes[i]);
+    if (!samples[i].empty()) hi = std::max(hi, 2.0 * samples[i].back());
+  }
+  auto shareAt = [&](size_t i, double t) {
+    const std::vector<float>& v = samples[i];
+    const double below =
+        v.empty() ? target
+                  : static_cast<double>(std::lower_bound(v.begin(), v.end(), t) - v.begin()) /
+                        static_cast<double>(v.size());
+    return std::clamp(below, std::max(0.0, target - spread), std::min(0.99, target + spread));
+  };
+  auto totalAt = [&](double t) {
+    double zeros = 0;
+    for (size_t i = 0; i < samples.size(); ++i)
+      zeros += shareAt(i, t) * static_cast<double>(sizes[i]);
+    return total > 0 ? zeros / total : target;
+  };
+  double lo = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (totalAt(mid) < target ? lo : hi) = mid;
+  }
+  std::vector<double> shares(samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) shares[i] = shareAt(i, hi);
+  return shares;
+}
+
 std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
                                      int64_t kept) {
   const std::vector<double> scores = channelScores(down, transposed, mean_sq);

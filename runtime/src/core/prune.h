@@ -63,6 +63,16 @@ struct SparseGptOptions {
 Status sparseGptPrune(const Tensor& w, bool transposed, const PrunePattern& pattern,
                       const Tensor& gram, const SparseGptOptions& options, Tensor* out);
 
+// An overall sparsity `target` spread over products (`--prune METHOD:S,overall`): product i
+// has sizes[i] weights and a sample of its scores each divided by the product's mean score.
+// One threshold t over the normalized scores gives each product the share of its sample below
+// t, kept within target +- spread (and under 0.99); t is the smallest threshold (by bisection)
+// at which the shares, weighted by size, add up to the target (on small samples, where no
+// threshold hits it exactly, the first to reach it). Returns the shares.
+std::vector<double> overallShares(std::vector<std::vector<float>> samples,
+                                  const std::vector<int64_t>& sizes, double target,
+                                  double spread = 0.1);
+
 // Structured pruning of an MLP's F channels: channel f scores ||x_f||2 * ||W_down[f, :]||2,
 // with mean_sq[f] the mean of x_f^2 over the calibration rows and `down` the down projection's
 // weight ([F, N], or [N, F] when `transposed`). Returns the `kept` channels of highest score

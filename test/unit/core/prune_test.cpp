@@ -329,6 +329,26 @@ TEST(LayerInfluenceTest, OneMinusMeanCosineByHand) {
   EXPECT_TRUE(std::isnan(blockInfluence(before, makeFloat({1, 2}, {1, 0}))));
 }
 
+// Overall sparsity by hand: two products of 4 weights, normalized scores {0.5, 0.5, 1.5, 1.5}
+// and {0.1, 0.1, 0.1, 3.7}. For a threshold in (0.1, 0.5] the first has none below (clamped up
+// to 0.4), the second 3 of 4 (clamped down to 0.6): 0.5 overall. Equal distributions each get
+// the target; sizes weigh the total.
+TEST(OverallSparsityTest, SharesByHand) {
+  std::vector<double> shares =
+      overallShares({{1.5f, 0.5f, 1.5f, 0.5f}, {0.1f, 3.7f, 0.1f, 0.1f}}, {4, 4}, 0.5);
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_DOUBLE_EQ(shares[0], 0.4);
+  EXPECT_DOUBLE_EQ(shares[1], 0.6);
+  shares = overallShares({{0.5f, 1.5f}, {0.5f, 1.5f}}, {10, 30}, 0.5);
+  EXPECT_DOUBLE_EQ(shares[0], 0.5);
+  EXPECT_DOUBLE_EQ(shares[1], 0.5);
+  // Unclamped (spread 0.5) no threshold gives exactly 0.5 (0.375 just below 0.5, 0.625 from
+  // it): the smallest that reaches the target wins, the shares' own fractions, 0.5 and 0.75.
+  shares = overallShares({{1.5f, 0.5f, 1.5f, 0.5f}, {0.1f, 3.7f, 0.1f, 0.1f}}, {4, 4}, 0.5, 0.5);
+  EXPECT_DOUBLE_EQ(shares[0], 0.5);
+  EXPECT_DOUBLE_EQ(shares[1], 0.75);
+}
+
 TEST(PruneWeightKernelTest, MatchesPruneWeightAndRefusesBadInputs) {
   const Tensor w = randomFloat({16, 5}, 41);
   const Tensor norms = makeFloat({16}, std::vector<float>(16, 2.0f));
