@@ -48,6 +48,20 @@ void setLastDim(Value value, int64_t width) {
   value.setType(RankedTensorType::get(shape, type.getElementType()));
 }
 
+// The function's llm.config (the engine's model table) with `entries` replaced.
+void updateConfig(func::FuncOp func, ArrayRef<std::pair<StringRef, int64_t>> entries) {
+  auto config = func->getAttrOfType<DictionaryAttr>("llm.config");
+  if (!config) return;
+  OpBuilder b(func.getContext());
+  SmallVector<NamedAttribute> updated;
+  for (NamedAttribute entry : config) {
+    for (const auto& [name, value] : entries)
+      if (entry.getName() == name) entry = b.getNamedAttr(name, b.getI64IntegerAttr(value));
+    updated.push_back(entry);
+  }
+  func->setAttr("llm.config", b.getDictionaryAttr(updated));
+}
+
 class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
  public:
   using Base::Base;
@@ -257,7 +271,11 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     }
     Value h = post->getResult(1);
     Operation* exit = h.hasOneUse() ? *h.getUsers().begin() : nullptr;
-    if (!isStreamNorm(exit) || !addsTo(exit, h)) {
+    Value mlp = exit && isStreamNorm(exit) && addsTo(exit, h)
+                    ? exit->getOperand(exit->getOperand(0) == h ? 1 : 0)
+                    : Value();
+    Operation* down = mlp ? mlp.getDefiningOp() : nullptr;
+    if (!down || !(isOp(down, "llm.fused_matmul") || isOp(down, "nn.matmul"))) {
       *why = "the stream after its attention does not feed one norm that adds the MLP's output";
       return std::nullopt;
     }
@@ -362,8 +380,8 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     Block& body = func.getBody().front();
     eraseDeadOps(body);  // the removed layers' products, norms and ropes
     for (Operation* attention : dead_attention) {
-      if (!attention
-               ->use_empty()) {  // something else reads the layer: cannot happen after the checks
+      // Something else reading the layer: the checks above leave nothing that could.
+      if (!attention->use_empty()) {
         func.emitError() << "a removed layer's attention is still used";
         return signalPassFailure();
       }
@@ -375,12 +393,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     OpBuilder b(func.getContext());
     for (Operation& op : body)
       if (isOp(&op, "llm.attention")) op.setAttr("layer", b.getI64IntegerAttr(next++));
-    SmallVector<NamedAttribute> entries;
-    for (NamedAttribute entry : config)
-      entries.push_back(entry.getName() == "num_layers"
-                            ? b.getNamedAttr("num_layers", b.getI64IntegerAttr(next))
-                            : entry);
-    func->setAttr("llm.config", b.getDictionaryAttr(entries));
+    updateConfig(func, {{"num_layers", next}});
   }
 
   // One attention's head pruning: what the rewrite changes.
@@ -438,19 +451,8 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
         new_kv_heads = cast<IntegerAttr>(plan.attention->getAttr("num_kv_heads")).getInt();
       }
     }
-    if (new_heads == 0) return;
-    auto config = func->getAttrOfType<DictionaryAttr>("llm.config");
-    if (!config) return;
-    OpBuilder b(func.getContext());
-    SmallVector<NamedAttribute> entries;
-    for (NamedAttribute entry : config) {
-      if (entry.getName() == "num_heads")
-        entry = b.getNamedAttr("num_heads", b.getI64IntegerAttr(new_heads));
-      else if (entry.getName() == "num_kv_heads")
-        entry = b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(new_kv_heads));
-      entries.push_back(entry);
-    }
-    func->setAttr("llm.config", b.getDictionaryAttr(entries));
+    if (new_heads > 0)
+      updateConfig(func, {{"num_heads", new_heads}, {"num_kv_heads", new_kv_heads}});
   }
 
   std::string headsLabel() const {
@@ -731,9 +733,10 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     struct Item {
       Operation* op;
       int64_t size, k;
-      std::vector<float> sample;  // scores divided by their mean
     };
     std::vector<Item> items;
+    std::vector<std::vector<float>> samples;  // each product's scores divided by their mean
+    std::vector<int64_t> sizes;
     int64_t total = 0;
     for (Operation* op : targets) {
       std::optional<Scored> item = scored(op);
@@ -747,20 +750,14 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       double mean = 0;
       for (int64_t e = 0; e < n; ++e) mean += score(e);
       mean /= static_cast<double>(n);
-      Item entry{op, n, w.dim(item->transposed ? 1 : 0), {}};
-      const int64_t stride = std::max<int64_t>(1, n >> 16);
-      for (int64_t e = 0; e < n; e += stride)
-        entry.sample.push_back(mean > 0 ? static_cast<float>(score(e) / mean) : 0.0f);
+      std::vector<float>& sample = samples.emplace_back();
+      for (int64_t e = 0, stride = std::max<int64_t>(1, n >> 16); e < n; e += stride)
+        sample.push_back(mean > 0 ? static_cast<float>(score(e) / mean) : 0.0f);
+      items.push_back({op, n, w.dim(item->transposed ? 1 : 0)});
+      sizes.push_back(n);
       total += n;
-      items.push_back(std::move(entry));
     }
     if (items.empty()) return;
-    std::vector<std::vector<float>> samples;
-    std::vector<int64_t> sizes;
-    for (Item& item : items) {
-      samples.push_back(std::move(item.sample));
-      sizes.push_back(item.size);
-    }
     const std::vector<double> fractions =
         overallShares(std::move(samples), sizes, pattern_.sparsity);
     int64_t zeros = 0;
