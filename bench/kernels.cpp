@@ -3,8 +3,8 @@
 // the "share of peak" figures of docs/performance.md; then prefill's integer products (int8
 // weights with int16 activations, and w8a8) at each integer level, in G multiply-adds/s; then
 // decode's int8 product (one row of activations) over a dense weight and over the same weight
-// pruned and stored sparse (core/sparse.h), from cache and from memory: ns per 64 weights and
-// the weight bytes read per second (docs/pruning.md, Speed).
+// pruned and stored sparse (core/sparse.h), and over a dense int4 weight, from cache and from
+// memory: ns per 64 weights and the weight bytes read per second (docs/pruning.md, Speed).
 //
 //   build/bench/llmc_kernel_bench [--rounds N]
 //
@@ -304,6 +304,44 @@ int main(int argc, char** argv) {
     }
   } else {
     std::printf("\nno AVX-512 VBMI2: the fused sparse decode kernel does not run here\n");
+  }
+
+  // Decode over dense int4 weights (group 128), the same shapes: whether it is bound by the
+  // bytes it reads (from memory slower than from cache) or by its own work (as fast either way),
+  // which decides what reading fewer bytes (sparse 4-bit) could gain.
+  std::printf("\n| weight | int4 g128 ns per 64 weights | weight GB/s read |\n|---|---|---|\n");
+  for (const int64_t n : {768, 32768}) {
+    const int64_t k = 768, group = 128;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal;
+    Tensor wf = Tensor::allocate(DType::kFloat32, {n, k});
+    for (int64_t i = 0; i < n * k; ++i) wf.data<float>()[i] = normal(rng);
+    std::vector<float> x(static_cast<size_t>(k)), out(static_cast<size_t>(n));
+    for (float& v : x) v = normal(rng);
+    const QuantTraits& traits = quantTraits(QuantFormat::kInt4);
+    Tensor data, scales, zeros;
+    QuantWeight w;
+    if (!quantizeWeight(wf, true, traits, group, &data, &scales, &zeros).ok() ||
+        !makeQuantWeight(traits, k, group, data, scales, nullptr, &w).ok())
+      return 1;
+    QuantizedActivations a;
+    quantizeActivations(x.data(), k, group, activationBits(traits), &a);
+    std::vector<double> runs;
+    const int repeats = n == 768 ? 200 : 5;
+    for (int r = 0; r < rounds; ++r) {
+      const auto start = Clock::now();
+      for (int rep = 0; rep < repeats; ++rep)
+        for (int64_t c = 0; c < n; c += 16)
+          quantDotRowBlock(w, c, c + 16, &a, 1, out.data() + c, n, 1);
+      runs.push_back(std::chrono::duration<double>(Clock::now() - start).count() / repeats);
+    }
+    const Stat st = summarize(runs);
+    const double chunks = static_cast<double>(n * k) / 64;
+    const double bytes =
+        static_cast<double>(n * k / 2 + n * (k / group) * 2);  // codes + f16 scales
+    std::printf("| %lld x %lld | %.2f [%.2f, %.2f] | %.1f |\n", static_cast<long long>(n),
+                static_cast<long long>(k), st.median / chunks * 1e9, st.low / chunks * 1e9,
+                st.high / chunks * 1e9, bytes / st.median / 1e9);
   }
   return 0;
 }
