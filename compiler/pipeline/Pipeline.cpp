@@ -175,6 +175,7 @@ CompileOptions floatCompileOptions(const CompileOptions& options) {
   out.calib_dir.clear();
   out.awq = false;
   out.prune.clear();
+  out.keep_dense.clear();
   out.sparse_storage = false;
   out.strip_weights = false;
   out.progress = nullptr;
@@ -210,6 +211,7 @@ std::string buildOptionsString(const CompileOptions& options, const std::set<std
       opts += ";smooth-percentile=" + std::to_string(options.smooth_percentile);
   }
   if (!options.prune.empty()) opts += ";prune=" + options.prune;
+  for (const std::string& pattern : options.keep_dense) opts += ";keep-dense=" + pattern;
   if (options.sparse_storage) opts += ";sparse-storage";
   for (const auto& [name, range] : options.dim_ranges)
     opts += ";dim " + name + "=" + std::to_string(range.first) + ":" + std::to_string(range.second);
@@ -258,6 +260,11 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     return invalidArgument(
         "--sparse-storage stores the zeros of unstructured or N:M pruning (--prune METHOD:PATTERN) "
         "under --quantize int8 or w8a8");
+  if (!options.keep_dense.empty() && options.prune.empty())
+    return invalidArgument("--keep-dense keeps products whole under --prune; no --prune given");
+  if (!options.keep_float.empty() && options.quantize.empty())
+    return invalidArgument(
+        "--keep-float keeps products float32 under --quantize; no --quantize given");
   const bool gram = prune_spec.method == "sparsegpt";
   if (options.awq || !options.calib_file.empty() || !options.calib_dir.empty()) {
     if (options.quantize.empty() && options.prune.empty())
@@ -409,6 +416,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
                              ? std::max<int64_t>(32, options.quant_group)
                              : 32;
     prune.calibStats = calib_stats_path;
+    prune.keepDense = options.keep_dense;
     fpm.addPass(createPruneWeights(prune));
   }
   if (!options.quantize.empty()) {

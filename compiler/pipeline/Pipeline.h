@@ -63,6 +63,9 @@ struct CompileOptions {
   // Pruning (docs/pruning.md): "" (none) or METHOD:PATTERN, METHOD magnitude, wanda or
   // sparsegpt (the last two need calibration), PATTERN a sparsity ("0.5") or N:M ("2:4").
   std::string prune;
+  // ONNX node name substrings whose products (unstructured), MLPs, attentions and decoder layers
+  // pruning leaves whole.
+  std::vector<std::string> keep_dense;
   // Pruned int8 and w8a8 weights stored sparse (core/sparse.h: a bitmask and the kept values)
   // where that takes at most kSparseMaxBytesShare of the dense bytes: smaller engines, but decode
   // measured slower than dense on the CPUs here (docs/pruning.md), so only when asked

@@ -241,4 +241,20 @@ std::string nodeNames(ArrayRef<Operation*> ops) {
   return text;
 }
 
+namespace {
+void collectNames(Location loc, std::string* out) {
+  if (auto fused = dyn_cast<FusedLoc>(loc)) {
+    for (Location inner : fused.getLocations()) collectNames(inner, out);
+  } else if (auto name = dyn_cast<NameLoc>(loc)) {
+    *out += name.getName().str() + "\n";
+  }
+}
+}  // namespace
+
+std::string allNodeNames(Operation* op) {
+  std::string names;
+  collectNames(op->getLoc(), &names);
+  return names;
+}
+
 }  // namespace llmc

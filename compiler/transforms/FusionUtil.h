@@ -93,5 +93,8 @@ std::vector<FusionRecord> takeFusionLog(mlir::func::FuncOp func);
 void eraseDeadOps(mlir::Block& body);
 // Node names of `ops` for a record ("a, b, c"; unnamed ops are skipped).
 std::string nodeNames(llvm::ArrayRef<mlir::Operation*> ops);
+// Every ONNX node name `op` came from (a fused op carries all of its nodes'), one per line: what
+// the node-name patterns of --keep-float and --keep-dense are looked for in.
+std::string allNodeNames(mlir::Operation* op);
 
 }  // namespace llmc

@@ -194,6 +194,9 @@ def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
     with the lowest block influence (1 - the mean cosine between the residual stream entering
     and leaving the layer on the calibration rows, ShortGPT's score): the norm after a removed
     layer reads the stream its input norm read, the KV-cache layers are renumbered.
+    What comes from an ONNX node whose name contains a `keep-dense` pattern stays whole (logged):
+    a product stays dense, an MLP keeps its channels (either product named), an attention its
+    heads, a decoder layer (its attention named) is not among those removed.
   }];
   let options = [
     Option<"method", "method", "std::string", "\"magnitude\"", "magnitude, wanda, sparsegpt or empty (none)">,
@@ -207,6 +210,8 @@ def PruneWeights : Pass<"llmc-prune-weights", "mlir::func::FuncOp"> {
     Option<"calibStats", "calib-stats", "std::string", "\"\"",
            "calibration statistics (wanda: channel norms; sparsegpt: XᵀX)">,
     Option<"damping", "damping", "double", "0.01", "sparsegpt: damping as a fraction of mean(diag XᵀX)">,
+    ListOption<"keepDense", "keep-dense", "std::string",
+               "ONNX node name substrings whose products, MLPs, attentions and layers stay whole">,
   ];
   let dependentDialects = ["::llmc::nn::NNDialect", "::llmc::llm::LLMDialect"];
 }

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "core/prune.h"
@@ -60,6 +62,81 @@ void updateConfig(func::FuncOp func, ArrayRef<std::pair<StringRef, int64_t>> ent
     updated.push_back(entry);
   }
   func->setAttr("llm.config", b.getDictionaryAttr(updated));
+}
+
+// For the report: "; removed WHAT (score) 3 (0.0123), 7 (0.0456), ...; the lowest kept 0.0789"
+// over the indices of `scores` not in `kept` (ascending).
+std::string scoredRemoval(const std::string& what, const std::vector<int64_t>& kept,
+                          const std::vector<double>& scores) {
+  std::string text = "; removed " + what + " (score)";
+  double lowest_kept = std::numeric_limits<double>::infinity();
+  bool first = true;
+  for (int64_t c = 0, i = 0; c < static_cast<int64_t>(scores.size()); ++c) {
+    if (i < static_cast<int64_t>(kept.size()) && kept[i] == c) {
+      lowest_kept = std::min(lowest_kept, scores[c]);
+      ++i;
+      continue;
+    }
+    char item[64];
+    std::snprintf(item, sizeof(item), "%s %lld (%.4g)", first ? "" : ",", static_cast<long long>(c),
+                  scores[c]);
+    text += item;
+    first = false;
+  }
+  char tail[64];
+  std::snprintf(tail, sizeof(tail), "; the lowest kept %.4g", lowest_kept);
+  return text + tail;
+}
+
+// For the report on heads: "; removed head (score) 1 (1.52), 5 (1.37); the lowest kept per KV
+// group 1.61, 1.7" over the KV groups kept (each group keeps the same count of its best heads),
+// then "; removed KV head (score) 0 (10.5) with heads 0 1 2; the lowest kept 12.1" for the
+// groups removed (by their heads' summed scores) with all their heads.
+std::string headRemoval(const KeptHeads& kept, int64_t heads, int64_t kv_heads) {
+  const int64_t group = heads / kv_heads;
+  auto has = [](const std::vector<int64_t>& list, int64_t x) {
+    return std::binary_search(list.begin(), list.end(), x);
+  };
+  auto scored = [](int64_t index, double score) {
+    char item[64];
+    std::snprintf(item, sizeof(item), "%lld (%.4g)", static_cast<long long>(index), score);
+    return std::string(item);
+  };
+  auto number = [](double v) {
+    char item[32];
+    std::snprintf(item, sizeof(item), "%.4g", v);
+    return std::string(item);
+  };
+  std::string removed, lowest;
+  for (int64_t g : kept.kv_heads) {
+    double low = std::numeric_limits<double>::infinity();
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      if (has(kept.heads, h))
+        low = std::min(low, kept.head_scores[h]);
+      else
+        removed += (removed.empty() ? " " : ", ") + scored(h, kept.head_scores[h]);
+    }
+    lowest += (lowest.empty() ? " " : ", ") + number(low);
+  }
+  std::string text;
+  if (!removed.empty())
+    text += "; removed head (score)" + removed + "; the lowest kept per KV group" + lowest;
+  if (static_cast<int64_t>(kept.kv_heads.size()) < kv_heads) {
+    text += "; removed KV head (score)";
+    double low = std::numeric_limits<double>::infinity();
+    bool first = true;
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      if (has(kept.kv_heads, g)) {
+        low = std::min(low, kept.group_scores[g]);
+        continue;
+      }
+      text += (first ? " " : ", ") + scored(g, kept.group_scores[g]) + " with heads";
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) text += " " + std::to_string(h);
+      first = false;
+    }
+    text += "; the lowest kept " + number(low);
+  }
+  return text;
 }
 
 class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
@@ -119,6 +196,11 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
                              "its result is a model output (an LM head, a pooler): stays dense"});
           continue;
         }
+        if (const std::string dense = keptDense({op}); !dense.empty()) {
+          logFusion(func, {false, kPass, name(op), nodeNames({op}),
+                           "stays dense (--keep-dense " + dense + ")"});
+          continue;
+        }
         targets.push_back(op);
       }
       if (overall && pattern_.nm()) {
@@ -166,6 +248,8 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     fraction.sparsity = mlp;
     const std::string label = "mlp " + fraction.text() + (gated ? " gated-mlp" : " matmul");
     auto skip = [&](const std::string& why) { logFusion(func, {false, kPass, label, nodes, why}); };
+    if (const std::string dense = keptDense({up, down}); !dense.empty())
+      return skip("keeps its channels (--keep-dense " + dense + ")");
     Value bias = gated || isa<NoneType>(up->getOperand(2).getType()) ? Value() : up->getOperand(2);
     if (bias && !float32Constant(bias)) return skip("its bias is not a constant; stays whole");
     auto stats = stats_.find(nodeNameOf(down));
@@ -178,14 +262,9 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     if (kept >= f)
       return skip("rounding the kept channels to a multiple of " + std::to_string(align) +
                   " removes none");
-    const std::vector<int64_t> keep =
-        keptMlpChannels(*down_weight, down_trans != 0, stats->second.mean_sq.data<float>(), kept);
-    std::vector<int64_t> removed;
-    for (int64_t c = 0, i = 0; c < f; ++c)
-      if (i < kept && keep[i] == c)
-        ++i;
-      else
-        removed.push_back(c);
+    std::vector<double> scores;
+    const std::vector<int64_t> keep = keptMlpChannels(
+        *down_weight, down_trans != 0, stats->second.mean_sq.data<float>(), kept, &scores);
     std::vector<int64_t> up_columns = keep;
     if (gated)  // the gate's columns, then the same channels of the up half
       for (int64_t c : keep) up_columns.push_back(f + c);
@@ -206,10 +285,9 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     // Which input channels the down projection kept: the quantizer slices its statistics too.
     down->setAttr("llmc.kept_inputs", b.getDenseI64ArrayAttr(keep));
     sliceChannels(&stats->second, keep);
-    std::string detail =
-        "kept " + std::to_string(kept) + " of " + std::to_string(f) + " channels; removed";
-    for (int64_t c : removed) detail += " " + std::to_string(c);
-    logFusion(func, {true, kPass, label, nodes, detail});
+    logFusion(func, {true, kPass, label, nodes,
+                     "kept " + std::to_string(kept) + " of " + std::to_string(f) + " channels" +
+                         scoredRemoval("channel", keep, scores)});
   }
 
   // One decoder layer of a pre-norm residual stream: `input` normalizes the stream x_i (its sum
@@ -222,6 +300,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     Operation* post;
     Operation* exit;
     double influence;
+    std::string kept_dense;  // the --keep-dense pattern that keeps it, if any
   };
 
   // The stream a norm reads: its sum with its residual, or its input.
@@ -339,6 +418,10 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
                              : blockInfluence(before->second.samples, after->second.samples);
       if (std::isnan(layer->influence))
         return refuse(nodeNames({&op}), "the calibration did not see its residual stream");
+      layer->kept_dense = keptDense({&op});
+      if (!layer->kept_dense.empty())
+        logFusion(func, {false, kPass, label, nodeNames({&op}),
+                         "stays (--keep-dense " + layer->kept_dense + ")"});
       stack.push_back(*layer);
     }
     if (stack.empty()) return;
@@ -352,7 +435,8 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return stack[a].influence < stack[b].influence; });
     std::vector<bool> gone(static_cast<size_t>(count), false);
-    for (int64_t i = 0; i < removed; ++i) gone[order[i]] = true;
+    for (int64_t i = 0, left = removed; i < count && left > 0; ++i)
+      if (stack[order[i]].kept_dense.empty()) gone[order[i]] = true, --left;
     std::string influences;
     for (int64_t i = 0; i < count; ++i) {
       char text[48];
@@ -429,6 +513,8 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       if (!is_cached && !isOp(&op, "llm.sdpa")) continue;
       std::string why;
       std::optional<HeadPlan> plan = planHeads(&op, &why);
+      if (const std::string dense = plan ? keptDense({&op, plan->o_proj}) : ""; !dense.empty())
+        why = "keeps its heads (--keep-dense " + dense + ")", plan.reset();
       if (!plan) {
         logFusion(func, {false, kPass, headsLabel(), nodeNames({&op}), why});
         if (is_cached) cached_ok = false;
@@ -682,17 +768,22 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     setLastDim(attention->getResult(0), kept_heads * hd);
     plan.o_proj->setAttr("llmc.kept_inputs", b.getDenseI64ArrayAttr(o_channels));
     sliceChannels(&stats->second, o_channels);
-    std::string detail = "kept " + std::to_string(kept_heads) + " of " +
-                         std::to_string(plan.heads) + " heads, " +
-                         std::to_string(kept.kv_heads.size()) + " of " +
-                         std::to_string(plan.kv_heads) + " KV heads; removed heads";
-    for (int64_t h = 0, i = 0; h < plan.heads; ++h)
-      if (i < kept_heads && kept.heads[i] == h)
-        ++i;
-      else
-        detail += " " + std::to_string(h);
+    std::string detail =
+        "kept " + std::to_string(kept_heads) + " of " + std::to_string(plan.heads) + " heads, " +
+        std::to_string(kept.kv_heads.size()) + " of " + std::to_string(plan.kv_heads) +
+        " KV heads" + headRemoval(kept, plan.heads, plan.kv_heads);
     logFusion(func, {true, kPass, headsLabel(), nodes, detail});
     return true;
+  }
+
+  // The first --keep-dense pattern one of `ops`' ONNX nodes contains, or "".
+  std::string keptDense(ArrayRef<Operation*> ops) const {
+    for (Operation* op : ops) {
+      const std::string names = allNodeNames(op);
+      for (const std::string& pattern : keepDense)
+        if (!pattern.empty() && names.find(pattern) != std::string::npos) return pattern;
+    }
+    return "";
   }
 
   std::string name(Operation* op) const {

@@ -130,15 +130,6 @@ std::optional<AwqChoice> searchAwq(const Tensor& w, bool trans_b, const Activati
   return best;
 }
 
-// Every ONNX node name in `loc` (a fused op carries all of its nodes').
-void collectNames(Location loc, std::string* out) {
-  if (auto fused = dyn_cast<FusedLoc>(loc)) {
-    for (Location inner : fused.getLocations()) collectNames(inner, out);
-  } else if (auto name = dyn_cast<NameLoc>(loc)) {
-    *out += name.getName().str() + "\n";
-  }
-}
-
 class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass> {
  public:
   using Base::Base;
@@ -181,8 +172,7 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
   }
 
   bool keptFloat(Operation* op, const std::function<void(const std::string&)>& skip) {
-    std::string names;
-    collectNames(op->getLoc(), &names);
+    const std::string names = allNodeNames(op);
     for (const std::string& pattern : keepFloat)
       if (!pattern.empty() && names.find(pattern) != std::string::npos) {
         skip("kept float32 (--keep-float " + pattern + ")");

@@ -29,8 +29,11 @@ Checks, for `llmc compile --prune`:
   storage, refit byte-identically from the model's initializers;
   a SparseGPT engine (weights computed from the calibration) is refused by refit, and
   `--strip-weights` with SparseGPT by compile;
+- `--report` gives each removed MLP channel and head its score, none above the lowest kept;
+- `--keep-dense` leaves the MLPs, attentions, layers and products it names whole;
 - bad specs and missing calibration data fail with exit 2 and one message; --max-ppl-increase
-  gates a pruned engine.
+  gates a pruned engine and lists the products whose `--keep-dense` recovers the most, with the
+  increase that flag then gives.
 """
 import argparse
 import json
@@ -120,6 +123,53 @@ def magnitude_zeroed(model_path, out_path, sparsity=None, n=0, m=0):
     return count
 
 
+def scored_removal(what, text):
+    """The indices a `--report` detail lists as removed ("removed WHAT (score) 3 (0.012), 7 (0.05);
+    the lowest kept 0.09"), after checking that none scores above the lowest kept one (the rule
+    keeps the highest scores); a report that breaks either fails the test."""
+    listed = re.search(rf"removed {what} \(score\) (.*?); the lowest kept ([^;\s]+)", text)
+    if listed is None:
+        raise AssertionError(f"the report does not list the removed {what}s with their scores: {text}")
+    pairs = [(int(i), float(v)) for i, v in re.findall(r"(\d+) \(([^)]*)\)", listed.group(1))]
+    lowest_kept = float(listed.group(2))
+    if not pairs or any(score > lowest_kept for _, score in pairs):
+        raise AssertionError(f"a removed {what} scores above the lowest kept ({lowest_kept}): {pairs}")
+    return [i for i, _ in pairs]
+
+
+def head_removal(detail, heads, kv_heads):
+    """The query heads a `--report` heads detail lists as removed: those removed from the KV groups
+    kept ("removed head (score) 1 (1.52), 5 (1.37); the lowest kept per KV group 1.61, 1.7") and
+    those of the groups removed ("removed KV head (score) 0 (10.5) with heads 0 1 2; the lowest
+    kept 12.1"), after checking the rule: no removed head scores above the lowest kept of its
+    group, no removed group above the lowest kept group."""
+    group = heads // kv_heads
+    removed = []
+    listed = re.search(r"removed head \(score\) (.*?); the lowest kept per KV group ([^;]*)", detail)
+    groups = re.search(r"removed KV head \(score\) (.*?); the lowest kept ([^;\s]+)", detail)
+    if listed is None and groups is None:
+        raise AssertionError(f"the report lists no removed heads with scores: {detail}")
+    dropped = []
+    if groups:
+        items = re.findall(r"(\d+) \(([^)]*)\) with heads ([\d ]+)", groups.group(1))
+        lowest = float(groups.group(2))
+        if not items or any(float(score) > lowest for _, score, _ in items):
+            raise AssertionError(f"a removed KV group scores above the lowest kept ({lowest}): {items}")
+        for g, _, members in items:
+            dropped.append(int(g))
+            if [int(h) for h in members.split()] != list(range(int(g) * group, (int(g) + 1) * group)):
+                raise AssertionError(f"KV group {g} lists heads {members}, not its own")
+            removed += [int(h) for h in members.split()]
+    if listed:
+        pairs = [(int(h), float(v)) for h, v in re.findall(r"(\d+) \(([^)]*)\)", listed.group(1))]
+        kept_groups = [g for g in range(kv_heads) if g not in dropped]
+        lowest = dict(zip(kept_groups, (float(v) for v in listed.group(2).split(","))))
+        if len(lowest) != len(kept_groups) or any(score > lowest[h // group] for h, score in pairs):
+            raise AssertionError(f"a removed head scores above the lowest kept of its KV group ({lowest}): {pairs}")
+        removed += [h for h, _ in pairs]
+    return sorted(removed)
+
+
 def shrink_mlps(model_path, out_path, report, axes):
     """The model with the MLP channels `llmc compile --report` lists as removed taken out of each
     layer's weights: for each node name in `axes` (after the layer's path), its initializer (the MatMul's
@@ -135,10 +185,10 @@ def shrink_mlps(model_path, out_path, report, axes):
         return numpy_helper.to_array(inits[name]) if name in inits else None
 
     total = 0
-    for nodes, removed in re.findall(r"fired  prune mlp \S+ (?:gated-mlp|matmul): (.*?): kept \d+ of \d+ channels; "
-                                     r"removed ([\d ]+)", report):
+    for nodes, detail in re.findall(r"fired  prune mlp \S+ (?:gated-mlp|matmul): (.*?): (kept \d+ of \d+ channels.*)",
+                                    report):
         layer = re.search(r"(/layers?\.\d+/)", nodes).group(1)
-        indices = [int(i) for i in removed.split()]
+        indices = scored_removal("channel", detail)
         total += len(indices)
         for node in model.graph.node:
             for suffix, axis in axes.items():
@@ -162,9 +212,9 @@ def zero_heads(model_path, out_path, report):
     inits = {init.name: init for init in model.graph.initializer}
     identities = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Identity"}
     removed = {}
-    for o_proj, heads, removed_heads in re.findall(
-            r"fired  prune (?:kv-)?heads[^:]*: [^,]*, ([^:]*): kept \d+ of (\d+) heads, \d+ of \d+ KV heads; "
-            r"removed heads ([\d ]+)", report):
+    for o_proj, heads, detail in re.findall(
+            r"fired  prune (?:kv-)?heads[^:]*: [^,]*, ([^:]*): kept \d+ of (\d+) heads, (\d+ of \d+ KV heads.*)",
+            report):
         node = next(n for n in model.graph.node if n.name == o_proj)
         name = node.input[1]
         while name in identities:
@@ -174,7 +224,7 @@ def zero_heads(model_path, out_path, report):
         trans_b = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
         k = w.shape[1] if trans_b else w.shape[0]
         head_dim = k // int(heads)
-        removed[o_proj] = [int(h) for h in removed_heads.split()]
+        removed[o_proj] = head_removal(detail, int(heads), int(re.match(r"\d+ of (\d+)", detail).group(1)))
         for h in removed[o_proj]:
             if trans_b:
                 w[:, h * head_dim:(h + 1) * head_dim] = 0
@@ -395,6 +445,26 @@ def main():
                 check("3 layers, 6 query / 2 KV heads" in table, f"--prune layers:0.25: the model table has 3 layers: "
                       f"{next((line for line in table.splitlines() if 'layers' in line), table[-200:])}")
 
+        # --keep-dense leaves what it names whole: layer 0's MLP keeps its channels and its attention
+        # its heads (and so every attention: the KV cache holds one head count); the layer the
+        # layers mode removed stays, another goes.
+        if not args.sanitized:
+            _, proc = compile_engine("keep dense", ["--prune", "mlp:0.25,heads:0.25", "--keep-dense", "layers.0/", *CALIB])
+            mlp_fired = re.findall(r"fired  prune mlp 25% gated-mlp: ([^:]*):", proc.stdout)
+            mlp_kept = re.findall(r"missed prune mlp 25% gated-mlp at ([^:]*): keeps its channels \(--keep-dense layers.0/\)",
+                                  proc.stdout)
+            heads_kept = re.findall(r"missed prune heads 25% at ([^:]*): keeps its heads \(--keep-dense layers.0/\)", proc.stdout)
+            check(len(mlp_fired) == 3 and not any("layers.0/" in n for n in mlp_fired) and len(mlp_kept) == 1
+                  and "layers.0/" in mlp_kept[0] and "fired  prune heads" not in proc.stdout and len(heads_kept) == 1,
+                  f"--keep-dense layers.0/: MLPs pruned {mlp_fired}, kept {mlp_kept}; heads kept {heads_kept}")
+            if layer_report and removed:
+                _, proc = compile_engine("keep layer", ["--prune", "layers:0.25", "--keep-dense", f"layers.{removed[0]}/",
+                                                        *CALIB])
+                now = re.findall(r"fired  prune layers \S+: [^:]*: removed layer (\d+) of", proc.stdout)
+                check(len(now) == 1 and int(now[0]) != removed[0]
+                      and f"stays (--keep-dense layers.{removed[0]}/)" in proc.stdout,
+                      f"--keep-dense layers.{removed[0]}/ keeps that layer: removed {now}")
+
         # An encoder (test/models/bert_tiny, random weights): magnitude pruning equals numpy's
         # zeroing (the pooler, a model output, stays dense), and SparseGPT 2:4 and Wanda compile
         # and run, calibrated on sentences through a word-level tokenizer.
@@ -581,16 +651,38 @@ def main():
             (["--calib", calibration, "--tokenizer", TOKENIZER], "go with --quantize or --prune"),
             (["--prune", "magnitude:0.5", "--sparse-storage"], "under --quantize int8 or w8a8"),
             (["--quantize", "int8", "--sparse-storage"], "under --quantize int8 or w8a8"),
+            (["--keep-dense", "layers.0/"], "no --prune given"),
+            (["--keep-float", "layers.0/"], "no --quantize given"),
             (["--prune", "magnitude:0.5", "--quantize", "int4", "--sparse-storage"], "under --quantize int8 or w8a8"),
         ):
             proc = run([args.llmc, "compile", MODEL, "-o", bad, *flags])
             check(proc.returncode == 2 and expected in proc.stderr and not os.path.exists(bad),
                   f"{' '.join(flags[:2])}: exit {proc.returncode}, '{expected}' in {proc.stderr.strip()[-200:]!r}")
-        if not args.sanitized:  # a compile and an eval of the float32 reference: Release only
-            proc = run([args.llmc, "compile", MODEL, "-o", bad, "--prune", "magnitude:0.9", "--max-ppl-increase", "5",
-                        "--eval-text", text_path, "--tokenizer", TOKENIZER])
-            check(proc.returncode != 0 and "exceeds --max-ppl-increase" in proc.stderr and not os.path.exists(bad),
-                  f"--max-ppl-increase gates a 90%-pruned engine: exit {proc.returncode} {proc.stderr.strip()[-200:]}")
+        # --max-ppl-increase gates a pruned engine: over the limit, nothing written and the products
+        # whose unpruned version recovers the most, each with the increase that --keep-dense of it
+        # gives (checked on the first). A compile and an eval per product: Release only.
+        if not args.sanitized:
+            short_text = os.path.join(tmp, "short.txt")
+            with open(short_text, "w") as f:
+                f.write("\n".join([c for i, c in enumerate(chapters) if is_held_out(i)][:3]))
+            gate = [args.llmc, "compile", MODEL, "-o", bad, "--prune", "magnitude:0.9", "--eval-text", short_text,
+                    "--tokenizer", TOKENIZER]
+            proc = run([*gate, "--max-ppl-increase", "5"])
+            listed = re.findall(r"--keep-dense (\S+): \+?([-0-9.]+)%", proc.stderr)
+            check(proc.returncode != 0 and "exceeds --max-ppl-increase" in proc.stderr and not os.path.exists(bad)
+                  and len(listed) >= 3, f"--max-ppl-increase gates a 90%-pruned engine and lists the sensitive products: "
+                  f"exit {proc.returncode} {proc.stderr.strip()[-500:]}")
+            if listed:
+                node, increase = listed[0][0], float(listed[0][1])
+                proc = run([*gate, "--max-ppl-increase", "1e9", "--keep-dense", node, "--report"])
+                got = re.search(r"against float32's [0-9.]+ \(([-+0-9.]+)%\)", proc.stderr)
+                kept = re.findall(r"missed prune magnitude \S+ \S+ at ([^\n]*?): stays dense \(--keep-dense", proc.stdout)
+                check(proc.returncode == 0 and got is not None and abs(float(got.group(1)) - increase) <= 0.11 + 1e-3 * increase
+                      and len(kept) == 1 and kept[0].startswith(node),
+                      f"--keep-dense {node} keeps that product dense ({kept}) and gives the listed +{increase}%: "
+                      f"{got and got.group(1)}")
+                if os.path.exists(bad):
+                    os.remove(bad)
 
         print(f"\n{'mode':20} {'engine bytes':>12} {'perplexity':>11} {'ppl +%':>8} {'mean KL':>9} {'top-1':>7}")
         for name, size, m in rows:

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "chat.h"
 #include "cli.h"
@@ -48,9 +49,11 @@ void printFusionReport(const std::vector<FusionReport>& fusions) {
                   f.nodes.empty() ? "(unnamed nodes)" : f.nodes.c_str(), f.reason.c_str());
 }
 
-// --max-ppl-increase: the quantized engine against its float32 compile on `text`; when the
-// perplexity grows by more than `max_percent`, an error with the products whose float32 version
-// recovers the most (each tried alone).
+// --max-ppl-increase: the quantized or pruned engine against its float32 compile on `text`; when
+// the perplexity grows by more than `max_percent`, an error with the products whose float32
+// version (--keep-float) or whose unpruned version (--keep-dense) recovers the most, each tried
+// alone. Trials that evaluate the same (keeping one attention of a decoder keeps every
+// attention's heads: the KV cache holds one head count) are listed once.
 Status checkAccuracy(const std::string& model, const CompileOptions& options,
                      const std::vector<uint8_t>& quantized, const CompileStats& stats,
                      const std::string& text, const std::string& text_option, double max_percent) {
@@ -74,30 +77,39 @@ Status checkAccuracy(const std::string& model, const CompileOptions& options,
                text.c_str(), static_cast<long long>(m.predictions), m.perplexity, m.reference_perplexity,
                100 * m.perplexityIncrease(), m.mean_kl, 100 * m.top1_agreement);
   if (100 * m.perplexityIncrease() <= max_percent) return okStatus();
-  // Sensitivity: each quantized product kept in float32 alone.
+  // Sensitivity: each quantized product kept in float32 alone, each pruned one kept whole alone.
   std::vector<std::pair<double, std::string>> recovered;
+  // The metrics of each engine tried: equal ones (to the last bit) come from the same engine.
+  std::set<std::pair<double, double>> tried = {{m.perplexity, m.mean_kl}};
   for (const FusionReport& record : stats.fusions) {
-    if (!record.fired || record.pass != "quantize" || record.nodes.empty()) continue;
+    const bool pruned = record.pass == "prune";
+    if (!record.fired || (!pruned && record.pass != "quantize") || record.nodes.empty()) continue;
     const std::string node = record.nodes.substr(0, record.nodes.find(", "));
     CompileOptions one = options;
-    one.keep_float.push_back(node);
+    (pruned ? one.keep_dense : one.keep_float).push_back(node);
     one.progress = nullptr;
     std::vector<uint8_t> bytes;
     std::shared_ptr<const Engine> trial;
     EvalMetrics t;
-    if (!compileModelBytes(model, one, &bytes, nullptr).ok() || !Engine::loadFromMemory(bytes, node, &trial).ok() ||
-        !evaluateEngine(trial, reference, session, ids, context, 0, &t).ok())
+    if (!compileModelBytes(model, one, &bytes, nullptr).ok() ||
+        !Engine::loadFromMemory(bytes, node, &trial).ok() ||
+        !evaluateEngine(trial, reference, session, ids, context, 0, &t).ok() ||
+        !tried.insert({t.perplexity, t.mean_kl}).second)
       continue;
-    recovered.emplace_back(100 * t.perplexityIncrease(), node);
+    recovered.emplace_back(100 * t.perplexityIncrease(),
+                           (pruned ? "--keep-dense " : "--keep-float ") + node);
   }
   std::sort(recovered.begin(), recovered.end());
   std::string message =
       "perplexity +" + std::to_string(100 * m.perplexityIncrease()).substr(0, 5) +
       "% exceeds --max-ppl-increase " + std::to_string(max_percent).substr(0, 5) +
       "% (nothing written)" +
-      (recovered.empty() ? "" : "; the most sensitive layers, each kept in float32 alone:");
+      (recovered.empty() ? ""
+                         : "; the most sensitive layers, each kept in float32 (--keep-float) or "
+                           "unpruned (--keep-dense) alone:");
   for (size_t i = 0; i < recovered.size() && i < 5; ++i)
-    message += "\n  --keep-float " + recovered[i].second + ": +" + std::to_string(recovered[i].first).substr(0, 5) + "%";
+    message += "\n  " + recovered[i].second + ": " + (recovered[i].first >= 0 ? "+" : "") +
+               std::to_string(recovered[i].first).substr(0, 5) + "%";
   return failedPrecondition(message);
 }
 
@@ -184,10 +196,10 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     options.prune = *v;
   } else if (arg == "--sparse-storage") {  // pruned int8 and w8a8 weights as mask + kept values
     options.sparse_storage = true;
-  } else if (arg == "--keep-float") {
+  } else if (arg == "--keep-float" || arg == "--keep-dense") {
     const std::string* v = value();
-    if (!v || v->empty()) return usageError(command, "--keep-float needs a node-name pattern");
-    options.keep_float.push_back(*v);
+    if (!v || v->empty()) return usageError(command, arg + " needs a node-name pattern");
+    (arg == "--keep-float" ? options.keep_float : options.keep_dense).push_back(*v);
   } else if (arg == "--strip-weights") {
     options.strip_weights = true;
   } else if (arg == "--report" && report) {

@@ -57,7 +57,7 @@ const char kUsage[] =
     "          [--prune "
     "magnitude|wanda|sparsegpt:SPARSITY|N:M[,layers|mlp|heads|kv-heads:FRACTION] "
     "(all but magnitude with --calib)]\n"
-    "          [--sparse-storage]\n"
+    "          [--keep-dense PATTERN ...] [--sparse-storage]\n"
     "          [--drift-text FILE [--drift-tokens N] [--drift-new-tokens K]]\n"
     "      compile an ONNX model into an engine file\n"
     "  run ENGINE --input NAME=FILE.npy|FILE.pb ... [--output-dir DIR] [--output-format npy|pb]\n"

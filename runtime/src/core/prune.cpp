@@ -368,11 +368,13 @@ std::vector<double> overallShares(std::vector<std::vector<float>> samples,
 }
 
 std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
-                                     int64_t kept) {
-  const std::vector<double> scores = channelScores(down, transposed, mean_sq);
+                                     int64_t kept, std::vector<double>* scores_out) {
+  std::vector<double> scores = channelScores(down, transposed, mean_sq);
   std::vector<int64_t> all(scores.size());
   for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<int64_t>(c);
-  return highest(scores, std::move(all), kept);
+  std::vector<int64_t> chosen = highest(scores, std::move(all), kept);
+  if (scores_out) *scores_out = std::move(scores);
+  return chosen;
 }
 
 KeptHeads keptAttentionHeads(const Tensor& o_proj, bool transposed, const float* mean_sq,
@@ -396,6 +398,8 @@ KeptHeads keptAttentionHeads(const Tensor& o_proj, bool transposed, const float*
     for (int64_t h : highest(head_scores, std::move(members), group - heads_removed_per_group))
       kept.heads.push_back(h);
   }
+  kept.head_scores = std::move(head_scores);
+  kept.group_scores = std::move(group_scores);
   return kept;
 }
 

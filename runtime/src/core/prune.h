@@ -76,9 +76,9 @@ std::vector<double> overallShares(std::vector<std::vector<float>> samples,
 // Structured pruning of an MLP's F channels: channel f scores ||x_f||2 * ||W_down[f, :]||2,
 // with mean_sq[f] the mean of x_f^2 over the calibration rows and `down` the down projection's
 // weight ([F, N], or [N, F] when `transposed`). Returns the `kept` channels of highest score
-// in ascending order (ties: the lower index stays).
+// in ascending order (ties: the lower index stays); every channel's score in `scores` when given.
 std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const float* mean_sq,
-                                     int64_t kept);
+                                     int64_t kept, std::vector<double>* scores = nullptr);
 
 // Structured pruning of attention heads. `o_proj` is the output projection's weight
 // ([heads * head_dim, N], or [N, heads * head_dim] when `transposed`), mean_sq its input's
@@ -87,10 +87,12 @@ std::vector<int64_t> keptMlpChannels(const Tensor& down, bool transposed, const 
 // channels' ||x_f||2 * ||W_o[f, :]||2 (the MLP channels' score) and a group the sum of its
 // heads'. The `groups_removed` lowest-scoring groups go (with their query heads), then the
 // `heads_removed_per_group` lowest-scoring heads of every group kept, so each group keeps the
-// same count (ties: the lower index stays). Both lists ascending.
+// same count (ties: the lower index stays). Both lists ascending; the scores of every head and
+// group come with them (for the report).
 struct KeptHeads {
   std::vector<int64_t> heads;     // query heads kept
   std::vector<int64_t> kv_heads;  // key/value heads (groups) kept
+  std::vector<double> head_scores, group_scores;
 };
 KeptHeads keptAttentionHeads(const Tensor& o_proj, bool transposed, const float* mean_sq,
                              int64_t heads, int64_t kv_heads, int64_t groups_removed,

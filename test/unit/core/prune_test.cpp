@@ -279,6 +279,10 @@ TEST(MlpChannelsTest, ActivationWeightedScoresByHand) {
   EXPECT_EQ(keptMlpChannels(transposed, true, mean_sq, 2), (std::vector<int64_t>{0, 1}));
   const float flat[] = {1, 1, 1, 1};
   EXPECT_EQ(keptMlpChannels(down, false, flat, 2), (std::vector<int64_t>{0, 2}));
+  // The scores the report prints.
+  std::vector<double> scores;
+  keptMlpChannels(down, false, mean_sq, 2, &scores);
+  EXPECT_EQ(scores, (std::vector<double>{5, 10, 4, 4}));
 }
 
 // Attention heads: two heads of head_dim 2 (one KV head each), the output projection's input
@@ -315,6 +319,8 @@ TEST(AttentionHeadsTest, GroupsAndHeadsPerGroup) {
   KeptHeads both = keptAttentionHeads(o_proj, false, mean_sq, 4, 2, 1, 1);
   EXPECT_EQ(both.heads, (std::vector<int64_t>{1}));
   EXPECT_EQ(both.kv_heads, (std::vector<int64_t>{0}));
+  EXPECT_EQ(both.head_scores, (std::vector<double>{2, 3, 2, 2}));
+  EXPECT_EQ(both.group_scores, (std::vector<double>{5, 4}));
 }
 
 // Block influence by hand: rows unchanged (cosine 1), turned by 90 degrees (0), reversed (-1)
