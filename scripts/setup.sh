@@ -21,6 +21,7 @@ APT_PACKAGES=(
   python3 python3-venv
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: clang and libFuzzer (only recommended by clang)
   qemu-user  # test/isa/emulated_host.py: tests on an emulated AVX2-only CPU
+  pkgconf  # test/install: a C program built against the installed SDK through llmc.pc
 )
 
 missing=()
