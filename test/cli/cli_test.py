@@ -9,6 +9,7 @@ helper API, so the test needs no fixtures.
 import argparse
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -257,6 +258,74 @@ class CliTest(unittest.TestCase):
         bad = self.write("bad_tokenizer.json", b'{"model": {"type": "Unigram", "vocab": []}}')
         code, _, err = run("compile", model, "-o", self.path("e"), "--tokenizer", bad)
         self.assert_one_error(code, err, 2, "bad_tokenizer.json")
+
+    def test_compile_folder(self):
+        """`llmc compile DIR` on the folder an exporter writes: the same engine as naming each file,
+        so `llmc generate --prompt` needs nothing else; errors and warnings name the file."""
+        demo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "demo")
+        folder = self.path("export")
+        os.makedirs(folder)
+        for name in ("model.onnx", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            shutil.copy(os.path.join(demo, name), folder)
+        eos = json.load(open(os.path.join(demo, "generation_config.json")))["eos_token_id"]
+        config = {"vocab_size": 12345, "bos_token_id": 1, "eos_token_id": 2, "max_position_embeddings": 96}
+        self.write("export/config.json", json.dumps(config).encode())
+        engine = self.path("folder.engine")
+        code, out, err = run("compile", folder, "-o", engine)
+        self.assertEqual(code, 0, err)
+        self.assertIn("from " + folder + ": model.onnx, tokenizer.json, tokenizer_config.json, "
+                      "generation_config.json, config.json", out)
+        # config.json's vocabulary is not the model's: a warning naming the file.
+        self.assertIn("config.json: vocab_size 12345, the model's logits", err)
+        # generation_config.json's EOS wins over config.json's; BOS from config.json; the context
+        # from max_position_embeddings: the engine equals the explicit compile byte for byte.
+        explicit = self.compile_ok(os.path.join(demo, "model.onnx"), "explicit.engine",
+                                   "--tokenizer", os.path.join(demo, "tokenizer.json"),
+                                   "--tokenizer-config", os.path.join(demo, "tokenizer_config.json"),
+                                   "--generation-config", os.path.join(demo, "generation_config.json"),
+                                   "--eos-id", str(eos), "--bos-id", "1", "--max-context", "96")
+        self.assertEqual(open(engine, "rb").read(), open(explicit, "rb").read())
+        code, out, err = run("generate", engine, "--prompt", "And God said", "--max-new-tokens", "6")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith("And God said") and len(out) > len("And God said\n"), out)
+        # Options given win over the folder's files.
+        code, out, err = run("compile", folder, "-o", self.path("e.engine"), "--eos-id", "3", "--max-context", "32")
+        self.assertEqual(code, 0, err)
+        code, out, _ = run("inspect", self.path("e.engine"), "--json")
+        self.assertEqual(json.loads(out)["llm"]["eos_token_ids"], [3], out)
+        self.assertEqual(json.loads(out)["llm"]["max_context"], 32, out)
+
+        # Errors: exit 2, one message naming the folder or the file, nothing written.
+        def refused(folder, *fragments):
+            out_path = self.path("refused.engine")
+            code, _, err = run("compile", folder, "-o", out_path)
+            self.assert_one_error(code, err, 2, *fragments)
+            self.assertFalse(os.path.exists(out_path))
+        empty = self.path("empty")
+        os.makedirs(empty)
+        refused(empty, "no .onnx model in the folder")
+        two = self.path("two")
+        os.makedirs(two)
+        for name in ("decoder_model.onnx", "decoder_with_past_model.onnx"):
+            shutil.copy(os.path.join(demo, "model.onnx"), os.path.join(two, name))
+        refused(two, "several models (decoder_model.onnx, decoder_with_past_model.onnx)")
+        self.write("export/generation_config.json", b'{"eos_token_id": [0, 999999]}')
+        refused(folder, "generation_config.json: eos_token_id 999999 is not in the vocabulary")
+        self.write("export/generation_config.json", b'{"eos_token_id": "x"}')
+        refused(folder, "generation_config.json: eos_token_id", "is not a token id")
+        self.write("export/generation_config.json", b'{"eos_token_id": 0}')
+        self.write("export/config.json", b'{"vocab_size": ')
+        refused(folder, "config.json: not a JSON object")
+        os.remove(os.path.join(folder, "config.json"))
+        big = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "tokenizers", "gpt2_bpe",
+                           "tokenizer.json")
+        shutil.copy(big, os.path.join(folder, "tokenizer.json"))
+        refused(folder, "tokenizer.json: the tokenizer has 3000 ids, the model's logits 2048", "does not belong")
+        # No tokenizer: compiles, with a warning that says what that means.
+        os.remove(os.path.join(folder, "tokenizer.json"))
+        code, _, err = run("compile", folder, "-o", self.path("untokenized.engine"))
+        self.assertEqual(code, 0, err)
+        self.assertIn("no tokenizer.json: the engine carries no tokenizer", err)
 
     def test_opset_out_of_range(self):
         code, _, err = run("compile", self.save(simple_model(opset=11)), "-o", self.path("e"))
@@ -589,10 +658,14 @@ class CliTest(unittest.TestCase):
                 (("bench", path), "engine"),
                 (("inspect", path), "engine"),
             ]
+            if path == folder:  # a folder is a model folder to compile (test_compile_folder)
+                cases = cases[1:]
             for args, option in cases:
                 code, out, err = run(*args)
                 self.assert_one_error(code, err, 2, tensor if "--input" in option else path, option, fragment)
                 self.assertNotIn("tokens", out, args)
+        code, _, err = run("compile", folder, "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, folder, "no .onnx model in the folder")
         # --calib-dir takes a directory: a file is refused, and so is a sample that is a folder.
         code, _, err = run("compile", model, "-o", self.path("e"), "--quantize", "w8a8", "--calib-dir", tokenizer)
         self.assert_one_error(code, err, 2, "--calib-dir", "is not a directory")

@@ -15,6 +15,7 @@
 #include "core/file_io.h"
 #include "eval.h"
 #include "llmc/drift.h"
+#include "model_dir.h"
 #include "pipeline/Pipeline.h"
 
 namespace llmc::cli {
@@ -301,6 +302,16 @@ int runCompile(const std::vector<std::string>& args) {
   }
   if (options.input_path.empty()) return usageError("compile", "no model given");
   if (options.output_path.empty()) return usageError("compile", "no output given (-o OUT.engine)");
+  // A folder as exporters write it: the model, its tokenizer and configs (model_dir.h).
+  std::error_code dir_error;
+  const bool from_dir = std::filesystem::is_directory(options.input_path, dir_error);
+  ModelDir model_dir;
+  if (from_dir) {
+    if (Status s = resolveModelDir(&options, &model_dir); !s.ok()) return reportError("compile", s);
+    for (const std::string& warning : model_dir.warnings)
+      std::fprintf(stderr, "llmc compile: warning: %s\n", warning.c_str());
+    model_dir.warnings.clear();
+  }
   if (!drift_text.empty() && (drift_tokens + drift_new_tokens - 1) / drift_new_tokens < 64)
     return usageError("compile", "--drift-tokens " + std::to_string(drift_tokens) +
                                      " at --drift-new-tokens " + std::to_string(drift_new_tokens) +
@@ -333,6 +344,7 @@ int runCompile(const std::vector<std::string>& args) {
   if (!status.ok()) return reportError("compile", status);
   std::vector<uint8_t> engine;
   status = compileModelBytes(model, options, &engine, &stats);
+  if (status.ok() && from_dir) status = checkModelDir(options, engine, &model_dir);
   if (status.ok() && max_ppl_increase >= 0)
     status =
         checkAccuracy(model, options, engine, stats, eval_text, eval_text_option, max_ppl_increase);
@@ -361,11 +373,19 @@ int runCompile(const std::vector<std::string>& args) {
     if (!record.fired && record.pass == "quantize" && record.reason.find("--keep-float") == std::string::npos)
       std::fprintf(stderr, "llmc compile: warning: %s not quantized to %s: %s\n", record.nodes.c_str(),
                    record.pattern.c_str(), record.reason.c_str());
+  for (const std::string& warning : model_dir.warnings)
+    std::fprintf(stderr, "llmc compile: warning: %s\n", warning.c_str());
   if (report) printFusionReport(stats.fusions);
   if (stats.llm_recognized)
     std::printf("decoder language model: %lld attention layers over the paged KV cache\n",
                 static_cast<long long>(stats.llm_layers));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (from_dir) {
+    std::string taken;
+    for (const std::string& name : model_dir.taken) taken += ", " + name;
+    std::printf("from %s: %s%s\n", model_dir.dir.c_str(),
+                std::filesystem::path(options.input_path).filename().c_str(), taken.c_str());
+  }
   std::printf("wrote %s: %zu steps, %.1f KiB weights, %.1f KiB arena, %.1f KiB engine (%.2f s)\n",
               options.output_path.c_str(), stats.num_steps, stats.weight_bytes / 1024.0,
               stats.arena_bytes / 1024.0, stats.engine_bytes / 1024.0, seconds);
