@@ -208,16 +208,21 @@ llmc_status* llmc_engine_output(const llmc_engine* engine, size_t index, llmc_te
 }
 
 const char* llmc_engine_metadata(const llmc_engine* engine, const char* key) {
+  // (strcmp, not std::string: nothing here may allocate, so nothing can throw into C.)
   if (!engine || !key) return nullptr;
   const llmc::Engine& e = *engine->engine;
-  const std::string k = key;
-  if (k == "target") return e.target().c_str();
-  if (k == "compiler_version") return e.compilerVersion().c_str();
-  if (k == "build_options") return e.buildOptions().c_str();
-  if (k == "source_hash") return e.sourceHash().c_str();
-  if (k == "tokenizer_json") return e.tokenizerJson().c_str();
-  if (k == "tokenizer_config_json") return e.tokenizerConfigJson().c_str();
-  if (k == "generation_config_json") return e.generationConfigJson().c_str();
+  const struct {
+    const char* key;
+    const std::string& value;
+  } entries[] = {{"target", e.target()},
+                 {"compiler_version", e.compilerVersion()},
+                 {"build_options", e.buildOptions()},
+                 {"source_hash", e.sourceHash()},
+                 {"tokenizer_json", e.tokenizerJson()},
+                 {"tokenizer_config_json", e.tokenizerConfigJson()},
+                 {"generation_config_json", e.generationConfigJson()}};
+  for (const auto& entry : entries)
+    if (std::strcmp(key, entry.key) == 0) return entry.value.c_str();
   return nullptr;
 }
 
