@@ -204,6 +204,12 @@ int main(int argc, char** argv) {
   llmc_session* never = NULL;
   checkError(llmc_session_create(engine, &wrong, &never), LLMC_INVALID_ARGUMENT, "struct_size",
              "options with a wrong struct_size: INVALID_ARGUMENT");
+  wrong = session_options;
+  wrong.backend = (llmc_backend)7;
+  checkError(llmc_session_create(engine, &wrong, &never), LLMC_INVALID_ARGUMENT, "unknown backend 7",
+             "an unknown backend: INVALID_ARGUMENT");
+  check(llmc_dtype_size(LLMC_DTYPE_INT64) == 8 && llmc_dtype_size((llmc_dtype)99) == 0,
+        "dtype sizes; 0 for an unknown dtype");
   llmc_session_free(session);
 
   /* The tokenizer: the engine's and the file's encode alike; decode inverts encode. */

@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/api_guard.h"
@@ -48,6 +49,15 @@ llmc_status* toC(const llmc::Status& status) {
 template <typename Body>
 llmc_status* guarded(const char* operation, Body&& body) {
   return toC(llmc::guardApi(operation, std::forward<Body>(body)));
+}
+
+// An enum field as the int the caller stored: C may store any int in it, and loading a value
+// outside the enum's range as the enum type is undefined in C++.
+template <typename Enum>
+int rawEnum(const Enum& field) {
+  std::underlying_type_t<Enum> raw;
+  std::memcpy(&raw, &field, sizeof(raw));
+  return static_cast<int>(raw);
 }
 
 llmc::Status nullArgument(const char* function, const char* argument) {
@@ -107,7 +117,7 @@ const char* llmc_status_message(const llmc_status* status) {
 }
 
 const char* llmc_code_name(llmc_code code) {
-  return llmc::statusCodeName(static_cast<llmc::StatusCode>(code));
+  return llmc::statusCodeName(static_cast<llmc::StatusCode>(rawEnum(code)));
 }
 
 void llmc_status_free(llmc_status* status) {
@@ -119,7 +129,10 @@ int llmc_api_version(void) { return LLMC_C_API_VERSION; }
 void llmc_free(void* p) { std::free(p); }
 
 size_t llmc_dtype_size(llmc_dtype dtype) {
-  return llmc::dtypeSize(static_cast<llmc::DType>(dtype));
+  const int raw = rawEnum(dtype);
+  return raw >= 0 && raw <= 255 && llmc::isValidDType(raw)
+             ? llmc::dtypeSize(static_cast<llmc::DType>(raw))
+             : 0;
 }
 
 // ----- Engines -----
@@ -254,11 +267,11 @@ llmc::Status sessionOptions(const char* function, const llmc_session_options* in
     return llmc::invalidArgument(std::string(function) +
                                  ": llmc_session_options.struct_size is too small (take the "
                                  "options from llmc_session_options_default())");
-  if (in->backend != LLMC_BACKEND_AUTO && in->backend != LLMC_BACKEND_CPU &&
-      in->backend != LLMC_BACKEND_CUDA)
+  const int backend = rawEnum(in->backend);
+  if (backend != LLMC_BACKEND_AUTO && backend != LLMC_BACKEND_CPU && backend != LLMC_BACKEND_CUDA)
     return llmc::invalidArgument(std::string(function) + ": unknown backend " +
-                                 std::to_string(static_cast<int>(in->backend)));
-  out->backend = static_cast<llmc::Backend>(in->backend);
+                                 std::to_string(backend));
+  out->backend = static_cast<llmc::Backend>(backend);
   out->threads = in->threads;
   return llmc::okStatus();
 }
@@ -291,15 +304,17 @@ llmc_status* llmc_session_run(llmc_session* session, const llmc_tensor* inputs, 
       const llmc_tensor& t = inputs[i];
       const std::string which = "llmc_session_run: input " + std::to_string(i);
       if (!t.name) return llmc::invalidArgument(which + " has no name");
-      if (llmc::dtypeSize(static_cast<llmc::DType>(t.dtype)) == 0)
+      const int dtype = rawEnum(t.dtype);
+      if (dtype < 0 || dtype > 255 || !llmc::isValidDType(dtype) ||
+          llmc::dtypeSize(static_cast<llmc::DType>(dtype)) == 0)
         return llmc::invalidArgument(which + " (" + t.name + "): unknown dtype " +
-                                     std::to_string(static_cast<int>(t.dtype)));
+                                     std::to_string(dtype));
       if (t.rank && !t.shape)
         return llmc::invalidArgument(which + " (" + t.name + "): shape is NULL");
       llmc::Shape shape(t.shape, t.shape + t.rank);
       for (int64_t d : shape)
         if (d < 0) return llmc::invalidArgument(which + " (" + t.name + "): a negative dimension");
-      llmc::Tensor view = llmc::Tensor::view(static_cast<llmc::DType>(t.dtype), shape, t.data);
+      llmc::Tensor view = llmc::Tensor::view(static_cast<llmc::DType>(dtype), shape, t.data);
       if (!t.data && view.numElements() > 0)
         return llmc::invalidArgument(which + " (" + t.name + "): data is NULL");
       bound.push_back({t.name, view});
