@@ -439,15 +439,18 @@ llmc_generator_options llmc_generator_options_default(void) {
 }
 
 llmc_generation_options llmc_generation_options_default(void) {
+  // The C++ API's defaults, so the two cannot drift apart.
+  const llmc::GenerationOptions defaults;
+  const llmc::SamplingParams& sampling = defaults.sampling;
   llmc_generation_options options{};
   options.struct_size = sizeof(llmc_generation_options);
-  options.max_new_tokens = 32;
-  options.temperature = 0;
-  options.top_k = 0;
-  options.top_p = 1;
-  options.min_p = 0;
-  options.repetition_penalty = 1;
-  options.seed = 0;
+  options.max_new_tokens = defaults.max_new_tokens;
+  options.temperature = sampling.temperature;
+  options.top_k = sampling.top_k;
+  options.top_p = sampling.top_p;
+  options.min_p = sampling.min_p;
+  options.repetition_penalty = sampling.repetition_penalty;
+  options.seed = sampling.seed;
   options.stop_token_ids = nullptr;
   options.stop_token_count = 0;
   return options;
