@@ -17,9 +17,18 @@ start=$(date +%s)
 echo "== build: Release (build/) =="
 ./scripts/build.sh
 
+# The Python package (pyproject.toml) into .venv, built in the Release tree itself (its module
+# and nothing else is new there), as `pip install .` builds it for users; test/python runs it.
+echo "== build: the Python package into .venv (pip install ., in build/) =="
+.venv/bin/python -m pip install -q --no-build-isolation --no-deps --disable-pip-version-check \
+  --config-settings=build-dir=build --config-settings=cmake.define.LLMC_BUILD_TESTS=ON .
+
 echo "== build: ASan + UBSan (build/asan) =="
 if [[ ! -f build/asan/build.ninja ]]; then
+  # -g1 (line tables, no variables): the sanitizers' reports name files and lines; full debug
+  # info made this, the longest build, about a third slower cold (docs/testing.md).
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
     -DLLMC_SANITIZE=address,undefined -DLLMC_ENABLE_CUDA=OFF \
     -DLLMC_PYTHON="$ROOT/.venv/bin/python" >/dev/null
 fi

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -436,6 +437,20 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   fpm.addPass(createPlanMemory());
 
   progress("optimizing and planning");
+  // Each pass as it starts, and the long passes' products (reportProgress) on the way.
+  struct PassProgress : public PassInstrumentation {
+    explicit PassProgress(const std::function<void(const std::string&)>& f) : progress(f) {}
+    void runBeforePass(Pass* pass, Operation*) override {
+      if (pass->getArgument().empty()) return;  // pass managers' adaptors
+      progress("pass " + pass->getArgument().str());
+    }
+    const std::function<void(const std::string&)>& progress;
+  };
+  std::optional<ScopedProgressHook> pass_progress;
+  if (options.progress) {
+    pm.addInstrumentation(std::make_unique<PassProgress>(options.progress));
+    pass_progress.emplace(options.progress);
+  }
   if (failed(pm.run(module))) {
     std::string message = joinLines(diagnostics);
     return invalidArgument(message.empty() ? "compilation failed" : message);

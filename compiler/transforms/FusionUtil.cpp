@@ -12,6 +12,19 @@ using namespace mlir;
 
 namespace llmc {
 
+namespace {
+thread_local ProgressHook progress_hook;
+}  // namespace
+
+ScopedProgressHook::ScopedProgressHook(ProgressHook hook) : previous_(std::move(progress_hook)) {
+  progress_hook = std::move(hook);
+}
+ScopedProgressHook::~ScopedProgressHook() { progress_hook = std::move(previous_); }
+
+void reportProgress(const std::string& stage) {
+  if (progress_hook) progress_hook(stage);
+}
+
 std::string where(Operation* op) {
   std::string node = nodeNameOf(op);
   return node.empty() ? "an unnamed " + op->getName().getStringRef().str() + " node"

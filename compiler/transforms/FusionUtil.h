@@ -3,6 +3,7 @@
 // fused ops, and the fusion log that `llmc compile --report` prints.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,6 +17,22 @@
 namespace llmc {
 
 // "node 'NAME'" (or "an unnamed nn.x node") for messages.
+// Progress of the long passes (quantization and pruning, product by product): the pipeline
+// installs a hook for the passes of one compile on its thread (the context is single-threaded,
+// so passes run there); reportProgress does nothing without one.
+using ProgressHook = std::function<void(const std::string& stage)>;
+class ScopedProgressHook {
+ public:
+  explicit ScopedProgressHook(ProgressHook hook);
+  ~ScopedProgressHook();
+  ScopedProgressHook(const ScopedProgressHook&) = delete;
+  ScopedProgressHook& operator=(const ScopedProgressHook&) = delete;
+
+ private:
+  ProgressHook previous_;
+};
+void reportProgress(const std::string& stage);
+
 std::string where(mlir::Operation* op);
 // Whether `op` is non-null and named `name` ("nn.mul").
 bool isOp(mlir::Operation* op, llvm::StringRef name);

@@ -209,7 +209,10 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       }
       llvm::DenseMap<Operation*, PrunePattern> shares;
       if (overall) allocateOverall(func, targets, &shares);
-      for (Operation* op : targets) {
+      for (size_t i = 0; i < targets.size(); ++i) {
+        Operation* op = targets[i];
+        reportProgress("prune: product " + std::to_string(i + 1) + "/" +
+                       std::to_string(targets.size()) + " " + where(op));
         auto share = shares.find(op);
         prune(func, op, share == shares.end() ? pattern_ : share->second);
       }

@@ -164,7 +164,11 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
         products.push_back(&op);
       if (isOp(&op, "nn.gather")) gathers.push_back(&op);
     }
-    for (Operation* op : products) quantize(func, op, returned.count(op) ? *head : *traits);
+    for (size_t i = 0; i < products.size(); ++i) {
+      reportProgress("quantize " + format + ": product " + std::to_string(i + 1) + "/" +
+                     std::to_string(products.size()) + " " + where(products[i]));
+      quantize(func, products[i], returned.count(products[i]) ? *head : *traits);
+    }
     // A table has no activations: w8a8 stores it as int8.
     for (Operation* op : gathers)
       quantizeTable(func, op, head->per_token_activations ? quantTraits(QuantFormat::kInt8) : *head);

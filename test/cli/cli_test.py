@@ -549,6 +549,45 @@ class CliTest(unittest.TestCase):
         self.assertIn("note: compiled as a graph, not as a decoder language model", err)
         self.assertIn("bidirectional", err)
 
+    def test_compile_progress(self):
+        """Progress on a terminal (one line rewritten in place, cleared at the end), a line per
+        stage with --verbose, nothing when stderr is a file or a pipe."""
+        import pty
+        model = self.save(micro_decoder())
+        args = ["compile", model, "-o", self.path("progress.engine"), "--quantize", "int8"]
+        code, out, err = run(*args)
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("llmc compile [", err)
+        code, out, err = run(*args, "--verbose")
+        self.assertEqual(code, 0, err)
+        for stage in ("] importing ", "] pass llmc-fuse-norms\n", "] pass llmc-quantize-weights\n",
+                      "] quantize int8: product 1/", "] writing "):
+            self.assertIn(stage, err)
+        primary, secondary = pty.openpty()
+        proc = subprocess.Popen([LLMC, *args], stdout=subprocess.PIPE, stderr=secondary)
+        os.close(secondary)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        os.close(primary)
+        proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 0, seen)
+        text = seen.decode()
+        self.assertIn("\r\x1b[Kllmc compile [", text)
+        self.assertIn("] pass llmc-quantize-weights", text)
+        self.assertIn("] quantize int8: product ", text)
+        # One line, rewritten (no scrolling), then cleared before the warnings are printed.
+        last_clear = text.rindex("\r\x1b[K")
+        self.assertNotIn("\n", text[:last_clear])
+        self.assertNotIn("llmc compile [", text[last_clear:])
+        self.assertIn("warning: ", text[last_clear:])
+
     def test_language_model_options(self):
         model = self.save(micro_decoder())
         for extra, expected_code, message in [

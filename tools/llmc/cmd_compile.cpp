@@ -116,90 +116,89 @@ Status checkAccuracy(const std::string& model, const CompileOptions& options,
 
 }  // namespace
 
-int parseCompileFlag(const std::string& command, const std::vector<std::string>& args, size_t& i,
-                     CompileOptions& options, bool* report) {
+Status parseCompileFlag(const std::vector<std::string>& args, size_t& i, CompileOptions& options,
+                        bool* report, bool* consumed) {
   const std::string& arg = args[i];
+  *consumed = true;
   auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
   if (arg == "--target") {
     const std::string* v = value();
-    if (!v) return usageError(command, "--target needs a value");
+    if (!v) return invalidArgument("--target needs a value");
     options.target = *v;
   } else if (arg == "--dim") {
     const std::string* v = value();
     std::string name;
     int64_t min = 0, max = 0;
     if (!v || !parseDim(*v, &name, &min, &max))
-      return usageError(command,
-                        "--dim takes NAME=MIN:MAX (integers, MAX -1 for unbounded), got '" +
-                            (v ? *v : std::string()) + "'");
+      return invalidArgument("--dim takes NAME=MIN:MAX (integers, MAX -1 for unbounded), got '" +
+                             (v ? *v : std::string()) + "'");
     options.dim_ranges[name] = {min, max};
   } else if (arg == "--tokenizer") {
     const std::string* v = value();
-    if (!v) return usageError(command, "--tokenizer needs a tokenizer.json");
+    if (!v) return invalidArgument("--tokenizer needs a tokenizer.json");
     options.tokenizer_path = *v;
   } else if (arg == "--tokenizer-config" || arg == "--generation-config") {
     const std::string* v = value();
-    if (!v) return usageError(command, arg + " needs a JSON file");
+    if (!v) return invalidArgument(arg + " needs a JSON file");
     (arg == "--tokenizer-config" ? options.tokenizer_config_path : options.generation_config_path) =
         *v;
   } else if (arg == "--as-graph") {
     options.as_graph = true;
   } else if (arg == "--max-context") {
     if (Status s = intOption(args, &i, 1, kMaxContextTokens, &options.max_context); !s.ok())
-      return usageError(command, s);
+      return s;
   } else if (arg == "--bos-id" || arg == "--eos-id") {
     int32_t id = 0;
-    if (Status s = intOption(args, &i, 0, kInt32Max, &id); !s.ok()) return usageError(command, s);
+    if (Status s = intOption(args, &i, 0, kInt32Max, &id); !s.ok()) return s;
     if (arg == "--bos-id")
       options.bos_token_id = id;
     else
       options.eos_token_ids.push_back(id);
   } else if (arg == "--opt-level") {  // 0: no fusion; 1: every fusion pass
-    if (Status s = intOption(args, &i, 0, 1, &options.opt_level); !s.ok())
-      return usageError(command, s);
+    if (Status s = intOption(args, &i, 0, 1, &options.opt_level); !s.ok()) return s;
   } else if (arg == "--disable-pass") {
     const std::string* v = value();
-    if (!v) return usageError(command, "--disable-pass needs a pass name");
+    if (!v) return invalidArgument("--disable-pass needs a pass name");
     options.disabled_passes.push_back(*v);
   } else if (arg == "--quantize" || arg == "--quant-head") {
     const std::string* v = value();
     if (!v || (*v != "int8" && *v != "int4" && *v != "int4_zp" && *v != "w8a8" && *v != "fp8"))
-      return usageError(command, arg + " takes int8, int4, int4_zp, w8a8 or fp8");
+      return invalidArgument(arg + " takes int8, int4, int4_zp, w8a8 or fp8");
     (arg == "--quantize" ? options.quantize : options.quant_head) = *v;
   } else if (arg == "--quant-group") {
     int64_t group = 0;
-    if (Status s = intOption(args, &i, 32, 4096, &group); !s.ok()) return usageError(command, s);
+    if (Status s = intOption(args, &i, 32, 4096, &group); !s.ok()) return s;
     if (group % 32 != 0)
-      return usageError(command, "--quant-group takes a multiple of 32 (32, 64, 128, ...), got '" +
-                                     args[i] + "'");
+      return invalidArgument("--quant-group takes a multiple of 32 (32, 64, 128, ...), got '" +
+                             args[i] + "'");
     options.quant_group = group;
   } else if (arg == "--calib" || arg == "--calib-dir") {
     const std::string* v = value();
-    if (!v || v->empty()) return usageError(command, arg + " needs a " + (arg == "--calib" ? "file" : "directory"));
+    if (!v || v->empty())
+      return invalidArgument(arg + " needs a " + (arg == "--calib" ? "file" : "directory"));
     (arg == "--calib" ? options.calib_file : options.calib_dir) = *v;
   } else if (arg == "--awq") {
     options.awq = true;
   } else if (arg == "--smooth-alpha") {
-    if (Status s = floatOption(args, &i, 0, 1, &options.smooth_alpha); !s.ok())
-      return usageError(command, s);
+    if (Status s = floatOption(args, &i, 0, 1, &options.smooth_alpha); !s.ok()) return s;
   } else if (arg == "--smooth-percentile") {  // in (0.5, 1], e.g. 0.99
     double q = 0;
-    if (Status s = floatOption(args, &i, 0.5, 1, &q); !s.ok()) return usageError(command, s);
+    if (Status s = floatOption(args, &i, 0.5, 1, &q); !s.ok()) return s;
     if (q == 0.5)
-      return usageError(command,
-                        "--smooth-percentile takes a number in (0.5, 1], got '" + args[i] + "'");
+      return invalidArgument("--smooth-percentile takes a number in (0.5, 1], got '" + args[i] +
+                             "'");
     options.smooth_percentile = q;
   } else if (arg == "--prune") {  // METHOD:PATTERN (docs/pruning.md); checked by the compiler
     const std::string* v = value();
     if (!v || v->empty())
-      return usageError(
-          command, "--prune needs METHOD:PATTERN (wanda:0.5, sparsegpt:2:4, mlp:0.25, heads:0.25)");
+      return invalidArgument(
+          "--prune needs METHOD:PATTERN (wanda:0.5, sparsegpt:2:4, mlp:0.25, heads:0.25)");
     options.prune = *v;
   } else if (arg == "--sparse-storage") {  // pruned int8 and w8a8 weights as mask + kept values
     options.sparse_storage = true;
   } else if (arg == "--keep-float" || arg == "--keep-dense") {
     const std::string* v = value();
-    if (!v || v->empty()) return usageError(command, arg + " needs a node-name pattern");
+    if (!v || v->empty()) return invalidArgument(arg + " needs a node-name pattern");
     (arg == "--keep-float" ? options.keep_float : options.keep_dense).push_back(*v);
   } else if (arg == "--strip-weights") {
     options.strip_weights = true;
@@ -209,12 +208,12 @@ int parseCompileFlag(const std::string& command, const std::vector<std::string>&
     options.pass_timing = true;
   } else if (arg == "--dump-ir-after") {
     const std::string* v = value();
-    if (!v) return usageError(command, "--dump-ir-after needs a pass name");
+    if (!v) return invalidArgument("--dump-ir-after needs a pass name");
     options.dump_ir_after = *v;
   } else {
-    return -1;
+    *consumed = false;
   }
-  return kExitOk;
+  return okStatus();
 }
 
 // --drift-text: the engine's output statistics on `text` (the contents of `text_path`;
@@ -262,133 +261,154 @@ Status addDriftBaseline(const CompileOptions& options, const std::string& text_p
   return okStatus();
 }
 
-int runCompile(const std::vector<std::string>& args) {
-  CompileOptions options;
-  bool report = false;
+Status compileFromArgs(const std::vector<std::string>& args, const CompileProgress& progress,
+                       CompileRun* run) {
+  CompileOptions& options = run->options;
   double max_ppl_increase = -1;
   std::string eval_text, eval_text_option = "--eval-text", drift_text;
   int64_t drift_tokens = 4096, drift_new_tokens = 4;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "-o" || arg == "--output" || arg == "--eval-text" || arg == "--drift-text") {
-      if (i + 1 >= args.size()) return usageError("compile", arg + " needs a file name");
+      if (i + 1 >= args.size()) return invalidArgument(arg + " needs a file name");
       (arg == "--eval-text"    ? eval_text
        : arg == "--drift-text" ? drift_text
                                : options.output_path) = args[++i];
       continue;
     }
     if (arg == "--drift-tokens" || arg == "--drift-new-tokens") {
-      Status s = arg == "--drift-tokens" ? intOption(args, &i, 64, 1 << 20, &drift_tokens)
-                                         : intOption(args, &i, 1, 4096, &drift_new_tokens);
-      if (!s.ok()) return usageError("compile", s);
+      LLMC_RETURN_IF_ERROR(arg == "--drift-tokens"
+                               ? intOption(args, &i, 64, 1 << 20, &drift_tokens)
+                               : intOption(args, &i, 1, 4096, &drift_new_tokens));
       continue;
     }
     if (arg == "--max-ppl-increase") {  // a percentage, e.g. 5 for 5%
-      if (Status s = floatOption(args, &i, 0, kUnbounded, &max_ppl_increase); !s.ok())
-        return usageError("compile", s);
+      LLMC_RETURN_IF_ERROR(floatOption(args, &i, 0, kUnbounded, &max_ppl_increase));
       continue;
     }
-    int parsed = parseCompileFlag("compile", args, i, options, &report);
-    if (parsed > 0) return parsed;
-    if (parsed == kExitOk) continue;
+    bool consumed = false;
+    LLMC_RETURN_IF_ERROR(parseCompileFlag(args, i, options, &run->report, &consumed));
+    if (consumed) continue;
     if (!arg.empty() && arg[0] == '-') {
-      return usageError("compile", "unknown option '" + arg + "'");
+      return invalidArgument("unknown option '" + arg + "'");
     } else if (options.input_path.empty()) {
       options.input_path = arg;
     } else {
-      return usageError("compile",
-                        "more than one model given ('" + options.input_path + "', '" + arg + "')");
+      return invalidArgument("more than one model given ('" + options.input_path + "', '" + arg +
+                             "')");
     }
   }
-  if (options.input_path.empty()) return usageError("compile", "no model given");
-  if (options.output_path.empty()) return usageError("compile", "no output given (-o OUT.engine)");
+  if (options.input_path.empty()) return invalidArgument("no model given");
+  if (options.output_path.empty()) return invalidArgument("no output given (-o OUT.engine)");
   // A folder as exporters write it: the model, its tokenizer and configs (model_dir.h).
   std::error_code dir_error;
   const bool from_dir = std::filesystem::is_directory(options.input_path, dir_error);
   ModelDir model_dir;
-  if (from_dir) {
-    if (Status s = resolveModelDir(&options, &model_dir); !s.ok()) return reportError("compile", s);
-    for (const std::string& warning : model_dir.warnings)
-      std::fprintf(stderr, "llmc compile: warning: %s\n", warning.c_str());
-    model_dir.warnings.clear();
-  }
+  if (from_dir) LLMC_RETURN_IF_ERROR(resolveModelDir(&options, &model_dir));
   if (!drift_text.empty() && (drift_tokens + drift_new_tokens - 1) / drift_new_tokens < 64)
-    return usageError("compile", "--drift-tokens " + std::to_string(drift_tokens) +
-                                     " at --drift-new-tokens " + std::to_string(drift_new_tokens) +
-                                     " per prompt makes fewer than the 64 prompts a drift "
-                                     "baseline needs");
+    return invalidArgument("--drift-tokens " + std::to_string(drift_tokens) +
+                           " at --drift-new-tokens " + std::to_string(drift_new_tokens) +
+                           " per prompt makes fewer than the 64 prompts a drift baseline needs");
   if (!drift_text.empty() && options.strip_weights)
-    return usageError("compile",
-                      "--drift-text runs the engine: it needs the weights (not --strip-weights)");
+    return invalidArgument(
+        "--drift-text runs the engine: it needs the weights (not --strip-weights)");
   if (max_ppl_increase >= 0) {
     if (options.quantize.empty() && options.prune.empty())
-      return usageError("compile", "--max-ppl-increase goes with --quantize or --prune");
-    if (options.strip_weights) return usageError("compile", "--max-ppl-increase needs the weights (not --strip-weights)");
+      return invalidArgument("--max-ppl-increase goes with --quantize or --prune");
+    if (options.strip_weights)
+      return invalidArgument("--max-ppl-increase needs the weights (not --strip-weights)");
     if (eval_text.empty()) eval_text = options.calib_file, eval_text_option = "--calib";
     if (eval_text.empty())
-      return usageError("compile", "--max-ppl-increase needs a text to evaluate on (--eval-text FILE or --calib FILE)");
+      return invalidArgument(
+          "--max-ppl-increase needs a text to evaluate on (--eval-text FILE or --calib FILE)");
   }
-  bool terminal = isatty(STDERR_FILENO);
-  if (terminal || options.pass_timing)
-    options.progress = [](const std::string& stage) {
-      std::fprintf(stderr, "llmc compile: %s\n", stage.c_str());
-    };
+  options.progress = progress;
 
   auto start = std::chrono::steady_clock::now();
-  CompileStats stats;
+  CompileStats& stats = run->stats;
   std::string model;
-  Status status = readFile(options.input_path, "model", &model);
-  if (!status.ok()) return reportError("compile", status);
+  LLMC_RETURN_IF_ERROR(readFile(options.input_path, "model", &model));
   std::string drift_contents;  // read now: a bad path fails before the compile, not after
-  if (!drift_text.empty()) status = readFile(drift_text, "--drift-text", &drift_contents);
-  if (!status.ok()) return reportError("compile", status);
+  if (!drift_text.empty())
+    LLMC_RETURN_IF_ERROR(readFile(drift_text, "--drift-text", &drift_contents));
   std::vector<uint8_t> engine;
-  status = compileModelBytes(model, options, &engine, &stats);
-  if (status.ok() && from_dir) status = checkModelDir(options, engine, &model_dir);
-  if (status.ok() && max_ppl_increase >= 0)
-    status =
-        checkAccuracy(model, options, engine, stats, eval_text, eval_text_option, max_ppl_increase);
-  if (status.ok() && !drift_text.empty())
-    status = addDriftBaseline(options, drift_text, drift_contents, drift_tokens,
-                              static_cast<int32_t>(drift_new_tokens), &engine);
-  if (status.ok()) {
-    if (options.progress) options.progress("writing " + options.output_path);
-    status = writeEngineFile(options.output_path, engine);
-  }
-  if (!status.ok()) return reportError("compile", status);
+  LLMC_RETURN_IF_ERROR(compileModelBytes(model, options, &engine, &stats));
+  if (from_dir) LLMC_RETURN_IF_ERROR(checkModelDir(options, engine, &model_dir));
+  if (max_ppl_increase >= 0)
+    LLMC_RETURN_IF_ERROR(checkAccuracy(model, options, engine, stats, eval_text, eval_text_option,
+                                       max_ppl_increase));
+  if (!drift_text.empty())
+    LLMC_RETURN_IF_ERROR(addDriftBaseline(options, drift_text, drift_contents, drift_tokens,
+                                          static_cast<int32_t>(drift_new_tokens), &engine));
+  if (options.progress) options.progress("writing " + options.output_path);
+  LLMC_RETURN_IF_ERROR(writeEngineFile(options.output_path, engine));
   // A model returning logits that is not recognized will generate by recomputation: a
-  // warning. Anything else (an encoder's hidden states) is a graph anyway: a note with --verbose.
-  if (!stats.llm_failures.empty() && (stats.llm_expected || options.pass_timing)) {
-    std::fprintf(stderr,
-                 stats.llm_expected
-                     ? "llmc compile: warning: not recognized as a decoder language model; the engine "
-                       "runs the graph as exported (full recomputation when generating):\n"
-                     : "llmc compile: note: compiled as a graph, not as a decoder language model:\n");
-    for (const std::string& failure : stats.llm_failures)
-      std::fprintf(stderr, "  %s\n", failure.c_str());
+  // warning. Anything else (an encoder's hidden states) is a graph anyway: a note.
+  if (!stats.llm_failures.empty()) {
+    std::string text = stats.llm_expected
+                           ? "not recognized as a decoder language model; the engine runs the "
+                             "graph as exported (full recomputation when generating):"
+                           : "compiled as a graph, not as a decoder language model:";
+    for (const std::string& failure : stats.llm_failures) text += "\n  " + failure;
+    (stats.llm_expected ? run->warnings : run->notes).push_back(text);
   }
   for (const FusionReport& record : stats.fusions)
-    if (record.pass == "shape-inference") std::fprintf(stderr, "llmc compile: warning: %s\n", record.reason.c_str());
+    if (record.pass == "shape-inference") run->warnings.push_back(record.reason);
   for (const FusionReport& record : stats.fusions)
-    if (!record.fired && record.pass == "quantize" && record.reason.find("--keep-float") == std::string::npos)
-      std::fprintf(stderr, "llmc compile: warning: %s not quantized to %s: %s\n", record.nodes.c_str(),
-                   record.pattern.c_str(), record.reason.c_str());
-  for (const std::string& warning : model_dir.warnings)
+    if (!record.fired && record.pass == "quantize" &&
+        record.reason.find("--keep-float") == std::string::npos)
+      run->warnings.push_back(record.nodes + " not quantized to " + record.pattern + ": " +
+                              record.reason);
+  for (const std::string& warning : model_dir.warnings) run->warnings.push_back(warning);
+  if (from_dir) {
+    run->from_dir =
+        model_dir.dir + ": " + std::filesystem::path(options.input_path).filename().string();
+    for (const std::string& name : model_dir.taken) run->from_dir += ", " + name;
+  }
+  run->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return okStatus();
+}
+
+int runCompile(const std::vector<std::string>& args) {
+  // On a terminal: one line, rewritten in place, with the elapsed time, the stage, the pass and
+  // the product being quantized or pruned; cleared at the end. With --verbose: every stage on a
+  // line of its own. Otherwise (a file, a pipe): nothing.
+  const bool verbose = std::find(args.begin(), args.end(), "--verbose") != args.end() ||
+                       std::find(args.begin(), args.end(), "-v") != args.end();
+  const bool terminal = isatty(STDERR_FILENO) && !verbose;
+  const auto start = std::chrono::steady_clock::now();
+  bool line_shown = false;
+  CompileProgress progress;
+  if (terminal || verbose)
+    progress = [&](const std::string& stage) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(
+          stderr, terminal ? "\r\033[Kllmc compile [%6.1f s] %.*s" : "llmc compile [%.1f s] %.*s\n",
+          seconds, terminal ? 160 : static_cast<int>(stage.size()), stage.c_str());
+      line_shown = terminal;
+    };
+  auto clearLine = [&] {
+    if (line_shown) std::fputs("\r\033[K", stderr);
+  };
+  CompileRun run;
+  const Status status = compileFromArgs(args, progress, &run);
+  clearLine();
+  if (!status.ok()) return reportError("compile", status);
+  for (const std::string& warning : run.warnings)
     std::fprintf(stderr, "llmc compile: warning: %s\n", warning.c_str());
-  if (report) printFusionReport(stats.fusions);
+  if (run.options.pass_timing)
+    for (const std::string& note : run.notes)
+      std::fprintf(stderr, "llmc compile: note: %s\n", note.c_str());
+  if (run.report) printFusionReport(run.stats.fusions);
+  const CompileStats& stats = run.stats;
   if (stats.llm_recognized)
     std::printf("decoder language model: %lld attention layers over the paged KV cache\n",
                 static_cast<long long>(stats.llm_layers));
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (from_dir) {
-    std::string taken;
-    for (const std::string& name : model_dir.taken) taken += ", " + name;
-    std::printf("from %s: %s%s\n", model_dir.dir.c_str(),
-                std::filesystem::path(options.input_path).filename().c_str(), taken.c_str());
-  }
+  if (!run.from_dir.empty()) std::printf("from %s\n", run.from_dir.c_str());
   std::printf("wrote %s: %zu steps, %.1f KiB weights, %.1f KiB arena, %.1f KiB engine (%.2f s)\n",
-              options.output_path.c_str(), stats.num_steps, stats.weight_bytes / 1024.0,
-              stats.arena_bytes / 1024.0, stats.engine_bytes / 1024.0, seconds);
+              run.options.output_path.c_str(), stats.num_steps, stats.weight_bytes / 1024.0,
+              stats.arena_bytes / 1024.0, stats.engine_bytes / 1024.0, run.seconds);
   return kExitOk;
 }
 

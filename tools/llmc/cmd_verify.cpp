@@ -523,9 +523,10 @@ int runVerify(const std::vector<std::string>& args) {
       if (!value.ok()) return usageError("verify", value);
       continue;
     }
-    int parsed = parseCompileFlag("verify", args, i, options, nullptr);
-    if (parsed > 0) return parsed;
-    if (parsed == kExitOk) continue;
+    bool consumed = false;
+    if (Status s = parseCompileFlag(args, i, options, nullptr, &consumed); !s.ok())
+      return usageError("verify", s);
+    if (consumed) continue;
     if (!arg.empty() && arg[0] == '-') return usageError("verify", "unknown option '" + arg + "'");
     if (!options.input_path.empty()) return usageError("verify", "more than one model given");
     options.input_path = arg;

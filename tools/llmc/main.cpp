@@ -7,37 +7,6 @@
 
 #include "cli.h"
 
-namespace llmc::cli {
-
-int exitCodeFor(const Status& status) {
-  switch (status.code()) {
-    case StatusCode::kOk: return kExitOk;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kOutOfRange:
-    case StatusCode::kDataLoss:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kUnimplemented: return kExitBadInput;
-    default: return kExitFailure;
-  }
-}
-
-int reportError(const std::string& command, const Status& status) {
-  std::fprintf(stderr, "llmc %s: error: %s\n", command.c_str(), status.message().c_str());
-  return exitCodeFor(status);
-}
-
-int usageError(const std::string& command, const std::string& message) {
-  std::fprintf(stderr, "llmc %s: error: %s (see llmc --help)\n", command.c_str(), message.c_str());
-  return kExitBadInput;
-}
-
-int usageError(const std::string& command, const Status& status) {
-  return usageError(command, status.message());
-}
-
-}  // namespace llmc::cli
-
 namespace {
 const char kUsage[] =
     "usage: llmc <command> [options]\n"
@@ -137,14 +106,3 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "llmc: error: unknown command '%s'\n%s", command.c_str(), kUsage);
   return llmc::cli::kExitBadInput;
 }
-
-#ifndef LLMC_HAVE_COMPILER
-int llmc::cli::runCompile(const std::vector<std::string>&) {
-  return usageError("compile",
-                    "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
-}
-int llmc::cli::runVerify(const std::vector<std::string>&) {
-  return usageError("verify",
-                    "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
-}
-#endif
