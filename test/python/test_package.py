@@ -196,6 +196,20 @@ def test_generate_equals_cli(cli, demo_engine, sampling, flags):
     assert len(result.tokens) > 0 and result.finish_reason in ("length", "stop_token")
 
 
+def test_optimum_folder_equals_transformers(work):
+    """The folder optimum-cli wrote (test/models/optimum_llama): compiled from the folder, the
+    package generates transformers' greedy tokens and text (expected.json)."""
+    folder = MODELS / "optimum_llama"
+    expected = json.loads((folder / "expected.json").read_text())
+    llmc.compile(folder, work / "optimum.engine", progress=False)
+    generator = llmc.Generator(llmc.Engine(work / "optimum.engine"))
+    assert generator.uses_kv_cache
+    for entry in expected["greedy"]:
+        result = generator.generate(entry["prompt"], max_new_tokens=entry["max_new_tokens"])
+        assert result.prompt_tokens == entry["prompt_ids"]
+        assert result.tokens == entry["new_tokens"] and result.text == entry["text"]
+
+
 def test_generate_ids_and_kv_cache_agree(demo_engine):
     engine = llmc.Engine(demo_engine)
     ids = engine.tokenizer.encode("In the beginning")
