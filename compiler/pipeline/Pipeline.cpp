@@ -1,7 +1,5 @@
 // The compile pipeline: ONNX -> nn -> (shape inference, folding, canonicalization, CSE)
 // -> exec -> memory plan -> engine file.
-#include "pipeline/Pipeline.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include "core/plan.h"
 #include "core/prune.h"
 #include "importer/OnnxImporter.h"
+#include "llmc/compiler.h"
 #include "llmc/tokenizer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "chat.h"
+#include "cli.h"
 #include "jinja.h"
 #include "llmc/engine.h"
 #include "llmc/generator.h"
@@ -385,19 +386,9 @@ std::unique_ptr<PyGenerator> makeGenerator(const PyEngine& engine, const std::st
   if (kv_cache_tokens < 0)
     throw StatusError{invalidArgument("kv_cache_tokens takes 0 (the default size) or more")};
   config.kv_cache_tokens = kv_cache_tokens;
-  if (kv_cache_dtype == "f32")
-    config.kv_cache_dtype = DType::kFloat32;
-  else if (kv_cache_dtype == "f16")
-    config.kv_cache_dtype = DType::kFloat16;
-  else if (kv_cache_dtype == "bf16")
-    config.kv_cache_dtype = DType::kBFloat16;
-  else if (kv_cache_dtype == "int8")
-    config.kv_cache_dtype = DType::kInt8;
-  else if (kv_cache_dtype == "fp8")
-    config.kv_cache_dtype = kKvCacheFp8;
-  else
-    throw StatusError{invalidArgument("kv_cache_dtype takes f32, f16, bf16, int8 or fp8, got '" +
-                                      kv_cache_dtype + "'")};
+  if (!cli::kvCacheDtypeFromName(kv_cache_dtype, &config.kv_cache_dtype))
+    throw StatusError{invalidArgument(std::string("kv_cache_dtype takes ") +
+                                      cli::kKvCacheDtypeNames + ", got '" + kv_cache_dtype + "'")};
   auto out = std::make_unique<PyGenerator>();
   out->engine = engine.engine;
   Status status;

@@ -29,9 +29,9 @@
 #include "llmc/tokenizer.h"
 
 #ifdef LLMC_FUZZ_WITH_COMPILER
+#include "llmc/compiler.h"
 #include "onnx/onnx_pb.h"
 #include "pipeline/Calibration.h"
-#include "pipeline/Pipeline.h"
 #endif
 
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "fuzz_util.h"
+#include "llmc/compiler.h"
 #include "llmc/engine.h"
-#include "pipeline/Pipeline.h"
 
 namespace {
 

@@ -8,7 +8,10 @@
 #  - examples/generate, configured and built out of tree with find_package(llmc) against the
 #    shared and then the static runtime, serves its two requests;
 #  - examples/c/generate.c, built with `cc ... $(pkg-config --cflags --libs llmc)`, prints what
-#    the installed `llmc generate` prints.
+#    the installed `llmc generate` prints;
+#  - libllmc_compiler.so (llmc::compiler) exports llmc/compiler.h's API only, and
+#    examples/compile, built out of tree with find_package(llmc COMPONENTS compiler), writes the
+#    same engine bytes as the installed `llmc compile`.
 #   install_test.sh BUILD_DIR SOURCE_DIR WORK_DIR
 set -euo pipefail
 build=$1 source=$2 work=$3
@@ -20,14 +23,15 @@ fail() { echo "FAIL: $*"; exit 1; }
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install (see $work/install.log)"
 libdir=$(cd "$prefix" && ls -d lib*/ | head -n 1)
 libdir="$prefix/${libdir%/}"
-for f in bin/llmc include/llmc/c_api.h include/llmc/engine.h include/llmc/generator.h; do
+for f in bin/llmc include/llmc/c_api.h include/llmc/engine.h include/llmc/generator.h include/llmc/compiler.h; do
   [[ -f "$prefix/$f" ]] || fail "$f not installed"
 done
 for f in libllmc.so libllmc.so.0 libllmc_runtime.a cmake/llmc/llmcConfig.cmake cmake/llmc/llmcConfigVersion.cmake \
-         cmake/llmc/llmcTargets.cmake cmake/llmc/llmcStaticTargets.cmake pkgconfig/llmc.pc; do
+         cmake/llmc/llmcTargets.cmake cmake/llmc/llmcStaticTargets.cmake pkgconfig/llmc.pc \
+         libllmc_compiler.so libllmc_compiler.so.0 cmake/llmc/llmcCompilerTargets.cmake; do
   [[ -e "$libdir/$f" ]] || fail "$libdir/$f not installed"
 done
-echo "PASS the layout: CLI, libllmc.so, static runtime, headers, CMake package, pkg-config"
+echo "PASS the layout: CLI, libllmc.so, static runtime, libllmc_compiler.so, headers, CMake package, pkg-config"
 [[ -z "$(ls "$prefix/include/llmc" | grep -v '\.h$')" ]] || fail "non-header files under include/llmc"
 
 lib="$libdir/libllmc.so"
@@ -92,4 +96,33 @@ want=$("$prefix/bin/llmc" generate "$demo_engine" --prompt "$prompt" --max-new-t
 got=$("$work/c_generate" "$demo_engine" "$prompt" 16 2>/dev/null) || fail "the C program failed"
 [[ "$got" == "$want" && -n "$got" ]] || fail "the C program printed '$got', llmc generate '$want'"
 echo "PASS a C program built through pkg-config prints what llmc generate prints: $got"
+# The compiler's C++ API.
+clib="$libdir/libllmc_compiler.so"
+soname=$(readelf -d "$clib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[[ "$soname" == libllmc_compiler.so.0 ]] || fail "SONAME '$soname', want libllmc_compiler.so.0"
+nm -D --defined-only "$clib" | awk '{print $3}' | sed 's/@.*//' | c++filt > "$work/compiler-exports.txt"
+for fn in compileModel compileModelBytes floatCompileOptions fusionPassNames; do
+  grep -qE "^llmc::$fn(\[abi:cxx11\])?\(" "$work/compiler-exports.txt" || fail "llmc::$fn is not exported by libllmc_compiler.so"
+done
+unexpected=$(grep -vE '^(llmc::(compileModel|compileModelBytes|floatCompileOptions|fusionPassNames)(\[abi:cxx11\])?\(.*|LLMC_COMPILER_0)$' \
+  "$work/compiler-exports.txt" || true)
+[[ -z "$unexpected" ]] || fail "libllmc_compiler.so exports more than llmc/compiler.h: $(echo "$unexpected" | head -n 5)"
+echo "PASS libllmc_compiler.so: SONAME $soname, exports llmc/compiler.h's $(wc -l < "$work/compiler-exports.txt") symbols only"
+example="$work/example-compile"
+cmake -S "$source/examples/compile" -B "$example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" >"$work/example-compile.log" 2>&1 ||
+  { cat "$work/example-compile.log"; fail "configure the compile example"; }
+cmake --build "$example" >>"$work/example-compile.log" 2>&1 ||
+  { tail -n 30 "$work/example-compile.log"; fail "build the compile example"; }
+readelf -d "$example/llmc_example_compile" | grep -q 'Shared library: \[libllmc_compiler.so.0\]' ||
+  fail "the compile example does not link libllmc_compiler.so.0"
+out=$("$example/llmc_example_compile" "$source/test/models/gpt2_tiny/model.onnx" "$work/gpt2-api.engine" 2>&1) ||
+  fail "the compile example failed: $out"
+grep -q "decoder language model: 2 layers" <<<"$out" && grep -q "input input_ids int64" <<<"$out" ||
+  fail "the compile example printed: $out"
+cmp -s "$work/gpt2-api.engine" "$engine" || fail "llmc::compileModel and llmc compile wrote different engines"
+out=$("$example/llmc_example_compile" "$source/test/models/gpt2_tiny/model.onnx" "$work/bad.engine" int3 2>&1) &&
+  fail "the compile example accepted --quantize int3"
+grep -q "compile failed: .*int3" <<<"$out" || fail "a bad option through llmc::compileModel said: $out"
+echo "PASS examples/compile built out of tree against llmc::compiler writes llmc compile's engine, byte for byte"
 echo "all install checks passed"

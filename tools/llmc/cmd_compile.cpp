@@ -14,9 +14,9 @@
 #include "core/engine_file.h"
 #include "core/file_io.h"
 #include "eval.h"
+#include "llmc/compiler.h"
 #include "llmc/drift.h"
 #include "model_dir.h"
-#include "pipeline/Pipeline.h"
 
 namespace llmc::cli {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/Pipeline.h"
+#include "llmc/compiler.h"
 
 namespace llmc::cli {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "llmc/compiler.h"
 #include "llmc/status.h"
-#include "pipeline/Pipeline.h"
 
 namespace llmc::cli {
 

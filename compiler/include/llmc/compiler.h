@@ -1,5 +1,7 @@
 // llmc::compileModel: the whole compiler as one call (import, passes, lowering, planning,
-// serialization). The CLI and tests use it; nothing else needs to know the pass order.
+// serialization). The CLI, the Python package and tests use it; the SDK installs it as
+// llmc/compiler.h with libllmc_compiler.so (llmc::compiler, docs/c-api.md). Nothing else needs
+// to know the pass order.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,7 @@ struct CompileOptions {
   std::string target = "cpu";
   // Range of each dimension symbol ("batch" -> {min, max}; max -1 = unbounded).
   std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
-  bool pass_timing = false;   // print per-pass timing to stderr
+  bool pass_timing = false;    // print per-pass timing to stderr
   std::string tokenizer_path;  // a tokenizer.json to store in the engine (checked here)
   // A tokenizer_config.json (chat templates: each must parse) and a generation_config.json to
   // store in the engine (for `llmc serve`).
@@ -57,9 +59,10 @@ struct CompileOptions {
   // (OUTPUT.calib.safetensors) and reused while the model, data and float options match.
   std::string calib_file;
   std::string calib_dir;
-  bool awq = false;  // activation-aware scales for 4-bit weights (docs/quantization.md)
+  bool awq = false;           // activation-aware scales for 4-bit weights (docs/quantization.md)
   double smooth_alpha = 0.5;  // w8a8: SmoothQuant's migration strength
-  double smooth_percentile = 1.0;  // w8a8: percentile of |x| per channel taken as its max (1: absmax)
+  double smooth_percentile =
+      1.0;  // w8a8: percentile of |x| per channel taken as its max (1: absmax)
   // Pruning (docs/pruning.md): "" (none) or METHOD:PATTERN, METHOD magnitude, wanda or
   // sparsegpt (the last two need calibration), PATTERN a sparsity ("0.5") or N:M ("2:4").
   std::string prune;
