@@ -4,9 +4,11 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <span>
 
 #include "core/engine_file.h"
+#include "core/symbols.h"
 #include "exec/IR/ExecOps.h"
 #include "llmc/engine_generated.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,13 +31,28 @@ class EngineWriter {
         ranges[range.getName().getValue().str()] = {bounds[0], bounds[1]};
       }
     }
+    // Relations shape inference found (llmc.symbol_relations), kept where every symbol they
+    // name is still declared and has no relation itself (what the runtime accepts).
+    std::set<std::string> declared;
+    if (auto attr = func->getAttrOfType<ArrayAttr>("llmc.symbols"))
+      for (Attribute a : attr) declared.insert(cast<StringAttr>(a).getValue().str());
+    std::map<std::string, std::string> relations;
+    if (auto attr = func->getAttrOfType<DictionaryAttr>("llmc.symbol_relations"))
+      for (NamedAttribute r : attr)
+        relations[r.getName().getValue().str()] = cast<StringAttr>(r.getValue()).getValue().str();
     std::vector<flatbuffers::Offset<fb::Symbol>> symbols;
     if (auto attr = func->getAttrOfType<ArrayAttr>("llmc.symbols")) {
       for (Attribute a : attr) {
         std::string name = cast<StringAttr>(a).getValue().str();
         auto range = ranges.count(name) ? ranges[name] : std::pair<int64_t, int64_t>{1, -1};
-        symbols.push_back(
-            fb::CreateSymbol(fbb_, fbb_.CreateString(name), range.first, range.second));
+        std::string expression = relations.count(name) ? relations[name] : "";
+        std::vector<SymbolTerm> terms;
+        bool kept = !expression.empty() && parseSymbolExpression(expression, &terms);
+        for (const SymbolTerm& term : terms)
+          kept = kept && (term.symbol.empty() ||
+                          (declared.count(term.symbol) && !relations.count(term.symbol)));
+        symbols.push_back(fb::CreateSymbol(fbb_, fbb_.CreateString(name), range.first, range.second,
+                                           kept ? fbb_.CreateString(expression) : 0));
       }
     }
 

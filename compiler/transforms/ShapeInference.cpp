@@ -1,10 +1,14 @@
 // --llmc-shape-inference: dtypes and symbolic shapes by running the runtime's kernels in
 // shape-only mode under two probe bindings of the dimension symbols; folds shape arithmetic.
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "core/kernel.h"
+#include "core/symbols.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "transforms/FusionUtil.h"
@@ -51,35 +55,94 @@ std::vector<int64_t> probeValues(int level, int probe, size_t count) {
   return values;
 }
 
+// The value of "a + b + 3" (symbols and integers, core/symbols.h) under each probe; nothing
+// when a term is neither (or is itself a sum).
+std::optional<std::array<int64_t, kProbes>> evaluateSum(const std::string& expression,
+                                                        const std::vector<std::string>& symbols,
+                                                        const std::vector<int64_t> probe[kProbes]) {
+  std::vector<SymbolTerm> terms;
+  if (!parseSymbolExpression(expression, &terms)) return std::nullopt;
+  std::array<int64_t, kProbes> sums{};
+  for (const SymbolTerm& term : terms) {
+    auto it = std::find(symbols.begin(), symbols.end(), term.symbol);
+    if (term.symbol.empty()) {
+      for (int p = 0; p < kProbes; ++p) sums[p] += term.constant;
+    } else if (it != symbols.end() && term.symbol.find('+') == std::string::npos) {
+      for (int p = 0; p < kProbes; ++p)
+        sums[p] += probe[p][static_cast<size_t>(it - symbols.begin())];
+    } else {
+      return std::nullopt;
+    }
+  }
+  return sums;
+}
+
 // A symbol named as a sum ("past_sequence_length + sequence_length", "n + 1") is probed as
 // the sum of its terms (other symbols and integers), so exporters that name a total length
 // after its parts get consistent shapes. Terms that are neither keep the symbol independent.
 void applyExpressionSymbols(const std::vector<std::string>& symbols, std::vector<int64_t>* probe) {
   for (size_t i = 0; i < symbols.size(); ++i) {
-    const std::string& name = symbols[i];
-    if (name.find('+') == std::string::npos) continue;
-    std::vector<int64_t> sums(kProbes, 0);
-    bool ok = true;
-    size_t start = 0;
-    while (ok && start <= name.size()) {
-      size_t plus = name.find('+', start);
-      std::string term = name.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
-      term.erase(0, term.find_first_not_of(' '));
-      term.erase(term.find_last_not_of(' ') + 1);
-      auto it = std::find(symbols.begin(), symbols.end(), term);
-      if (!term.empty() && term.find_first_not_of("0123456789") == std::string::npos) {
-        for (int p = 0; p < kProbes; ++p) sums[p] += std::stoll(term);
-      } else if (it != symbols.end() && term.find('+') == std::string::npos) {
-        for (int p = 0; p < kProbes; ++p) sums[p] += probe[p][static_cast<size_t>(it - symbols.begin())];
-      } else {
-        ok = false;
-      }
-      if (plus == std::string::npos) break;
-      start = plus + 1;
-    }
-    if (ok)
-      for (int p = 0; p < kProbes; ++p) probe[p][i] = sums[p];
+    if (symbols[i].find('+') == std::string::npos) continue;
+    if (auto sums = evaluateSum(symbols[i], symbols, probe))
+      for (int p = 0; p < kProbes; ++p) probe[p][i] = (*sums)[p];
   }
+}
+
+// A relation between dimension symbols that the graph forces where the export's names do not
+// say it: torch.onnx with its own dynamic_axes names the new, past and total lengths apart
+// ("seq", "past_seq", "total_seq"), and the mask over "total_seq" is added to scores over the
+// concatenation of past and new keys. `symbol` is then probed as `expression` (evaluateSum's
+// syntax) in this and every later run of the pass (the function's llmc.symbol_relations).
+struct SymbolRelation {
+  std::string symbol;
+  std::string expression;
+  bool operator==(const SymbolRelation& other) const {
+    return symbol == other.symbol && expression == other.expression;
+  }
+};
+
+// `values` (a dimension's size under each probe) as a sum of at most three symbols other than
+// `excluded` plus a non-negative constant below 64; empty when it is not one.
+std::string sumExpression(const std::array<int64_t, kProbes>& values,
+                          const std::vector<std::string>& symbols,
+                          const std::vector<int64_t> probe[kProbes], size_t excluded) {
+  std::vector<size_t> plain;
+  for (size_t i = 0; i < symbols.size(); ++i)
+    if (i != excluded && symbols[i].find('+') == std::string::npos) plain.push_back(i);
+  std::vector<size_t> chosen;
+  std::string found;
+  // Every choice of exactly `left` more symbols from plain[from..], until one fits.
+  std::function<bool(size_t, size_t)> pick = [&](size_t from, size_t left) {
+    if (left == 0) {
+      std::array<int64_t, kProbes> rest = values;
+      for (size_t i : chosen)
+        for (int p = 0; p < kProbes; ++p) rest[p] -= probe[p][i];
+      for (int p = 1; p < kProbes; ++p)
+        if (rest[p] != rest[0]) return false;
+      if (rest[0] < 0 || rest[0] >= 64) return false;
+      for (size_t i : chosen) found += (found.empty() ? "" : " + ") + symbols[i];
+      if (rest[0] > 0) found += " + " + std::to_string(rest[0]);
+      return true;
+    }
+    for (size_t k = from; k < plain.size(); ++k) {
+      chosen.push_back(plain[k]);
+      if (pick(k + 1, left - 1)) return true;
+      chosen.pop_back();
+    }
+    return false;
+  };
+  for (size_t terms = 1; terms <= 3; ++terms)  // fewest terms first
+    if (pick(0, terms)) break;
+  return found;
+}
+
+// Relations tried per run of the pass before an op failing under every probe is an error.
+constexpr int kMaxRelations = 4;
+
+// A kernel's message without its "node 'X': " prefix (the diagnostic names the node).
+std::string withoutNodePrefix(const std::string& message, const std::string& node) {
+  const std::string prefix = "node '" + node + "': ";
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
 }
 
 struct ProbeTensors {
@@ -92,7 +155,13 @@ struct Outcome {
   bool failed = false;        // an op fails under every probe: an error (emitted)
   int partial_failures = 0;   // ops that fail under some probes only (results left unranked)
   std::string first_partial;  // the first of them: "node 'X': message (with NAME=SIZE, ...)"
+  std::set<std::string> partial_nodes;  // all of them, by node name
   int64_t largest_probe = 0;  // the largest size a symbol took
+  // When `failed` before the error was emitted: the op that fails under every probe, its
+  // message, and relations between symbols that may make it hold (tried by the caller).
+  Operation* failed_op = nullptr;
+  std::string error;
+  std::vector<SymbolRelation> candidates;
 };
 
 class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
@@ -110,10 +179,28 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     // function's, in the same block with the same arguments (a caller may hold the block).
     // Errors are reported from the first level only: a smaller level that fails outright is
     // skipped.
+    // An op that fails under every probe is an error unless a relation between the symbols
+    // (SymbolRelation) makes it hold: each relation that lets inference past that op is kept
+    // and inference starts over with it.
     std::vector<int64_t> probe[kProbes];
-    makeProbes(func, symbols, 0, probe);
-    const Outcome first_outcome = inferFunction(func, symbols, probe);
-    if (first_outcome.failed) return signalPassFailure();
+    Outcome first_outcome;
+    for (int attempt = 0;; ++attempt) {
+      makeProbes(func, symbols, 0, probe);
+      first_outcome = inferFunction(func, symbols, probe);
+      if (!first_outcome.failed) break;
+      if (!first_outcome.failed_op) return signalPassFailure();  // already reported
+      std::vector<SymbolRelation> found;
+      if (attempt < kMaxRelations) found = findRelations(func, symbols, first_outcome);
+      if (found.empty()) {
+        first_outcome.failed_op->emitError() << first_outcome.error;
+        return signalPassFailure();
+      }
+      for (const SymbolRelation& relation : found)
+        logFusion(func, {true, "shape-inference", "relation", nodeNameOf(first_outcome.failed_op),
+                         "dimension '" + relation.symbol + "' taken as " + relation.expression +
+                             ": node '" + nodeNameOf(first_outcome.failed_op) +
+                             "' holds only then (the engine refuses inputs that break it)"});
+    }
     Outcome chosen_outcome = first_outcome;
     int chosen_level = 0;
     for (int level = 1; level < kProbeLevels && chosen_outcome.partial_failures > 0; ++level) {
@@ -182,6 +269,142 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
       }
     }
     applyExpressionSymbols(symbols, probe);
+    // Relations found by earlier runs (a relation may name a related symbol: twice settles it).
+    if (auto relations = func->getAttrOfType<DictionaryAttr>("llmc.symbol_relations"))
+      for (int round = 0; round < 2; ++round)
+        for (NamedAttribute relation : relations) {
+          auto it = std::find(symbols.begin(), symbols.end(), relation.getName().getValue().str());
+          auto sums =
+              evaluateSum(cast<StringAttr>(relation.getValue()).getValue().str(), symbols, probe);
+          if (it == symbols.end() || !sums) continue;
+          for (int p = 0; p < kProbes; ++p)
+            probe[p][static_cast<size_t>(it - symbols.begin())] = (*sums)[p];
+        }
+  }
+
+  static void setRelations(func::FuncOp func, const std::vector<SymbolRelation>& relations) {
+    Builder b(func.getContext());
+    SmallVector<NamedAttribute> attrs;
+    for (const SymbolRelation& r : relations)
+      attrs.push_back(b.getNamedAttr(r.symbol, b.getStringAttr(r.expression)));
+    if (attrs.empty())
+      func->removeAttr("llmc.symbol_relations");
+    else
+      func->setAttr("llmc.symbol_relations", b.getDictionaryAttr(attrs));
+  }
+
+  static std::vector<SymbolRelation> relationsOf(func::FuncOp func) {
+    std::vector<SymbolRelation> out;
+    if (auto relations = func->getAttrOfType<DictionaryAttr>("llmc.symbol_relations"))
+      for (NamedAttribute r : relations)
+        out.push_back(
+            {r.getName().getValue().str(), cast<StringAttr>(r.getValue()).getValue().str()});
+    return out;
+  }
+
+  // The first of `failed.candidates`, or else the first pair of them (two symbols: the mask's
+  // length and the batch), under which inference gets past the op that failed (on a copy,
+  // quietly); they are kept in the function's relations. Nothing when none does.
+  std::vector<SymbolRelation> findRelations(func::FuncOp func,
+                                            const std::vector<std::string>& symbols,
+                                            const Outcome& failed) {
+    const std::vector<SymbolRelation> known = relationsOf(func);
+    const std::string failed_node = nodeNameOf(failed.failed_op);
+    std::vector<std::vector<SymbolRelation>> choices;
+    const std::vector<SymbolRelation>& c = failed.candidates;
+    for (const SymbolRelation& one : c) choices.push_back({one});
+    for (size_t i = 0; i < c.size(); ++i)
+      for (size_t j = i + 1; j < c.size(); ++j)
+        if (c[i].symbol != c[j].symbol) choices.push_back({c[i], c[j]});
+    for (const std::vector<SymbolRelation>& choice : choices) {
+      std::vector<SymbolRelation> trial_relations = known;
+      trial_relations.insert(trial_relations.end(), choice.begin(), choice.end());
+      setRelations(func, trial_relations);
+      std::vector<int64_t> probe[kProbes];
+      makeProbes(func, symbols, 0, probe);
+      func::FuncOp trial = func.clone();
+      Outcome outcome;
+      {
+        ScopedDiagnosticHandler quiet(&getContext(), [](Diagnostic&) { return success(); });
+        outcome = inferFunction(trial, symbols, probe);
+      }
+      // Past it: the op holds under every probe (it neither fails nor fails for some sizes).
+      const bool past = (!outcome.failed ||
+                         (outcome.failed_op && nodeNameOf(outcome.failed_op) != failed_node)) &&
+                        !outcome.partial_nodes.count(failed_node);
+      trial.erase();
+      if (past) return choice;
+    }
+    setRelations(func, known);
+    return {};
+  }
+
+  // Relations that may make `op`, failing under every probe, hold. The op's operands' dimensions
+  // are paired as the op matches them (aligned from the right, as broadcasting and Concat do;
+  // a MatMul's K as well); where one of a pair is exactly a symbol S and the other a sum of
+  // other symbols, S = that sum, or a fixed size above 1, S = that size. S must not be related
+  // already.
+  static std::vector<SymbolRelation> relationCandidates(
+      func::FuncOp func, Operation* op, const std::vector<std::string>& symbols,
+      const std::vector<int64_t> probe[kProbes], llvm::DenseMap<Value, ProbeTensors>& known) {
+    using Sizes = std::array<int64_t, kProbes>;
+    std::vector<std::vector<Sizes>> shapes;  // per operand with a known rank
+    for (Value operand : op->getOperands()) {
+      auto it = known.find(operand);
+      if (isa<NoneType>(operand.getType()) || it == known.end() || !it->second.known) {
+        shapes.emplace_back();
+        continue;
+      }
+      const size_t rank = it->second.tensor[0].shape().size();
+      bool same_rank = true;
+      for (int p = 1; p < kProbes; ++p)
+        same_rank = same_rank && it->second.tensor[p].shape().size() == rank;
+      std::vector<Sizes> dims;
+      for (size_t d = 0; same_rank && d < rank; ++d) {
+        Sizes sizes;
+        for (int p = 0; p < kProbes; ++p) sizes[p] = it->second.tensor[p].shape()[d];
+        dims.push_back(sizes);
+      }
+      shapes.push_back(std::move(dims));
+    }
+    std::vector<std::pair<Sizes, Sizes>> pairs;
+    for (size_t a = 0; a < shapes.size(); ++a)
+      for (size_t b = a + 1; b < shapes.size(); ++b) {
+        const size_t n = std::min(shapes[a].size(), shapes[b].size());
+        for (size_t k = 1; k <= n; ++k)
+          pairs.push_back({shapes[a][shapes[a].size() - k], shapes[b][shapes[b].size() - k]});
+      }
+    if (isOp(op, "nn.matmul") && shapes.size() == 2 && !shapes[0].empty() && shapes[1].size() >= 2)
+      pairs.push_back({shapes[0].back(), shapes[1][shapes[1].size() - 2]});
+
+    std::set<std::string> related;
+    for (const SymbolRelation& r : relationsOf(func)) related.insert(r.symbol);
+    std::vector<SymbolRelation> out;
+    auto consider = [&](const Sizes& mine, const Sizes& other) {
+      if (mine == other) return;
+      for (size_t sym = 0; sym < symbols.size(); ++sym) {
+        bool follows = true;
+        for (int p = 0; p < kProbes; ++p) follows = follows && mine[p] == probe[p][sym];
+        // A sum of other symbols is probed as such already (applyExpressionSymbols).
+        if (!follows || related.count(symbols[sym]) ||
+            (symbols[sym].find('+') != std::string::npos &&
+             evaluateSum(symbols[sym], symbols, probe)))
+          continue;
+        const bool fixed =
+            std::all_of(other.begin(), other.end(), [&](int64_t v) { return v == other[0]; });
+        if (fixed && other[0] < 2) continue;  // 1 broadcasts
+        std::string expression =
+            fixed ? std::to_string(other[0]) : sumExpression(other, symbols, probe, sym);
+        SymbolRelation relation{symbols[sym], expression};
+        if (!expression.empty() && std::find(out.begin(), out.end(), relation) == out.end())
+          out.push_back(relation);
+      }
+    };
+    for (const auto& [a, b] : pairs) {
+      consider(a, b);
+      consider(b, a);
+    }
+    return out;
   }
 
   Outcome inferFunction(func::FuncOp func, const std::vector<std::string>& symbols,
@@ -294,7 +517,8 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
         break;
       }
       if (!runs[p].status.ok()) {
-        if (!symbolic_inputs) return op->emitError() << runs[p].status.message();
+        if (!symbolic_inputs)
+          return op->emitError() << withoutNodePrefix(runs[p].status.message(), node);
         // Symbolic sizes: an op that fails under every probe binding fails for sizes in
         // general (e.g. a static mismatch); one that fails under some only may hold for
         // the real sizes, and is left to the runtime's checks.
@@ -316,16 +540,21 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     }
 
     if (!unavailable && failures.size() == kProbes) {
+      // Reported by the caller, unless a relation between the symbols makes it hold.
       std::string bindings;
       for (size_t sym = 0; sym < symbols.size(); ++sym)
         bindings +=
             (sym ? ", " : "") + symbols[sym] + "=" + std::to_string(probe[kProbes - 1][sym]);
-      return op->emitError() << runs[kProbes - 1].status.message()
-                             << " (for every size tried of the dimension symbols, e.g. " << bindings
-                             << ")";
+      outcome.failed_op = op;
+      outcome.error = withoutNodePrefix(runs[kProbes - 1].status.message(), node) +
+                      " (for every size tried of the dimension symbols, e.g. " + bindings + ")";
+      outcome.candidates =
+          relationCandidates(op->getParentOfType<func::FuncOp>(), op, symbols, probe, known);
+      return failure();
     }
     if (!failures.empty()) {
       unavailable = true;
+      outcome.partial_nodes.insert(node);
       if (outcome.partial_failures++ == 0) {
         std::string bindings;
         for (size_t sym = 0; sym < symbols.size(); ++sym)

@@ -157,6 +157,55 @@ class CliTest(unittest.TestCase):
         code, _, err = run("compile", self.save(model), "-o", self.path("e"))
         self.assert_one_error(code, err, 2, "node 'matmul'")
 
+    def test_dimension_relation_from_the_graph(self):
+        # Names that hide a relation (torch.onnx dynamic_axes: past, seq, total named apart):
+        # the graph holds only when total = past + seq. llmc finds it, says so, records it in the
+        # engine, and refuses inputs that break it; a mismatch no relation explains is an error.
+        nodes = [helper.make_node("Concat", ["past", "new"], ["all"], name="concat", axis=1),
+                 helper.make_node("Add", ["all", "mask"], ["y"], name="add_mask")]
+        graph = helper.make_graph(
+            nodes, "related",
+            [helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past"]),
+             helper.make_tensor_value_info("new", TensorProto.FLOAT, ["batch", "seq"]),
+             helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "total"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "total"])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        engine = self.path("related.engine")
+        code, _, err = run("compile", self.save(model), "-o", engine, "--dim", "past=0:-1")
+        self.assertEqual(code, 0, err)
+        self.assertIn("dimension 'total' taken as past + seq: node 'add_mask' holds only then", err)
+        code, out, err = run("inspect", engine, "--json")
+        self.assertEqual(code, 0, err)
+        total = [s for s in json.loads(out)["symbols"] if s["name"] == "total"]
+        self.assertEqual(total, [{"name": "total", "min": 1, "max": None, "expression": "past + seq"}])
+        rng = np.random.default_rng(3)
+        feeds = {"past": rng.standard_normal((2, 3)).astype(np.float32),
+                 "new": rng.standard_normal((2, 2)).astype(np.float32),
+                 "mask": rng.standard_normal((2, 5)).astype(np.float32)}
+        args = []
+        for name, value in feeds.items():
+            np.save(self.path(name + ".npy"), value)
+            args += ["--input", f"{name}={self.path(name + '.npy')}"]
+        code, _, err = run("run", engine, *args, "--output-dir", self.path("out"))
+        self.assertEqual(code, 0, err)
+        np.testing.assert_allclose(np.load(self.path("out/y.npy")),
+                                   np.concatenate([feeds["past"], feeds["new"]], 1) + feeds["mask"], rtol=1e-6)
+        np.save(self.path("mask.npy"), feeds["mask"][:, :4])
+        code, _, err = run("run", engine, *args, "--output-dir", self.path("out"))
+        self.assert_one_error(code, err, 2, "symbol 'total' = 4 (from mask dim 1) must equal past + seq = 5")
+        # A symbol the graph forces to a size: batch = 3.
+        model.graph.input[2].type.tensor_type.shape.dim[0].dim_value = 3
+        code, _, err = run("compile", self.save(model, "batch3.onnx"), "-o", self.path("e"))
+        self.assertEqual(code, 0, err)
+        self.assertIn("dimension 'batch' taken as 3: node 'add_mask'", err)
+        # A static mismatch beside the symbols: no relation makes it hold.
+        model.graph.input[2].type.tensor_type.shape.dim[0].dim_param = "batch"
+        model.graph.input[1].type.tensor_type.shape.dim[0].dim_value = 3
+        model.graph.input[2].type.tensor_type.shape.dim[0].dim_value = 4
+        code, _, err = run("compile", self.save(model, "unrelated.onnx"), "-o", self.path("e"))
+        self.assert_one_error(code, err, 2, "node 'add_mask'", "[3, 8] and [4, 7] do not broadcast",
+                              "for every size tried")
+
     def test_unsupported_ops_listed_at_once(self):
         nodes = [
             helper.make_node("NonMaxSuppression", ["x", "x"], ["a"], name="nms"),

@@ -110,7 +110,8 @@ int runInspect(const std::vector<std::string>& args) {
       const SymbolInfo& s = engine->symbols()[i];
       out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(s.name) +
              ", \"min\": " + std::to_string(s.min) +
-             ", \"max\": " + (s.max >= 0 ? std::to_string(s.max) : "null") + "}";
+             ", \"max\": " + (s.max >= 0 ? std::to_string(s.max) : "null") +
+             (s.expression.empty() ? "" : ", \"expression\": " + jsonString(s.expression)) + "}";
     }
     out += "],\n";
     out += "  \"tokenizer_bytes\": " + std::to_string(engine->tokenizerJson().size()) + ",\n";
@@ -175,8 +176,9 @@ int runInspect(const std::vector<std::string>& args) {
   if (!engine->symbols().empty()) {
     std::printf("symbols:\n");
     for (const SymbolInfo& s : engine->symbols())
-      std::printf("  %s in [%lld, %s]\n", s.name.c_str(), static_cast<long long>(s.min),
-                  s.max >= 0 ? std::to_string(s.max).c_str() : "unbounded");
+      std::printf("  %s in [%lld, %s]%s\n", s.name.c_str(), static_cast<long long>(s.min),
+                  s.max >= 0 ? std::to_string(s.max).c_str() : "unbounded",
+                  s.expression.empty() ? "" : (" = " + s.expression).c_str());
   }
   std::printf("steps:    %zu\n", engine->numSteps());
   for (const auto& [kernel, count] : kernel_counts)

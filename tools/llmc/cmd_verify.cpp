@@ -41,6 +41,10 @@ constexpr int64_t kDefaultMaxLength = 4096;
 // inputs of a cache export agree with each other.
 int64_t symbolSize(const Engine& engine, const std::string& symbol, int64_t preferred,
                    int depth = 0) {
+  // A symbol the compiler found equal to a sum of others (SymbolInfo::expression) is that sum.
+  for (const SymbolInfo& info : engine.symbols())
+    if (info.name == symbol && !info.expression.empty() && depth < 4)
+      return symbolSize(engine, info.expression, preferred, depth + 1);
   if (depth < 4 && symbol.find(" + ") != std::string::npos) {
     int64_t total = 0;
     size_t start = 0;

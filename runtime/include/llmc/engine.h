@@ -37,6 +37,10 @@ struct SymbolInfo {
   std::string name;
   int64_t min = 1;
   int64_t max = -1;  // -1: unbounded
+  // When the compiler found that the model holds only if this symbol equals a sum of others
+  // ("seq + past_seq": exports that name the total length apart from its parts), that sum;
+  // a run whose inputs break it is refused. Empty otherwise.
+  std::string expression;
 };
 
 // The longest context an engine may declare (a sanity bound on an untrusted file; far beyond

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -13,6 +14,7 @@
 #include "core/engine_file.h"
 #include "core/file_io.h"
 #include "core/plan.h"
+#include "core/symbols.h"
 #include "llmc/engine_generated.h"
 
 namespace llmc {
@@ -279,12 +281,29 @@ Status buildPlan(const uint8_t* file, const EngineFileHeader& header, const std:
   std::set<std::string> symbol_names;
   if (def->symbols()) {
     for (const fb::Symbol* symbol : *def->symbols()) {
-      SymbolInfo info{symbol->name()->str(), symbol->min(), symbol->max()};
+      SymbolInfo info{symbol->name()->str(), symbol->min(), symbol->max(),
+                      symbol->expression() ? symbol->expression()->str() : std::string()};
       if (info.min < 0 || (info.max >= 0 && info.max < info.min))
         return dataLoss(what + ": symbol '" + info.name + "' has an empty range");
       if (!symbol_names.insert(info.name).second)
         return dataLoss(what + ": symbol '" + info.name + "' is declared twice");
       plan->symbols.push_back(std::move(info));
+    }
+    // An expression sums other declared symbols that have none themselves (no cycles).
+    for (const SymbolInfo& info : plan->symbols) {
+      if (info.expression.empty()) continue;
+      std::vector<SymbolTerm> terms;
+      if (!parseSymbolExpression(info.expression, &terms))
+        return dataLoss(what + ": symbol '" + info.name + "' has a malformed expression '" +
+                        info.expression + "'");
+      for (const SymbolTerm& term : terms) {
+        if (term.symbol.empty()) continue;
+        auto it = std::find_if(plan->symbols.begin(), plan->symbols.end(),
+                               [&](const SymbolInfo& s) { return s.name == term.symbol; });
+        if (it == plan->symbols.end() || !it->expression.empty())
+          return dataLoss(what + ": symbol '" + info.name + "' = " + info.expression + " names '" +
+                          term.symbol + "', which is not a declared symbol without an expression");
+      }
     }
   }
 

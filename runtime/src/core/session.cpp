@@ -14,6 +14,7 @@
 #include "core/internal_access.h"
 #include "core/plan.h"
 #include "core/step_context.h"
+#include "core/symbols.h"
 #include "core/thread_pool.h"
 
 namespace llmc {
@@ -199,6 +200,19 @@ Status Session::runStep(const std::vector<NamedTensor>& inputs, std::vector<Name
                         ") is outside its declared range [" + std::to_string(symbol.min) + ", " +
                         (symbol.max >= 0 ? std::to_string(symbol.max) : std::string("unbounded")) +
                         "]");
+  }
+  // Relations the compiler found the model needs (SymbolInfo::expression).
+  for (const SymbolInfo& symbol : plan.symbols) {
+    auto it = symbol_values.find(symbol.name);
+    int64_t expected = 0;
+    if (symbol.expression.empty() || it == symbol_values.end() ||
+        !evaluateSymbolExpression(symbol.expression, symbol_values, &expected) ||
+        expected == it->second)
+      continue;
+    return invalidArgument(what + ": symbol '" + symbol.name + "' = " + std::to_string(it->second) +
+                           " (from " + symbol_source[symbol.name] + ") must equal " +
+                           symbol.expression + " = " + std::to_string(expected) +
+                           ": the model computes only then");
   }
   if (plan.llm) LLMC_RETURN_IF_ERROR(checkContext(*plan.llm, inputs, llm_step).withContext(what));
 

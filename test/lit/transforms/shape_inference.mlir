@@ -137,3 +137,34 @@ func.func @tiny_table(%x: tensor<?x8xf32> {llmc.dims = ["seq", ""], llmc.name = 
   %y = nn.add(%x, %positions) : (tensor<?x8xf32>, tensor<*xf32>) -> tensor<*xf32> loc("add")
   return %y : tensor<*xf32>
 }
+
+// -----
+
+// Tests that a relation the graph forces between symbols that the export names apart (torch.onnx
+// with its own dynamic_axes: "seq", "past", "total") is found, not refused: the mask over
+// "total" is added to scores over the concatenation of past and new keys, which holds only when
+// total = past + seq. The relation is kept on the function and logged.
+// CHECK-LABEL: func @related_lengths
+// CHECK-SAME: shape-inference\09relation\09add\09dimension 'total' taken as past + seq: node 'add' holds only then
+// CHECK-SAME: llmc.symbol_relations = {total = "past + seq"}
+// CHECK: nn.add({{.*}}) {{.*}}llmc.dims = {{\[}}["batch", "total"]]{{.*}} -> tensor<?x?xf32>
+func.func @related_lengths(%past: tensor<?x?xf32> {llmc.dims = ["batch", "past"], llmc.name = "past"},
+                           %new: tensor<?x?xf32> {llmc.dims = ["batch", "seq"], llmc.name = "new"},
+                           %mask: tensor<?x?xf32> {llmc.dims = ["batch", "total"], llmc.name = "mask"}) -> tensor<*xf32>
+    attributes {llmc.symbols = ["batch", "past", "seq", "total"]} {
+  %all = nn.concat(%past, %new) {axis = 1 : i64} : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<*xf32>
+  %y = nn.add(%all, %mask) : (tensor<*xf32>, tensor<?x?xf32>) -> tensor<*xf32> loc("add")
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+// Tests that an op failing for every size, whatever the symbols' relation, is still an error
+// at its node: a static mismatch beside a symbolic one.
+func.func @no_relation(%x: tensor<?x3xf32> {llmc.dims = ["seq", ""], llmc.name = "x"},
+                       %m: tensor<?x4xf32> {llmc.dims = ["total", ""], llmc.name = "m"}) -> tensor<*xf32>
+    attributes {llmc.symbols = ["seq", "total"]} {
+  // expected-error @+1 {{shapes [2, 3] and [3, 4] do not broadcast (for every size tried of the dimension symbols, e.g. seq=2, total=3)}}
+  %y = nn.add(%x, %m) : (tensor<?x3xf32>, tensor<?x4xf32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
