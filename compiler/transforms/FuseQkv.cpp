@@ -50,9 +50,22 @@ bool isHeadNorm(Operation* norm, int64_t head_dim) {
 }
 
 // [llm.rope] <- transpose(0, 2, 1, 3) <- [llm.norm of each head] <- reshape [b, s, H, D] <-
-// rows [b, s, H * D].
+// rows [b, s, H * D]; or multi-query's single K or V head, unsqueeze([b, s, D], axis 1)
+// (GPT-BigCode).
 std::optional<Operand> traceOperand(Value v, std::string* why) {
   Operand operand;
+  if (Operation* unsqueeze = singleUseDef(v, "nn.unsqueeze")) {
+    auto axes = intsConstant(unsqueeze->getOperand(1));
+    auto rows_type = dyn_cast<RankedTensorType>(unsqueeze->getOperand(0).getType());
+    auto head_type = dyn_cast<RankedTensorType>(v.getType());
+    if (axes && axes->size() == 1 && (*axes)[0] == 1 && rows_type && head_type &&
+        rows_type.getRank() == 3 && head_type.getRank() == 4 && head_type.getDimSize(1) == 1 &&
+        !rows_type.isDynamicDim(2) && sameLeadingDims(unsqueeze->getOperand(0), v, 1)) {
+      operand.rows = unsqueeze->getOperand(0);
+      operand.chain.push_back(unsqueeze);
+      return operand;
+    }
+  }
   if (Operation* rope = singleUseDef(v, "llm.rope")) {
     if (rope->getAttr("num_heads") || rope->getAttr("token_axis"))
       return *why = "its rope is not on [batch, heads, tokens, head_dim]", std::nullopt;
@@ -297,6 +310,29 @@ class FuseQkvPass : public impl::FuseQkvBase<FuseQkvPass> {
       }
       rows[0] = rows[1] = rows[2] = source;
       packed_ops->push_back(split);
+      return true;
+    }
+    // Multi-query (GPT-BigCode): Split(x) -> [q, kv], Split(kv) -> [k, v], both of the last axis.
+    Operation* q_split = rows[0].getDefiningOp();
+    Operation* kv_split = rows[1].getDefiningOp();
+    if (isOp(q_split, "nn.split") && isOp(kv_split, "nn.split") && q_split->getNumResults() == 2 &&
+        kv_split->getNumResults() == 2 && rows[2].getDefiningOp() == kv_split &&
+        kv_split->getOperand(0) == q_split->getResult(1) && q_split->getResult(1).hasOneUse()) {
+      auto lastAxis = [](Operation* split) {
+        auto axis = split->getAttrOfType<IntegerAttr>("axis");
+        auto type = cast<RankedTensorType>(split->getOperand(0).getType());
+        return axis && type.getRank() == 3 && (axis.getInt() == -1 || axis.getInt() == 2);
+      };
+      if (!lastAxis(q_split) || !lastAxis(kv_split) || rows[0] != q_split->getResult(0) ||
+          rows[1] != kv_split->getResult(0) || rows[2] != kv_split->getResult(1) ||
+          !rows[0].hasOneUse() || !rows[1].hasOneUse() || !rows[2].hasOneUse())
+        return false;
+      columns[0] = 0;
+      columns[1] = cast<RankedTensorType>(rows[0].getType()).getDimSize(2);
+      columns[2] = columns[1] + cast<RankedTensorType>(rows[1].getType()).getDimSize(2);
+      rows[0] = rows[1] = rows[2] = q_split->getOperand(0);
+      packed_ops->push_back(kv_split);
+      packed_ops->push_back(q_split);
       return true;
     }
     // Three products of one input.

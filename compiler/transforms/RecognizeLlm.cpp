@@ -227,9 +227,29 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
 }
 
 // Un-expands transformers' repeat_kv: Reshape(Expand(Unsqueeze(x, [2]), ...), [b, H, s, d])
-// -> x ([b, Hkv, s, d]). Returns `v` itself when it is not that pattern.
+// -> x ([b, Hkv, s, d]); and multi-query's Expand(y [b, 1, s, d]) -> [b, H, s, d] along the
+// heads only (GPT-BigCode) -> y. Returns `v` itself when it is neither pattern.
 Value unexpandKv(Value v) {
   Operation* reshape = v.getDefiningOp();
+  if (isOp(reshape, "nn.expand")) {
+    Value y = reshape->getOperand(0);
+    auto in = dyn_cast<RankedTensorType>(y.getType());
+    auto out = dyn_cast<RankedTensorType>(v.getType());
+    if (!in || !out || in.getRank() != 4 || out.getRank() != 4 || in.getDimSize(1) != 1 ||
+        ShapedType::isDynamic(out.getDimSize(1)))
+      return v;
+    std::vector<std::string> in_names = dimNamesOf(y), out_names = dimNamesOf(v);
+    for (int64_t d : {0, 2, 3}) {
+      const bool same_static =
+          !ShapedType::isDynamic(in.getDimSize(d)) && in.getDimSize(d) == out.getDimSize(d);
+      const bool same_symbol = ShapedType::isDynamic(in.getDimSize(d)) &&
+                               ShapedType::isDynamic(out.getDimSize(d)) && in_names.size() == 4 &&
+                               out_names.size() == 4 && !in_names[d].empty() &&
+                               in_names[d] == out_names[d];
+      if (!same_static && !same_symbol) return v;
+    }
+    return y;
+  }
   if (!isOp(reshape, "nn.reshape")) return v;
   Operation* expand = reshape->getOperand(0).getDefiningOp();
   if (!isOp(expand, "nn.expand")) return v;

@@ -145,16 +145,44 @@ struct ForwardMulByOne : public OpRewritePattern<nn::MulOp> {
   }
 };
 
+/// Concat(empty, x) -> x where every other operand is statically empty along the axis and x
+/// has the result's type: what a cache export concatenates onto its past once
+/// --llmc-strip-kv-io made the past empty (GPT-BigCode's packed key_value, whose Concat does
+/// not feed the attention directly).
+struct ForwardConcatOfEmpty : public OpRewritePattern<nn::ConcatOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::ConcatOp op, PatternRewriter& rewriter) const override {
+    auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+    auto axis_attr = op->getAttrOfType<IntegerAttr>("axis");
+    if (!type || !axis_attr) return rewriter.notifyMatchFailure(op, "unranked or no axis");
+    const int64_t axis =
+        axis_attr.getInt() < 0 ? axis_attr.getInt() + type.getRank() : axis_attr.getInt();
+    Value kept;
+    for (Value operand : op->getOperands()) {
+      auto t = dyn_cast<RankedTensorType>(operand.getType());
+      if (t && t.getRank() == type.getRank() && axis >= 0 && axis < t.getRank() &&
+          t.getDimSize(axis) == 0)
+        continue;
+      if (kept) return rewriter.notifyMatchFailure(op, "two operands that may not be empty");
+      kept = operand;
+    }
+    if (!kept || kept.getType() != type)
+      return rewriter.notifyMatchFailure(op, "the kept operand's type is not the result's");
+    rewriter.replaceOp(op, kept);
+    return success();
+  }
+};
+
 }  // namespace
 
 void populateSimplifyPatterns(RewritePatternSet& patterns) {
   MLIRContext* context = patterns.getContext();
   patterns.add<ForwardIdentity, ForwardInferenceDropout, ForwardNoOpReshape<nn::ReshapeOp>,
-               ForwardCopyingReshape,
-               ForwardNoOpReshape<nn::ExpandOp>, ForwardNoOpReshape<nn::SqueezeOp>,
-               ForwardNoOpReshape<nn::UnsqueezeOp>, ForwardNoOpReshape<nn::FlattenOp>,
-               ForwardNoOpReshape<nn::CastOp>, ForwardNoOpReshape<nn::CastLikeOp>,
-               ForwardNoOpReshape<nn::TransposeOp>, ForwardIdentityCast, ForwardMulByOne>(context);
+               ForwardCopyingReshape, ForwardNoOpReshape<nn::ExpandOp>,
+               ForwardNoOpReshape<nn::SqueezeOp>, ForwardNoOpReshape<nn::UnsqueezeOp>,
+               ForwardNoOpReshape<nn::FlattenOp>, ForwardNoOpReshape<nn::CastOp>,
+               ForwardNoOpReshape<nn::CastLikeOp>, ForwardNoOpReshape<nn::TransposeOp>,
+               ForwardIdentityCast, ForwardMulByOne, ForwardConcatOfEmpty>(context);
 }
 
 namespace {

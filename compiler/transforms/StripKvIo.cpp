@@ -1,6 +1,8 @@
 // --llmc-strip-kv-io: a decoder exported with explicit cache inputs and outputs (Optimum's
-// `past_key_values.N.key/value` -> `present.N.key/value`) becomes the same model without a
-// past: every past tensor is an empty [batch, kv_heads, 0, head_dim] tensor, position_ids
+// `past_key_values.N.key/value` -> `present.N.key/value`, or GPT-BigCode's packed multi-query
+// `past_key_values.N.key_value` [batch, past, 2 x head_dim]) becomes the same model without a
+// past: every past tensor is empty (its past axis 0, [batch, kv_heads, 0, head_dim] or
+// [batch, 0, 2 x head_dim]), position_ids
 // come from llm.positions, the attention mask is as long as the new tokens, and the present
 // outputs go. What remains is a full-sequence model (the past is the runtime's KV cache), which
 // --llmc-recognize-llm then moves onto the cache.
@@ -26,14 +28,14 @@ std::string argName(func::FuncOp func, unsigned i) {
   return name ? name.getValue().str() : "";
 }
 
-// "<prefix><digits>.key" or "<prefix><digits>.value" (no std::regex: GCC 12's -Wmaybe-
+// "<prefix><digits>.key", ".value" or ".key_value" (no std::regex: GCC 12's -Wmaybe-
 // uninitialized misfires inside it under the sanitizers).
 bool isLayerKv(const std::string& name, const std::string& prefix) {
   if (name.compare(0, prefix.size(), prefix) != 0) return false;
   size_t i = prefix.size(), digits = 0;
   while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i, ++digits;
   std::string rest = name.substr(i);
-  return digits > 0 && (rest == ".key" || rest == ".value");
+  return digits > 0 && (rest == ".key" || rest == ".value" || rest == ".key_value");
 }
 bool isPast(const std::string& name) { return isLayerKv(name, "past_key_values."); }
 bool isPresent(const std::string& name) { return isLayerKv(name, "present."); }
@@ -57,11 +59,17 @@ class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
     auto ids_type = dyn_cast<RankedTensorType>(ids.getType());
     auto ids_dims = func.getArgAttrOfType<ArrayAttr>(input_ids, "llmc.dims");
     if (!ids_type || ids_type.getRank() != 2 || !ids_dims || ids_dims.size() != 2) return;
+    // The past axis of each: 2 of [batch, kv_heads, past, head_dim], 1 of a packed
+    // [batch, past, 2 x head_dim]; every other axis but the batch is static.
+    std::vector<int64_t> past_axis;
     for (unsigned i : past) {
       auto type = dyn_cast<RankedTensorType>(body.getArgument(i).getType());
-      if (!type || type.getRank() != 4 || ShapedType::isDynamic(type.getDimSize(1)) ||
-          ShapedType::isDynamic(type.getDimSize(3)))
-        return;  // not the [batch, kv_heads, past, head_dim] layout this pass knows
+      const bool packed = argName(func, i).ends_with(".key_value");
+      const int64_t rank = packed ? 3 : 4, axis = packed ? 1 : 2;
+      if (!type || type.getRank() != rank) return;  // not a layout this pass knows
+      for (int64_t d = 1; d < rank; ++d)
+        if (d != axis && ShapedType::isDynamic(type.getDimSize(d))) return;
+      past_axis.push_back(axis);
     }
 
     OpBuilder b = OpBuilder::atBlockBegin(&body);
@@ -76,20 +84,22 @@ class StripKvIoPass : public impl::StripKvIoBase<StripKvIoPass> {
     Value shape = create("nn.shape", {ids}, RankedTensorType::get({2}, i64));
     Value batch = create("nn.slice", {shape, constant({0}), constant({1})},
                          RankedTensorType::get({1}, i64));
-    for (unsigned i : past) {
-      BlockArgument arg = body.getArgument(i);
+    for (size_t n = 0; n < past.size(); ++n) {
+      BlockArgument arg = body.getArgument(past[n]);
       auto type = cast<RankedTensorType>(arg.getType());
-      Value target = create("nn.concat",
-                            {batch, constant({type.getDimSize(1), 0, type.getDimSize(3)})},
-                            RankedTensorType::get({4}, i64),
-                            {b.getNamedAttr("axis", b.getI64IntegerAttr(0))});
+      SmallVector<int64_t> rest, shape = {ShapedType::kDynamic};
+      for (int64_t d = 1; d < type.getRank(); ++d) {
+        rest.push_back(d == past_axis[n] ? 0 : type.getDimSize(d));
+        shape.push_back(rest.back());
+      }
+      Value target =
+          create("nn.concat", {batch, constant(rest)}, RankedTensorType::get({type.getRank()}, i64),
+                 {b.getNamedAttr("axis", b.getI64IntegerAttr(0))});
       auto fill = DenseElementsAttr::get(RankedTensorType::get({1}, type.getElementType()),
                                          b.getZeroAttr(type.getElementType()));
-      Value empty = create(
-          "nn.constant_of_shape", {target},
-          RankedTensorType::get({ShapedType::kDynamic, type.getDimSize(1), 0, type.getDimSize(3)},
-                                type.getElementType()),
-          {b.getNamedAttr("value", fill)});
+      Value empty = create("nn.constant_of_shape", {target},
+                           RankedTensorType::get(shape, type.getElementType()),
+                           {b.getNamedAttr("value", fill)});
       arg.replaceAllUsesWith(empty);
     }
     if (position_ids >= 0) {

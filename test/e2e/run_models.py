@@ -164,7 +164,8 @@ def _llm_inputs(model_dir: str, input_set: dict, engine_inputs: set) -> tuple[st
     past = [n for n in dropped if n.startswith("past_key_values.")]
     if "attention_mask" in dropped and not np.all(load("attention_mask") == 1):
         return None, 0, "padded rows (the engine has no attention_mask)"
-    past_length = load(past[0]).shape[2] if past else 0
+    # The past axis: 2 of [batch, kv_heads, past, head_dim], 1 of a packed `.key_value`.
+    past_length = load(past[0]).shape[1 if past[0].endswith(".key_value") else 2] if past else 0
     other = [n for n in dropped if n not in past and n not in ("attention_mask", "position_ids")]
     if other:
         return None, 0, f"inputs the engine does not take: {other}"

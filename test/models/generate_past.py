@@ -38,7 +38,8 @@ MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # The decoder families of families.py exported with their cache (issue 16): no full-sequence
 # sibling, the family's seeded model is the reference.
-FAMILY_MODELS = ["mistral_window", "phi3", "gemma", "gptj", "gpt_neox", "opt", "falcon", "olmo", "granite"]
+FAMILY_MODELS = ["mistral_window", "phi3", "gemma", "gptj", "gpt_neox", "opt", "falcon", "olmo", "granite",
+                 "gpt_bigcode"]
 
 # name -> (full-sequence model it shares weights with, or None; its builder; opset)
 PAST_MODELS = {
@@ -57,17 +58,36 @@ def is_past_model(name: str) -> bool:
     return name in PAST_MODELS
 
 
-def past_layout(model: onnx.ModelProto) -> tuple[str, dict[str, tuple[int, int]]]:
-    """The past-length symbol and {past input: (kv_heads, head_dim)} of a cache export."""
+def past_axis(name: str, rank: int) -> int:
+    """The past axis of a past input: 2 of [batch, kv_heads, past, head_dim], 1 of GPT-BigCode's
+    packed multi-query [batch, past, 2 x head_dim] `past_key_values.N.key_value`."""
+    return 1 if name.endswith(".key_value") and rank == 3 else 2
+
+
+def empty_shape(name: str, dims: list) -> tuple[int, ...]:
+    """{past input's dims} -> the shape of its empty past at batch 1 (checked: every axis but the
+    batch and the past is a number)."""
+    axis = past_axis(name, len(dims))
+    if len(dims) not in (3, 4) or (len(dims) == 3) != name.endswith(".key_value"):
+        raise RuntimeError(f"{name}: expected [batch, kv_heads, past, head_dim] or [batch, past, 2 x head_dim], got {dims}")
+    for d, size in enumerate(dims):
+        if d not in (0, axis) and not isinstance(size, int):
+            raise RuntimeError(f"{name}: dimension {d} is not a number: {dims}")
+    return tuple(1 if d == 0 else 0 if d == axis else size for d, size in enumerate(dims))
+
+
+def past_layout(model: onnx.ModelProto) -> tuple[str, dict[str, tuple[int, ...]]]:
+    """The past-length symbol and {past input: its empty shape at batch 1} of a cache export."""
     symbols, layout = set(), {}
     for value in model.graph.input:
         if not value.name.startswith(PAST_PREFIX):
             continue
         dims = value.type.tensor_type.shape.dim
-        if len(dims) != 4 or not dims[2].dim_param or dims[1].dim_param or dims[3].dim_param:
-            raise RuntimeError(f"{value.name}: expected [batch, kv_heads, past, head_dim], got {dims}")
-        symbols.add(dims[2].dim_param)
-        layout[value.name] = (dims[1].dim_value, dims[3].dim_value)
+        axis = past_axis(value.name, len(dims))
+        if len(dims) <= axis or not dims[axis].dim_param:
+            raise RuntimeError(f"{value.name}: no past-length symbol at axis {axis}: {dims}")
+        symbols.add(dims[axis].dim_param)
+        layout[value.name] = empty_shape(value.name, [d.dim_param or d.dim_value for d in dims])
     if len(symbols) != 1 or not layout:
         raise RuntimeError(f"expected one past-length symbol over the past inputs, got {symbols}")
     return symbols.pop(), layout
@@ -79,11 +99,16 @@ def torch_forward(lm: torch.nn.Module, inputs: dict[str, np.ndarray]) -> dict[st
     The past tensors are cloned into a fresh DynamicCache (the forward pass mutates the cache);
     an empty past is a forward without one."""
     layers = lm.config.num_hidden_layers
-    past = [
-        tuple(torch.from_numpy(inputs[f"{PAST_PREFIX}{i}.{kind}"]).clone() for kind in ("key", "value"))
-        for i in range(layers)
-    ]
-    cache = None if past[0][0].shape[2] == 0 else transformers.DynamicCache.from_legacy_cache(tuple(past))
+    packed = f"{PAST_PREFIX}0.key_value" in inputs  # GPT-BigCode: one tensor per layer
+    if packed:
+        past = [torch.from_numpy(inputs[f"{PAST_PREFIX}{i}.key_value"]).clone() for i in range(layers)]
+        cache = None if past[0].shape[1] == 0 else past
+    else:
+        past = [
+            tuple(torch.from_numpy(inputs[f"{PAST_PREFIX}{i}.{kind}"]).clone() for kind in ("key", "value"))
+            for i in range(layers)
+        ]
+        cache = None if past[0][0].shape[2] == 0 else transformers.DynamicCache.from_legacy_cache(tuple(past))
     with torch.no_grad():
         out = lm(
             input_ids=torch.from_numpy(inputs["input_ids"]),
@@ -98,14 +123,18 @@ def torch_forward(lm: torch.nn.Module, inputs: dict[str, np.ndarray]) -> dict[st
     if len(present) != layers:
         raise RuntimeError(f"expected {layers} layers of present key/values, got {len(present)}")
     results = {"logits": out.logits.numpy().copy()}
+    if packed:
+        for i, key_value in enumerate(present):
+            results[f"present.{i}.key_value"] = key_value.numpy().copy()
+        return results
     for i, (key, value) in enumerate(present):
         results[f"present.{i}.key"] = key.numpy().copy()
         results[f"present.{i}.value"] = value.numpy().copy()
     return results
 
 
-def empty_past(layout: dict[str, tuple[int, int]], batch: int) -> dict[str, np.ndarray]:
-    return {name: np.zeros((batch, kv, 0, head), dtype=np.float32) for name, (kv, head) in layout.items()}
+def empty_past(layout: dict[str, tuple[int, ...]], batch: int) -> dict[str, np.ndarray]:
+    return {name: np.zeros((batch, *shape[1:]), dtype=np.float32) for name, shape in layout.items()}
 
 
 def _step_inputs(input_ids: np.ndarray, past: dict[str, np.ndarray], past_length: int) -> dict[str, np.ndarray]:

@@ -151,10 +151,12 @@ def _generate(lm: torch.nn.Module, prompt: list[int], new_tokens: int, **kwargs)
     return tokens[len(prompt) :]
 
 
-def _past_layout(session: ort.InferenceSession) -> dict[str, tuple[int, int]]:
-    """{past input: (kv_heads, head_dim)} of a cache export; empty for a full-sequence model."""
+def _past_layout(session: ort.InferenceSession) -> dict[str, tuple[int, ...]]:
+    """{past input: its empty shape at batch 1} of a cache export; empty for a full-sequence model."""
     return {
-        i.name: (i.shape[1], i.shape[3]) for i in session.get_inputs() if i.name.startswith(generate_past.PAST_PREFIX)
+        i.name: generate_past.empty_shape(i.name, i.shape)
+        for i in session.get_inputs()
+        if i.name.startswith(generate_past.PAST_PREFIX)
     }
 
 

@@ -238,6 +238,18 @@ int verifyGraph(const std::shared_ptr<const Engine>& engine,
 
 // ---- language-model engines -------------------------------------------------------------
 
+// The past axis of a cache export's past input: 2 of [batch, kv_heads, past, head_dim], 1 of
+// GPT-BigCode's packed [batch, past, 2 x head_dim] `past_key_values.N.key_value`; -1 otherwise.
+int pastAxis(const TensorInfo& info) {
+  if (info.name.find("past") == std::string::npos) return -1;
+  if (info.dims.size() == 4) return 2;
+  const std::string suffix = ".key_value";
+  if (info.dims.size() == 3 && info.name.size() > suffix.size() &&
+      info.name.compare(info.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return 1;
+  return -1;
+}
+
 // The inputs of one full-sequence run of `engine` (the reference graph or the engine under
 // test) on tokens[0, n): the token ids, an all-ones attention mask, positions 0..n-1, and an
 // empty past for each KV-cache input of a cache export. Any other input is refused: verify
@@ -250,7 +262,7 @@ Status sequenceInputs(const Engine& engine, const std::string& input_ids,
     const bool ids = info.name == input_ids;
     const bool mask = info.name.find("mask") != std::string::npos;
     const bool positions = info.name.find("position") != std::string::npos;
-    const bool past = info.name.find("past") != std::string::npos;
+    const int past_axis = pastAxis(info);
     const bool integer = info.dtype == DType::kInt64 || info.dtype == DType::kInt32;
     Shape shape;
     if ((ids || positions) && integer && info.dims.size() == 2) {
@@ -258,10 +270,10 @@ Status sequenceInputs(const Engine& engine, const std::string& input_ids,
     } else if (mask && (integer || info.dtype == DType::kBool || info.dtype == DType::kFloat32) &&
                info.dims.size() == 2) {
       shape = {1, n};
-    } else if (past && info.dims.size() == 4) {
-      // [batch, kv_heads, past, head_dim]: the past is empty.
-      for (size_t d = 0; d < 4; ++d) {
-        if (d == 0 || d == 2) {
+    } else if (past_axis > 0) {
+      // [batch, kv_heads, past, head_dim] or [batch, past, 2 x head_dim]: the past is empty.
+      for (size_t d = 0; d < info.dims.size(); ++d) {
+        if (d == 0 || d == static_cast<size_t>(past_axis)) {
           shape.push_back(d == 0 ? 1 : 0);
         } else if (info.dims[d].size >= 0) {
           shape.push_back(info.dims[d].size);
@@ -555,15 +567,14 @@ int runVerify(const std::vector<std::string>& args) {
   if (!status.ok())
     return reportError("verify", status.withContext("the reference (the graph as exported)"));
   if (engine->llmConfig()) {
-    // The reference runs a cache export with an empty past: its past-length symbols (dimension
-    // 2 of each past input) must admit 0, which a symbol's default range does not.
+    // The reference runs a cache export with an empty past: its past-length symbols (the past
+    // axis of each past input) must admit 0, which a symbol's default range does not.
     bool recompile = false;
     for (const TensorInfo& info : reference->inputs()) {
-      if (info.name.find("past") == std::string::npos || info.dims.size() != 4 ||
-          info.dims[2].size >= 0)
-        continue;
+      const int axis = pastAxis(info);
+      if (axis < 0 || info.dims[static_cast<size_t>(axis)].size >= 0) continue;
       for (const SymbolInfo& symbol : reference->symbols())
-        if (symbol.name == info.dims[2].symbol && symbol.min > 0) {
+        if (symbol.name == info.dims[static_cast<size_t>(axis)].symbol && symbol.min > 0) {
           reference_options.dim_ranges[symbol.name] = {0, symbol.max};
           recompile = true;
         }

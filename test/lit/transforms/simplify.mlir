@@ -57,3 +57,24 @@ func.func @copying_reshape(%x: tensor<?x12x?x32xf32>) -> (tensor<?x12x?x32xf32>,
   // CHECK: return %arg0, %[[B]], %[[C]]
   return %a, %b, %c : tensor<?x12x?x32xf32>, tensor<?x12x?x32xf32>, tensor<?x12x?x32xf32>
 }
+
+// -----
+
+// Tests that a Concat of a statically empty past and the new rows is the new rows, and that
+// one with two parts that may hold data stays.
+// CHECK-LABEL: func @concat_of_empty
+// CHECK-NOT: nn.concat
+// CHECK: return %arg1
+func.func @concat_of_empty(%past: tensor<?x0x8xf32> {llmc.name = "past"}, %new: tensor<?x?x8xf32> {llmc.name = "new"}) -> tensor<?x?x8xf32> {
+  %y = nn.concat(%past, %new) {axis = -2 : i64} : (tensor<?x0x8xf32>, tensor<?x?x8xf32>) -> tensor<?x?x8xf32>
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func @concat_of_two
+// CHECK: nn.concat
+func.func @concat_of_two(%a: tensor<?x?x8xf32> {llmc.name = "a"}, %b: tensor<?x?x8xf32> {llmc.name = "b"}) -> tensor<?x?x8xf32> {
+  %y = nn.concat(%a, %b) {axis = 1 : i64} : (tensor<?x?x8xf32>, tensor<?x?x8xf32>) -> tensor<?x?x8xf32>
+  return %y : tensor<?x?x8xf32>
+}

@@ -46,3 +46,21 @@ func.func @plain(%ids: tensor<?x?xi64> {llmc.name = "input_ids", llmc.dims = ["b
   %y = nn.add(%ids, %pos) : (tensor<?x?xi64>, tensor<?x?xi64>) -> tensor<?x?xi64>
   return %y : tensor<?x?xi64>
 }
+
+// -----
+
+// Tests GPT-BigCode's packed multi-query cache: `past_key_values.N.key_value` [batch, past,
+// 2 x head_dim] becomes an empty [batch, 0, 2 x head_dim] (its past axis is 1) and its
+// `present.N.key_value` output goes.
+// CHECK-LABEL: func @packed_key_value
+// CHECK-SAME: llmc.output_names = ["logits"]
+// CHECK: nn.constant_of_shape({{.*}}) {{.*}} -> tensor<?x0x8xf32>
+// CHECK: return %{{.+}} : tensor<?x?x8xf32>
+func.func @packed_key_value(%ids: tensor<?x?xi64> {llmc.name = "input_ids", llmc.dims = ["batch", "seq"]},
+                            %kv: tensor<?x?x8xf32> {llmc.name = "past_key_values.0.key_value", llmc.dims = ["batch", "past", ""]})
+    -> (tensor<?x?x8xf32>, tensor<?x?x8xf32>)
+    attributes {llmc.output_names = ["logits", "present.0.key_value"], llmc.symbols = ["batch", "seq", "past"]} {
+  %new = nn.constant dense<1.0> : tensor<1x1x8xf32>
+  %present = nn.concat(%kv, %new) {axis = 1 : i64} : (tensor<?x?x8xf32>, tensor<1x1x8xf32>) -> tensor<?x?x8xf32>
+  return %present, %present : tensor<?x?x8xf32>, tensor<?x?x8xf32>
+}
