@@ -279,6 +279,9 @@ Value skipEmptyPast(Value v) {
   auto axis_attr = concat->getAttrOfType<IntegerAttr>("axis");
   if (!type || !axis_attr) return v;
   int64_t axis = axis_attr.getInt() < 0 ? axis_attr.getInt() + type.getRank() : axis_attr.getInt();
+  // The sequence axis of [batch, heads, seq, head_dim] only: a Concat along the head size
+  // with an empty part is Phi-3's partial rotary, which --llmc-fuse-rope reads.
+  if (axis != type.getRank() - 2) return v;
   Value kept;
   for (Value operand : concat->getOperands()) {
     auto t = dyn_cast<RankedTensorType>(operand.getType());

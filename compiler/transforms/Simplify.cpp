@@ -2,6 +2,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
 #include "transforms/Passes.h"
 
@@ -145,10 +146,11 @@ struct ForwardMulByOne : public OpRewritePattern<nn::MulOp> {
   }
 };
 
-/// Concat(empty, x) -> x where every other operand is statically empty along the axis and x
-/// has the result's type: what a cache export concatenates onto its past once
-/// --llmc-strip-kv-io made the past empty (GPT-BigCode's packed key_value, whose Concat does
-/// not feed the attention directly).
+/// Concat(empty, x) -> x where every other operand is an empty past (a ConstantOfShape with a
+/// static 0 along the axis, as --llmc-strip-kv-io writes them) and x has the result's type:
+/// GPT-BigCode's packed key_value, whose Concat does not feed the attention directly. Other
+/// empty operands stay: Phi-3's partial rotary concatenates an empty pass-through slice, which
+/// --llmc-fuse-rope reads as part of the pattern.
 struct ForwardConcatOfEmpty : public OpRewritePattern<nn::ConcatOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(nn::ConcatOp op, PatternRewriter& rewriter) const override {
@@ -161,7 +163,7 @@ struct ForwardConcatOfEmpty : public OpRewritePattern<nn::ConcatOp> {
     for (Value operand : op->getOperands()) {
       auto t = dyn_cast<RankedTensorType>(operand.getType());
       if (t && t.getRank() == type.getRank() && axis >= 0 && axis < t.getRank() &&
-          t.getDimSize(axis) == 0)
+          t.getDimSize(axis) == 0 && isOp(operand.getDefiningOp(), "nn.constant_of_shape"))
         continue;
       if (kept) return rewriter.notifyMatchFailure(op, "two operands that may not be empty");
       kept = operand;

@@ -208,8 +208,17 @@ nb::dict metadataOf(const Engine& engine) {
   m["steps"] = engine.numSteps();
   m["stripped_weights"] = engine.strippedWeights();
   m["has_tokenizer"] = !engine.tokenizerJson().empty();
+  // As `llmc inspect --json` lists them: max None when unbounded; "expression" when the
+  // compiler found the symbol equal to a sum of others (the session checks it).
   nb::list symbols;
-  for (const SymbolInfo& s : engine.symbols()) symbols.append(nb::make_tuple(s.name, s.min, s.max));
+  for (const SymbolInfo& s : engine.symbols()) {
+    nb::dict symbol;
+    symbol["name"] = s.name;
+    symbol["min"] = s.min;
+    symbol["max"] = s.max >= 0 ? nb::object(nb::int_(s.max)) : nb::none();
+    if (!s.expression.empty()) symbol["expression"] = s.expression;
+    symbols.append(symbol);
+  }
   m["symbols"] = symbols;
   if (const LlmConfig* llm = engine.llmConfig()) {
     nb::dict l;

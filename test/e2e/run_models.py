@@ -27,9 +27,26 @@ import subprocess
 import sys
 import tempfile
 
+import re
+
 import numpy as np
 
 DEFAULT_MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models")
+
+
+# The steps of decoder layer 1 in each default engine (the steps whose ONNX node is under
+# `layers.1/` or `h.1/`) may be at most what docs/models.md states for the family: a fusion that
+# stops firing shows here, where every comparison would still pass. Any other recognized
+# decoder is held to issue 16's target of 12.
+LAYER_STEPS = {
+    "llama_tiny_past": 8, "mistral_window_tiny_past": 8, "qwen2_tiny_past": 8, "gemma_tiny_past": 8,
+    "gpt2_tiny_past": 7, "olmo_tiny_past": 10, "granite_tiny_past": 10, "opt_tiny_past": 11,
+    "falcon_tiny_past": 8, "gpt_neox_tiny_past": 9, "phi3_tiny_past": 8, "gptj_tiny_past": 8,
+    "qwen3_tiny": 9, "stablelm_tiny": 8, "gemma2_tiny": 10, "gpt_bigcode_tiny_past": 7,
+    "llama_dims_past": 8,
+}
+MAX_LAYER_STEPS = 12
+LAYER_ONE = re.compile(r"/(layers|h)\.1/")
 
 
 class Tally:
@@ -146,6 +163,12 @@ def check_model(
                 tally.report(not is_llm and refusal in (compile_log or ""), f"{name}/default/refusal",
                              f"the compile warning {'names' if refusal in (compile_log or '') else 'lacks'} "
                              f"'{refusal}'", compile_log)
+            if is_llm:
+                steps = sum(1 for s in info.get("steps", []) if LAYER_ONE.search(s.get("node", "")))
+                limit = LAYER_STEPS.get(name, MAX_LAYER_STEPS)
+                if steps or name in LAYER_STEPS:
+                    tally.report(0 < steps <= limit, f"{name}/default/steps-per-layer",
+                                 f"{steps} steps in decoder layer 1 (at most {limit})")
             if not is_llm:
                 continue  # the same engine as --as-graph, already checked
         compared = _check_sets(llmc, run_llmc, manifest, model_dir, work_dir, engine, engine_inputs,

@@ -93,7 +93,28 @@ def test_engine_metadata(demo_engine):
     assert meta["format_version"].count(".") == 1 and meta["target"] == "cpu"
     assert meta["compiler_version"] == llmc.__version__
     assert meta["llm"]["num_layers"] == 4 and meta["llm"]["max_context"] == 256
+    assert meta["symbols"] == [{"name": "batch", "min": 1, "max": None},
+                               {"name": "seq", "min": 1, "max": None}]
     assert engine.tokenizer is not None
+
+
+def test_symbol_relation_and_its_refusal(work):
+    # Dimension names that hide a relation (llama_dims_past: total_seq = seq + past_seq): the
+    # engine records it and a run that breaks it raises with the session's message.
+    path = work / "dims.engine"
+    with pytest.warns(UserWarning, match="dimension 'total_seq' taken as seq \\+ past_seq"):
+        llmc.compile(MODELS / "llama_dims_past" / "model.onnx", path, as_graph=True,
+                     dims={"past_seq": (0, -1)}, progress=False)
+    engine = llmc.Engine(path)
+    total = [s for s in engine.metadata["symbols"] if s["name"] == "total_seq"]
+    assert total == [{"name": "total_seq", "min": 1, "max": None, "expression": "seq + past_seq"}]
+    inputs = load_inputs("llama_dims_past", "chunk_b1_p5_s4")
+    outputs = engine.session(threads=1).run(inputs)
+    want = np.load(MODELS / "llama_tiny_past" / "chunk_b1_p5_s4" / "logits.npy")
+    np.testing.assert_allclose(outputs["logits"], want, rtol=1e-4, atol=1e-5)
+    inputs["attention_mask"] = inputs["attention_mask"][:, :-1]
+    with pytest.raises(llmc.InvalidArgumentError, match=r"symbol 'total_seq' = 8 .* must equal seq \+ past_seq = 9"):
+        engine.session(threads=1).run(inputs)
 
 
 @pytest.mark.parametrize("model, input_set", [("mlp", "b1"), ("mlp", "b3"), ("demo", "b1_s16"),

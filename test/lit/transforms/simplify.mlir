@@ -60,12 +60,23 @@ func.func @copying_reshape(%x: tensor<?x12x?x32xf32>) -> (tensor<?x12x?x32xf32>,
 
 // -----
 
-// Tests that a Concat of a statically empty past and the new rows is the new rows, and that
-// one with two parts that may hold data stays.
-// CHECK-LABEL: func @concat_of_empty
+// Tests that a Concat of an empty past (a ConstantOfShape with 0 rows, as strip-kv-io writes
+// it) and the new rows is the new rows, while an empty operand of another kind (Phi-3's
+// pass-through slice, which fuse-rope reads) and two parts that may hold data stay.
+// CHECK-LABEL: func @concat_of_empty_past
 // CHECK-NOT: nn.concat
 // CHECK: return %arg1
-func.func @concat_of_empty(%past: tensor<?x0x8xf32> {llmc.name = "past"}, %new: tensor<?x?x8xf32> {llmc.name = "new"}) -> tensor<?x?x8xf32> {
+func.func @concat_of_empty_past(%shape: tensor<3xi64> {llmc.name = "shape"}, %new: tensor<?x?x8xf32> {llmc.name = "new"}) -> tensor<?x?x8xf32> {
+  %past = nn.constant_of_shape(%shape) {value = dense<0.0> : tensor<1xf32>} : (tensor<3xi64>) -> tensor<?x0x8xf32>
+  %y = nn.concat(%past, %new) {axis = -2 : i64} : (tensor<?x0x8xf32>, tensor<?x?x8xf32>) -> tensor<?x?x8xf32>
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func @concat_of_empty_argument
+// CHECK: nn.concat
+func.func @concat_of_empty_argument(%past: tensor<?x0x8xf32> {llmc.name = "past"}, %new: tensor<?x?x8xf32> {llmc.name = "new"}) -> tensor<?x?x8xf32> {
   %y = nn.concat(%past, %new) {axis = -2 : i64} : (tensor<?x0x8xf32>, tensor<?x?x8xf32>) -> tensor<?x?x8xf32>
   return %y : tensor<?x?x8xf32>
 }
