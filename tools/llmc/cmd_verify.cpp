@@ -23,6 +23,7 @@
 #include "compile_flags.h"
 #include "core/file_io.h"
 #include "core/half.h"
+#include "core/symbols.h"
 #include "llmc/engine.h"
 #include "llmc/generator.h"
 #include "llmc/session.h"
@@ -45,19 +46,12 @@ int64_t symbolSize(const Engine& engine, const std::string& symbol, int64_t pref
   for (const SymbolInfo& info : engine.symbols())
     if (info.name == symbol && !info.expression.empty() && depth < 4)
       return symbolSize(engine, info.expression, preferred, depth + 1);
-  if (depth < 4 && symbol.find(" + ") != std::string::npos) {
+  std::vector<SymbolTerm> terms;
+  if (depth < 4 && symbol.find('+') != std::string::npos && parseSymbolExpression(symbol, &terms)) {
     int64_t total = 0;
-    size_t start = 0;
-    while (start <= symbol.size()) {
-      size_t plus = symbol.find(" + ", start);
-      std::string term = symbol.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
-      int64_t number = 0;
-      total += parseInteger(term, 0, kInt32Max, &number)
-                   ? number
-                   : symbolSize(engine, term, preferred, depth + 1);
-      if (plus == std::string::npos) break;
-      start = plus + 3;
-    }
+    for (const SymbolTerm& term : terms)
+      total += term.symbol.empty() ? term.constant
+                                   : symbolSize(engine, term.symbol, preferred, depth + 1);
     return total;
   }
   for (const SymbolInfo& info : engine.symbols())
