@@ -56,7 +56,7 @@ std::vector<int64_t> probeValues(int level, int probe, size_t count) {
 }
 
 // The value of "a + b + 3" (symbols and integers, core/symbols.h) under each probe; nothing
-// when a term is neither (or is itself a sum).
+// when a term names no symbol.
 std::optional<std::array<int64_t, kProbes>> evaluateSum(const std::string& expression,
                                                         const std::vector<std::string>& symbols,
                                                         const std::vector<int64_t> probe[kProbes]) {
@@ -67,7 +67,7 @@ std::optional<std::array<int64_t, kProbes>> evaluateSum(const std::string& expre
     auto it = std::find(symbols.begin(), symbols.end(), term.symbol);
     if (term.symbol.empty()) {
       for (int p = 0; p < kProbes; ++p) sums[p] += term.constant;
-    } else if (it != symbols.end() && term.symbol.find('+') == std::string::npos) {
+    } else if (it != symbols.end()) {
       for (int p = 0; p < kProbes; ++p)
         sums[p] += probe[p][static_cast<size_t>(it - symbols.begin())];
     } else {
@@ -270,16 +270,15 @@ class ShapeInferencePass : public impl::ShapeInferenceBase<ShapeInferencePass> {
     }
     applyExpressionSymbols(symbols, probe);
     // Relations found by earlier runs (a relation may name a related symbol: twice settles it).
-    if (auto relations = func->getAttrOfType<DictionaryAttr>("llmc.symbol_relations"))
-      for (int round = 0; round < 2; ++round)
-        for (NamedAttribute relation : relations) {
-          auto it = std::find(symbols.begin(), symbols.end(), relation.getName().getValue().str());
-          auto sums =
-              evaluateSum(cast<StringAttr>(relation.getValue()).getValue().str(), symbols, probe);
-          if (it == symbols.end() || !sums) continue;
-          for (int p = 0; p < kProbes; ++p)
-            probe[p][static_cast<size_t>(it - symbols.begin())] = (*sums)[p];
-        }
+    const std::vector<SymbolRelation> relations = relationsOf(func);
+    for (int round = 0; round < 2; ++round)
+      for (const SymbolRelation& relation : relations) {
+        auto it = std::find(symbols.begin(), symbols.end(), relation.symbol);
+        auto sums = evaluateSum(relation.expression, symbols, probe);
+        if (it == symbols.end() || !sums) continue;
+        for (int p = 0; p < kProbes; ++p)
+          probe[p][static_cast<size_t>(it - symbols.begin())] = (*sums)[p];
+      }
   }
 
   static void setRelations(func::FuncOp func, const std::vector<SymbolRelation>& relations) {
