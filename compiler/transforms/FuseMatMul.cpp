@@ -357,23 +357,39 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
       v = add->getResult(0);
     }
   }
-  // The last axis split into [G, P].
-  int64_t groups = 1, group = n;
+  // The last axis split into [G, P], or into [G, M, E] (Bloom's query_key_value: each head's
+  // q, k and v side by side, M = 3), read as [G, P = M x E] with member m the columns
+  // [m x E, (m + 1) x E) of every group.
+  int64_t groups = 1, group = n, member = 0;  // member: E, 0 unless [G, M, E]
   Operation* reshape = sole_user(v, "nn.reshape");
   auto reshaped = reshape ? dyn_cast<RankedTensorType>(reshape->getResult(0).getType()) : nullptr;
   const int64_t split_rank = reshaped ? reshaped.getRank() : 0;
-  if (reshaped && split_rank == y_type.getRank() + 1 && !reshaped.isDynamicDim(split_rank - 1) &&
-      !reshaped.isDynamicDim(split_rank - 2) &&
+  auto static_dims = [&](int64_t count) {
+    for (int64_t i = split_rank - count; i < split_rank; ++i)
+      if (reshaped.isDynamicDim(i)) return false;
+    return true;
+  };
+  if (reshaped && split_rank == y_type.getRank() + 1 && static_dims(2) &&
       reshaped.getDimSize(split_rank - 1) * reshaped.getDimSize(split_rank - 2) == n &&
       sameLeadingDims(v, reshape->getResult(0), y_type.getRank() - 1)) {
     groups = reshaped.getDimSize(split_rank - 2);
     group = reshaped.getDimSize(split_rank - 1);
     chain.push_back(reshape);
     v = reshape->getResult(0);
+  } else if (reshaped && split_rank == y_type.getRank() + 2 && static_dims(3) &&
+             reshaped.getDimSize(split_rank - 3) * reshaped.getDimSize(split_rank - 2) *
+                     reshaped.getDimSize(split_rank - 1) ==
+                 n &&
+             sameLeadingDims(v, reshape->getResult(0), y_type.getRank() - 1)) {
+    groups = reshaped.getDimSize(split_rank - 3);
+    member = reshaped.getDimSize(split_rank - 1);
+    group = reshaped.getDimSize(split_rank - 2) * member;
+    chain.push_back(reshape);
+    v = reshape->getResult(0);
   } else {
     reshape = nullptr;
   }
-  Operation* transpose = sole_user(v, "nn.transpose");
+  Operation* transpose = member ? nullptr : sole_user(v, "nn.transpose");
   auto perm = transpose ? transpose->getAttrOfType<DenseI64ArrayAttr>("perm") : DenseI64ArrayAttr();
   const int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
   if (perm && static_cast<int64_t>(perm.size()) == rank && perm[rank - 1] == rank - 1) {
@@ -392,6 +408,20 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
   };
   std::vector<Part> slices;
   for (Operation* user : v.getUsers()) {
+    if (member) {  // [G, M, E]: a Gather of one member by a scalar index
+      if (!isOp(user, "nn.gather") || user->getOperand(0) != v) return;
+      auto axis = user->getAttrOfType<IntegerAttr>("axis");
+      auto index = intsConstant(user->getOperand(1));
+      auto index_type = dyn_cast<RankedTensorType>(user->getOperand(1).getType());
+      const int64_t members = group / member;
+      if (!axis || (axis.getInt() != -2 && axis.getInt() != split_rank - 2) || !index ||
+          index->size() != 1 || !index_type || index_type.getRank() != 0 ||
+          (*index)[0] < -members || (*index)[0] >= members)
+        return;
+      const int64_t m = (*index)[0] < 0 ? (*index)[0] + members : (*index)[0];
+      slices.push_back({user, false, m * member, (m + 1) * member});
+      continue;
+    }
     if (auto range = lastAxisSlice(user, v, group)) {
       if (range->second <= range->first) return;
       slices.push_back({user, false, range->first, range->second});
@@ -460,6 +490,7 @@ void splitSlicedProduct(func::FuncOp func, Operation* op) {
       SmallVector<int64_t> target(y_type.getRank() - 1, 0);  // 0: the input's dim
       target.append({part_groups, part_group});
       SmallVector<int64_t> split_shape(reshaped.getShape());
+      if (member) split_shape.erase(split_shape.end() - 2);  // the Gather's [.., G, E]
       split_shape[split_shape.size() - 2] = part_groups;
       split_shape.back() = part_group;
       x = createOp(b, part_loc, "nn.reshape", {x, ints(target)},

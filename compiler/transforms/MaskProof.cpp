@@ -728,7 +728,106 @@ std::string findWindow(const MaskSpec& spec, const Tensor& mask, int64_t seq, in
   return "";
 }
 
+// The slopes of an ALiBi bias `bias` evaluated for `batch` rows at length `seq`: each element,
+// broadcast to the scores ([batch, heads, seq, seq], or [batch x heads, seq, seq] with the heads
+// merged), must be slope(h) * j for its head h and key j, slope(h) read at key 1 of the head's
+// first row. An error names the first element that is not.
+std::string alibiSlopes(const AlibiSpec& spec, const Tensor& bias, int64_t batch, int64_t seq,
+                        std::vector<double>* slopes) {
+  const int64_t heads = spec.heads;
+  const Shape scores =
+      spec.merged_heads ? Shape{batch * heads, seq, seq} : Shape{batch, heads, seq, seq};
+  const int64_t rank = bias.rank(), out_rank = static_cast<int64_t>(scores.size());
+  bool fits = rank >= 1 && rank <= out_rank && bias.dim(rank - 1) == seq;
+  for (int64_t i = 0; fits && i < rank; ++i) {
+    const int64_t want = scores[static_cast<size_t>(out_rank - rank + i)];
+    fits = bias.dim(i) == want || bias.dim(i) == 1;
+  }
+  if (!fits)
+    return "the ALiBi bias is " + shapeToString(bias.shape()) + " for scores " +
+           shapeToString(scores) + ": not one value per head and key position";
+  // The bias's axis that picks the head: [batch x heads] merged, or the heads axis; absent
+  // (or of size 1) when every head gets the same bias.
+  const int64_t head_axis = rank - (spec.merged_heads ? 3 : out_rank - 1);
+  const int64_t cols = seq;
+  slopes->assign(static_cast<size_t>(heads), std::nan(""));
+  std::vector<int64_t> index(static_cast<size_t>(rank), 0);
+  for (int64_t e = 0; e < bias.numElements(); ++e) {
+    int64_t rest = e;
+    for (int64_t a = rank - 1; a >= 0; --a) {
+      index[static_cast<size_t>(a)] = rest % bias.dim(a);
+      rest /= bias.dim(a);
+    }
+    const int64_t j = e % cols;
+    int64_t h = -1;  // -1: every head
+    if (head_axis >= 0 && bias.dim(head_axis) > 1)
+      h = index[static_cast<size_t>(head_axis)] % heads;
+    const double value = elementAsDouble(bias, e);
+    for (int64_t head = h < 0 ? 0 : h; head < (h < 0 ? heads : h + 1); ++head) {
+      double& slope = (*slopes)[static_cast<size_t>(head)];
+      if (std::isnan(slope)) {
+        if (j != 0) return "the ALiBi bias does not start at key 0";
+        slope = elementAsDouble(bias, e + 1);  // key 1 of the same row (seq >= 2)
+        if (!std::isfinite(slope))
+          return "the ALiBi bias of head " + std::to_string(head) + " is not finite";
+      }
+      const double want = static_cast<double>(static_cast<float>(slope) * static_cast<float>(j));
+      if (!(std::fabs(value - want) <= 1e-6 * std::fabs(want)))
+        return "the ALiBi bias of head " + std::to_string(head) + " at key " + std::to_string(j) +
+               " is " + std::to_string(value) + ", not slope " + std::to_string(slope) +
+               " times the key's position (" + std::to_string(want) + ")";
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+AlibiProof proveAlibi(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
+                      int64_t context, const AlibiSpec& spec) {
+  AlibiProof proof;
+  Prover prover(func, batch_symbol, seq_symbol);
+  Abstract bias;
+  if (!prover.classify(spec.bias, &bias)) {
+    proof.error = "cannot prove the ALiBi bias for every length: " + prover.error();
+    return proof;
+  }
+  if (bias.kind != Kind::kPrefix) {
+    proof.error = "the bias added to the scores does not follow the key positions";
+    return proof;
+  }
+  const int64_t length = std::min(context, prover.bound());
+  if (length < 2 || length > kMaxProofLength) {
+    proof.error = "the ALiBi bias cannot be proven at a context of " + std::to_string(length) +
+                  " tokens (2 .. " + std::to_string(kMaxProofLength) + ")";
+    return proof;
+  }
+  SubgraphEvaluator& evaluator = prover.evaluatorAt(1, length);
+  for (Operation* scatter : prover.scatters()) {
+    proof.error = checkIdentityScatter(scatter, evaluator);
+    if (!proof.error.empty()) return proof;
+  }
+  const Tensor* values = nullptr;
+  Status status = evaluator.evaluateReleasing(spec.bias, &values);
+  if (!status.ok()) {
+    proof.error = "cannot evaluate the ALiBi bias: " + status.message();
+    return proof;
+  }
+  proof.error = alibiSlopes(spec, *values, 1, length, &proof.slopes);
+  if (!proof.error.empty()) return proof;
+  // A batch of 2: each row's heads get the same slopes (the merged axis is batch x heads).
+  const int64_t small = std::min<int64_t>(length, 4);
+  status = prover.evaluatorAt(2, small).evaluate(spec.bias, true, &values);
+  if (!status.ok()) {
+    proof.error = "cannot evaluate the ALiBi bias for a batch of 2: " + status.message();
+    return proof;
+  }
+  std::vector<double> batched;
+  proof.error = alibiSlopes(spec, *values, 2, small, &batched);
+  if (proof.error.empty() && batched != proof.slopes)
+    proof.error = "the ALiBi slopes differ between a batch of 1 and a batch of 2";
+  return proof;
+}
 
 MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
                     int64_t context, const MaskSpec& spec) {

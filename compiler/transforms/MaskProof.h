@@ -41,4 +41,22 @@ struct MaskProof {
 MaskProof proveMask(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
                     llvm::StringRef seq_symbol, int64_t context, const MaskSpec& spec);
 
+// An ALiBi bias as the recognizer found it: added to scores [batch, heads, q, k], or to
+// [batch x heads, q, k] when the model merged the heads into the batch axis (Bloom's baddbmm).
+struct AlibiSpec {
+  mlir::Value bias;
+  int64_t heads = 0;
+  bool merged_heads = false;
+};
+
+struct AlibiProof {
+  std::string error;           // empty when proven
+  std::vector<double> slopes;  // per head: the bias of key position j is slopes[h] * j
+};
+
+// Proves that `spec.bias` is, at every sequence length 1..context (with the inputs of
+// proveMask), slopes[h] * j for head h and key position j, whatever the query (ALiBi).
+AlibiProof proveAlibi(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
+                      llvm::StringRef seq_symbol, int64_t context, const AlibiSpec& spec);
+
 }  // namespace llmc

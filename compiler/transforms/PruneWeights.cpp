@@ -570,6 +570,8 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
     if (plan.heads < 1 || plan.kv_heads < 1 || plan.head_dim < 1 || columns[0] < 0 ||
         columns[1] < 0 || columns[2] < 0 || plan.heads % plan.kv_heads != 0)
       return fail("not the token-major form (q, k and v as columns of rows)");
+    if (attention->getAttr("alibi_slopes"))
+      return fail("its ALiBi slopes belong to its heads, and pruning does not renumber them");
     const int64_t group = plan.heads / plan.kv_heads;
     // The count each flag removes, rounded; every group keeps a query head and one group stays.
     const int64_t removed_groups =

@@ -71,6 +71,22 @@ struct AttentionMatch {
   // Scale factors computed from shapes (e.g. sqrt(head_dim) via Shape/Pow), evaluated with
   // the masks: (value, divides).
   std::vector<std::pair<Value, bool>> shape_scales;
+  // Heads merged into the batch axis (Bloom's baddbmm): the scores are [batch x heads, q, k],
+  // reshaped to [batch, heads, q, k] for the mask and the softmax and back for the product
+  // with V, whose result `heads_split` reshapes to [batch, heads, q, d]. `merged_heads` is the
+  // head count (0: not merged); q, k (here not transposed) and v_full are the [batch, heads,
+  // ..] tensors the merged ones were reshaped from.
+  int64_t merged_heads = 0;
+  Operation* heads_split = nullptr;
+  std::vector<Operation*> output_shapes;  // Shape ops reading the merged output's sizes
+  Value k;
+  // ALiBi: a second additive bias (met after the mask, walking from the softmax), proven
+  // linear in the key position; `alibi_scale` is the product of the constant factors met
+  // before it, which scale the bias as well as the scores.
+  Value alibi;
+  Operation* alibi_add = nullptr;
+  double alibi_scale = 1.0;
+  std::vector<double> slopes;
 };
 
 // `op` as Mul(x, c), Mul(c, x) or Div(x, c) with a constant scalar c: c, whether it divides,
@@ -102,6 +118,72 @@ Value createAttention(OpBuilder& b, Location loc, Value q, Value k, Value v, Typ
   Value attention = createOp(b, loc, "llm.attention", {q, k, v}, type, attrs);
   if (names) attention.getDefiningOp()->setAttr("llmc.names", names);
   return attention;
+}
+
+// Two dims agree: equal static sizes, or dynamic with the same symbol.
+bool sameDim(Value a, int64_t i, Value b, int64_t j) {
+  auto ta = dyn_cast<RankedTensorType>(a.getType());
+  auto tb = dyn_cast<RankedTensorType>(b.getType());
+  if (!ta || !tb || i >= ta.getRank() || j >= tb.getRank()) return false;
+  if (!ta.isDynamicDim(i) || !tb.isDynamicDim(j)) return ta.getDimSize(i) == tb.getDimSize(j);
+  std::vector<std::string> na = dimNamesOf(a), nb = dimNamesOf(b);
+  return static_cast<size_t>(i) < na.size() && static_cast<size_t>(j) < nb.size() &&
+         !na[i].empty() && na[i] == nb[j];
+}
+
+// `v` = Reshape(x) with x [batch, heads, s, d] and v [batch x heads, s, d]: x. Null otherwise.
+Value unmergeHeads(Value v, int64_t heads) {
+  Operation* reshape = v.getDefiningOp();
+  if (!isOp(reshape, "nn.reshape")) return Value();
+  Value x = reshape->getOperand(0);
+  auto type = dyn_cast<RankedTensorType>(x.getType());
+  auto merged = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || !merged || type.getRank() != 4 || merged.getRank() != 3 ||
+      type.getDimSize(1) != heads || !sameDim(x, 2, v, 1) || !sameDim(x, 3, v, 2))
+    return Value();
+  return x;
+}
+
+// The [batch, heads, ..] tensors of a core whose heads are merged into the batch axis (see
+// AttentionMatch::merged_heads), or a failure.
+std::string unmergeCore(AttentionMatch* m) {
+  const int64_t heads = m->merged_heads;
+  Value q = unmergeHeads(m->q, heads);
+  // Kᵀ: Transpose(K [batch x heads, k, d], [0, 2, 1]).
+  Operation* transpose = m->k_transposed.getDefiningOp();
+  auto perm = transpose ? transpose->getAttrOfType<DenseI64ArrayAttr>("perm") : nullptr;
+  Value k =
+      isOp(transpose, "nn.transpose") && perm && perm.asArrayRef() == ArrayRef<int64_t>{0, 2, 1}
+          ? unmergeHeads(transpose->getOperand(0), heads)
+          : Value();
+  Value v = unmergeHeads(m->v_full, heads);
+  if (!q || !k || !v)
+    return "the scores at " + where(m->scores_matmul) +
+           " merge the heads into the batch axis, and Q, K or V is not a [batch, heads, seq, "
+           "head_dim] tensor reshaped so";
+  Value out = m->output_matmul->getResult(0);
+  Operation* split = nullptr;
+  for (Operation* user : out.getUsers()) {
+    if (isOp(user, "nn.shape")) {
+      m->output_shapes.push_back(user);
+      continue;
+    }
+    if (split) return "the attention output at " + where(m->output_matmul) + " has other users";
+    split = user;
+  }
+  if (!split) return "the attention output at " + where(m->output_matmul) + " is not used";
+  auto split_type = dyn_cast<RankedTensorType>(split->getResult(0).getType());
+  if (!isOp(split, "nn.reshape") || !split_type || split_type.getRank() != 4 ||
+      split_type.getDimSize(1) != heads || !sameDim(out, 1, split->getResult(0), 2) ||
+      !sameDim(out, 2, split->getResult(0), 3))
+    return where(split) +
+           " does not split the attention output [batch x heads, seq, head_dim] "
+           "into [batch, heads, seq, head_dim]";
+  m->q = q;
+  m->k = k;
+  m->v_full = v;
+  m->heads_split = split;
+  return "";
 }
 
 // A failure message, or empty on success.
@@ -137,15 +219,39 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
       m->chain.push_back(op);
       current = op->getOperand(1 - shape_index);
     } else if (name == "nn.add") {
-      if (m->mask_kind != AttentionMatch::MaskKind::kNone)
-        return where(op) + " adds a second bias to the scores";
       bool a = dependsOnMatMul(op->getOperand(0), memo);
       bool b = dependsOnMatMul(op->getOperand(1), memo);
       if (a == b) return where(op) + ": cannot tell the scores from the mask";
-      m->mask_kind = AttentionMatch::MaskKind::kAdd;
-      m->mask = op->getOperand(a ? 1 : 0);
+      if (m->mask_kind == AttentionMatch::MaskKind::kNone) {
+        m->mask_kind = AttentionMatch::MaskKind::kAdd;
+        m->mask = op->getOperand(a ? 1 : 0);
+      } else if (!m->alibi) {
+        // A second bias after the mask: ALiBi's, proven with the mask.
+        if (!m->shape_scales.empty())
+          return where(op) + ": a factor computed from shapes scales the second bias";
+        m->alibi = op->getOperand(a ? 1 : 0);
+        m->alibi_add = op;
+        m->alibi_scale = m->scale;
+      } else {
+        return where(op) + " adds a third bias to the scores";
+      }
       m->chain.push_back(op);
       current = op->getOperand(a ? 0 : 1);
+    } else if (name == "nn.reshape" && m->merged_heads == 0) {
+      // [batch x heads, q, k] -> [batch, heads, q, k]: scores computed with the heads merged
+      // into the batch axis (Bloom).
+      Value scores = op->getOperand(0);
+      auto in = dyn_cast<RankedTensorType>(scores.getType());
+      auto out = dyn_cast<RankedTensorType>(current.getType());
+      if (!in || !out || in.getRank() != 3 || out.getRank() != 4 ||
+          ShapedType::isDynamic(out.getDimSize(1)) || !sameDim(scores, 1, current, 2) ||
+          !sameDim(scores, 2, current, 3))
+        return where(op) +
+               " (nn.reshape) sits between the scores and the softmax (not a "
+               "split of [batch x heads, q, k] scores into [batch, heads, q, k])";
+      m->merged_heads = out.getDimSize(1);
+      m->chain.push_back(op);
+      current = scores;
     } else if (name == "nn.where") {
       if (m->mask_kind != AttentionMatch::MaskKind::kNone)
         return where(op) + " masks the scores a second time";
@@ -171,6 +277,10 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
                "does not mask)";
       if (!m->shape_scales.empty())
         return where(op) + ": a computed factor multiplies the soft-capped scores";
+      if (m->alibi)
+        return where(op) +
+               " soft-caps scores that carry a second bias (ALiBi and soft-capping "
+               "together are not supported)";
       const double cap = std::fabs(m->scale);
       if (!(cap >= std::numeric_limits<float>::min() && cap <= std::numeric_limits<float>::max()))
         return where(op) + ": the soft-cap " + std::to_string(m->scale) +
@@ -190,7 +300,7 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
   m->k_transposed = m->scores_matmul->getOperand(1);
   // SDPA exports scale Kᵀ (and Q) by sqrt(scale) each; Kᵀ's factor joins the scale (Q's stays
   // in the graph: it is computed per token).
-  while (Operation* def = m->k_transposed.getDefiningOp()) {
+  while (Operation* def = m->merged_heads ? nullptr : m->k_transposed.getDefiningOp()) {
     std::optional<ScalarFactor> factor = scalarFactor(def);
     if (!factor || !m->k_transposed.hasOneUse() || (factor->divides && factor->value == 0)) break;
     m->scale = factor->divides ? m->scale / factor->value : m->scale * factor->value;
@@ -208,6 +318,17 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
       probs = user->getResult(0);
       continue;
     }
+    if (isOp(user, "nn.reshape") && m->merged_heads) {  // back to [batch x heads, q, k]
+      auto type = dyn_cast<RankedTensorType>(user->getResult(0).getType());
+      if (!type || type.getRank() != 3 || !sameDim(probs, 2, user->getResult(0), 1) ||
+          !sameDim(probs, 3, user->getResult(0), 2))
+        return where(user) +
+               " reshapes the attention probabilities into something other than "
+               "[batch x heads, q, k]";
+      m->chain.push_back(user);
+      probs = user->getResult(0);
+      continue;
+    }
     if (isOp(user, "nn.matmul") && user->getOperand(0) == probs) {
       m->output_matmul = user;
       m->v_full = user->getOperand(1);
@@ -219,6 +340,8 @@ std::string matchAttention(Operation* softmax, AttentionMatch* m) {
              "which llmc does not move onto the KV cache yet (the graph runs it)";
     return where(user) + " consumes the attention probabilities instead of a MatMul with V";
   }
+  if (m->merged_heads)
+    if (std::string error = unmergeCore(m); !error.empty()) return error;
   auto q_type = dyn_cast<RankedTensorType>(m->q.getType());
   if (!q_type || q_type.getRank() != 4 || ShapedType::isDynamic(q_type.getDimSize(1)) ||
       ShapedType::isDynamic(q_type.getDimSize(3)))
@@ -398,7 +521,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
                         std::vector<std::string>* failures) {
     OpBuilder b(m.output_matmul);
     Location loc = m.output_matmul->getLoc();
-    Value k4 = transposeLastTwo(b, loc, m.k_transposed);
+    Value k4 = m.merged_heads ? m.k : transposeLastTwo(b, loc, m.k_transposed);
     Value k = skipEmptyPast(unexpandKv(skipEmptyPast(k4)));
     Value v = skipEmptyPast(unexpandKv(skipEmptyPast(m.v_full)));
     auto q_type = cast<RankedTensorType>(m.q.getType());
@@ -430,9 +553,40 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     Value attention = createAttention(
         b, loc, m.q, k, v, RankedTensorType::get(out_shape, q_type.getElementType()), scale,
         m.window, m.output_matmul->getAttr("llmc.names"), std::fabs(m.cap));
-    m.output_matmul->getResult(0).replaceAllUsesWith(attention);
+    if (!m.slopes.empty()) {
+      SmallVector<float> slopes;
+      for (double slope : m.slopes) slopes.push_back(static_cast<float>(slope));
+      attention.getDefiningOp()->setAttr("alibi_slopes", b.getDenseF32ArrayAttr(slopes));
+    }
+    // The merged output's sizes, [batch x heads, q, d], from the attention's [batch, heads, q, d].
+    for (Operation* shape : m.output_shapes) {
+      OpBuilder sb(shape);
+      auto ints = [&](int64_t n) { return RankedTensorType::get({n}, sb.getI64Type()); };
+      auto part = [&](Value x, int64_t from, int64_t to) {
+        return createOp(sb, loc, "nn.slice",
+                        {x, int64Constant(sb, loc, {from}), int64Constant(sb, loc, {to}),
+                         int64Constant(sb, loc, {0})},
+                        ints(to - from));
+      };
+      Value sizes = createOp(sb, loc, "nn.shape", {attention}, ints(4));
+      Value rows = createOp(sb, loc, "nn.mul", {part(sizes, 0, 1), part(sizes, 1, 2)}, ints(1));
+      Value merged = createOp(sb, loc, "nn.concat", {rows, part(sizes, 2, 4)}, ints(3),
+                              {sb.getNamedAttr("axis", sb.getI64IntegerAttr(0))});
+      auto start = shape->getAttrOfType<IntegerAttr>("start");
+      auto end = shape->getAttrOfType<IntegerAttr>("end");
+      if (start || end) {
+        auto clamp = [](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + 3 : i, 0, 3); };
+        const int64_t from = clamp(start ? start.getInt() : 0), to = clamp(end ? end.getInt() : 3);
+        merged = part(merged, from, std::max(from, to));
+      }
+      shape->getResult(0).replaceAllUsesWith(merged);
+      shape->erase();
+    }
+    Operation* replaced = m.heads_split ? m.heads_split : m.output_matmul;
+    replaced->getResult(0).replaceAllUsesWith(attention);
     // The core's ops only use each other now: drop their operands, then erase them.
     std::vector<Operation*> dead = m.chain;
+    if (m.heads_split) dead.push_back(m.heads_split);
     dead.push_back(m.output_matmul);
     dead.push_back(m.softmax);
     dead.push_back(m.scores_matmul);
@@ -631,6 +785,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
         AttentionMatch m;
         std::string error = matchAttention(softmax, &m);
         if (error.empty()) error = proveMask(func, m);
+        if (error.empty() && m.alibi) error = proveAlibi(func, m);
         if (error.empty())
           ready.push_back(std::move(m));
         else
@@ -790,6 +945,21 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     m.window = proof.window;
     if (proof.model_bound && (!max_positions_ || proof.proven_length < *max_positions_))
       max_positions_ = proof.proven_length;
+    return "";
+  }
+
+  // Proves m's second bias ALiBi's (MaskProof.h) and sets m.slopes, scaled by the factors
+  // applied after the bias was added.
+  std::string proveAlibi(func::FuncOp func, AttentionMatch& m) {
+    const int64_t heads =
+        m.merged_heads ? m.merged_heads : cast<RankedTensorType>(m.q.getType()).getDimSize(1);
+    AlibiProof proof =
+        llmc::proveAlibi(func, batch_, seq_, proofContext(), {m.alibi, heads, m.merged_heads > 0});
+    if (!proof.error.empty())
+      return where(m.alibi_add) +
+             " adds a second bias to the scores, which is not ALiBi's: " + proof.error;
+    for (double& slope : proof.slopes) slope *= m.alibi_scale;
+    m.slopes = proof.slopes;
     return "";
   }
 

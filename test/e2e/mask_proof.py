@@ -21,6 +21,11 @@ own reference evaluator (onnx.reference), which nobody here wrote.
 - soft-capped scores (Gemma-2: c * tanh(scores / c), then the window mask): recognized with
   the window and checked as the window case, with a cap small enough to change the logits; the
   same Tanh applied after the mask is added (it would not mask) is refused, naming the node.
+- an ALiBi bias (slope_h times the key's position, added to the scaled scores before the causal
+  mask, with slopes large enough to change the logits): recognized, its logits and greedy tokens
+  over the KV cache equal the reference's; a bias quadratic in the key position is refused,
+  naming the Add and saying it is not ALiBi's. Bloom's own export (heads merged into the batch
+  axis) is the committed bloom_tiny_past.
 - ONNX Runtime's GroupQueryAttention with local_window_size (the GenAI test decoder with a
   window set): recognized with the matching window, verified, and equal to ONNX Runtime.
 """
@@ -43,11 +48,14 @@ HEAD = HIDDEN // HEADS
 WINDOW = 12
 PREFIX = 4
 SOFTCAP = 1.5  # scores reach several times this at these weights: the cap changes the logits
+SLOPES = [0.5, 0.25, 0.125, 0.0625]  # ALiBi's, one per head: large enough to change the logits
 
 
 def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = None) -> onnx.ModelProto:
     """softcap: None; "capped": SOFTCAP * tanh(scores / SOFTCAP) before the mask is added
-    (Gemma-2's soft-capping); "mask_inside": the mask added inside the Tanh."""
+    (Gemma-2's soft-capping); "mask_inside": the mask added inside the Tanh; "alibi": SLOPES[h]
+    times the key position added to the scaled scores before the mask; "alibi_quadratic": the
+    same with the key position squared (not ALiBi)."""
     rng = np.random.default_rng(1412)
     inits, nodes = [], []
 
@@ -77,6 +85,7 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     const("float_min", np.finfo(np.float32).min, np.float32)
     const("scale", 1.0 / np.sqrt(HEAD), np.float32)
     const("softcap", SOFTCAP, np.float32)
+    const("slopes", np.array(SLOPES).reshape(HEADS, 1, 1), np.float32)
     inits.append(numpy_helper.from_array(np.ones(HIDDEN, np.float32), "norm_gain"))
 
     tok = node("Gather", ["embed", "input_ids"], "tok")
@@ -128,6 +137,12 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
 
             if softcap == "capped":
                 scores = cap(scores)
+            if softcap in ("alibi", "alibi_quadratic"):
+                keys = node("Cast", [k_pos], f"{p}/alibi_keys", to=TensorProto.FLOAT)  # [1, n]
+                if softcap == "alibi_quadratic":
+                    keys = node("Mul", [keys, keys], f"{p}/alibi_keys_squared")
+                bias = node("Mul", ["slopes", keys], f"{p}/alibi_bias")  # [heads, 1, n]
+                scores = node("Add", [scores, bias], f"{p}/alibi")
             masked = node("Add", [scores, mask], f"{p}/masked")
             if softcap == "mask_inside":
                 masked = cap(masked)
@@ -215,12 +230,13 @@ def main():
     # soft-capping of the scores).
     cases = [("window", False, WINDOW, None), ("window", True, WINDOW, None), ("causal", False, 0, None),
              ("prefix_lm", False, None, None), ("from_end", False, None, None),
-             ("window", False, WINDOW, "capped"), ("causal", False, None, "mask_inside")]
+             ("window", False, WINDOW, "capped"), ("causal", False, None, "mask_inside"),
+             ("causal", False, 0, "alibi"), ("causal", False, None, "alibi_quadratic")]
     engines = {}  # (kind, opset-23 Attention) -> the recognized engine
     with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
         for kind, attention_op, window, softcap in cases:
             label = kind + (" (opset-23 Attention)" if attention_op else "") + \
-                (f" (soft-capped: {softcap})" if softcap else "")
+                (f" ({softcap})" if softcap else "")
             model = build(kind, attention_op, softcap)
             path = os.path.join(tmp, f"{kind}_{attention_op}_{softcap}.onnx")
             onnx.save(model, path)
@@ -233,8 +249,10 @@ def main():
             recognized = info.get("llm") is not None
             if window is None:
                 # Refused: recognition fails, naming the attention node and why.
-                want = {"prefix_lm": "neither causal nor a sliding window", "from_end": "mask/in_tail",
-                        "causal": "'layer0/cap_tanh' soft-caps the scores after the mask is added"}[kind]
+                want = {("prefix_lm", None): "neither causal nor a sliding window", ("from_end", None): "mask/in_tail",
+                        ("causal", "mask_inside"): "'layer0/cap_tanh' soft-caps the scores after the mask is added",
+                        ("causal", "alibi_quadratic"): "'layer0/alibi' adds a second bias to the scores, which "
+                                                       "is not ALiBi's"}[(kind, softcap)]
                 check(not recognized and "warning: not recognized" in proc.stderr and want in proc.stderr
                       and "layer0/softmax" in proc.stderr, f"{label}: refused, naming the node",
                       proc.stderr.strip().replace("\n", " | "))
@@ -257,11 +275,11 @@ def main():
                     continue
                 got = np.load(os.path.join(out_dir, "logits.npy"))
                 err = float(np.max(np.abs(got - want)))
-                if softcap == "capped" and seq == 3 * WINDOW:
-                    # The cap must matter, or an engine that dropped it would pass.
-                    (uncapped,) = ReferenceEvaluator(build(kind, attention_op)).run(None, {"input_ids": ids})
-                    effect = float(np.max(np.abs(uncapped - want)))
-                    check(effect > 1e-2, f"{label}: the cap changes the logits", f"by up to {effect:.3g}")
+                if softcap in ("capped", "alibi") and seq == 3 * WINDOW:
+                    # The cap or bias must matter, or an engine that dropped it would pass.
+                    (plain,) = ReferenceEvaluator(build(kind, attention_op)).run(None, {"input_ids": ids})
+                    effect = float(np.max(np.abs(plain - want)))
+                    check(effect > 1e-2, f"{label}: it changes the logits", f"by up to {effect:.3g}")
                 check(got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-4),
                       f"{label}: logits b{batch} s{seq}", f"max abs error {err:.3g}")
             # llmc verify: the engine against the graph as exported at every length it checks,

@@ -600,6 +600,13 @@ def main():
             check(engine is not None and re.search(r"missed prune layers 50% at [^\n]*" + re.escape(reason) +
                                                    r"[^\n]*; every layer stays", proc.stdout) is not None,
                   f"{label}: refused with the reason: {re.findall(r'missed prune layers.*', proc.stdout)}")
+        # Bloom's ALiBi slopes belong to its heads: its heads stay, with the reason.
+        if not args.sanitized:
+            engine, proc = compile_engine("bloom heads", ["--prune", "heads:0.5", "--calib-dir", calib_dir],
+                                          model=os.path.join(MODELS, "bloom_tiny_past", "model.onnx"))
+            check(engine is not None and re.search(r"missed prune heads 50% at [^\n]*ALiBi slopes belong to its "
+                                                   r"heads[^\n]*; keeps its heads", proc.stdout) is not None,
+                  f"bloom heads: refused with the reason: {re.findall(r'missed prune heads.*', proc.stdout)}")
 
         # Refit: the recipes of MLP channel and head pruning (Gather, the indices a literal) and Wanda's
         # (the channel norms a literal) repeat from the initializers.

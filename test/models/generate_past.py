@@ -4,7 +4,7 @@
 Each <name>_past model is the torch model of generate.py's <name> (same builder, same seed, same
 weights), saved with save_pretrained and exported by Optimum's `main_export` the way
 `optimum-cli export onnx --task text-generation-with-past` does: inputs input_ids,
-attention_mask, position_ids and past_key_values.N.key/value, outputs logits and
+attention_mask, position_ids (none for Bloom) and past_key_values.N.key/value, outputs logits and
 present.N.key/value. The references are the outputs of the torch model Optimum exported (loaded
 back from the saved folder, as Optimum loads it) for a prefill with an empty past, a one-token
 decode over a 9-token past and a 4-token chunk over a 5-token past, each cross-checked with
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import json
 import os
 import shutil
@@ -39,7 +40,7 @@ MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 # The decoder families of families.py exported with their cache (issue 16): no full-sequence
 # sibling, the family's seeded model is the reference.
 FAMILY_MODELS = ["mistral_window", "phi3", "gemma", "gptj", "gpt_neox", "opt", "falcon", "olmo", "granite",
-                 "gpt_bigcode"]
+                 "gpt_bigcode", "bloom"]
 
 # name -> (full-sequence model it shares weights with, or None; its builder; opset)
 PAST_MODELS = {
@@ -109,13 +110,17 @@ def torch_forward(lm: torch.nn.Module, inputs: dict[str, np.ndarray]) -> dict[st
             for i in range(layers)
         ]
         cache = None if past[0][0].shape[2] == 0 else transformers.DynamicCache.from_legacy_cache(tuple(past))
+    # Bloom's forward takes no position ids (its ALiBi bias counts positions from the mask).
+    positions = {}
+    if "position_ids" in inspect.signature(lm.forward).parameters:
+        positions["position_ids"] = torch.from_numpy(inputs["position_ids"])
     with torch.no_grad():
         out = lm(
             input_ids=torch.from_numpy(inputs["input_ids"]),
             attention_mask=torch.from_numpy(inputs["attention_mask"]),
-            position_ids=torch.from_numpy(inputs["position_ids"]),
             past_key_values=cache,
             use_cache=True,
+            **positions,
         )
     present = out.past_key_values
     if isinstance(present, transformers.DynamicCache):
@@ -231,6 +236,8 @@ def make_past(name: str) -> dict:
 
     manifest_sets = []
     for input_set, full_ids in _input_sets(lm, layout):
+        if "position_ids" not in input_names:  # Bloom's export takes none
+            input_set.inputs.pop("position_ids")
         if sorted(input_set.inputs) != sorted(input_names):
             raise RuntimeError(f"{name}: model inputs {input_names}, set {input_set.name} has {list(input_set.inputs)}")
         inputs = {n: input_set.inputs[n] for n in input_names}  # in the model's order
@@ -248,8 +255,9 @@ def make_past(name: str) -> dict:
              f"{families.HIDDEN}, {families.LAYERS} layers, {families.HEADS} heads, vocab {families.VOCAB}, "
              f"random seeded weights)")
             + ": Optimum main_export "
-            f"task text-generation-with-past, {attention} attention as Optimum loads it; inputs input_ids, "
-            f"attention_mask, position_ids, past_key_values.N.key/value [batch, kv_heads, {symbol}, head_dim]; "
+            f"task text-generation-with-past, {attention} attention as Optimum loads it; inputs "
+            + ", ".join(n for n in input_names if not n.startswith(PAST_PREFIX))
+            + f", past_key_values.N.key/value [batch, kv_heads, {symbol}, head_dim]; "
             "outputs logits, present.N.key/value. Sets: prefill over an empty past, one-token decode over a "
             "9-token past, a 4-token chunk over a 5-token past; no padding."
         ),

@@ -45,6 +45,16 @@ LogicalResult AttentionOp::verify() {
   if (FloatAttr cap = getSoftcapAttr();
       cap && !(cap.getValueAsDouble() > 0 && std::isfinite(cap.getValueAsDouble())))
     return emitOpError() << "softcap must be positive and finite";
+  if (std::optional<ArrayRef<float>> slopes = getAlibiSlopes()) {
+    const int64_t heads = getNumHeadsAttr()  ? *getNumHeads()
+                          : q.getRank() == 4 ? q.getDimSize(1)
+                                             : -1;
+    if (static_cast<int64_t>(slopes->size()) != heads)
+      return emitOpError() << "alibi_slopes holds " << slopes->size() << " slopes for " << heads
+                           << " heads";
+    for (float slope : *slopes)
+      if (!std::isfinite(slope)) return emitOpError() << "alibi_slopes must be finite";
+  }
   if (getNumHeadsAttr()) return verifyTokenMajor();
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 || out.getRank() != 4)
     return emitOpError() << "q, k, v and the result must be [batch, heads, tokens, head_dim]";

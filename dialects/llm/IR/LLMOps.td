@@ -36,6 +36,10 @@ def LLM_AttentionOp : LLM_Op<"attention"> {
     allow); without it, every position up to its own. With `softcap = c` (c > 0), each
     scaled score `s` becomes `c * tanh(s / c)` before the softmax (Gemma-2's logit
     soft-capping; the causal or window mask still hides what the token must not see).
+    With `alibi_slopes` (one per head), head `h` adds `alibi_slopes[h] * j` to the scaled
+    score of the key at position `j` of its sequence (ALiBi, as Bloom computes it: a bias
+    linear in the key's position; the softmax makes it the same as one linear in the
+    distance `j - i`).
 
     Token-major form (written by `--llmc-fuse-qkv`): `q`, `k` and `v` are
     `[batch, tokens, width]` rows, head `h` of q being columns
@@ -57,7 +61,8 @@ def LLM_AttentionOp : LLM_Op<"attention"> {
                    OptionalAttr<I64Attr>:$num_kv_heads, OptionalAttr<I64Attr>:$head_dim,
                    OptionalAttr<I64Attr>:$q_column, OptionalAttr<I64Attr>:$k_column,
                    OptionalAttr<I64Attr>:$v_column, OptionalAttr<I64Attr>:$window,
-                   OptionalAttr<F32Attr>:$softcap);
+                   OptionalAttr<F32Attr>:$softcap,
+                   OptionalAttr<DenseF32ArrayAttr>:$alibi_slopes);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat = "`(` $q `,` $k `,` $v `)` attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -74,8 +74,24 @@ Status llmAttention(KernelContext& ctx) {
   if (!(softcap_param >= 0 && std::isfinite(softcap_param)))
     return kernelError(ctx, "softcap must be 0 (off) or positive and finite");
   const float softcap = static_cast<float>(softcap_param);
+  // ALiBi: head h adds slopes[h] * j to the scaled score of the key at position j (float
+  // arithmetic, as the model computes it); attendOne only.
+  std::vector<float> slopes;
+  for (double slope : ctx.params().getFloats("alibi_slopes")) {
+    if (!std::isfinite(slope)) return kernelError(ctx, "alibi_slopes must be finite");
+    slopes.push_back(static_cast<float>(slope));
+  }
   auto first_visible = [&](int64_t position) {
     return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+  };
+  if (!slopes.empty() && static_cast<int64_t>(slopes.size()) != heads)
+    return kernelError(ctx, "alibi_slopes holds " + std::to_string(slopes.size()) + " slopes for " +
+                                std::to_string(heads) + " heads");
+  const bool plain = window == 0 && softcap == 0 && slopes.empty();
+  // The bias of head h for the key at position `first + j`.
+  auto alibi = [&](int64_t h, int64_t first) {
+    const float slope = slopes.empty() ? 0.0f : slopes[static_cast<size_t>(h)];
+    return [slope, first](int64_t j) { return slope * static_cast<float>(first + j); };
   };
   const int64_t group = heads / kv_heads;
   const float* qd = q->data<float>();
@@ -94,7 +110,7 @@ Status llmAttention(KernelContext& ctx) {
     parallelFor(ctx.threadPool(), batch * heads, [&](int64_t task) {
       const int64_t b = task / heads, h = task % heads, kvh = h / group;
       std::vector<float> scores;
-      if (window == 0 && softcap == 0 && attendChunkSupported(head_dim)) {
+      if (plain && attendChunkSupported(head_dim)) {
         // The sequence's rows as one block, queries in chunks of kChunkQueries.
         const void* key_rows = kd + k_at(b, kvh, 0);
         const void* value_rows = vd + v_at(b, kvh, 0);
@@ -123,7 +139,7 @@ Status llmAttention(KernelContext& ctx) {
         attendOne(
             qd + q_at(b, h, t), t + 1 - first, head_dim, head_dim, scale,
             [&](int64_t j) { return kd + k_at(b, kvh, first + j); },
-            [&](int64_t j) { return vd + v_at(b, kvh, first + j); }, noBias, scores,
+            [&](int64_t j) { return vd + v_at(b, kvh, first + j); }, alibi(h, first), scores,
             od + o_at(b, h, t), softcap);
       }
     });
@@ -232,7 +248,7 @@ Status llmAttention(KernelContext& ctx) {
         tasks.push_back({static_cast<int64_t>(w), h, c, std::min(count, c + kTokenChunk)});
   }
   constexpr int64_t kConvertInChunk = 2;
-  const bool chunked = window == 0 && softcap == 0 && attendChunkSupported(head_dim);
+  const bool chunked = plain && attendChunkSupported(head_dim);
   const int64_t element_bytes = static_cast<int64_t>(element);
   parallelFor(ctx.threadPool(), static_cast<int64_t>(tasks.size()), [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
@@ -312,7 +328,7 @@ Status llmAttention(KernelContext& ctx) {
         attendOne(
             qd + q_at(0, h, t), count, head_dim, head_dim, scale,
             [&](int64_t j) { return row_at(key_blocks, first + j); },
-            [&](int64_t j) { return row_at(value_blocks, first + j); }, noBias, scores,
+            [&](int64_t j) { return row_at(value_blocks, first + j); }, alibi(h, first), scores,
             od + o_at(0, h, t), softcap);
     }
   });

@@ -913,6 +913,10 @@ Status deviceAttention(DeviceStep& s, bool* handled) {
                          std::to_string(softcap) +
                          ") have no CUDA kernel yet; run this "
                          "engine on the CPU backend");
+  if (!s.params().getFloats("alibi_slopes").empty())
+    return unimplemented("node '" + s.step().node +
+                         "': ALiBi position biases (alibi_slopes) "
+                         "have no CUDA kernel yet; run this engine on the CPU backend");
   LLMC_RETURN_IF_ERROR(s.allocateOutputs());
   const KvCacheSpec& spec = step->cache->spec();
   const int64_t layer = s.params().getInt("layer", 0);

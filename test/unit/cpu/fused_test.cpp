@@ -386,6 +386,42 @@ TEST(LlmAttentionTest, TokenMajorPackedMatchesHeadMajor) {
   EXPECT_LT(relativeError(got, toTokenMajor(want, 0, 4)), 1e-6);
 }
 
+// Causal (or windowed) attention of [b, heads, s, d] q over [b, kv_heads, s, d] k and v in
+// double: softmax over keys j of score(h, j, scale * q·k_j), then the weighted sum of v.
+template <typename ScoreFn>
+Tensor referenceAttention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                          int64_t window, ScoreFn score) {
+  const int64_t b = q.dim(0), heads = q.dim(1), s = q.dim(2), d = q.dim(3);
+  const int64_t group = heads / k.dim(1);
+  auto row = [&](const Tensor& t, int64_t bb, int64_t h, int64_t i) {
+    return t.data<float>() + ((bb * t.dim(1) + h) * s + i) * d;
+  };
+  Tensor want = Tensor::allocate(DType::kFloat32, q.shape());
+  for (int64_t bb = 0; bb < b; ++bb)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < s; ++i) {
+        const int64_t first = window ? std::max<int64_t>(0, i - window + 1) : 0;
+        std::vector<double> scores;
+        double top = -INFINITY, sum = 0;
+        for (int64_t j = first; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e)
+            dot += double(row(q, bb, h, i)[e]) * row(k, bb, h / group, j)[e];
+          scores.push_back(score(h, j, dot * scale));
+          top = std::max(top, scores.back());
+        }
+        for (double& x : scores) sum += (x = std::exp(x - top));
+        float* out = want.data<float>() + ((bb * heads + h) * s + i) * d;
+        for (int64_t e = 0; e < d; ++e) {
+          double acc = 0;
+          for (int64_t j = first; j <= i; ++j)
+            acc += scores[j - first] / sum * row(v, bb, h / group, j)[e];
+          out[e] = static_cast<float>(acc);
+        }
+      }
+  return want;
+}
+
 // Soft-capped scores (Gemma-2): softmax(c * tanh(scale * q·k / c)) over the causal (or
 // windowed) keys, against a plain loop; head_dim 64 is one the chunked AVX-512 path takes
 // without a cap, so a cap it dropped would show.
@@ -400,35 +436,11 @@ TEST(LlmAttentionTest, SoftcapMatchesReference) {
     p.set("softcap", floatParam(cap));
     if (window) p.set("window", intParam(window));
     Tensor got = runKernel("LlmAttention", {q, k, v}, p);
-    Tensor want = randomFloat({b, heads, s, d}, 613);
-    float* w = want.data<float>();
-    auto row = [&](const Tensor& t, int64_t bb, int64_t h, int64_t i) {
-      return t.data<float>() + ((bb * t.dim(1) + h) * s + i) * d;
-    };
     double largest = 0;  // the largest scaled score: the cap must have mattered
-    for (int64_t bb = 0; bb < b; ++bb)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < s; ++i) {
-          const int64_t first = window ? std::max<int64_t>(0, i - window + 1) : 0;
-          std::vector<double> scores;
-          double top = -INFINITY, sum = 0;
-          for (int64_t j = first; j <= i; ++j) {
-            double dot = 0;
-            for (int64_t e = 0; e < d; ++e)
-              dot += double(row(q, bb, h, i)[e]) * row(k, bb, h / 2, j)[e];
-            largest = std::max(largest, std::fabs(dot * scale));
-            scores.push_back(cap * std::tanh(dot * scale / cap));
-            top = std::max(top, scores.back());
-          }
-          for (double& x : scores) sum += (x = std::exp(x - top));
-          float* out = w + ((bb * heads + h) * s + i) * d;
-          for (int64_t e = 0; e < d; ++e) {
-            double acc = 0;
-            for (int64_t j = first; j <= i; ++j)
-              acc += scores[j - first] / sum * row(v, bb, h / 2, j)[e];
-            out[e] = static_cast<float>(acc);
-          }
-        }
+    Tensor want = referenceAttention(q, k, v, scale, window, [&](int64_t, int64_t, double x) {
+      largest = std::max(largest, std::fabs(x));
+      return cap * std::tanh(x / cap);
+    });
     EXPECT_GT(largest, 2 * cap) << "the test's scores never reach the cap";
     EXPECT_LT(relativeError(got, want), 1e-5) << "window " << window;
   }
@@ -489,6 +501,42 @@ TEST(SdpaTest, TokenMajorPackedMatchesHeadMajor) {
   p.set("v_column", intParam((heads + kv_heads) * d));
   Tensor got = runKernel("LlmSdpa", {packed, packed, packed, mask}, p);
   EXPECT_LT(relativeError(got, toTokenMajor(want, 0, 4)), 1e-6);
+}
+
+// ALiBi (Bloom): softmax(scale * q·k_j + slope_h * j) over the causal (or windowed) keys,
+// against a plain loop; head_dim 64 is one the chunked AVX-512 path takes without a bias, so
+// a bias it dropped would show. Slopes large enough that the bias moves the result.
+TEST(LlmAttentionTest, AlibiMatchesReference) {
+  const int64_t b = 2, heads = 4, kv_heads = 2, s = 11, d = 64;
+  Tensor q = randomFloat({b, heads, s, d}, 620), k = randomFloat({b, kv_heads, s, d}, 621),
+         v = randomFloat({b, kv_heads, s, d}, 622);
+  const float scale = 0.125f;
+  const std::vector<double> slopes = {0.5, 0.25, -0.125, 0.0625};
+  for (int64_t window : {0, 4}) {
+    KernelParams p = params({{"layer", intParam(0)}});
+    p.set("scale", floatParam(scale));
+    p.set("alibi_slopes", floatsParam(slopes));
+    if (window) p.set("window", intParam(window));
+    Tensor got = runKernel("LlmAttention", {q, k, v}, p);
+    KernelParams plain = params({{"layer", intParam(0)}});
+    plain.set("scale", floatParam(scale));
+    if (window) plain.set("window", intParam(window));
+    Tensor without = runKernel("LlmAttention", {q, k, v}, plain);
+    Tensor want = referenceAttention(q, k, v, scale, window, [&](int64_t h, int64_t j, double x) {
+      return x + slopes[h] * double(j);
+    });
+    EXPECT_LT(relativeError(got, want), 1e-5) << "window " << window;
+    EXPECT_GT(relativeError(without, want), 1e-2) << "the slopes do not change the result";
+  }
+  for (const std::vector<double>& bad :
+       {std::vector<double>{0.5, 0.25}, std::vector<double>{0.5, 0.25, double(NAN), 0.1}}) {
+    KernelParams p = params({{"layer", intParam(0)}});
+    p.set("alibi_slopes", floatsParam(bad));
+    TestKernelContext ctx;
+    ctx.inputs = {q, k, v};
+    ctx.kernel_params = p;
+    EXPECT_FALSE(ctx.run("LlmAttention").ok()) << bad.size() << " slopes";
+  }
 }
 
 }  // namespace

@@ -130,6 +130,15 @@ func.func @attention_softcap(%q: tensor<1x2x3x8xf32>, %kv: tensor<1x2x3x8xf32>) 
 
 // -----
 
+// Tests that ALiBi gives one slope per head.
+func.func @attention_alibi_slopes(%q: tensor<1x2x3x8xf32>, %kv: tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32> {
+  // expected-error @+1 {{alibi_slopes holds 3 slopes for 2 heads}}
+  %y = llm.attention(%q, %kv, %kv) {layer = 0 : i64, scale = 1.0 : f32, alibi_slopes = array<f32: 0.5, 0.25, 0.125>} : (tensor<1x2x3x8xf32>, tensor<1x2x3x8xf32>, tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32>
+  return %y : tensor<1x2x3x8xf32>
+}
+
+// -----
+
 // Tests that a grouped norm takes no residual.
 func.func @grouped_norm_residual(%x: tensor<2x16xf32>, %g: tensor<16xf32>) -> tensor<2x16xf32> {
   %none = nn.none
