@@ -217,6 +217,30 @@ class Matcher {
         }
       }
     }
+    // A constant scalar factor after the product and its bias (OPT's q_proj(x) * scaling)
+    // scales the weight and the bias instead, by runtime kernels (refit redoes it); not where
+    // the weight is shared, which would then be stored twice.
+    if (h.hasOneUse() && w.hasOneUse()) {
+      Operation* scale = *h.getUsers().begin();
+      const bool mul = isOp(scale, "nn.mul"), div = isOp(scale, "nn.div");
+      std::optional<double> c;
+      if ((mul || div) && scale->getOperand(0) == h) c = scalarConstant(scale->getOperand(1));
+      if (mul && scale->getOperand(1) == h) c = scalarConstant(scale->getOperand(0));
+      if (c && div) c = *c != 0 ? std::optional<double>(1.0 / *c) : std::nullopt;
+      if (c && std::isfinite(*c) && scale->getResult(0).getType() == h.getType()) {
+        Value factor = float32Scalar(kb, op->getLoc(), static_cast<float>(*c));
+        Value scaled_w = kernelConstant(kb, op->getLoc(), "Mul", {}, {w, factor});
+        Value scaled_bias = bias_value
+                                ? kernelConstant(kb, op->getLoc(), "Mul", {}, {bias_value, factor})
+                                : Value();
+        if (scaled_w && (!bias_value || scaled_bias)) {
+          w = scaled_w;
+          bias_value = scaled_bias;
+          fused.push_back(scale);
+          h = scale->getResult(0);
+        }
+      }
+    }
     // GPT-2's Conv1D: x [b, s, K] merged to rows [b * s, K] for the product, and the result
     // split back to [b, s, N]: the fused op takes x as it is (it reads [..., K]).
     if (Operation* merge = a.getDefiningOp(); isOp(merge, "nn.reshape") && h.hasOneUse()) {

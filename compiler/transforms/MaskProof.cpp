@@ -783,49 +783,104 @@ std::string alibiSlopes(const AlibiSpec& spec, const Tensor& bias, int64_t batch
 
 }  // namespace
 
+namespace {
+
+// `v` as prefix data by the mask's rules, evaluated at batch 1 over the proof length (the
+// context, or less where the model's buffers cap it; at least `min_length`) and at batch 2
+// over min(length, 4); errors say `what` failed.
+struct PrefixValues {
+  std::string error;
+  Tensor full, batched;
+  int64_t length = 0, small = 0;
+};
+PrefixValues evaluatePrefix(Prover& prover, Value v, const std::string& what, int64_t context,
+                            int64_t min_length) {
+  PrefixValues out;
+  Abstract value;
+  if (!prover.classify(v, &value)) {
+    out.error = "cannot prove " + what + " for every length: " + prover.error();
+    return out;
+  }
+  if (value.kind != Kind::kPrefix) {
+    out.error = what + " does not follow the token positions";
+    return out;
+  }
+  out.length = std::min(context, prover.bound());
+  if (out.length < min_length || out.length > kMaxProofLength) {
+    out.error = what + " cannot be proven at a context of " + std::to_string(out.length) +
+                " tokens (" + std::to_string(min_length) + " .. " +
+                std::to_string(kMaxProofLength) + ")";
+    return out;
+  }
+  SubgraphEvaluator& evaluator = prover.evaluatorAt(1, out.length);
+  for (Operation* scatter : prover.scatters()) {
+    out.error = checkIdentityScatter(scatter, evaluator);
+    if (!out.error.empty()) return out;
+  }
+  const Tensor* t = nullptr;
+  Status status = evaluator.evaluateReleasing(v, &t);
+  if (!status.ok()) {
+    out.error = "cannot evaluate " + what + ": " + status.message();
+    return out;
+  }
+  out.full = *t;
+  out.small = std::min<int64_t>(out.length, 4);
+  status = prover.evaluatorAt(2, out.small).evaluate(v, true, &t);
+  if (!status.ok()) {
+    out.error = "cannot evaluate " + what + " for a batch of 2: " + status.message();
+    return out;
+  }
+  out.batched = *t;
+  return out;
+}
+
+}  // namespace
+
 AlibiProof proveAlibi(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
                       int64_t context, const AlibiSpec& spec) {
   AlibiProof proof;
   Prover prover(func, batch_symbol, seq_symbol);
-  Abstract bias;
-  if (!prover.classify(spec.bias, &bias)) {
-    proof.error = "cannot prove the ALiBi bias for every length: " + prover.error();
-    return proof;
-  }
-  if (bias.kind != Kind::kPrefix) {
-    proof.error = "the bias added to the scores does not follow the key positions";
-    return proof;
-  }
-  const int64_t length = std::min(context, prover.bound());
-  if (length < 2 || length > kMaxProofLength) {
-    proof.error = "the ALiBi bias cannot be proven at a context of " + std::to_string(length) +
-                  " tokens (2 .. " + std::to_string(kMaxProofLength) + ")";
-    return proof;
-  }
-  SubgraphEvaluator& evaluator = prover.evaluatorAt(1, length);
-  for (Operation* scatter : prover.scatters()) {
-    proof.error = checkIdentityScatter(scatter, evaluator);
-    if (!proof.error.empty()) return proof;
-  }
-  const Tensor* values = nullptr;
-  Status status = evaluator.evaluateReleasing(spec.bias, &values);
-  if (!status.ok()) {
-    proof.error = "cannot evaluate the ALiBi bias: " + status.message();
-    return proof;
-  }
-  proof.error = alibiSlopes(spec, *values, 1, length, &proof.slopes);
+  PrefixValues values = evaluatePrefix(prover, spec.bias, "the ALiBi bias", context, 2);
+  proof.error = values.error;
+  if (proof.error.empty())
+    proof.error = alibiSlopes(spec, values.full, 1, values.length, &proof.slopes);
   if (!proof.error.empty()) return proof;
   // A batch of 2: each row's heads get the same slopes (the merged axis is batch x heads).
-  const int64_t small = std::min<int64_t>(length, 4);
-  status = prover.evaluatorAt(2, small).evaluate(spec.bias, true, &values);
-  if (!status.ok()) {
-    proof.error = "cannot evaluate the ALiBi bias for a batch of 2: " + status.message();
-    return proof;
-  }
   std::vector<double> batched;
-  proof.error = alibiSlopes(spec, *values, 2, small, &batched);
+  proof.error = alibiSlopes(spec, values.batched, 2, values.small, &batched);
   if (proof.error.empty() && batched != proof.slopes)
     proof.error = "the ALiBi slopes differ between a batch of 1 and a batch of 2";
+  return proof;
+}
+
+PositionsProof provePositions(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
+                              int64_t context, Value positions) {
+  PositionsProof proof;
+  Prover prover(func, batch_symbol, seq_symbol);
+  PrefixValues values = evaluatePrefix(prover, positions, "the positions", context, 1);
+  if (!values.error.empty()) {
+    proof.error = values.error;
+    return proof;
+  }
+  // j + offset at index j of the last axis in every row; offset read at index 0 of the first.
+  proof.offset = static_cast<int64_t>(elementAsDouble(values.full, 0));
+  auto check = [&](const Tensor& t, int64_t batch, int64_t n) -> std::string {
+    if (t.rank() < 1 || t.rank() > 2 || t.dim(t.rank() - 1) != n ||
+        (t.rank() == 2 && t.dim(0) != 1 && t.dim(0) != batch))
+      return "the positions are " + shapeToString(t.shape()) + " for " + std::to_string(batch) +
+             " x " + std::to_string(n) + " tokens, not [batch, " + std::to_string(n) + "]";
+    for (int64_t e = 0; e < t.numElements(); ++e) {
+      const double got = elementAsDouble(t, e);
+      if (got != static_cast<double>(e % n + proof.offset))
+        return "the position of token " + std::to_string(e % n) + " is " +
+               (std::isfinite(got) ? std::to_string(static_cast<long long>(got))
+                                   : std::to_string(got)) +
+               ", not " + std::to_string(e % n + proof.offset);
+    }
+    return "";
+  };
+  proof.error = check(values.full, 1, values.length);
+  if (proof.error.empty()) proof.error = check(values.batched, 2, values.small);
   return proof;
 }
 

@@ -59,4 +59,14 @@ struct AlibiProof {
 AlibiProof proveAlibi(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
                       llvm::StringRef seq_symbol, int64_t context, const AlibiSpec& spec);
 
+// Positions a model computes from its attention mask (transformers' cumsum(mask) - 1, for left
+// padding): proven, at every length up to `context`, to be j + offset at index j of the last
+// axis in every row (the engine's tokens: attention_mask all ones).
+struct PositionsProof {
+  std::string error;  // empty when proven
+  int64_t offset = 0;
+};
+PositionsProof provePositions(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
+                              llvm::StringRef seq_symbol, int64_t context, mlir::Value positions);
+
 }  // namespace llmc

@@ -832,6 +832,9 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       range->getResult(0).replaceAllUsesWith(positions->getResult(0));
       range->erase();
     }
+    if (!failures->empty()) return false;
+    positionsFromMask(func, input_ids, failures);
+    if (!failures->empty()) return false;
     // Every position source: the Ranges just replaced and the positions of a cache export
     // (llm.positions from StripKvIo), which index a learned table the same way.
     for (Operation& op : body)
@@ -946,6 +949,113 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     if (proof.model_bound && (!max_positions_ || proof.proven_length < *max_positions_))
       max_positions_ = proof.proven_length;
     return "";
+  }
+
+  // 3b. Positions the model computes from attention_mask (transformers' cumsum(mask) - 1, for
+  // left padding; OPT's learned positions): with the engine's tokens (every mask element 1)
+  // they are 0..n-1 plus a constant, proven for every length (MaskProof.h) and replaced by
+  // llm.positions. What is replaced: each integer value computed from the mask that feeds an
+  // op whose result is not an integer (a Gather of a position table) or that also reads model
+  // data. Shape(attention_mask) is Shape(input_ids) where their dims agree.
+  void positionsFromMask(func::FuncOp func, int input_ids, std::vector<std::string>* failures) {
+    Block& body = func.getBody().front();
+    Value ids = body.getArgument(static_cast<unsigned>(input_ids));
+    Value mask;
+    for (BlockArgument arg : body.getArguments()) {
+      auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
+      if (name && name.getValue() == "attention_mask") mask = arg;
+    }
+    if (!mask || mask.use_empty()) return;
+    const bool same_dims = dimNamesOf(mask) == dimNamesOf(ids) && !dimNamesOf(ids).empty();
+    std::vector<Operation*> shapes;
+    for (Operation* user : mask.getUsers())
+      if (isOp(user, "nn.shape") && same_dims) shapes.push_back(user);
+    for (Operation* shape : shapes) shape->setOperand(0, ids);
+    // Values computed from the mask, in program order.
+    llvm::DenseSet<Value> from_mask = {mask};
+    std::vector<Value> frontier;
+    auto is_integer = [](Value v) {
+      auto type = dyn_cast<RankedTensorType>(v.getType());
+      return type && type.getElementType().isInteger() && !type.getElementType().isInteger(1);
+    };
+    for (Operation& op : body.without_terminator()) {
+      if (isOp(&op, "nn.shape") || isOp(&op, "nn.size")) continue;  // sizes, not data
+      bool reads_mask = false, reads_data = false;
+      for (Value operand : op.getOperands()) {
+        if (from_mask.contains(operand)) {
+          reads_mask = true;
+        } else if (Operation* def = operand.getDefiningOp();
+                   !def ||
+                   !(isa<nn::ConstantOp>(def) || isOp(def, "nn.shape") || isOp(def, "nn.size"))) {
+          reads_data = reads_data || !isa<NoneType>(operand.getType());
+        }
+      }
+      if (!reads_mask) continue;
+      bool integer_results = true;
+      for (Value result : op.getResults()) integer_results = integer_results && is_integer(result);
+      if (integer_results && !reads_data) {
+        for (Value result : op.getResults()) from_mask.insert(result);
+        continue;
+      }
+      for (Value operand : op.getOperands())
+        if (from_mask.contains(operand) && llvm::find(frontier, operand) == frontier.end())
+          frontier.push_back(operand);
+    }
+    for (Value v : frontier) {
+      const std::string at =
+          v == mask ? std::string("input 'attention_mask'") : where(v.getDefiningOp());
+      auto type = dyn_cast<RankedTensorType>(v.getType());
+      std::vector<std::string> dims = dimNamesOf(v);
+      if (!type || type.getRank() < 1 || type.getRank() > 2 || dims.empty() ||
+          dims.back() != seq_ ||
+          (type.getRank() == 2 && type.getDimSize(0) != 1 && dims[0] != batch_)) {
+        failures->push_back(at +
+                            ": the attention mask reaches the model's computation other than "
+                            "as positions [batch, " +
+                            seq_ + "]");
+        continue;
+      }
+      PositionsProof proof = llmc::provePositions(func, batch_, seq_, proofContext(), v);
+      if (!proof.error.empty()) {
+        failures->push_back(at +
+                            " is computed from the attention mask and is not the tokens' "
+                            "positions: " +
+                            proof.error);
+        continue;
+      }
+      Operation* def = v.getDefiningOp();
+      OpBuilder b(def);
+      b.setInsertionPointAfter(def);
+      Location loc = def->getLoc();
+      auto element = type.getElementType();
+      const int64_t dyn = ShapedType::kDynamic;
+      SmallVector<NamedAttribute> attrs;
+      if (element.isInteger(32)) attrs.push_back(b.getNamedAttr("dtype", b.getStringAttr("int32")));
+      Value positions =
+          createOp(b, loc, "llm.positions", {ids}, RankedTensorType::get({dyn}, element), attrs);
+      if (proof.offset != 0) {
+        auto offset_type = RankedTensorType::get({1}, element);
+        Value offset = createOp(
+            b, loc, "nn.constant", {}, offset_type,
+            {b.getNamedAttr("value", DenseElementsAttr::get(
+                                         offset_type, b.getIntegerAttr(element, proof.offset)))});
+        positions = createOp(b, loc, "nn.add", {positions, offset}, positions.getType());
+      }
+      if (type.getRank() == 2) {
+        positions = createOp(b, loc, "nn.unsqueeze", {positions, int64Constant(b, loc, {0})},
+                             RankedTensorType::get({1, dyn}, element));
+        if (type.getDimSize(0) != 1) {
+          Value shape =
+              createOp(b, loc, "nn.shape", {ids}, RankedTensorType::get({2}, b.getI64Type()));
+          positions = createOp(b, loc, "nn.expand", {positions, shape},
+                               RankedTensorType::get({dyn, dyn}, element));
+        }
+      }
+      if (auto names = def->getAttr("llmc.names"))
+        positions.getDefiningOp()->setAttr("llmc.names", names);
+      v.replaceAllUsesWith(positions);
+    }
+    eraseDeadOps(body);
   }
 
   // Proves m's second bias ALiBi's (MaskProof.h) and sets m.slopes, scaled by the factors

@@ -26,6 +26,9 @@ own reference evaluator (onnx.reference), which nobody here wrote.
   over the KV cache equal the reference's; a bias quadratic in the key position is refused,
   naming the Add and saying it is not ALiBi's. Bloom's own export (heads merged into the batch
   axis) is the committed bloom_tiny_past.
+- positions computed from an attention_mask input (transformers' cumsum(mask) * mask - 1):
+  recognized (the mask input leaves the engine) and checked as the causal case; positions that
+  are not the tokens' (2 x (cumsum - 1)) are refused, naming the node.
 - ONNX Runtime's GroupQueryAttention with local_window_size (the GenAI test decoder with a
   window set): recognized with the matching window, verified, and equal to ONNX Runtime.
 """
@@ -55,7 +58,9 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     """softcap: None; "capped": SOFTCAP * tanh(scores / SOFTCAP) before the mask is added
     (Gemma-2's soft-capping); "mask_inside": the mask added inside the Tanh; "alibi": SLOPES[h]
     times the key position added to the scaled scores before the mask; "alibi_quadratic": the
-    same with the key position squared (not ALiBi)."""
+    same with the key position squared (not ALiBi); "mask_positions": the position ids computed
+    from an attention_mask input, cumsum(mask) * mask - 1; "mask_positions_doubled": twice
+    those (not the tokens' positions)."""
     rng = np.random.default_rng(1412)
     inits, nodes = [], []
 
@@ -91,7 +96,16 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     tok = node("Gather", ["embed", "input_ids"], "tok")
     seq = node("Gather", [node("Shape", ["input_ids"], "ids_shape"), "one"], "seq_len", axis=0)
     pos = node("Range", ["zero", seq, "one"], "pos")
-    x = node("Add", [tok, node("Gather", ["positions", pos], "pos_embed")], "x0")
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])]
+    table_pos = pos
+    if softcap in ("mask_positions", "mask_positions_doubled"):
+        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]))
+        counted = node("Mul", [node("CumSum", ["attention_mask", "one"], "pos/cumsum"), "attention_mask"],
+                       "pos/counted")
+        table_pos = node("Sub", [counted, "one"], "pos/ids")
+        if softcap == "mask_positions_doubled":
+            table_pos = node("Add", [table_pos, table_pos], "pos/doubled")
+    x = node("Add", [tok, node("Gather", ["positions", table_pos], "pos_embed")], "x0")
     # The mask, as transformers builds it: key index j against query index i.
     q_pos = node("Unsqueeze", [pos, "axis1"], "mask/q_pos")  # [n, 1]
     k_pos = node("Unsqueeze", [pos, "axis0"], "mask/k_pos")  # [1, n]
@@ -154,7 +168,7 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     nodes.append(helper.make_node("MatMul", [x, weight("lm_head", HIDDEN, VOCAB)], ["logits"], name="lm_head"))
     graph = helper.make_graph(
         nodes, f"{mask_kind}_decoder",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        inputs,
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB])],
         inits)
     opset = 23 if use_attention_op else 18
@@ -231,7 +245,8 @@ def main():
     cases = [("window", False, WINDOW, None), ("window", True, WINDOW, None), ("causal", False, 0, None),
              ("prefix_lm", False, None, None), ("from_end", False, None, None),
              ("window", False, WINDOW, "capped"), ("causal", False, None, "mask_inside"),
-             ("causal", False, 0, "alibi"), ("causal", False, None, "alibi_quadratic")]
+             ("causal", False, 0, "alibi"), ("causal", False, None, "alibi_quadratic"),
+             ("causal", False, 0, "mask_positions"), ("causal", False, None, "mask_positions_doubled")]
     engines = {}  # (kind, opset-23 Attention) -> the recognized engine
     with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
         for kind, attention_op, window, softcap in cases:
@@ -252,9 +267,12 @@ def main():
                 want = {("prefix_lm", None): "neither causal nor a sliding window", ("from_end", None): "mask/in_tail",
                         ("causal", "mask_inside"): "'layer0/cap_tanh' soft-caps the scores after the mask is added",
                         ("causal", "alibi_quadratic"): "'layer0/alibi' adds a second bias to the scores, which "
-                                                       "is not ALiBi's"}[(kind, softcap)]
+                                                       "is not ALiBi's",
+                        ("causal", "mask_positions_doubled"): "'pos/doubled' is computed from the attention "
+                                                              "mask and is not the tokens' positions"}[(kind, softcap)]
+                names_node = "layer0/softmax" in proc.stderr or softcap == "mask_positions_doubled"
                 check(not recognized and "warning: not recognized" in proc.stderr and want in proc.stderr
-                      and "layer0/softmax" in proc.stderr, f"{label}: refused, naming the node",
+                      and names_node, f"{label}: refused, naming the node",
                       proc.stderr.strip().replace("\n", " | "))
             else:
                 windows = info["llm"]["attention_windows"] if recognized else None
@@ -265,11 +283,20 @@ def main():
             rng = np.random.default_rng(7)
             for batch, seq in ((1, 5), (1, 3 * WINDOW), (2, 2 * WINDOW + 5)):
                 ids = rng.integers(0, VOCAB, size=(batch, seq), dtype=np.int64)
-                (want,) = reference.run(None, {"input_ids": ids})
+                feeds = {"input_ids": ids}
+                if len(model.graph.input) > 1:
+                    feeds["attention_mask"] = np.ones_like(ids)
+                (want,) = reference.run(None, feeds)
                 ids_path = os.path.join(tmp, "input_ids.npy")
+                mask_path = os.path.join(tmp, "attention_mask.npy")
                 out_dir = os.path.join(tmp, "out")
                 np.save(ids_path, ids)
-                proc = run([args.llmc, "run", engine, "--input", f"input_ids={ids_path}", "--output-dir", out_dir])
+                np.save(mask_path, np.ones_like(ids))
+                # A recognized engine takes input_ids alone; the graph as exported, the mask too.
+                engine_inputs = [i["name"] for i in info.get("inputs", [])]
+                mask_flag = ["--input", f"attention_mask={mask_path}"] if "attention_mask" in engine_inputs else []
+                proc = run([args.llmc, "run", engine, "--input", f"input_ids={ids_path}", *mask_flag,
+                            "--output-dir", out_dir])
                 if proc.returncode != 0:
                     check(False, f"{label}: logits b{batch} s{seq}", proc.stderr.strip())
                     continue
@@ -301,7 +328,10 @@ def main():
                 tokens = list(prompt)
                 new = int(3.5 * WINDOW)
                 for _ in range(new):
-                    (logits,) = reference.run(None, {"input_ids": np.array([tokens], np.int64)})
+                    step = {"input_ids": np.array([tokens], np.int64)}
+                    if len(model.graph.input) > 1:
+                        step["attention_mask"] = np.ones_like(step["input_ids"])
+                    (logits,) = reference.run(None, step)
                     tokens.append(int(np.argmax(logits[0, -1])))
                 proc = run([args.llmc, "generate", engine, "--prompt-ids", ",".join(map(str, prompt)),
                             "--max-new-tokens", str(new), "--print-ids"])

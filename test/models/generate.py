@@ -356,15 +356,15 @@ def make_demo(out_dir: str) -> None:
 FULL_SEQUENCE_FAMILIES = ["qwen3", "stablelm"]
 
 
-def make_family_tiny(family: str, out_dir: str) -> None:
+def make_family_tiny(family: str, out_dir: str,
+                     why: str = "Optimum 1.25.3 refuses the architecture") -> None:
     model = families.build(family)
     _make_tiny_lm(
         out_dir,
         model,
         f"transformers {type(model).__name__} ({family}; families.py: hidden {families.HIDDEN}, "
         f"{families.LAYERS} layers, {families.HEADS} heads, vocab {families.VOCAB}), random seeded "
-        "weights; exported by torch.onnx without a cache (Optimum 1.25.3 refuses the architecture); "
-        "right-padded attention_mask.",
+        f"weights; exported by torch.onnx without a cache ({why}); right-padded attention_mask.",
     )
 
 
@@ -435,6 +435,12 @@ MODELS = {
     **{f"{family}_tiny": functools.partial(make_family_tiny, family) for family in FULL_SEQUENCE_FAMILIES},
     "gemma2_tiny": make_gemma2_tiny,
     "mixtral_tiny": make_mixtral_tiny,
+    # OPT as a user who skips Optimum exports it: with no position_ids input, its learned
+    # positions come from the attention mask inside the graph (cumsum(mask) * mask - 1).
+    "opt_tiny": functools.partial(
+        make_family_tiny, "opt",
+        why="as a user who skips Optimum does; OPT then computes its learned positions from "
+            "attention_mask inside the graph, cumsum(mask) * mask - 1"),
 }
 
 

@@ -45,6 +45,7 @@ BUILDERS = {
     "demo": generate.build_demo,
     **{f"{family}_tiny": functools.partial(families.build, family) for family in generate.FULL_SEQUENCE_FAMILIES},
     "gemma2_tiny": functools.partial(families.build, "gemma2"),
+    "opt_tiny": functools.partial(families.build, "opt"),
     "mixtral_tiny": generate.build_mixtral_tiny,
     # The cache exports (generate_past.py) of the same torch models: the same references.
     **{name: builder for name, (_, builder, _) in generate_past.PAST_MODELS.items()},

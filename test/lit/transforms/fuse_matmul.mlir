@@ -212,3 +212,23 @@ func.func @sliced_parts_rejoin(%x: tensor<2x2xf32>) -> tensor<2x4xf32> {
   %y = nn.concat(%n, %b) {axis = -1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x4xf32>
   return %y : tensor<2x4xf32>
 }
+
+// -----
+
+// Tests that a constant factor after the product and its bias (OPT's q_proj(x) * scaling)
+// scales the weight and the bias at compile time, leaving one fused op.
+// CHECK-LABEL: func @scaled_product
+func.func @scaled_product(%x: tensor<2x4xf32>) -> tensor<2x3xf32> {
+  %w = nn.constant dense<0.5> : tensor<4x3xf32>
+  %b = nn.constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+  %s = nn.constant dense<0.25> : tensor<f32>
+  // CHECK-DAG: nn.constant dense<1.250000e-01> : tensor<4x3xf32>
+  // CHECK-DAG: nn.constant dense<[2.500000e-01, 5.000000e-01, 7.500000e-01]> : tensor<3xf32>
+  // CHECK: %[[Y:.+]] = llm.fused_matmul({{.+}}) {activation = "none", trans_b = 0 : i64}
+  // CHECK-NOT: nn.mul
+  %p = nn.matmul(%x, %w) : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  %h = nn.add(%p, %b) : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %y = nn.mul(%h, %s) : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  // CHECK: return %[[Y]]
+  return %y : tensor<2x3xf32>
+}
