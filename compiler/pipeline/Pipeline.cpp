@@ -380,6 +380,10 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     recognize.maxContext = options.max_context;
     recognize.dimMax = dim_max;  // copied by the pass
     fpm.addPass(createRecognizeLlm(recognize));
+    // What recognition made known: shapes that NonZero had left to run time before the
+    // mixture-of-experts blocks became llm.moe, and the casts and reshapes they kept.
+    fpm.addPass(createSimplify());
+    fpm.addPass(createShapeInference());
   }
   if (options.opt_level >= 1) {
     using PassFactory = std::unique_ptr<Pass> (*)();

@@ -415,6 +415,475 @@ Value skipEmptyPast(Value v) {
   return kept ? kept : v;
 }
 
+// --- Mixture of experts ---------------------------------------------------------------------
+//
+// transformers' sparse MoE block (Mixtral's) as torch.onnx traces it, per layer: router
+// probabilities softmax(x·Wg) (rows x [T, H]), TopK(K) of them, renormalized by their sum; a
+// one-hot expert mask Transpose(OneHot(selected, E), [2, 1, 0]) [E, K, T]; for each expert e a
+// branch that takes (slot, token) pairs from NonZero(mask[e]), gathers the tokens' rows, runs
+// silu(x·W1) * (x·W3) · W2 on them, multiplies by the routing weight read at token * K + slot,
+// and ScatterElements the rows back at the tokens into zeros, added to an accumulator that
+// starts at zeros. The whole block becomes one llm.moe; anything else is refused, naming the
+// node.
+
+// `v` through casts that keep its element type (float32 to float32: the routing arithmetic is
+// the kernel's only then).
+Value throughCasts(Value v) {
+  while (Operation* def = v.getDefiningOp()) {
+    auto from = dyn_cast<ShapedType>(def->getNumOperands() ? def->getOperand(0).getType() : Type());
+    auto to = dyn_cast<ShapedType>(v.getType());
+    if (!isOp(def, "nn.cast") || !from || !to || from.getElementType() != to.getElementType())
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
+}
+
+// A float32 weight: an nn.constant (its contents are not read: that would copy them).
+bool isFloat32Weight(Value v) {
+  return isa_and_nonnull<nn::ConstantOp>(v.getDefiningOp()) && isFloat32Tensor(v.getType());
+}
+
+// `v`'s user, followed through casts, when it has exactly one; else null.
+Operation* soleUser(Value* v) {
+  while (v->hasOneUse()) {
+    Operation* user = *v->getUsers().begin();
+    if (!isOp(user, "nn.cast")) return user;
+    *v = user->getResult(0);
+  }
+  return nullptr;
+}
+
+std::optional<int64_t> intScalar(Value v) {
+  auto values = intsConstant(v);
+  if (!values || values->size() != 1) return std::nullopt;
+  return (*values)[0];
+}
+
+bool isZeros(Value v) {
+  Operation* def = v.getDefiningOp();
+  if (!isOp(def, "nn.constant_of_shape")) return false;
+  auto value = def->getAttrOfType<DenseElementsAttr>("value");
+  if (!value) return true;  // ONNX's default: a float 0
+  if (value.getNumElements() != 1 || !isa<FloatType>(value.getElementType())) return false;
+  return (*value.getValues<APFloat>().begin()).isZero();
+}
+
+// `v` is the integer 1 (a scalar or one element): a constant, or the size of an axis of static
+// size 1 read by Gather(Shape(u), i), through Unsqueeze, Squeeze and Cast.
+bool isOne(Value v) {
+  if (auto c = intsConstant(v)) return c->size() == 1 && (*c)[0] == 1;
+  Operation* def = v.getDefiningOp();
+  if (isOp(def, "nn.unsqueeze") || isOp(def, "nn.squeeze") || isOp(def, "nn.cast"))
+    return isOne(def->getOperand(0));
+  if (!isOp(def, "nn.gather")) return false;
+  Operation* shape = def->getOperand(0).getDefiningOp();
+  auto index = intsConstant(def->getOperand(1));
+  auto type = isOp(shape, "nn.shape") ? dyn_cast<RankedTensorType>(shape->getOperand(0).getType())
+                                      : RankedTensorType();
+  if (!type || !index || index->size() != 1 || shape->getAttr("start") || shape->getAttr("end"))
+    return false;
+  const int64_t axis = (*index)[0] < 0 ? (*index)[0] + type.getRank() : (*index)[0];
+  return axis >= 0 && axis < type.getRank() && type.getDimSize(axis) == 1;
+}
+
+// A Reshape to [something, 1]: its target has two elements, the second provably 1; the first
+// one element, or the Shape of `vector` (a 1-D value whose type may be left to run time).
+bool reshapesToColumn(Operation* reshape, Value vector) {
+  Value target = reshape->getOperand(1);
+  if (auto c = intsConstant(target)) return c->size() == 2 && (*c)[1] == 1;
+  Operation* concat = target.getDefiningOp();
+  if (!isOp(concat, "nn.concat") || concat->getNumOperands() != 2) return false;
+  auto first = dyn_cast<RankedTensorType>(concat->getOperand(0).getType());
+  auto second = dyn_cast<RankedTensorType>(concat->getOperand(1).getType());
+  Operation* shape = concat->getOperand(0).getDefiningOp();
+  const bool one_element = (first && first.getRank() == 1 && first.getDimSize(0) == 1) ||
+                           (isOp(shape, "nn.shape") && shape->getOperand(0) == vector &&
+                            !shape->getAttr("start") && !shape->getAttr("end"));
+  return one_element && second && second.getRank() == 1 && second.getDimSize(0) == 1 &&
+         isOne(concat->getOperand(1));
+}
+
+// `target` is x's shape: Shape(x), or a Concat of its dims read one by one (Gather(Shape(x), i),
+// unsqueezed where scalar), in order.
+bool isShapeOf(Value target, Value x) {
+  auto dim_of = [&](Value part) -> std::optional<int64_t> {
+    Operation* def = part.getDefiningOp();
+    if (isOp(def, "nn.unsqueeze") && intsConstant(def->getOperand(1)) == std::vector<int64_t>{0})
+      def = def->getOperand(0).getDefiningOp();
+    if (!isOp(def, "nn.gather")) return std::nullopt;
+    Operation* shape = def->getOperand(0).getDefiningOp();
+    auto index = intsConstant(def->getOperand(1));
+    if (!isOp(shape, "nn.shape") || shape->getOperand(0) != x || shape->getAttr("start") ||
+        shape->getAttr("end") || !index || index->size() != 1)
+      return std::nullopt;
+    return (*index)[0];
+  };
+  Operation* def = target.getDefiningOp();
+  if (isOp(def, "nn.shape"))
+    return def->getOperand(0) == x && !def->getAttr("start") && !def->getAttr("end");
+  auto type = dyn_cast<RankedTensorType>(x.getType());
+  if (!isOp(def, "nn.concat") || !type ||
+      static_cast<int64_t>(def->getNumOperands()) != type.getRank())
+    return false;
+  for (unsigned i = 0; i < def->getNumOperands(); ++i) {
+    auto part = dyn_cast<RankedTensorType>(def->getOperand(i).getType());
+    if (!part || part.getRank() != 1 || part.getDimSize(0) != 1) return false;
+    if (auto c = intsConstant(def->getOperand(i))) {  // a static dim, folded
+      if (type.isDynamicDim(i) || (*c)[0] != type.getDimSize(i)) return false;
+      continue;
+    }
+    std::optional<int64_t> d = dim_of(def->getOperand(i));
+    if (!d || (*d != static_cast<int64_t>(i) && *d != static_cast<int64_t>(i) - type.getRank()))
+      return false;
+  }
+  return true;
+}
+
+struct MoeMatch {
+  Operation* topk = nullptr;
+  Value x, router;
+  int64_t top_k = 0, experts = 0;
+  bool normalize = false;
+  std::vector<Value> gate, up, down;  // per expert: W1 [H, F], W3 [H, F], W2 [F, H]
+  Value result;                       // the accumulator after the last expert
+};
+
+// One expert's branch: from its routing (slot, token) indices to its ScatterElements. Fills
+// the expert's weights; returns the scatter's result, or a failure.
+// `broadcast_from` is set to the tensor whose first row's shape index_add_'s Expand broadcasts
+// the rows to (the caller checks that it is the accumulator, [tokens, hidden]).
+std::string matchExpert(const MoeMatch& m, Value routing_weights, Value slot, Value token,
+                        Value* gate, Value* up, Value* down, Value* scattered,
+                        Value* broadcast_from) {
+  // The tokens' rows: Reshape(Gather(Unsqueeze(x, [0]), token, axis 1)).
+  Value rows;
+  for (Operation* user : token.getUsers()) {
+    if (isOp(user, "nn.gather") && user->getOperand(1) == token) {
+      Operation* unsqueeze = user->getOperand(0).getDefiningOp();
+      auto axis = user->getAttrOfType<IntegerAttr>("axis");
+      if (isOp(unsqueeze, "nn.unsqueeze") && unsqueeze->getOperand(0) == m.x && axis &&
+          axis.getInt() == 1 && intsConstant(unsqueeze->getOperand(1)) == std::vector<int64_t>{0}) {
+        Value gathered = user->getResult(0);
+        Operation* reshape = soleUser(&gathered);
+        // Its shape may be left to run time (the rows NonZero picks): the products' constant
+        // weights fix the hidden size (checked below).
+        if (!isOp(reshape, "nn.reshape"))
+          return where(user) + " gathers the rows for an expert, but not into a Reshape";
+        rows = reshape->getResult(0);
+      }
+    }
+  }
+  if (!rows) return "no Gather of the expert's tokens from the router's input";
+  // silu(rows·W1) * (rows·W3) · W2, the weights constant.
+  std::vector<Operation*> products;
+  for (Operation* user : rows.getUsers())
+    if (isOp(user, "nn.matmul") && user->getOperand(0) == rows &&
+        isFloat32Weight(user->getOperand(1)))
+      products.push_back(user);
+  if (products.size() != 2)
+    return "the expert's rows feed " + std::to_string(products.size()) + " products, not 2";
+  Operation* product = nullptr;
+  for (int g = 0; g < 2 && !product; ++g) {
+    Value h = products[g]->getResult(0);
+    Value other = products[1 - g]->getResult(0);
+    // silu(h) = h * sigmoid(h), in either operand order.
+    for (Operation* user : h.getUsers()) {
+      if (!isOp(user, "nn.sigmoid")) continue;
+      Value sig = user->getResult(0);
+      if (!sig.hasOneUse()) continue;
+      Operation* silu = *sig.getUsers().begin();
+      if (!isOp(silu, "nn.mul") || !((silu->getOperand(0) == h && silu->getOperand(1) == sig) ||
+                                     (silu->getOperand(1) == h && silu->getOperand(0) == sig)))
+        continue;
+      Value act = silu->getResult(0);
+      if (!act.hasOneUse() || !other.hasOneUse()) continue;
+      Operation* mul = *act.getUsers().begin();
+      if (!isOp(mul, "nn.mul") || *other.getUsers().begin() != mul) continue;
+      Value prod = mul->getResult(0);
+      if (!prod.hasOneUse()) continue;
+      Operation* down_product = *prod.getUsers().begin();
+      if (!isOp(down_product, "nn.matmul") || down_product->getOperand(0) != prod ||
+          !isFloat32Weight(down_product->getOperand(1)))
+        continue;
+      *gate = products[g]->getOperand(1);
+      *up = products[1 - g]->getOperand(1);
+      *down = down_product->getOperand(1);
+      product = down_product;
+    }
+  }
+  if (!product)
+    return "the expert's MLP at " + where(products[0]) +
+           " is not silu(x·W1) * (x·W3) · W2 (x * sigmoid(x), constant weights)";
+  auto gate_type = cast<RankedTensorType>(gate->getType());
+  auto down_type = cast<RankedTensorType>(down->getType());
+  const int64_t hidden = cast<RankedTensorType>(m.x.getType()).getDimSize(1);
+  if (gate_type.getRank() != 2 || gate_type.getDimSize(0) != hidden || up->getType() != gate_type ||
+      down_type.getRank() != 2 || down_type.getDimSize(0) != gate_type.getDimSize(1) ||
+      down_type.getDimSize(1) != hidden)
+    return where(product) + ": the expert's weights are not [H, F], [H, F] and [F, H] for H = " +
+           std::to_string(hidden);
+  // · the routing weight: Mul(y, Reshape*(Gather(Flatten(Unsqueeze(weights, [2]), 2),
+  // token * K + slot))).
+  Value y = product->getResult(0);
+  if (!y.hasOneUse() || !isOp(*y.getUsers().begin(), "nn.mul"))
+    return where(product) + ": the expert's output is not multiplied by its routing weight";
+  Operation* weighted = *y.getUsers().begin();
+  // The weight: the Gather's [count, 1] rows, through casts and Reshapes to [.., 1] (shapes
+  // here are left to run time, after NonZero: each Reshape's target is checked instead).
+  Value weight = weighted->getOperand(weighted->getOperand(0) == y ? 1 : 0);
+  std::vector<Operation*> weight_reshapes;
+  while (Operation* def = weight.getDefiningOp()) {
+    if (isOp(def, "nn.reshape")) weight_reshapes.push_back(def);
+    if (!isOp(def, "nn.reshape") && !isOp(def, "nn.cast")) break;
+    weight = def->getOperand(0);
+  }
+  Operation* weight_gather = weight.getDefiningOp();
+  auto gather_axis = weight_gather ? weight_gather->getAttrOfType<IntegerAttr>("axis") : nullptr;
+  Operation* flatten =
+      isOp(weight_gather, "nn.gather") ? weight_gather->getOperand(0).getDefiningOp() : nullptr;
+  auto flatten_axis = flatten ? flatten->getAttrOfType<IntegerAttr>("axis") : nullptr;
+  Operation* unsqueeze =
+      isOp(flatten, "nn.flatten") ? flatten->getOperand(0).getDefiningOp() : nullptr;
+  if (!isOp(weight_gather, "nn.gather") || (gather_axis && gather_axis.getInt() != 0) ||
+      !flatten_axis || flatten_axis.getInt() != 2 || !isOp(unsqueeze, "nn.unsqueeze") ||
+      intsConstant(unsqueeze->getOperand(1)) != std::vector<int64_t>{2} ||
+      throughCasts(unsqueeze->getOperand(0)) != routing_weights)
+    return where(weighted) +
+           " does not weigh the expert's rows by the routing weights "
+           "(Gather of Flatten(Unsqueeze(weights, [2]), 2))";
+  // The flat index token * K + slot, K a constant or the weights' dim 1 read by Shape.
+  Operation* add = weight_gather->getOperand(1).getDefiningOp();
+  bool index_ok = false;
+  if (isOp(add, "nn.add")) {
+    for (int i = 0; i < 2 && !index_ok; ++i) {
+      Operation* mul = add->getOperand(1 - i).getDefiningOp();
+      if (add->getOperand(i) != slot || !isOp(mul, "nn.mul")) continue;
+      for (int j = 0; j < 2 && !index_ok; ++j) {
+        if (mul->getOperand(j) != token) continue;
+        Value k = mul->getOperand(1 - j);
+        if (auto c = intScalar(k)) {
+          index_ok = *c == m.top_k;
+        } else if (Operation* g = k.getDefiningOp();
+                   isOp(g, "nn.gather") && intScalar(g->getOperand(1)) == 1) {
+          Operation* shape = g->getOperand(0).getDefiningOp();
+          auto type = isOp(shape, "nn.shape")
+                          ? dyn_cast<RankedTensorType>(shape->getOperand(0).getType())
+                          : RankedTensorType();
+          index_ok = type && type.getRank() >= 2 && type.getDimSize(1) == m.top_k &&
+                     !shape->getAttr("start") && !shape->getAttr("end");
+        }
+      }
+    }
+  }
+  if (!index_ok)
+    return where(weight_gather) + " reads the routing weights at an index other than token * " +
+           std::to_string(m.top_k) + " + slot";
+  for (Operation* reshape : weight_reshapes)
+    if (!reshapesToColumn(reshape, add->getResult(0)))
+      return where(reshape) + " reshapes the routing weights to something other than one per row";
+  // ScatterElements(zeros, Expand(Unsqueeze(token, [1])), the weighted rows, axis 0).
+  Value contribution = weighted->getResult(0);
+  Operation* next = soleUser(&contribution);
+  if (isOp(next, "nn.expand")) {
+    // index_add_'s broadcast to the shape of the first row of a [tokens, hidden] tensor
+    // (Slice rows [0, 1), every column): the rows' own shape.
+    Operation* shape = next->getOperand(1).getDefiningOp();
+    Operation* slice = isOp(shape, "nn.shape") ? shape->getOperand(0).getDefiningOp() : nullptr;
+    const int64_t hidden = cast<RankedTensorType>(m.x.getType()).getDimSize(1);
+    auto starts = isOp(slice, "nn.slice") ? intsConstant(slice->getOperand(1)) : std::nullopt;
+    auto ends = isOp(slice, "nn.slice") ? intsConstant(slice->getOperand(2)) : std::nullopt;
+    auto axes = isOp(slice, "nn.slice") && slice->getNumOperands() > 3
+                    ? intsConstant(slice->getOperand(3))
+                    : std::nullopt;
+    const bool steps =
+        isOp(slice, "nn.slice") &&
+        (slice->getNumOperands() < 5 || isa<NoneType>(slice->getOperand(4).getType()) ||
+         intsConstant(slice->getOperand(4)) == std::vector<int64_t>{1, 1});
+    // Folded to [1, hidden] where the sizes were known.
+    const bool folded = intsConstant(next->getOperand(1)) == std::vector<int64_t>{1, hidden};
+    if (!folded && (!isOp(shape, "nn.shape") || shape->getAttr("start") || shape->getAttr("end") ||
+                    !starts || !ends || !axes || !steps || *starts != std::vector<int64_t>{0, 0} ||
+                    *axes != std::vector<int64_t>{0, 1} || ends->size() != 2 || (*ends)[0] != 1 ||
+                    (*ends)[1] < hidden))
+      return where(next) + " broadcasts the expert's rows";
+    if (!folded) *broadcast_from = slice->getOperand(0);
+    contribution = next->getResult(0);
+  }
+  Operation* scatter = nullptr;
+  for (Operation* user : contribution.getUsers())
+    if (isOp(user, "nn.scatter_elements") && user->getOperand(2) == contribution) scatter = user;
+  if (!scatter)
+    return where(weighted) + ": the expert's rows are not scattered back to their tokens";
+  auto axis = scatter->getAttrOfType<IntegerAttr>("axis");
+  auto reduction = scatter->getAttrOfType<StringAttr>("reduction");
+  // The index: Expand(Unsqueeze(token, [1]), Shape(the rows)), each row its token.
+  Operation* index_expand = scatter->getOperand(1).getDefiningOp();
+  Operation* index_unsqueeze =
+      isOp(index_expand, "nn.expand") ? index_expand->getOperand(0).getDefiningOp() : nullptr;
+  Operation* index_shape = index_expand ? index_expand->getOperand(1).getDefiningOp() : nullptr;
+  if ((axis && axis.getInt() != 0) || (reduction && reduction.getValue() != "none") ||
+      !isZeros(scatter->getOperand(0)) || !isOp(index_unsqueeze, "nn.unsqueeze") ||
+      index_unsqueeze->getOperand(0) != token ||
+      intsConstant(index_unsqueeze->getOperand(1)) != std::vector<int64_t>{1} ||
+      !isOp(index_shape, "nn.shape") || index_shape->getOperand(0) != contribution ||
+      index_shape->getAttr("start") || index_shape->getAttr("end"))
+    return where(scatter) + " does not write the expert's rows to their tokens in zeros";
+  *scattered = scatter->getResult(0);
+  return "";
+}
+
+// The MoE block whose routing starts at `topk`, or a failure naming the node.
+std::string matchMoe(Operation* topk, MoeMatch* m) {
+  m->topk = topk;
+  Operation* softmax = throughCasts(topk->getOperand(0)).getDefiningOp();
+  auto k = intScalar(topk->getOperand(1));
+  auto largest = topk->getAttrOfType<IntegerAttr>("largest");
+  auto topk_type = dyn_cast<RankedTensorType>(topk->getOperand(0).getType());
+  auto topk_axis = topk->getAttrOfType<IntegerAttr>("axis");
+  if (!topk_type)
+    return "the router's shapes are left to run time (by a block before it that is not recognized)";
+  if (!isOp(softmax, "nn.softmax") || !k || (largest && largest.getInt() == 0) ||
+      topk_type.getRank() != 2 ||
+      (topk_axis && topk_axis.getInt() != -1 && topk_axis.getInt() != 1))
+    return "it is not the top-k of router probabilities [tokens, experts]";
+  auto softmax_axis = softmax->getAttrOfType<IntegerAttr>("axis");
+  Operation* router = softmax->getOperand(0).getDefiningOp();
+  auto router_type = router ? dyn_cast<RankedTensorType>(router->getOperand(1).getType()) : nullptr;
+  if ((softmax_axis && softmax_axis.getInt() != -1 && softmax_axis.getInt() != 1) ||
+      !isOp(router, "nn.matmul") || !isFloat32Weight(router->getOperand(1)) || !router_type ||
+      router_type.getRank() != 2)
+    return where(softmax) + " is not a softmax over the experts of x·W (a constant router)";
+  m->x = router->getOperand(0);
+  m->router = router->getOperand(1);
+  m->top_k = *k;
+  m->experts = router_type.getDimSize(1);
+  auto x_type = dyn_cast<RankedTensorType>(m->x.getType());
+  if (!x_type || x_type.getRank() != 2 || m->top_k < 1 || m->top_k > m->experts)
+    return where(router) +
+           ": the router's input is not rows [tokens, hidden], or K is out of range";
+  // The routing weights: the top-k values, optionally divided by their sum.
+  Value values = topk->getResult(0);
+  Value routing_weights = values;
+  for (Operation* user : values.getUsers()) {
+    if (!isOp(user, "nn.reduce_sum")) continue;
+    auto keep = user->getAttrOfType<IntegerAttr>("keepdims");
+    auto axes = user->getNumOperands() > 1 ? intsConstant(user->getOperand(1)) : std::nullopt;
+    Value sum = user->getResult(0);
+    Operation* div = soleUser(&sum);
+    if ((keep && keep.getInt() == 0) || !axes || axes->size() != 1 ||
+        ((*axes)[0] != -1 && (*axes)[0] != 1) || !isOp(div, "nn.div") ||
+        div->getOperand(0) != values || div->getOperand(1) != sum)
+      return where(user) + " does not renormalize the top-k weights by their sum";
+    m->normalize = true;
+    routing_weights = div->getResult(0);
+  }
+  // The expert mask [E, K, T] and one branch per expert.
+  Value selected = topk->getResult(1);
+  if (!selected.hasOneUse() || !isOp(*selected.getUsers().begin(), "nn.one_hot"))
+    return where(topk) + ": the selected experts do not feed one OneHot";
+  Operation* one_hot = *selected.getUsers().begin();
+  auto one_hot_axis = one_hot->getAttrOfType<IntegerAttr>("axis");
+  auto depth = intScalar(one_hot->getOperand(1));
+  auto on_off = intsConstant(one_hot->getOperand(2));
+  Value one_hot_result = one_hot->getResult(0);
+  Operation* transpose = soleUser(&one_hot_result);
+  auto perm = transpose ? transpose->getAttrOfType<DenseI64ArrayAttr>("perm") : nullptr;
+  if ((one_hot_axis && one_hot_axis.getInt() != -1) || depth != m->experts ||
+      on_off != std::vector<int64_t>{0, 1} || !isOp(transpose, "nn.transpose") || !perm ||
+      perm.asArrayRef() != ArrayRef<int64_t>{2, 1, 0})
+    return where(one_hot) + " is not the one-hot expert mask [experts, K, tokens] of the top-k";
+  std::vector<Value> scattered(static_cast<size_t>(m->experts));
+  llvm::DenseMap<Value, Value> broadcast_from;  // scatter -> what its rows' Expand read
+  m->gate.assign(static_cast<size_t>(m->experts), Value());
+  m->up = m->down = m->gate;
+  for (Operation* user : transpose->getResult(0).getUsers()) {
+    // Gather(mask, e, axis 0) -> bool -> NonZero -> Transpose -> Split -> Squeeze: (slot, token).
+    int64_t e = -1;
+    if (isOp(user, "nn.gather")) e = intScalar(user->getOperand(1)).value_or(-1);
+    auto gather_axis = user->getAttrOfType<IntegerAttr>("axis");
+    if (e < 0 || e >= m->experts || (gather_axis && gather_axis.getInt() != 0) ||
+        scattered[static_cast<size_t>(e)])
+      return where(user) + " reads the expert mask other than once per expert";
+    Value v = user->getResult(0);
+    Operation* nonzero = soleUser(&v);
+    Value pairs = nonzero ? nonzero->getResult(0) : Value();
+    Operation* t = isOp(nonzero, "nn.non_zero") ? soleUser(&pairs) : nullptr;
+    Value tv = t ? t->getResult(0) : Value();
+    auto t_perm = isOp(t, "nn.transpose") ? t->getAttrOfType<DenseI64ArrayAttr>("perm") : nullptr;
+    Operation* split =
+        t_perm && t_perm.asArrayRef() == ArrayRef<int64_t>{1, 0} ? soleUser(&tv) : nullptr;
+    auto split_axis = split ? split->getAttrOfType<IntegerAttr>("axis") : nullptr;
+    if (!isOp(split, "nn.split") || split->getNumResults() != 2 || !split_axis ||
+        split_axis.getInt() != 1)
+      return where(user) + ": expert " + std::to_string(e) +
+             "'s (slot, token) pairs are not NonZero -> Transpose -> Split";
+    Value parts[2];
+    for (int i = 0; i < 2; ++i) {
+      Value part = split->getResult(i);
+      Operation* squeeze = soleUser(&part);
+      if (!isOp(squeeze, "nn.squeeze") ||
+          intsConstant(squeeze->getOperand(1)) != std::vector<int64_t>{1})
+        return where(split) + ": expert " + std::to_string(e) + "'s indices are not squeezed";
+      parts[i] = squeeze->getResult(0);
+    }
+    const size_t i = static_cast<size_t>(e);
+    Value from;
+    std::string error = matchExpert(*m, routing_weights, parts[0], parts[1], &m->gate[i], &m->up[i],
+                                    &m->down[i], &scattered[i], &from);
+    if (!error.empty()) return "expert " + std::to_string(e) + ": " + error;
+    if (from) broadcast_from[scattered[i]] = from;
+  }
+  for (int64_t e = 0; e < m->experts; ++e)
+    if (!scattered[static_cast<size_t>(e)])
+      return where(topk) + ": expert " + std::to_string(e) +
+             " has no branch (an export traced on tokens that never chose it computes without it)";
+  // The accumulator: zeros [tokens, hidden], then + each expert's scatter (into zeros of the
+  // accumulator's own shape), in any order.
+  Value acc;
+  for (Value s : scattered) {
+    Operation* add = s.hasOneUse() ? *s.getUsers().begin() : nullptr;
+    if (!isOp(add, "nn.add")) return "an expert's scatter is not added to the result";
+    Value other = add->getOperand(add->getOperand(0) == s ? 1 : 0);
+    if (isZeros(other)) {
+      if (acc) return where(add) + ": two accumulators of the experts' rows";
+      acc = other;
+    }
+  }
+  if (!acc) return where(topk) + ": the experts' rows are not added up from zeros";
+  auto zeros_type = dyn_cast<RankedTensorType>(acc.getType());
+  if (!zeros_type || zeros_type.getRank() != 2 || zeros_type.getDimSize(1) != x_type.getDimSize(1))
+    return where(acc.getDefiningOp()) +
+           ": the experts' rows are not added up from zeros [tokens, hidden]";
+  llvm::DenseSet<Value> pending(scattered.begin(), scattered.end());
+  while (!pending.empty()) {
+    Operation* next = nullptr;
+    for (Operation* user : acc.getUsers())
+      if (isOp(user, "nn.add"))
+        for (Value operand : user->getOperands())
+          if (operand != acc && pending.contains(operand)) next = user;
+    if (!next) return where(topk) + ": the experts' rows are not added up one after another";
+    Value s = next->getOperand(next->getOperand(0) == acc ? 1 : 0);
+    Operation* zeros = s.getDefiningOp()->getOperand(0).getDefiningOp();
+    Operation* zeros_shape = zeros->getOperand(0).getDefiningOp();
+    auto acc_type = dyn_cast<RankedTensorType>(acc.getType());
+    auto folded = intsConstant(zeros->getOperand(0));  // where the sum's shape was static
+    const bool same_shape = (isOp(zeros_shape, "nn.shape") && zeros_shape->getOperand(0) == acc &&
+                             !zeros_shape->getAttr("start") && !zeros_shape->getAttr("end")) ||
+                            (folded && acc_type && acc_type.hasStaticShape() &&
+                             ArrayRef<int64_t>(*folded) == acc_type.getShape());
+    if (!same_shape)
+      return where(s.getDefiningOp()) + " scatters into zeros of another shape than the sum's";
+    if (auto it = broadcast_from.find(s); it != broadcast_from.end() && it->second != acc)
+      return where(s.getDefiningOp()) +
+             ": its rows are broadcast to another tensor's row than the sum's";
+    pending.erase(s);
+    acc = next->getResult(0);
+  }
+  m->result = acc;
+  return "";
+}
+
 // The context a mask is proven for when neither --max-context nor the sequence dimension's
 // range says (the pipeline's default).
 constexpr int64_t kDefaultContext = 2048;
@@ -744,9 +1213,80 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     return "";
   }
 
+  // One llm.moe for each mixture-of-experts block (see matchMoe); its ops are left to die.
+  void rewriteMoe(MoeMatch& m) {
+    OpBuilder b(m.result.getDefiningOp());
+    b.setInsertionPointAfter(m.result.getDefiningOp());
+    Location loc = m.topk->getLoc();
+    // The experts' weights stacked [E, ..] at compile time (runtime kernels: refit redoes it).
+    auto stack = [&](const std::vector<Value>& weights) {
+      SmallVector<Value> parts;
+      for (Value w : weights)
+        parts.push_back(kernelConstant(b, loc, "Unsqueeze", {}, {w, int64Constant(b, loc, {0})}));
+      return kernelConstant(b, loc, "Concat", {b.getNamedAttr("axis", b.getI64IntegerAttr(0))},
+                            parts);
+    };
+    SmallVector<NamedAttribute> attrs = {
+        b.getNamedAttr("top_k", b.getI64IntegerAttr(m.top_k)),
+        b.getNamedAttr("activation", b.getStringAttr("silu")),
+        b.getNamedAttr("normalize", b.getI64IntegerAttr(m.normalize ? 1 : 0))};
+    // llm.moe is per row of [..., hidden]: where the block merged the tokens into rows and
+    // its sum is reshaped back to the input's shape, it takes the input as it was.
+    Value x = m.x, result = m.result;
+    Operation* merge = m.x.getDefiningOp();
+    Operation* split = m.result.hasOneUse() ? *m.result.getUsers().begin() : nullptr;
+    if (isOp(merge, "nn.reshape") && isOp(split, "nn.reshape") &&
+        isShapeOf(split->getOperand(1), merge->getOperand(0))) {
+      auto in = dyn_cast<RankedTensorType>(merge->getOperand(0).getType());
+      if (in && in.getRank() >= 2 &&
+          in.getShape().back() == cast<RankedTensorType>(m.x.getType()).getShape().back()) {
+        x = merge->getOperand(0);
+        result = split->getResult(0);
+      }
+    }
+    // Typed as x (the sum's own type may have been left to run time).
+    Value moe =
+        createOp(b, loc, "llm.moe", {x, m.router, stack(m.gate), stack(m.up), stack(m.down)},
+                 x.getType(), attrs);
+    if (auto names = m.topk->getAttr("llmc.names"))
+      moe.getDefiningOp()->setAttr("llmc.names", names);
+    result.replaceAllUsesWith(moe);
+  }
+
   bool recognize(func::FuncOp func, int input_ids, std::vector<std::string>* failures) {
     Block& body = func.getBody().front();
     MLIRContext* context = &getContext();
+    // 0. Mixture-of-experts blocks become llm.moe (their router's softmax is no attention), in
+    // rounds with shape inference before each: a block's sum has its shape left to run time
+    // (its rows come from NonZero), and so has everything after it until it is an llm.moe.
+    while (true) {
+      if (failed(inferShapes(func))) {
+        failures->push_back("shape inference failed during recognition");
+        return false;
+      }
+      std::vector<Operation*> topks;
+      for (Operation& op : body)  // a top-k of softmax probabilities: a router
+        if (isOp(&op, "nn.top_k") &&
+            isOp(throughCasts(op.getOperand(0)).getDefiningOp(), "nn.softmax"))
+          topks.push_back(&op);
+      if (topks.empty()) break;
+      std::vector<std::string> round_failures;
+      bool rewrote = false;
+      for (Operation* topk : topks) {
+        MoeMatch m;
+        if (std::string error = matchMoe(topk, &m); !error.empty()) {
+          round_failures.push_back("mixture of experts at " + where(topk) + ": " + error);
+          continue;
+        }
+        rewriteMoe(m);
+        rewrote = true;
+      }
+      eraseDeadOps(body);
+      if (!rewrote) {
+        failures->insert(failures->end(), round_failures.begin(), round_failures.end());
+        return false;
+      }
+    }
     // 1-2. Match attention cores, prove their masks causal and rewrite them into
     // llm.attention, in rounds: shapes are inferred again before each round, because a mask
     // that clamps the length (GPT-2's [max_positions]^2 buffer) can leave everything after
@@ -1179,9 +1719,9 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
                      out_type.getRank() == in_type.getRank()) {
             out_axis = in_axis;  // per row along other axes: checked against the axis below
           } else if (out_type.getRank() == in_type.getRank() && in_axis < in_type.getRank() - 1 &&
-                     (
-                      ((name == "nn.gemm" || name == "nn.matmul") &&
-                       token_input == op.getOperand(0) && !op.getAttr("transA")))) {
+                     (((name == "nn.gemm" || name == "nn.matmul") &&
+                       token_input == op.getOperand(0) && !op.getAttr("transA")) ||
+                      (name == "llm.moe" && token_input == op.getOperand(0)))) {
             out_axis = in_axis;  // rows stay rows
           }
         }

@@ -44,6 +44,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from checks import Checks
+
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models")
 
 VOCAB, HIDDEN, HEADS, LAYERS, POSITIONS = 128, 32, 4, 2, 96
@@ -233,12 +235,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--llmc", required=True)
     args = parser.parse_args()
-    failures = []
-
-    def check(ok, label, detail=""):
-        print(f"{'PASS' if ok else 'FAIL'} {label}" + (f": {detail}" if detail else ""), flush=True)
-        if not ok:
-            failures.append(label)
+    check = Checks()
 
     # (mask, opset-23 Attention, the window it must be recognized with or None: refused,
     # soft-capping of the scores).
@@ -356,8 +353,7 @@ def main():
                   f"exit {proc.returncode}, first mismatches {first}" +
                   ("" if proc.returncode == 1 and first[:1] == [WINDOW] else f"\n{proc.stdout}{proc.stderr}"))
         gqa_local_window(args.llmc, tmp, check)
-    print(f"{len(failures)} failed" if failures else "all passed")
-    return 1 if failures else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

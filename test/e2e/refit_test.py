@@ -145,7 +145,7 @@ def main():
     args = parser.parse_args()
     models = args.model or ["mlp", "bert_tiny", "gpt2_tiny", "llama_tiny", "qwen2_tiny", "genai_llama_tiny",
                             "attention23_tiny", "llama_tiny_past", "phi3_tiny_past", "gpt_neox_tiny_past", "falcon_tiny_past", "qwen3_tiny",
-                            "bloom_tiny_past", "opt_tiny"]
+                            "bloom_tiny_past", "opt_tiny", "mixtral_tiny"]
     with tempfile.TemporaryDirectory(prefix="llmc-refit-") as work:
         checker = Checker(args.llmc, work)
         for name in models:

@@ -43,7 +43,7 @@ LAYER_STEPS = {
     "gpt2_tiny_past": 7, "olmo_tiny_past": 10, "granite_tiny_past": 10, "opt_tiny_past": 11,
     "falcon_tiny_past": 8, "gpt_neox_tiny_past": 9, "phi3_tiny_past": 8, "gptj_tiny_past": 8,
     "qwen3_tiny": 9, "stablelm_tiny": 8, "gemma2_tiny": 10, "gpt_bigcode_tiny_past": 7,
-    "llama_dims_past": 8, "bloom_tiny_past": 7, "opt_tiny": 11,
+    "llama_dims_past": 8, "bloom_tiny_past": 7, "opt_tiny": 11, "mixtral_tiny": 7,
 }
 MAX_LAYER_STEPS = 12
 LAYER_ONE = re.compile(r"/(layers|h)\.1/")

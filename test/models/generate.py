@@ -417,10 +417,8 @@ def make_mixtral_tiny(out_dir: str) -> None:
         f"layers, {families.HEADS} heads sharing {families.KV_HEADS} KV heads, 4 experts of MLP "
         f"{MIXTRAL_SIZES['intermediate_size']}, 2 per token), random seeded weights; exported by "
         "torch.onnx without a cache (Optimum 1.25.3 refuses the architecture); its expert routing "
-        "(TopK, NonZero) is not recognized, so it runs by full recomputation; right-padded "
-        "attention_mask.",
-        expect_llm=False,
-        expect_refusal="picks the top experts from the softmax: mixture-of-experts routing",
+        "(TopK, OneHot, NonZero, ScatterElements per expert) becomes one llm.moe per layer; "
+        "right-padded attention_mask.",
     )
 
 

@@ -31,6 +31,7 @@ std::string kernelNameOf(Operation* op) {
   if (isa<QuantGatherOp>(op)) return "LlmQuantGather";
   if (isa<NormOp>(op)) return "LlmNorm";
   if (isa<GatedMlpOp>(op)) return "LlmGatedMlp";
+  if (isa<MoeOp>(op)) return "LlmMoe";
   if (isa<ElementwiseOp>(op)) return "LlmElementwise";
   if (isa<SdpaOp>(op)) return "LlmSdpa";
   return "";
@@ -235,6 +236,32 @@ LogicalResult GatedMlpOp::verify() {
   auto w = cast<RankedTensorType>(getW().getType());
   if (w.getRank() != 2 || (!w.isDynamicDim(1) && w.getDimSize(1) % 2 != 0))
     return emitOpError() << "w must be [K, 2F]";
+  if (!isKnownActivation(getActivation(), false))
+    return emitOpError() << "unknown activation '" << getActivation() << "'";
+  return success();
+}
+
+LogicalResult MoeOp::verify() {
+  auto x = cast<RankedTensorType>(getX().getType());
+  auto router = cast<RankedTensorType>(getRouter().getType());
+  auto gate = cast<RankedTensorType>(getWGate().getType());
+  auto up = cast<RankedTensorType>(getWUp().getType());
+  auto down = cast<RankedTensorType>(getWDown().getType());
+  if (x.getRank() < 1 || router.getRank() != 2 || gate.getRank() != 3 ||
+      up.getShape() != gate.getShape() || down.getRank() != 3 || !router.hasStaticShape() ||
+      !gate.hasStaticShape() || !down.hasStaticShape())
+    return emitOpError() << "needs x [..., H], router [H, E], w_gate and w_up [E, H, F] and w_down "
+                            "[E, F, H], static but for x";
+  const int64_t hidden = router.getDimSize(0), experts = router.getDimSize(1),
+                ffn = gate.getDimSize(2);
+  if ((!x.isDynamicDim(x.getRank() - 1) && x.getDimSize(x.getRank() - 1) != hidden) ||
+      gate.getDimSize(0) != experts || gate.getDimSize(1) != hidden ||
+      down.getShape() != ArrayRef<int64_t>{experts, ffn, hidden})
+    return emitOpError() << "x, router " << router << ", w_gate " << gate << " and w_down " << down
+                         << " do not fit";
+  const int64_t top_k = getTopKAttr().getInt();
+  if (top_k < 1 || top_k > experts)
+    return emitOpError() << "top_k " << top_k << " is not in [1, " << experts << "]";
   if (!isKnownActivation(getActivation(), false))
     return emitOpError() << "unknown activation '" << getActivation() << "'";
   return success();

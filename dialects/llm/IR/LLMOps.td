@@ -250,6 +250,29 @@ def LLM_GatedMlpOp : LLM_Op<"gated_mlp", [Pure]> {
   let hasVerifier = 1;
 }
 
+def LLM_MoeOp : LLM_Op<"moe", [Pure]> {
+  let summary = "Mixture-of-experts MLP with top-k routing (runtime kernel `LlmMoe`)";
+  let description = [{
+    Each row of `x` `[..., H]` is routed by `softmax(x·router)` (`router` `[H, E]`) to its
+    `top_k` experts (ties to the lower index), weighted by those probabilities, renormalized
+    to sum 1 when `normalize` is 1 (Mixtral); the row's result is the sum, in expert order,
+    of `weight * (activation(x·w_gate[e]) * (x·w_up[e]))·w_down[e]` over its experts
+    (`w_gate`, `w_up` `[E, H, F]`, `w_down` `[E, F, H]`). Only the selected experts are
+    computed, each on the rows that chose it. Written by `--llmc-recognize-llm` from the
+    routing a transformers export spells out with TopK, OneHot, NonZero and ScatterElements.
+    ```mlir
+    %y = llm.moe(%x, %router, %w1, %w3, %w2) {top_k = 2 : i64, activation = "silu", normalize = 1 : i64}
+        : (tensor<?x64xf32>, tensor<64x4xf32>, tensor<4x64x48xf32>, tensor<4x64x48xf32>, tensor<4x48x64xf32>) -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$x, AnyRankedTensor:$router, AnyRankedTensor:$w_gate,
+                   AnyRankedTensor:$w_up, AnyRankedTensor:$w_down, I64Attr:$top_k,
+                   StrAttr:$activation, I64Attr:$normalize);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = "`(` $x `,` $router `,` $w_gate `,` $w_up `,` $w_down `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def LLM_ElementwiseOp : LLM_Op<"elementwise", [Pure]> {
   let summary = "A fused chain of elementwise ops evaluated in one pass (runtime kernel `LlmElementwise`)";
   let description = [{

@@ -144,7 +144,7 @@ void registerTensorKernels(KernelRegistry& registry);  // shape and data movemen
 void registerAttentionKernels(KernelRegistry& registry);  // ONNX Attention (opset 23)
 void registerOrtContribKernels(KernelRegistry& registry);  // ONNX Runtime's contrib ops
 void registerLlmKernels(KernelRegistry& registry);  // LlmAttention, LlmPositions, LlmLastTokens
-// LlmFusedMatMul, LlmGatedMlp, LlmNorm, LlmElementwise (cpu/fused.cpp)
+// LlmFusedMatMul, LlmGatedMlp, LlmMoe, LlmNorm, LlmElementwise (cpu/fused.cpp)
 void registerFusedKernels(KernelRegistry& registry);
 // LlmQuantizeWeight, LlmQuantMatMul (cpu/quant_matmul.cpp)
 void registerQuantKernels(KernelRegistry& registry);

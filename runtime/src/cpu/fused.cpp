@@ -1,7 +1,8 @@
 // CPU kernels of the fused llm ops: LlmFusedMatMul (matrix product + bias + activation),
-// LlmGatedMlp, LlmNorm (RMS / layer norm with the residual add) and LlmElementwise (a chain
-// of elementwise ops in one pass). Float32; each replaces several reference kernels and as
-// many round trips through memory, and is tested against them (test/unit/cpu/fused_test.cpp).
+// LlmGatedMlp, LlmMoe (a mixture of experts), LlmNorm (RMS / layer norm with the residual add) and
+// LlmElementwise (a chain of elementwise ops in one pass). Float32; each replaces several reference
+// kernels and as many round trips through memory, and is tested against them
+// (test/unit/cpu/fused_test.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -224,6 +225,106 @@ Status gatedMlp(KernelContext& ctx) {
                      y_row[f] = activate(activation, gate[r * columns + f]) * up[r * columns + f];
                  }
                });
+  return okStatus();
+}
+
+// y = x · w for `rows` rows of x [rows, k] and w [k, n] (row-major), spread over the pool.
+void matMulRows(ThreadPool* pool, const float* x, int64_t rows, int64_t k, const float* w,
+                int64_t n, float* y) {
+  forEachBlock(pool, rows, n, [&](int64_t row0, int64_t count, int64_t n0, int64_t columns) {
+    matMulRowBlock(x + row0 * k, count, k, w + n0, n, columns, false, y + row0 * n + n0, n);
+  });
+}
+
+// LlmMoe: a mixture-of-experts MLP (Mixtral's sparse block). Each row of x [..., H] is routed
+// by softmax(x · router) [E] to its top_k experts (ties to the lower index, as TopK), whose
+// weights are those probabilities (renormalized to sum 1 when `normalize`); the row's result
+// is the sum, in expert order, of weight * (act(x · w_gate[e]) * (x · w_up[e])) · w_down[e]
+// over its experts. Only the selected experts are computed, each on the rows that chose it.
+Status moe(KernelContext& ctx) {
+  const Tensor* x = ctx.input(0);
+  const Tensor* router = ctx.input(1);
+  const Tensor* w_gate = ctx.input(2);
+  const Tensor* w_up = ctx.input(3);
+  const Tensor* w_down = ctx.input(4);
+  if (!x || !router || !w_gate || !w_up || !w_down || x->rank() < 1 || router->rank() != 2 ||
+      w_gate->rank() != 3 || w_up->shape() != w_gate->shape() || w_down->rank() != 3)
+    return kernelError(ctx,
+                       "LlmMoe needs x [..., H], router [H, E], w_gate and w_up [E, H, F] "
+                       "and w_down [E, F, H]");
+  LLMC_RETURN_IF_ERROR(checkFloat32(ctx, {x, router, w_gate, w_up, w_down}));
+  const int64_t hidden = x->dim(x->rank() - 1), experts = router->dim(1), ffn = w_gate->dim(2);
+  if (router->dim(0) != hidden || w_gate->dim(0) != experts || w_gate->dim(1) != hidden ||
+      w_down->shape() != Shape{experts, ffn, hidden})
+    return kernelError(ctx, "LlmMoe: x " + shapeToString(x->shape()) + ", router " +
+                                shapeToString(router->shape()) + ", w_gate " +
+                                shapeToString(w_gate->shape()) + ", w_down " +
+                                shapeToString(w_down->shape()) + " do not fit");
+  const int64_t top_k = ctx.params().getInt("top_k", 0);
+  if (top_k < 1 || top_k > experts)
+    return kernelError(
+        ctx, "top_k " + std::to_string(top_k) + " is not in [1, " + std::to_string(experts) + "]");
+  const Activation activation = activationFromName(ctx.params().getString("activation", ""));
+  if (activation == Activation::kUnknown || activation == Activation::kNone)
+    return kernelError(ctx, "unknown expert activation");
+  const bool normalize = ctx.params().getInt("normalize", 1) != 0;
+  Tensor* out = nullptr;
+  LLMC_RETURN_IF_ERROR(ctx.allocateOutput(0, DType::kFloat32, x->shape(), &out));
+  if (ctx.shapeOnly()) return okStatus();
+  const int64_t rows = x->numElements() / std::max<int64_t>(hidden, 1);
+  const float* xd = x->data<float>();
+  float* y = out->data<float>();
+  std::fill(y, y + out->numElements(), 0.0f);
+  // 1. Routing: probabilities (the Softmax kernel's arithmetic), the top_k, their weights.
+  std::vector<float> logits(static_cast<size_t>(rows * experts));
+  matMulRows(ctx.threadPool(), xd, rows, hidden, router->data<float>(), experts, logits.data());
+  std::vector<std::vector<std::pair<int64_t, float>>> chosen(static_cast<size_t>(experts));
+  std::vector<int64_t> order(static_cast<size_t>(experts));
+  std::vector<float> probs(static_cast<size_t>(experts));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = &logits[static_cast<size_t>(r * experts)];
+    double top = -INFINITY, sum = 0;
+    for (int64_t e = 0; e < experts; ++e) top = std::max(top, static_cast<double>(l[e]));
+    for (int64_t e = 0; e < experts; ++e) sum += std::exp(static_cast<double>(l[e]) - top);
+    for (int64_t e = 0; e < experts; ++e)
+      probs[e] = static_cast<float>(std::exp(static_cast<double>(l[e]) - top) / sum);
+    for (int64_t e = 0; e < experts; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int64_t a, int64_t b) {
+      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+    });
+    float total = 0;
+    for (int64_t k = 0; k < top_k; ++k) total += probs[order[k]];
+    for (int64_t k = 0; k < top_k; ++k) {
+      const float p = probs[order[k]];
+      chosen[static_cast<size_t>(order[k])].push_back({r, normalize ? p / total : p});
+    }
+  }
+  // 2. Each expert on the rows that chose it, added in expert order.
+  std::vector<float> in, gate, up, result;
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto& picks = chosen[static_cast<size_t>(e)];
+    const int64_t count = static_cast<int64_t>(picks.size());
+    if (count == 0) continue;
+    in.resize(static_cast<size_t>(count * hidden));
+    for (int64_t i = 0; i < count; ++i)
+      std::copy(xd + picks[i].first * hidden, xd + (picks[i].first + 1) * hidden,
+                in.begin() + i * hidden);
+    gate.resize(static_cast<size_t>(count * ffn));
+    up.resize(gate.size());
+    result.resize(in.size());
+    matMulRows(ctx.threadPool(), in.data(), count, hidden, w_gate->data<float>() + e * hidden * ffn,
+               ffn, gate.data());
+    matMulRows(ctx.threadPool(), in.data(), count, hidden, w_up->data<float>() + e * hidden * ffn,
+               ffn, up.data());
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = activate(activation, gate[i]) * up[i];
+    matMulRows(ctx.threadPool(), gate.data(), count, ffn, w_down->data<float>() + e * ffn * hidden,
+               hidden, result.data());
+    for (int64_t i = 0; i < count; ++i) {
+      float* row = y + picks[i].first * hidden;
+      const float weight = picks[i].second;
+      for (int64_t h = 0; h < hidden; ++h) row[h] += result[i * hidden + h] * weight;
+    }
+  }
   return okStatus();
 }
 
@@ -554,6 +655,7 @@ void registerFusedKernels(KernelRegistry& registry) {
   registry.add({"LlmSdpa", 3, 4, 1, 1, sdpa});
   registry.add({"LlmFusedMatMul", 2, 3, 1, 1, fusedMatMul});
   registry.add({"LlmGatedMlp", 2, 2, 1, 1, gatedMlp});
+  registry.add({"LlmMoe", 5, 5, 1, 1, moe});
   registry.add({"LlmNorm", 3, 4, 1, 2, norm});
   registry.add({"LlmElementwise", 1, -1, 1, 1, elementwise});
 }

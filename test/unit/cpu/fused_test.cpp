@@ -539,5 +539,81 @@ TEST(LlmAttentionTest, AlibiMatchesReference) {
   }
 }
 
+// LlmMoe against a plain loop: softmax routing, the top 2 of 4 experts (renormalized or not),
+// silu(x·W1) * (x·W3) · W2 of each chosen expert, weighted, summed in expert order; rows of a
+// [2, 5, H] input, some of which every expert sees. Bad shapes and top_k are refused.
+TEST(LlmMoeTest, MatchesReference) {
+  const int64_t hidden = 16, experts = 4, ffn = 24, top_k = 2;
+  Tensor x = randomFloat({2, 5, hidden}, 700), router = randomFloat({hidden, experts}, 701),
+         w1 = randomFloat({experts, hidden, ffn}, 702),
+         w3 = randomFloat({experts, hidden, ffn}, 703),
+         w2 = randomFloat({experts, ffn, hidden}, 704);
+  for (int normalize : {1, 0}) {
+    KernelParams p = params({{"top_k", intParam(top_k)},
+                             {"activation", stringParam("silu")},
+                             {"normalize", intParam(normalize)}});
+    Tensor got = runKernel("LlmMoe", {x, router, w1, w3, w2}, p);
+    ASSERT_EQ(got.shape(), x.shape());
+    Tensor want = Tensor::allocate(DType::kFloat32, x.shape());
+    const float* xd = x.data<float>();
+    std::vector<int> used(experts, 0);
+    for (int64_t r = 0; r < 10; ++r) {
+      const float* row = xd + r * hidden;
+      std::vector<double> probs(experts);
+      double top = -INFINITY, sum = 0;
+      for (int64_t e = 0; e < experts; ++e) {
+        double l = 0;
+        for (int64_t h = 0; h < hidden; ++h)
+          l += double(row[h]) * router.data<float>()[h * experts + e];
+        probs[e] = l;
+        top = std::max(top, l);
+      }
+      for (double& v : probs) sum += (v = std::exp(v - top));
+      for (double& v : probs) v /= sum;
+      std::vector<int64_t> order = {0, 1, 2, 3};
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return probs[a] > probs[b]; });
+      const double total = probs[order[0]] + probs[order[1]];
+      std::vector<double> out(hidden, 0.0);
+      for (int64_t e = 0; e < experts; ++e) {
+        const auto pick = std::find(order.begin(), order.begin() + top_k, e);
+        if (pick == order.begin() + top_k) continue;
+        ++used[e];
+        const double weight = normalize ? probs[e] / total : probs[e];
+        std::vector<double> h(ffn);
+        for (int64_t f = 0; f < ffn; ++f) {
+          double g = 0, u = 0;
+          for (int64_t k = 0; k < hidden; ++k) {
+            g += double(row[k]) * w1.data<float>()[(e * hidden + k) * ffn + f];
+            u += double(row[k]) * w3.data<float>()[(e * hidden + k) * ffn + f];
+          }
+          h[f] = g / (1 + std::exp(-g)) * u;
+        }
+        for (int64_t k = 0; k < hidden; ++k) {
+          double y = 0;
+          for (int64_t f = 0; f < ffn; ++f)
+            y += h[f] * w2.data<float>()[(e * ffn + f) * hidden + k];
+          out[k] += weight * y;
+        }
+      }
+      for (int64_t k = 0; k < hidden; ++k)
+        want.data<float>()[r * hidden + k] = static_cast<float>(out[k]);
+    }
+    EXPECT_LT(relativeError(got, want), 1e-5) << "normalize " << normalize;
+    for (int64_t e = 0; e < experts; ++e)
+      EXPECT_GT(used[e], 0) << "expert " << e << " never chosen";
+  }
+  for (int64_t bad_k : {0, 5}) {
+    TestKernelContext ctx;
+    ctx.inputs = {x, router, w1, w3, w2};
+    ctx.kernel_params = params({{"top_k", intParam(bad_k)}, {"activation", stringParam("silu")}});
+    EXPECT_FALSE(ctx.run("LlmMoe").ok()) << "top_k " << bad_k;
+  }
+  TestKernelContext ctx;
+  ctx.inputs = {x, router, w1, w3, randomFloat({experts, hidden, ffn}, 705)};
+  ctx.kernel_params = params({{"top_k", intParam(2)}, {"activation", stringParam("silu")}});
+  EXPECT_FALSE(ctx.run("LlmMoe").ok()) << "w_down of the wrong shape";
+}
+
 }  // namespace
 }  // namespace llmc::testing

@@ -166,3 +166,21 @@ func.func @rope_token_axis(%x: tensor<1x3x2x8xf32>, %t: tensor<1x3x1x8xf32>) -> 
   %y = llm.rope(%x, %none, %t, %t) {token_axis = 3 : i64} : (tensor<1x3x2x8xf32>, none, tensor<1x3x1x8xf32>, tensor<1x3x1x8xf32>) -> tensor<1x3x2x8xf32>
   return %y : tensor<1x3x2x8xf32>
 }
+
+// -----
+
+// Tests that llm.moe's top_k is at most the number of experts.
+func.func @moe_top_k(%x: tensor<3x8xf32>, %r: tensor<8x4xf32>, %g: tensor<4x8x6xf32>, %d: tensor<4x6x8xf32>) -> tensor<3x8xf32> {
+  // expected-error @+1 {{top_k 5 is not in [1, 4]}}
+  %y = llm.moe(%x, %r, %g, %g, %d) {top_k = 5 : i64, activation = "silu", normalize = 1 : i64} : (tensor<3x8xf32>, tensor<8x4xf32>, tensor<4x8x6xf32>, tensor<4x8x6xf32>, tensor<4x6x8xf32>) -> tensor<3x8xf32>
+  return %y : tensor<3x8xf32>
+}
+
+// -----
+
+// Tests that llm.moe's down projection maps the experts' width back to the hidden size.
+func.func @moe_down_shape(%x: tensor<3x8xf32>, %r: tensor<8x4xf32>, %g: tensor<4x8x6xf32>, %d: tensor<4x8x6xf32>) -> tensor<3x8xf32> {
+  // expected-error @+1 {{do not fit}}
+  %y = llm.moe(%x, %r, %g, %g, %d) {top_k = 2 : i64, activation = "silu", normalize = 1 : i64} : (tensor<3x8xf32>, tensor<8x4xf32>, tensor<4x8x6xf32>, tensor<4x8x6xf32>, tensor<4x8x6xf32>) -> tensor<3x8xf32>
+  return %y : tensor<3x8xf32>
+}

@@ -47,3 +47,20 @@ func.func @quantized(%x: tensor<2x64xf32>, %ids: tensor<3xi64>, %q8: tensor<16x6
   %e = llm.quant_gather(%ids, %q4, %s4, %z) {format = "int4_zp", group = 64 : i64} : (tensor<3xi64>, tensor<16x32xui8>, tensor<16x1xf16>, tensor<16x1xui8>) -> tensor<3x64xf32>
   return %y, %h, %e : tensor<2x16xf32>, tensor<2x8xf32>, tensor<3x64xf32>
 }
+
+// -----
+
+// Tests that llm.moe and ALiBi slopes on llm.attention round-trip.
+// CHECK-LABEL: func @moe
+// CHECK: llm.moe(%{{.+}}) {activation = "silu", normalize = 1 : i64, top_k = 2 : i64}
+func.func @moe(%x: tensor<?x8xf32>, %r: tensor<8x4xf32>, %g: tensor<4x8x6xf32>, %d: tensor<4x6x8xf32>) -> tensor<?x8xf32> {
+  %y = llm.moe(%x, %r, %g, %g, %d) {top_k = 2 : i64, activation = "silu", normalize = 1 : i64} : (tensor<?x8xf32>, tensor<8x4xf32>, tensor<4x8x6xf32>, tensor<4x8x6xf32>, tensor<4x6x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// CHECK-LABEL: func @alibi
+// CHECK: llm.attention(%{{.+}}) {alibi_slopes = array<f32: 5.000000e-01, 2.500000e-01>, layer = 0 : i64, scale = 1.000000e+00 : f32}
+func.func @alibi(%q: tensor<1x2x3x8xf32>, %kv: tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32> {
+  %y = llm.attention(%q, %kv, %kv) {layer = 0 : i64, scale = 1.0 : f32, alibi_slopes = array<f32: 0.5, 0.25>} : (tensor<1x2x3x8xf32>, tensor<1x2x3x8xf32>, tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32>
+  return %y : tensor<1x2x3x8xf32>
+}
