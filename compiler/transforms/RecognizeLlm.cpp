@@ -1542,8 +1542,13 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
           frontier.push_back(operand);
     }
     for (Value v : frontier) {
-      const std::string at =
-          v == mask ? std::string("input 'attention_mask'") : where(v.getDefiningOp());
+      if (v == mask) {  // read as data (e.g. cast to float and multiplying the hidden states)
+        failures->push_back(
+            "input 'attention_mask' feeds the model's computation directly, not "
+            "as masks or positions");
+        continue;
+      }
+      const std::string at = where(v.getDefiningOp());
       auto type = dyn_cast<RankedTensorType>(v.getType());
       std::vector<std::string> dims = dimNamesOf(v);
       if (!type || type.getRank() < 1 || type.getRank() > 2 || dims.empty() ||
