@@ -37,6 +37,7 @@ except ImportError:  # the build machine checks save_safetensors and the refit w
     torch = F = None
 
 PROMPT, NEW_TOKENS, REPEAT = 512, 64, 3
+LLMC_RUN_TIMEOUT_S = 30
 HBM_BYTES_PER_S, PEAK_FLOPS = 4.3e12, 790e12
 
 
@@ -137,7 +138,10 @@ def time_torch(model, batch):
 def run_llmc(llmc, engine, *flags):
     command = [llmc, "bench", engine, "--backend", "cuda", "--context", str(PROMPT),
                "--new-tokens", str(NEW_TOKENS), "--repeat", str(REPEAT), "--kv-only", *flags]
-    proc = subprocess.run(command, capture_output=True, text=True)
+    try:  # a hung run costs one row, not the table (gpu-check.sh gives the whole bench 170 s)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=LLMC_RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": [f"timed out after {LLMC_RUN_TIMEOUT_S} s"]}
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]}
     out = {}
@@ -189,6 +193,7 @@ def main():
             report[label] = {"batch1": one, "batch16": sixteen}
             rows.append((label, width, one.get("prefill_ms"), one.get("decode_tps"), sixteen.get("batch_tps"),
                          one.get("error") or sixteen.get("error")))
+            print(f"{label}: {rows[-1][2:]}")  # as it comes, in case the whole bench runs out of time
         os.remove(engine)
     for label, dtype, width in (("torch eager bf16", torch.bfloat16, 2), ("torch eager fp32", torch.float32, 4)):
         model = TorchLlama(weights, cfg, dtype)
@@ -196,6 +201,7 @@ def main():
         _, decode16 = time_torch(model, 16)
         report[label] = {"prefill_ms": prefill, "decode_tps": decode1, "batch16_tps": decode16}
         rows.append((label, width, prefill, decode1, decode16, None))
+        print(f"{label}: {rows[-1][2:]}")
         del model
         torch.cuda.empty_cache()
 

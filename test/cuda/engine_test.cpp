@@ -47,6 +47,14 @@ std::vector<std::string> modelDirs(const std::string& root) {
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
+// Runs `check(name, dir)` for each compiled model under `root`. A fatal failure (ASSERT_*) in
+// the check returns from it and ends that model's checks only, so one run on the GPU machine
+// reports every model rather than the first that fails.
+template <typename Check>
+void forEachModel(const std::string& root, Check&& check) {
+  for (const std::string& name : modelDirs(root)) check(name, root + "/" + name);
+}
+
 // Elements outside atol + rtol * |want| (NaN on either side counts).
 int64_t mismatches(const Tensor& got, const Tensor& want, double rtol, double atol, double* max_abs) {
   int64_t bad = 0;
@@ -140,9 +148,8 @@ Status runSession(std::shared_ptr<const Engine> engine, Backend backend,
 // at a tolerance a little wider than the CPU's (a GPU sums in another order).
 TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
   int checked = 0;
-  for (const std::string& name : modelDirs(root_)) {
-    const std::string dir = root_ + "/" + name;
-    if (!exists(dir + "/graph.engine")) continue;
+  forEachModel(root_, [&](const std::string& name, const std::string& dir) {
+    if (!exists(dir + "/graph.engine")) return;
     std::shared_ptr<const Engine> engine;
     ASSERT_TRUE(Engine::load(dir + "/graph.engine", &engine).ok()) << name;
     const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
@@ -178,7 +185,7 @@ TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
         ++checked;
       }
     }
-  }
+  });
   EXPECT_GT(checked, 0);
 }
 
@@ -187,9 +194,8 @@ TEST_F(EngineGpuTest, GraphEnginesMatchTheExporter) {
 // by relative L2 (a dropped or misread weight gives errors of order 1).
 TEST_F(EngineGpuTest, HalfPrecisionWeightsStayNearTheExporter) {
   int checked = 0;
-  for (const std::string& name : modelDirs(root_)) {
-    const std::string dir = root_ + "/" + name;
-    if (!exists(dir + "/graph.engine")) continue;
+  forEachModel(root_, [&](const std::string& name, const std::string& dir) {
+    if (!exists(dir + "/graph.engine")) return;
     std::shared_ptr<const Engine> engine;
     ASSERT_TRUE(Engine::load(dir + "/graph.engine", &engine).ok()) << name;
     const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
@@ -218,7 +224,7 @@ TEST_F(EngineGpuTest, HalfPrecisionWeightsStayNearTheExporter) {
         }
       }
     }
-  }
+  });
   EXPECT_GT(checked, 0);
 }
 
@@ -229,8 +235,7 @@ TEST_F(EngineGpuTest, HalfPrecisionWeightsStayNearTheExporter) {
 // logits' norm, while a wrong unpacking or scale gives errors of the order of the logits.
 TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
   int checked = 0;
-  for (const std::string& name : modelDirs(root_)) {
-    const std::string dir = root_ + "/" + name;
+  forEachModel(root_, [&](const std::string& name, const std::string& dir) {
     const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
     for (const char* mode : {"int8", "int4", "int4_zp", "w8a8", "fp8"}) {
       const std::string path = dir + "/graph-" + mode + ".engine";
@@ -262,19 +267,18 @@ TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
         }
       }
     }
-  }
+  });
   EXPECT_GT(checked, 0);
 }
 
 // Greedy generation over the paged KV cache on the GPU gives transformers' tokens.
 TEST_F(EngineGpuTest, LanguageModelsGenerateTransformersTokens) {
   int checked = 0;
-  for (const std::string& name : modelDirs(root_)) {
-    const std::string dir = root_ + "/" + name;
-    if (!exists(dir + "/lm.engine") || !exists(dir + "/generation.json")) continue;
+  forEachModel(root_, [&](const std::string& name, const std::string& dir) {
+    if (!exists(dir + "/lm.engine") || !exists(dir + "/generation.json")) return;
     std::shared_ptr<const Engine> engine;
     ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
-    if (!engine->llmConfig()) continue;
+    if (!engine->llmConfig()) return;
     GeneratorConfig config;
     config.session.backend = Backend::kCuda;
     std::unique_ptr<Generator> generator;
@@ -292,7 +296,7 @@ TEST_F(EngineGpuTest, LanguageModelsGenerateTransformersTokens) {
       EXPECT_EQ(result.tokens, want) << name << " prompt of " << prompt.size() << " tokens";
       ++checked;
     }
-  }
+  });
   EXPECT_GT(checked, 0);
 }
 
@@ -301,12 +305,11 @@ TEST_F(EngineGpuTest, LanguageModelsGenerateTransformersTokens) {
 // with its products, norms and attention on the GPU.
 TEST_F(EngineGpuTest, LanguageModelStepsRunOnTheGpu) {
   int checked = 0;
-  for (const std::string& name : modelDirs(root_)) {
-    const std::string dir = root_ + "/" + name;
-    if (!exists(dir + "/lm.engine")) continue;
+  forEachModel(root_, [&](const std::string& name, const std::string& dir) {
+    if (!exists(dir + "/lm.engine")) return;
     std::shared_ptr<const Engine> engine;
     ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
-    if (!engine->llmConfig()) continue;
+    if (!engine->llmConfig()) return;
     const int64_t required = stepsForTheGpu(*engine, true);
     const int64_t vocab = engine->llmConfig()->vocab_size > 0 ? engine->llmConfig()->vocab_size : 16;
     for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
@@ -320,7 +323,8 @@ TEST_F(EngineGpuTest, LanguageModelStepsRunOnTheGpu) {
         Status status = LlmRunner::create(engine, 0, &runner, DType::kFloat32, options);
         ASSERT_TRUE(status.ok()) << label << ": " << status.message();
         std::vector<int32_t> prompt;
-        for (int32_t i = 0; i < 13; ++i) prompt.push_back(static_cast<int32_t>((5 * i + 2) % vocab));
+        for (int32_t i = 0; i < 13; ++i)
+          prompt.push_back(static_cast<int32_t>((5 * i + 2) % vocab));
         int64_t cached = 0;
         ASSERT_TRUE(runner->addSequence(0, prompt, &cached).ok()) << label;
         std::vector<std::vector<float>> logits;
@@ -340,7 +344,7 @@ TEST_F(EngineGpuTest, LanguageModelStepsRunOnTheGpu) {
       }
     }
     ++checked;
-  }
+  });
   EXPECT_GT(checked, 0);
 }
 
@@ -349,12 +353,11 @@ TEST_F(EngineGpuTest, LanguageModelStepsRunOnTheGpu) {
 // reproducible for a seed and stays in the vocabulary.
 TEST_F(EngineGpuTest, DeviceSamplingAgreesWithTheHostSampler) {
   int checked = 0;
-  for (const std::string& name : modelDirs(root_)) {
-    const std::string dir = root_ + "/" + name;
-    if (!exists(dir + "/lm.engine")) continue;
+  forEachModel(root_, [&](const std::string& name, const std::string& dir) {
+    if (!exists(dir + "/lm.engine")) return;
     std::shared_ptr<const Engine> engine;
     ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
-    if (!engine->llmConfig()) continue;
+    if (!engine->llmConfig()) return;
     auto generate = [&](bool on_device, const SamplingParams& sampling, GenerationResult* result) {
       GeneratorConfig config;
       config.session.backend = Backend::kCuda;
@@ -390,7 +393,7 @@ TEST_F(EngineGpuTest, DeviceSamplingAgreesWithTheHostSampler) {
       EXPECT_LE(first.logprobs[i], 0.0f);
     }
     ++checked;
-  }
+  });
   EXPECT_GT(checked, 0);
 }
 

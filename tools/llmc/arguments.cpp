@@ -158,3 +158,9 @@ int llmc::cli::runVerify(const std::vector<std::string>&) {
                     "this llmc was built without the compiler (-DLLMC_BUILD_COMPILER=OFF)");
 }
 #endif
+
+#ifndef LLMC_HAVE_SERVE
+int llmc::cli::runServe(const std::vector<std::string>&) {
+  return usageError("serve", "this llmc was built without the service (-DLLMC_BUILD_SERVE=OFF)");
+}
+#endif
