@@ -7,7 +7,8 @@ saves them as float32 safetensors, `llmc refit` fills the stripped engine that
 scripts/gpu-prepare.sh compiled on the build machine, and both run side by side:
 
 - decode tokens/s at batch 1 and 16 after a 512-token prompt (llmc: `llmc bench`, greedy over
-  the paged KV cache; batch 16 is continuous batching of 16 requests, prefill included);
+  the paged KV cache; batch 16 is continuous batching of 16 requests: its steps that decode
+  every request at once, and the whole run with the prompts' prefill);
 - prefill time of 512 tokens (llmc: time to first token);
 - each as a fraction of its floor: the weight bytes read per decode step at 4.3 TB/s, and the
   prefill's FLOPs at 790 TFLOP/s (H200 HBM bandwidth and dense bf16 peak).
@@ -151,6 +152,9 @@ def run_llmc(llmc, engine, *flags):
     batched = re.search(r"requests at once: ([\d.]+)", proc.stdout)
     if batched:
         out["batch_tps"] = float(batched.group(1))
+    decode_only = re.search(r"decoded every request at once, median [\d.]+ ms \(([\d.]+) tokens/s\)", proc.stdout)
+    if decode_only:
+        out["batch_decode_tps"] = float(decode_only.group(1))
     out["raw"] = proc.stdout
     return out
 
@@ -191,8 +195,8 @@ def main():
             one = run_llmc(args.llmc, engine, *flags)
             sixteen = run_llmc(args.llmc, engine, "--batch", "16", *flags)
             report[label] = {"batch1": one, "batch16": sixteen}
-            rows.append((label, width, one.get("prefill_ms"), one.get("decode_tps"), sixteen.get("batch_tps"),
-                         one.get("error") or sixteen.get("error")))
+            rows.append((label, width, one.get("prefill_ms"), one.get("decode_tps"), sixteen.get("batch_decode_tps"),
+                         sixteen.get("batch_tps"), one.get("error") or sixteen.get("error")))
             print(f"{label}: {rows[-1][2:]}")  # as it comes, in case the whole bench runs out of time
         os.remove(engine)
     for label, dtype, width in (("torch eager bf16", torch.bfloat16, 2), ("torch eager fp32", torch.float32, 4)):
@@ -200,7 +204,7 @@ def main():
         prefill, decode1 = time_torch(model, 1)
         _, decode16 = time_torch(model, 16)
         report[label] = {"prefill_ms": prefill, "decode_tps": decode1, "batch16_tps": decode16}
-        rows.append((label, width, prefill, decode1, decode16, None))
+        rows.append((label, width, prefill, decode1, decode16, None, None))
         print(f"{label}: {rows[-1][2:]}")
         del model
         torch.cuda.empty_cache()
@@ -211,7 +215,8 @@ def main():
     prefill_floor_ms = flops / PEAK_FLOPS * 1e3
     print(f"\nGPU benchmark: {report['gpu']}, {params / 1e9:.2f} B parameters, prompt {PROMPT}, "
           f"{NEW_TOKENS} new tokens, median of {REPEAT}; llmc decodes through CUDA graphs unless a row says not")
-    print(f"{'':18} {'prefill 512 (ms)':>22} {'decode b1 (tok/s)':>24} {'decode b16 (tok/s)':>24}")
+    print(f"{'':18} {'prefill 512 (ms)':>22} {'decode b1 (tok/s)':>24} {'decode b16 (tok/s)':>24} "
+          f"{'b16 with prefill':>16}")
 
     def cell(value, floor, higher_is_better):
         if value is None:
@@ -219,11 +224,13 @@ def main():
         share = floor / value if not higher_is_better else value / floor
         return f"{value:9.1f} ({share:5.1%})"
 
-    for label, width, prefill, decode1, decode16, error in rows:
+    for label, width, prefill, decode1, decode16, with_prefill, error in rows:
         step_floor_s = params * width / HBM_BYTES_PER_S
         print(f"{label:18} {cell(prefill, prefill_floor_ms, False):>22} {cell(decode1, 1 / step_floor_s, True):>24} "
-              f"{cell(decode16, 16 / step_floor_s, True):>24}" + (f"  error: {error}" if error else ""))
-    print("(in parentheses: the fraction of the floor; llmc's batch-16 figure includes prefill)")
+              f"{cell(decode16, 16 / step_floor_s, True):>24} "
+              f"{'' if with_prefill is None else f'{with_prefill:16.1f}'}" + (f"  error: {error}" if error else ""))
+    print("(in parentheses: the fraction of the floor. decode b16: steps that decode all 16 sequences at once; "
+          "llmc's through continuous batching, whose whole run, 16 prompts' prefill included, is the last column)")
     report["floors"] = {"prefill_ms": prefill_floor_ms, "hbm_bytes_per_s": HBM_BYTES_PER_S, "peak_flops": PEAK_FLOPS}
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(report, f, indent=1)

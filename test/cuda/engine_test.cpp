@@ -22,6 +22,7 @@
 
 #include "core/internal_access.h"
 #include "core/plan.h"
+#include "cuda/kernels.h"
 #include "cuda_test_util.h"
 #include "llm/llm_runner.h"
 #include "llmc/generator.h"
@@ -244,10 +245,22 @@ TEST_F(EngineGpuTest, QuantizedGraphEnginesMatchTheCpuBackend) {
       ASSERT_TRUE(Engine::load(path, &engine).ok()) << path;
       // w8a8 and fp8 compute what the CPU computes, but a last-bit difference upstream can move
       // an activation across a rounding boundary of its 8-bit code: a loose bound for those too.
-      const double bound = std::string(mode) == "w8a8" || std::string(mode) == "fp8" ? 5e-3 : 3e-2;
+      // fp8 beyond kQuantMatVecRows token rows multiplies on the FP8 tensor cores, whose sums
+      // keep fewer bits than float32 (quant_test.cpp): differences of 1e-4 move activations
+      // across E4M3 code boundaries in later layers (one E4M3 step is 6 to 12 % of a value),
+      // 2.7e-2 over attention23_tiny's 24 rows on an H200 (2026-12-04). 0.1 still tells that
+      // from a wrong code or scale, whose errors are of the order of the logits.
+      const bool eight_bit = std::string(mode) == "w8a8" || std::string(mode) == "fp8";
       for (const auto& set : manifest["input_sets"]) {
         const std::string label = name + "/" + mode + "/" + set["name"].get<std::string>();
         const std::vector<NamedTensor> inputs = readInputSet(dir, set, label);
+        int64_t token_rows = 0;
+        for (const NamedTensor& input : inputs)
+          if (input.name == "input_ids") token_rows = input.tensor.numElements();
+        const double bound = !eight_bit ? 3e-2
+                             : std::string(mode) == "fp8" && token_rows > cuda::kQuantMatVecRows
+                                 ? 0.1
+                                 : 5e-3;
         std::vector<NamedTensor> gpu, cpu;
         Session::StepCounts counts, cpu_counts;
         Status status = runSession(engine, Backend::kCuda, inputs, &gpu, &counts);

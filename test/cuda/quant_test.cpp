@@ -178,6 +178,10 @@ TEST_F(QuantMatMulGpuTest, W8A8MatchesTheCpuKernel) {
 
 // fp8: E4M3 activations under one scale times E4M3 weights, as the CPU kernel (exact products,
 // float sums), through the warp-per-channel kernel and, for more rows, the FP8 tensor cores.
+// The warp kernel sums in float32 like the CPU (1e-5). The tensor cores' FP8 products sum
+// with fewer accumulator bits than float32 (Hopper's FP8 accumulation keeps about 14; cuBLASLt
+// promotes to float32 periodically): 1.2e-4 at 40 rows on an H200 (2026-12-04), so 1e-3 there,
+// still a thousandth of what a wrong code or scale gives.
 TEST_F(QuantMatMulGpuTest, Fp8MatchesTheCpuKernel) {
   LtRunner run;
   const QuantTraits& traits = *findQuantTraits("fp8");
@@ -199,8 +203,11 @@ TEST_F(QuantMatMulGpuTest, Fp8MatchesTheCpuKernel) {
       p.traits = &traits;
       p.rows = rows, p.n = n, p.k = k, p.group = k;
       p.fp8_tensor_cores = tensor_cores;
-      EXPECT_LT(relativeL2(run.product(p, x, q, nullptr, &bias), want), 1e-5)
+      const double error = relativeL2(run.product(p, x, q, nullptr, &bias), want);
+      EXPECT_LT(error, tensor_cores && rows > cuda::kQuantMatVecRows ? 1e-3 : 1e-5)
           << "rows " << rows << (tensor_cores ? " tensor cores" : "");
+      std::printf("fp8 rows %2lld%s: |gpu - cpu| / |cpu| %.2e\n", static_cast<long long>(rows),
+                  tensor_cores ? " (tensor cores)" : "", error);
     }
 }
 

@@ -77,39 +77,76 @@ Status measure(std::shared_ptr<const Engine> engine, const SessionOptions& sessi
 }
 
 // Aggregate decode throughput of `requests` concurrent requests through continuous batching
-// (new tokens of all requests per second of the whole run, prefill included).
+// (new tokens of all requests per second of the whole run, prefill included). One generator
+// serves every round, as a server's does, so round 0 also warms what a long-lived generator
+// keeps (the arena, cuBLASLt's choices, the CUDA graphs of each batch bucket). Its KV cache
+// holds every request at once (BatchConfig's default, at most 1 GiB, would preempt and
+// recompute at large widths); `stats` reports the steps of the timed rounds.
+struct BatchedRun {
+  std::vector<double> tps;
+  int64_t steps = 0, decode_only_steps = 0, preemptions = 0;
+  double decode_only_ms = 0;  // the median time of a step with no prompt tokens
+  int32_t max_step_tokens = 0;
+  int64_t kv_cache_tokens = 0;
+};
+
 Status measureBatched(std::shared_ptr<const Engine> engine, const SessionOptions& session,
-                      DType kv_dtype, const std::vector<int32_t>& prompt,
-                      int32_t new_tokens, int requests, int repeat, std::vector<double>* tps) {
-  for (int r = 0; r <= repeat; ++r) {
-    BatchConfig config;
-    config.max_running = requests;
-    config.kv_cache_dtype = kv_dtype;
-    config.session = session;
-    std::unique_ptr<BatchGenerator> batch;
-    LLMC_RETURN_IF_ERROR(BatchGenerator::create(engine, config, &batch));
-    GenerationOptions options;
-    options.max_new_tokens = new_tokens;
+                      DType kv_dtype, const std::vector<int32_t>& prompt, int32_t new_tokens,
+                      int requests, int repeat, BatchedRun* out) {
+  BatchConfig config;
+  config.max_running = requests;
+  config.kv_cache_dtype = kv_dtype;
+  config.session = session;
+  const int64_t block = 16;  // headroom: a block per request beyond its tokens
+  config.kv_cache_tokens = static_cast<int64_t>(requests) *
+                           (static_cast<int64_t>(prompt.size()) + new_tokens + 2 * block);
+  out->max_step_tokens = config.max_step_tokens;
+  out->kv_cache_tokens = config.kv_cache_tokens;
+  std::unique_ptr<BatchGenerator> batch;
+  LLMC_RETURN_IF_ERROR(BatchGenerator::create(engine, config, &batch));
+  GenerationOptions options;
+  options.max_new_tokens = new_tokens;
+  std::vector<double> decode_only_ms;
+  const int64_t preempted_before = batch->stats().preemptions;
+  for (int r = 0; r <= repeat; ++r) {  // round 0 warms up
     auto start = std::chrono::steady_clock::now();
+    std::vector<char> sampled(static_cast<size_t>(requests), 0);  // past its prompt
+    int started = 0;
     for (int i = 0; i < requests; ++i) {
+      // A different first token for every request of every round: no prefix-cache hits.
       std::vector<int32_t> p = prompt;
       p[0] = static_cast<int32_t>((prompt[0] + 1 + r * requests + i) %
                                   std::max<int64_t>(engine->llmConfig()->vocab_size, 2));
       int64_t id = 0;
-      LLMC_RETURN_IF_ERROR(batch->submit(p, options, nullptr, &id));
+      TokenCallback first = [&sampled, &started, i](int32_t) {
+        if (!sampled[static_cast<size_t>(i)]) sampled[static_cast<size_t>(i)] = 1, ++started;
+        return true;
+      };
+      LLMC_RETURN_IF_ERROR(batch->submit(p, options, std::move(first), &id));
     }
     size_t tokens = 0;
     while (!batch->idle()) {
+      // Every request admitted and past its prompt: the step computes one token for each.
+      const bool decode_only = started == requests;
       std::vector<BatchGenerator::Finished> finished;
+      const auto step_start = std::chrono::steady_clock::now();
       LLMC_RETURN_IF_ERROR(batch->step(&finished));
+      const double step_ms = millisecondsSince(step_start);
+      if (r > 0) {
+        ++out->steps;
+        if (decode_only) decode_only_ms.push_back(step_ms);
+      }
       for (const auto& f : finished) {
         LLMC_RETURN_IF_ERROR(f.status);
         tokens += f.result.tokens.size();
       }
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (r > 0 && seconds > 0) tps->push_back(tokens / seconds);
+    if (r > 0 && seconds > 0) out->tps.push_back(tokens / seconds);
   }
+  out->decode_only_steps = static_cast<int64_t>(decode_only_ms.size());
+  if (!decode_only_ms.empty()) out->decode_only_ms = summarize(decode_only_ms).median;
+  out->preemptions = batch->stats().preemptions - preempted_before;
   return okStatus();
 }
 
@@ -176,7 +213,7 @@ int runBench(const std::vector<std::string>& args) {
   if (status.ok() && !skip_full)
     status = measure(engine, session_options, false, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
                      static_cast<int>(repeat), &full);
-  std::vector<double> batched;
+  BatchedRun batched;
   if (status.ok() && batch_requests > 0)
     status = measureBatched(engine, session_options, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
                             static_cast<int>(batch_requests), static_cast<int>(repeat), &batched);
@@ -207,7 +244,7 @@ int runBench(const std::vector<std::string>& args) {
     std::printf("decode speed-up of the KV cache: %.1fx\n", speedup);
   }
   if (batch_requests > 0) {
-    Summary b = summarize(batched);
+    Summary b = summarize(batched.tps);
     // The same requests one after another: each takes TTFT + (n - 1) / decode rate.
     double one = summarize(kv.ttft_ms).median / 1000.0 +
                  (new_tokens - 1) / std::max(summarize(kv.decode_tps).median, 1e-9);
@@ -215,6 +252,17 @@ int runBench(const std::vector<std::string>& args) {
                 "all, prefill included (one after another: %.1f)\n",
                 static_cast<long long>(batch_requests), b.median, b.low, b.high,
                 new_tokens / one);
+    std::printf(
+        "  %lld steps in %lld rounds (at most %d tokens a step; KV cache of %lld tokens, "
+        "%lld preemptions); %lld steps decoded every request at once, median %.2f ms "
+        "(%.1f tokens/s)\n",
+        static_cast<long long>(batched.steps), static_cast<long long>(repeat),
+        batched.max_step_tokens, static_cast<long long>(batched.kv_cache_tokens),
+        static_cast<long long>(batched.preemptions),
+        static_cast<long long>(batched.decode_only_steps), batched.decode_only_ms,
+        batched.decode_only_ms > 0
+            ? 1000.0 * static_cast<double>(batch_requests) / batched.decode_only_ms
+            : 0.0);
   }
   return kExitOk;
 }

@@ -90,6 +90,9 @@ class Session {
     int64_t device = 0;
     int64_t host = 0;
     bool cuda_graph = false;  // the run replayed a captured CUDA graph
+    // Device values that host steps read mid-run (CUDA): each is a transfer and a wait, and a
+    // decode step with one is never captured in a CUDA graph (docs/cuda.md).
+    int64_t host_reads = 0;
   };
   StepCounts lastRunSteps() const;
   const Engine& engine() const { return *engine_; }

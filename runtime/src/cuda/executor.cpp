@@ -344,12 +344,14 @@ struct Executor::Impl {
     return okStatus();
   }
 
-  // The host copy of value `index`, downloading the device copy when there is none.
-  Status onHost(int index, const Tensor** out) {
+  // The host copy of value `index`, downloading the device copy when there is none; `by_step`
+  // false for the run's outputs, read after the last step.
+  Status onHost(int index, const Tensor** out, bool by_step = true) {
     Value& v = values[static_cast<size_t>(index)];
     if (v.host.dtype() == DType::kUndefined) {
       if (mode == Mode::kCapture) return internalError("CUDA graph capture: a step reads a device value on the host");
       if (mode == Mode::kProbe) probe_downloaded = true;
+      if (by_step) ++counts.host_reads;
       try {
         v.host = Tensor::allocate(v.device.dtype(), v.device.shape());
       } catch (const std::bad_alloc&) {
@@ -1533,7 +1535,7 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
         }
       }
       const Tensor* host = nullptr;
-      status = impl.onHost(plan.outputs[i], &host);
+      status = impl.onHost(plan.outputs[i], &host, false);
       if (status.ok()) outputs->push_back({plan.output_infos[i].name, host->clone()});
     }
   }
@@ -1567,7 +1569,7 @@ class CudaBackendExecutor final : public BackendExecutor {
   uint64_t arenaBytes() const override { return executor_->arenaBytes(); }
   Session::StepCounts lastRun() const override {
     const cuda::RunCounts& counts = executor_->lastRun();
-    return {counts.device_steps, counts.host_steps, counts.graph_replays > 0};
+    return {counts.device_steps, counts.host_steps, counts.graph_replays > 0, counts.host_reads};
   }
 
  private:

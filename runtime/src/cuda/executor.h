@@ -34,6 +34,7 @@ struct RunCounts {
   int64_t device_steps = 0;
   int64_t host_steps = 0;
   int64_t graph_replays = 0;  // 1 when the run was a captured graph's replay
+  int64_t host_reads = 0;     // device values a step read on the host (never in a captured graph)
 };
 
 // The kernel names the CUDA backend runs on the GPU (when their operands fit: float32 data,
