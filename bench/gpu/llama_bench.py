@@ -166,6 +166,9 @@ def main():
     parser.add_argument("--llmc", required=True)
     parser.add_argument("--work", required=True, help="scratch for the weights and the refitted engine")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the table: llmc's batch-1 and batch-16 runs (bf16, eager) under "
+                             "LLMC_CUDA_PROFILE=1, each kernel's wall time printed")
     args = parser.parse_args()
     cfg = json.load(open(args.config))
     os.makedirs(args.work, exist_ok=True)
@@ -185,6 +188,23 @@ def main():
     if proc.returncode != 0:
         print(f"llama_bench: refit failed: {proc.stderr.strip()}")
         report["refit_error"] = proc.stderr.strip()
+
+    if args.profile:
+        if "refit_error" in report:
+            return 1
+        for batch in (1, 16):
+            command = [args.llmc, "bench", engine, "--backend", "cuda", "--context", str(PROMPT), "--new-tokens", "32",
+                       "--repeat", "1", "--kv-only", "--precision", "bf16", "--no-cuda-graphs"]
+            if batch > 1:
+                command += ["--batch", str(batch)]
+            try:
+                proc = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                      env=dict(os.environ, LLMC_CUDA_PROFILE="1"))
+                print(f"== batch {batch}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+            except subprocess.TimeoutExpired:
+                print(f"== batch {batch}: timed out")
+        os.remove(engine)
+        return 0
 
     rows = []
     if "refit_error" not in report:

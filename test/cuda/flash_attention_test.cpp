@@ -166,14 +166,38 @@ void expectFlashMatchesReference(const FlashCase& c, bool cpu_reference, uint32_
   params.heads = heads;
   params.max_context = *std::max_element(token_position.begin(), token_position.end()) + 1;
   params.scale = scale;
-  const size_t scratch_bytes = cuda::flashAttentionScratchBytes(params);
-  EXPECT_EQ(scratch_bytes > 0, !cpu_reference) << "the long cases are meant to split the keys";
-  DeviceBuffer scratch(std::max<int64_t>(1, static_cast<int64_t>(scratch_bytes / sizeof(float))));
-  Status status = cuda::launchFlashAttention(params, scratch_bytes ? scratch.get() : nullptr,
-                                             scratch_bytes, nullptr);
-  ASSERT_TRUE(status.ok()) << status.message();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_LT(relativeL2(dout.toHost({tokens, heads * d}), want), 1e-5);
+  // Twice: tiles of 16 consecutive tokens (mixing sequences), then the executor's tiles of one
+  // sequence each (flashQueryTiles), with the output poisoned before each launch.
+  const std::vector<int32_t> tiles = cuda::flashQueryTiles(token_sequence.data(), tokens);
+  DeviceBuffer dtiles(ints(tiles));
+  for (bool tiled : {false, true}) {
+    SCOPED_TRACE(tiled ? "a query tile per sequence run" : "16 consecutive tokens per query tile");
+    params.kv.query_tiles = tiled ? dtiles.as<int32_t>() : nullptr;
+    params.kv.num_query_tiles = tiled ? static_cast<int64_t>(tiles.size()) : 0;
+    const size_t scratch_bytes = cuda::flashAttentionScratchBytes(params);
+    if (!cpu_reference)
+      EXPECT_GT(scratch_bytes, 0u) << "the long cases are meant to split the keys";
+    DeviceBuffer scratch(std::max<int64_t>(1, static_cast<int64_t>(scratch_bytes / sizeof(float))));
+    ASSERT_EQ(cudaMemset(dout.get(), 0xff, static_cast<size_t>(tokens * heads * d) * sizeof(float)),
+              cudaSuccess);
+    Status status = cuda::launchFlashAttention(params, scratch_bytes ? scratch.get() : nullptr,
+                                               scratch_bytes, nullptr);
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_LT(relativeL2(dout.toHost({tokens, heads * d}), want), 1e-5);
+  }
+}
+
+// Tiles of one sequence each, at most 16 tokens, covering every token in order.
+TEST(FlashAttentionParamsTest, QueryTilesFollowTheSequencesWithoutAGpu) {
+  const std::vector<int32_t> decode = {0, 1, 2, 3};
+  EXPECT_EQ(cuda::flashQueryTiles(decode.data(), 4), (std::vector<int32_t>{0, 1, 2, 3}));
+  std::vector<int32_t> mixed = {4, 2};  // two decode tokens, then a 37-token prompt, then one more
+  mixed.insert(mixed.end(), 37, 0);
+  mixed.push_back(4);
+  EXPECT_EQ(cuda::flashQueryTiles(mixed.data(), static_cast<int64_t>(mixed.size())),
+            (std::vector<int32_t>{0, 1, 2, 18, 34, 39}));
+  EXPECT_TRUE(cuda::flashQueryTiles(mixed.data(), 0).empty());
 }
 
 using FlashAttentionTest = CudaTest;

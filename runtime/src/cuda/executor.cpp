@@ -5,9 +5,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <new>
 
@@ -216,6 +220,24 @@ struct Executor::Impl {
   ArenaLayout slots;
   void* arena = nullptr;
   RunCounts counts;
+
+  // LLMC_CUDA_PROFILE=1 (a diagnostic): every eager step waits for the GPU and its wall time is
+  // summed by kernel and kind of run; the executor prints the table to stderr when destroyed.
+  // The waits serialize host and device, so the sums show where time goes, not the fast rate.
+  struct ProfileEntry {
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  bool profile = false;
+  std::map<std::string, ProfileEntry> profile_ms;
+  std::string profile_tag;  // this run's kind: "decode xN" or "N tokens"
+  void addProfile(const std::string& key, std::chrono::steady_clock::time_point start) {
+    ProfileEntry& e = profile_ms[key + "  [" + profile_tag + "]"];
+    ++e.calls;
+    e.ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+  void printProfile() const;
 
   // The paged KV cache's device copy: float32 K and V pools in the host cache's block numbering
   // (PagedKvParams' layout), allocated when a step over `kv_host` first runs. On this backend the
@@ -1053,7 +1075,9 @@ Status Executor::Impl::copyKvBlocks(KvStorage& cache) {
 
 // The step's tokens and block tables as uploaded: [sequence | position | block | offset] per
 // token, then the tables, each padded to *max_blocks entries (in graph mode the bucket's fixed
-// width). Padding tokens (graph mode) write to the spare block and read only it.
+// width), then attention's query tiles (flashQueryTiles: a tile per sequence run, so decode
+// tokens of different sequences attend in parallel; a decode bucket has one per token, a
+// fixed count). Padding tokens (graph mode) write to the spare block and read only it.
 std::vector<int32_t> Executor::Impl::kvMetadata(const LlmStepContext& step, int64_t* max_blocks) const {
   const int64_t tokens = static_cast<int64_t>(step.token_position.size());
   const int64_t sequences = static_cast<int64_t>(step.block_tables.size());
@@ -1076,6 +1100,8 @@ std::vector<int32_t> Executor::Impl::kvMetadata(const LlmStepContext& step, int6
     if (pad) std::fill(row, row + *max_blocks, spare);
     else std::copy(table.begin(), table.end(), row);
   }
+  const std::vector<int32_t> tiles = flashQueryTiles(meta.data(), tokens);
+  meta.insert(meta.end(), tiles.begin(), tiles.end());
   return meta;
 }
 
@@ -1108,6 +1134,9 @@ Status Executor::Impl::prepareKv(LlmStepContext& step) {
   kv_step.tokens = tokens;
   kv_step.sequences = static_cast<int64_t>(step.block_tables.size());
   kv_step.max_blocks = max_blocks;
+  kv_step.query_tiles = kv_step.block_tables + kv_step.sequences * max_blocks;
+  kv_step.num_query_tiles =
+      static_cast<int64_t>(meta.size()) - 4 * tokens - kv_step.sequences * max_blocks;
   kv_step_ready = true;
   return okStatus();
 }
@@ -1233,6 +1262,8 @@ Status Executor::create(std::shared_ptr<const Engine> engine, const ExecutorOpti
   impl.engine = std::move(engine);
   impl.options = options;
   impl.device = device;
+  const char* profile = std::getenv("LLMC_CUDA_PROFILE");
+  impl.profile = profile && *profile && std::string(profile) != "0";
   LLMC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.device), "cudaSetDevice");
   LLMC_RETURN_IF_ERROR(sharedWeights(plan, options.weight_dtype, &impl.weights));
   LLMC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -1243,7 +1274,9 @@ Status Executor::create(std::shared_ptr<const Engine> engine, const ExecutorOpti
   return okStatus();
 }
 
-Executor::~Executor() = default;
+Executor::~Executor() {
+  if (impl_ && impl_->profile) impl_->printProfile();
+}
 
 uint64_t Executor::arenaBytes() const { return impl_->slots.total; }
 const RunCounts& Executor::lastRun() const { return impl_->counts; }
@@ -1267,8 +1300,16 @@ void Executor::Impl::bindValues(const std::vector<Tensor>& bound) {
 Status Executor::Impl::runSteps(LlmStepContext* llm_step) {
   for (const PlanStep& step : plan->steps) {
     Status status;
+    const bool timed = profile && mode == Mode::kEager;
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t device_before = counts.device_steps;
     try {  // no exception crosses the library boundary
       status = runStep(step, llm_step);
+      if (timed && status.ok()) {
+        status = cudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize (profile)");
+        addProfile(step.kernel_name + (counts.device_steps > device_before ? "" : " (host)"),
+                   start);
+      }
     } catch (const std::bad_alloc&) {
       status = resourceExhausted("node '" + step.node + "': out of memory");
     } catch (const std::exception& e) {
@@ -1514,6 +1555,14 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
   impl.kv_step_ready = false;
   bool graphed = false;
   Status status;
+  const auto run_start = std::chrono::steady_clock::now();
+  if (impl.profile) {
+    const size_t tokens = llm_step ? llm_step->token_position.size() : 0;
+    impl.profile_tag = !llm_step ? "run"
+                       : tokens == llm_step->block_tables.size()
+                           ? "decode x" + std::to_string(tokens)
+                           : std::to_string(tokens) + " tokens";
+  }
   if (llm_step) status = impl.runGraph(bound, *llm_step, &graphed);
   if (status.ok() && !graphed) {
     impl.counts = RunCounts();
@@ -1549,7 +1598,24 @@ Status Executor::run(std::vector<Tensor>& bound, LlmStepContext* llm_step,
     cudaStreamSynchronize(impl.stream);
     status = impl.layout();
   }
+  if (impl.profile)
+    impl.addProfile(graphed ? "(whole run, a CUDA graph's replay)" : "(whole run)", run_start);
   return status;
+}
+
+void Executor::Impl::printProfile() const {
+  std::vector<std::pair<std::string, ProfileEntry>> rows(profile_ms.begin(), profile_ms.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  std::fprintf(
+      stderr,
+      "LLMC_CUDA_PROFILE: wall time by step kernel (each step waited for), whole runs first\n");
+  std::fprintf(stderr, "%12s %10s %12s  %s\n", "total ms", "calls", "ms per call", "kernel  [run]");
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& [key, e] : rows)
+      if ((key[0] == '(') == (pass == 0))
+        std::fprintf(stderr, "%12.2f %10lld %12.4f  %s\n", e.ms, static_cast<long long>(e.calls),
+                     e.ms / static_cast<double>(std::max<int64_t>(e.calls, 1)), key.c_str());
 }
 
 }  // namespace llmc::cuda

@@ -2,10 +2,12 @@
 // prefill, decode and long contexts: it keeps no row of scores, so the context is bounded
 // only by the block tables.
 //
-// Each block takes 16 consecutive step tokens (a query tile) and one query head; it streams the
-// keys of each token's sequence through shared memory 32 at a time, keeping a running max, sum
-// and fp32 accumulator per query row. Tokens of different sequences may share a query tile: the
-// block runs the tile's runs of same-sequence tokens one after another. When the step has too
+// Each block takes a query tile of up to 16 step tokens and one query head; it streams the keys
+// of each token's sequence through shared memory 32 at a time, keeping a running max, sum and
+// fp32 accumulator per query row. The tiles are PagedKvParams::query_tiles when given (the
+// executor's: flashQueryTiles(), each of one sequence, so a batch of decode tokens gets a tile
+// per sequence and runs in parallel), else 16 consecutive tokens, which may mix sequences: the
+// block then runs the tile's runs of same-sequence tokens one after another. When the step has too
 // few query tiles to fill the GPU (decode), the keys are also split into ranges, one block each,
 // whose partial (max, sum, accumulator) go to the caller's scratch buffer and are merged by a
 // second kernel (flash decoding). The split count depends only on tokens, heads and
@@ -16,10 +18,18 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "cuda/kernels.h"
 
 namespace llmc::cuda {
+
+constexpr int64_t kFlashTileQueries = 16;  // the most step tokens one query tile holds
+
+// The query tiles of a step (PagedKvParams::query_tiles) from its tokens' sequences: the first
+// token of each run of up to kFlashTileQueries consecutive tokens of one sequence.
+std::vector<int32_t> flashQueryTiles(const int32_t* token_sequence, int64_t tokens);
 
 // Bytes of device scratch launchFlashAttention needs for `params` (its tokens, heads, head_dim
 // and max_context); 0 when the keys are not split, and then scratch may be null.

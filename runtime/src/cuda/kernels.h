@@ -170,6 +170,10 @@ struct PagedKvParams {
   const int32_t* token_offset = nullptr;    // [tokens]
   const int32_t* block_tables = nullptr;    // [sequences, max_blocks]
   int64_t tokens = 0, sequences = 0, max_blocks = 0;
+  // Optional, for attention: the first token of each query tile (flashQueryTiles(), ascending;
+  // a tile runs to the next one's first token). Null: tiles of 16 consecutive tokens.
+  const int32_t* query_tiles = nullptr;  // [num_query_tiles]
+  int64_t num_query_tiles = 0;
   Status check() const;
 };
 
