@@ -175,8 +175,9 @@ void expectFlashMatchesReference(const FlashCase& c, bool cpu_reference, uint32_
     params.kv.query_tiles = tiled ? dtiles.as<int32_t>() : nullptr;
     params.kv.num_query_tiles = tiled ? static_cast<int64_t>(tiles.size()) : 0;
     const size_t scratch_bytes = cuda::flashAttentionScratchBytes(params);
-    if (!cpu_reference)
+    if (!cpu_reference) {
       EXPECT_GT(scratch_bytes, 0u) << "the long cases are meant to split the keys";
+    }
     DeviceBuffer scratch(std::max<int64_t>(1, static_cast<int64_t>(scratch_bytes / sizeof(float))));
     ASSERT_EQ(cudaMemset(dout.get(), 0xff, static_cast<size_t>(tokens * heads * d) * sizeof(float)),
               cudaSuccess);
