@@ -12,8 +12,9 @@ bool packedGemmAvailable();
 // sum in ascending k (as the reference MatMul adds), one fused multiply-add per product: a sum
 // does not depend on how many rows or columns one call covers, so callers split the columns
 // and rows over threads and get the same bits. b is copied 256 x 256 at a time into a panel of
-// 16-column strips that stays in L2, and a 4-row x 16-column tile of sums stays in registers:
-// each weight is read from memory once per call, each panel element once per 4 rows.
+// strips that stays in L2, and a tile of sums stays in registers (AVX2: 6 rows x 16 columns,
+// AVX-512: 12 x 32): each weight is read from memory once per call, each panel element once per
+// tile of rows.
 void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
                 int64_t n_size, float* sums, int64_t ldc);
 
