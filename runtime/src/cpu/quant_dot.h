@@ -97,6 +97,17 @@ void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* sc
 // quantDotHasAvx512().
 void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
                          const float* scales, int64_t rows, float* out, int64_t out_stride);
+// 4-bit weights (K a multiple of 64) from kInt4PanelMinRows rows: out[r * out_stride + i] = the
+// product of rows[r] (quantizeActivations' 8-bit codes, block scales and group sums) with output
+// channel n0 + i, the channels repacked 32 at a time into unsigned codes in vpdpbusd's layout
+// (vpmaddubsw + vpmaddwd without VNNI): per block the exact integer dot product of the codes
+// times the block's and the group's scales, added in float, less the zero points' term per group
+// as the register tiles subtract it; quantDotScalar's value within float32's rounding. Only where
+// quantDotHasAvx512().
+constexpr int64_t kInt4PanelMinRows = 4;
+void quantDotInt4PanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
+                             const QuantizedActivations* rows, int64_t row_count, float* out,
+                             int64_t out_stride);
 // w8a8 with AVX-512 VNNI: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, where `biased`
 // holds the activation codes plus 128 (a ^ 0x80 as bytes: vpdpbusd multiplies unsigned by
 // signed; 128 Σw comes off per channel). Only where quantDotHasVnniPanel().

@@ -118,6 +118,13 @@ void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int
       w, n0, n1, codes, scales, rows, out, out_stride);
 }
 
+void quantDotInt4PanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
+                             const QuantizedActivations* rows, int64_t row_count, float* out,
+                             int64_t out_stride) {
+  (cpuIsa() >= CpuIsa::kAvx512Vnni ? vnni::int4PanelProducts : bw::int4PanelProducts)(
+      w, n0, n1, rows, row_count, out, out_stride);
+}
+
 bool quantDotHasVnniPanel() { return cpuIsa() >= CpuIsa::kAvx512Vnni; }
 
 void dotInt8PanelVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
@@ -139,6 +146,8 @@ void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
 #else
 bool quantDotHasAvx512() { return false; }
 bool quantDotHasVnniPanel() { return false; }
+void quantDotInt4PanelAvx512(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*,
+                             int64_t, float*, int64_t) {}
 void quantizeInt16RowAvx512(const float*, int64_t, int16_t*, float*) {}
 void quantDotPanelAvx512(const QuantWeight&, int64_t, int64_t, const int16_t*, const float*,
                          int64_t, float*, int64_t) {}

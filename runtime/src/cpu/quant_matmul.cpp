@@ -303,9 +303,14 @@ Status quantMatMulKernel(KernelContext& ctx) {
     for_each_row([&](int64_t r, const float* row) {
       quantizeActivations(row, k, w.group, activationBits(*traits), &activations[r]);
     });
-    // Decode over a sparse weight reads it once in its compact form, where the CPU can expand
-    // it in registers.
-    if (mask && rows == 1 && k % kQuantBlock == 0 && sparseInt8DotFused())
+    // 4-bit weights from kInt4PanelMinRows rows (prefill, batched decode) take the AVX-512
+    // panels. Decode over a sparse weight reads it once in its compact form, where the CPU can
+    // expand it in registers.
+    if (panels && traits->bits == 4 && rows >= kInt4PanelMinRows && k % (2 * kQuantBlock) == 0)
+      for_each_task([&](int64_t n0, int64_t n1) {
+        quantDotInt4PanelAvx512(w, n0, n1, activations.data(), rows, h + n0, w.n);
+      });
+    else if (mask && rows == 1 && k % kQuantBlock == 0 && sparseInt8DotFused())
       for_each_tile([&](int64_t n0, int64_t count) {
         if (int64_t bad = sparseInt8DotRows(sparse, static_cast<const float*>(w.scales), n0,
                                             n0 + count, activations[0], h + n0);

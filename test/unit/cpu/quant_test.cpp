@@ -221,7 +221,8 @@ TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
 
 // The kernel against integer arithmetic: exact up to float32's rounding of the scale products,
 // on every path (tiled AVX2 channels, the pair kernel, single channels, prefill rows: the
-// AVX-512 register tiles, the AVX-512 panels (int8 weights from kInt16PanelMinRows rows) and, from
+// AVX-512 register tiles, the AVX-512 panels (int8 weights from kInt16PanelMinRows rows, 4-bit
+// ones from kInt4PanelMinRows) and, from
 // kAmxMinRows rows, the AMX tiles) at every level the host has.
 TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
   const auto [format, group_param] = GetParam();
@@ -254,8 +255,8 @@ TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
 }
 
 // Bias, alpha and the activation epilogue, and the gated form, on the quantized product.
-// 4 rows take the register tiles; 9 the AMX tiles where the host has them; 17 those or the
-// AVX-512 panels (int8 weights).
+// 4 rows take the register tiles (int8 weights; 4-bit ones the AVX-512 panels); 9 the AMX tiles
+// where the host has them; 17 those or the AVX-512 panels.
 TEST_P(QuantFormatTest, EpilogueAndGatedForm) {
   const auto [format, group_param] = GetParam();
   for (const int64_t rows : {4, 9, 17}) {
@@ -774,6 +775,50 @@ TEST_F(PanelTest, Int16PanelsAreExactWhereFloatIs) {
     setCpuIsaCapForTesting(level);
     expectInt16ProductsExactWhereFloatIs(int16Panels, 21);
   }
+}
+
+// The 4-bit panels against quantDotScalar for each 4-bit format (groups of 32, 128 with a shorter
+// last one, and 64 with zero points): rows below, at and past the 6-row blocks, K in one chunk
+// of 12 blocks, two (768) and three with a partial last one (832); channels [1, 36) of 37 (a
+// panel of 32 and one of 3); rows and channels outside the ranges untouched.
+TEST_F(PanelTest, Int4PanelsMatchTheScalarDots) {
+  for (CpuIsa level : levels())
+    for (const auto& [format, group_param] :
+         {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}})
+      for (const auto& [rows, k] :
+           {std::pair<int64_t, int64_t>{1, 64}, {4, 128}, {6, 768}, {7, 832}, {13, 192}}) {
+        SCOPED_TRACE(std::string(cpuIsaName(level)) + " " + format + " group " +
+                     std::to_string(group_param) + ", " + std::to_string(rows) + " rows, K " +
+                     std::to_string(k));
+        setCpuIsaCapForTesting(level);
+        const int64_t n = 37, group = std::min(group_param, k);
+        Tensor w = randomFloat({n, k}, 98), x = randomFloat({rows, k}, 99);
+        x.data<float>()[0] = 40.0f;  // codes at ±127 next to small ones
+        Quantized q = quantize(w, true, format, group);
+        std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r)
+          quantizeActivations(x.data<float>() + r * k, k, group, 8, &a[r]);
+        const int64_t stride = n + 1;
+        std::vector<float> out(static_cast<size_t>((rows + 1) * stride), -1.0f);
+        quantDotInt4PanelAvx512(q.weight, 1, n - 1, a.data(), rows, out.data() + 1, stride);
+        for (int64_t r = 0; r <= rows; ++r)
+          for (int64_t c = 0; c <= n; ++c) {
+            const float got = out[static_cast<size_t>(r * stride + c)];
+            if (r == rows || c == 0 || c >= n - 1) {
+              EXPECT_EQ(got, -1.0f) << "row " << r << " column " << c << " was written";
+              continue;
+            }
+            // Every product's size, the unsigned code and the zero point each at most 15.
+            double magnitude = 0;
+            for (int64_t i = 0; i < k; ++i)
+              magnitude += std::fabs(a[r].q[i] * a[r].scales[i / kQuantBlock] *
+                                     q.weight.scale(c, i / group)) *
+                           30;
+            EXPECT_NEAR(got, quantDotScalar(q.weight, c, a[r]),
+                        gamma(2 * k / kQuantBlock + 2 * k / group + 8) * magnitude + 1e-30)
+                << "row " << r << " channel " << c;
+          }
+      }
 }
 
 // K off the 64s (a last chunk of 32), up to 4,096 with the extremes; rows past the 8-row blocks.
