@@ -101,16 +101,19 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   }
 }
 
-// Decode's float32 products (LlmFusedMatMul of 1-3 rows: each weight row streamed once, four
-// rows of it per pass over the sums) on every level, within float32's rounding of the sum; the
-// AVX-512 copy (512-bit vectors) gives the AVX2 copy's bits, each sum taking the same fused
-// multiply-adds in the same order.
+// Decode's and small batches' float32 products (LlmFusedMatMul of 1-8 rows: each weight row
+// streamed once, sixteen of it per pass over the sums on AVX2 and AVX-512, and on AVX-512 every
+// row of a batch of up to 8 over each pass) on every level, within float32's rounding of the sum;
+// the AVX-512 copy gives the AVX2 copy's bits (for 4-8 rows AVX2's packedGemm), each sum taking
+// the same fused multiply-adds in the same order.
 TEST(IsaKernelsTest, DecodeProductsOnEveryLevel) {
   for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 300, 70},
                                    {2, 7, 33},
                                    {3, 768, 257},
                                    {1, 1, 1},
-                                   {1, 64, 2048}}) {
+                                   {1, 64, 2048},
+                                   {5, 37, 70},
+                                   {8, 768, 257}}) {
     Tensor a = randomFloat({rows, k}, 3), b = randomFloat({k, n}, 4);
     std::vector<Tensor> results;
     std::vector<CpuIsa> levels;
