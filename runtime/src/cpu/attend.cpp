@@ -128,7 +128,9 @@ LLMC_TARGET_AVX2 void rowToFloatAvx2(DType dtype, const void* row, float scale, 
 #endif
 // Sixteen values at a time (the 16-bit formats and int8; FP8 through the AVX2 gather), the
 // tail through the scalar loop. What attendChunk converts each block of a stored cache with.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))) void rowToFloatAvx512(
+#define LLMC_ATTEND_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+LLMC_ATTEND_AVX512 __attribute__((always_inline)) inline void rowToFloatAvx512(
     DType dtype, const void* row, float scale, int64_t dim, float* dst) {
   const int64_t whole = dim / 16 * 16;
   const auto* h = static_cast<const uint16_t*>(row);
@@ -162,6 +164,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))) void
     rowToFloatScalar(dtype, static_cast<const uint8_t*>(row) + whole * dtypeSize(dtype), scale,
                      dim - whole, dst + whole);
 }
+// `count` rows with the row conversion inlined: a call per row was most of what an int8 cache's
+// decode spent reading it (with its row scales' prefetch, docs/kv-cache.md).
+LLMC_ATTEND_AVX512 void rowsToFloatAvx512(DType dtype, const void* rows, int64_t row_stride,
+                                          const float* scales, int64_t count, int64_t dim,
+                                          float* dst) {
+  const bool scaled = dtype == DType::kInt8 || dtype == DType::kUInt8;
+  const size_t row_bytes = static_cast<size_t>(row_stride) * dtypeSize(dtype);
+  for (int64_t r = 0; r < count; ++r)
+    rowToFloatAvx512(dtype, static_cast<const uint8_t*>(rows) + r * row_bytes,
+                     scaled ? scales[r] : 1.0f, dim, dst + r * dim);
+}
+#undef LLMC_ATTEND_AVX512
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -188,7 +202,7 @@ void kvRowsToFloat(DType dtype, const void* rows, int64_t row_stride, const floa
                    int64_t count, int64_t dim, float* dst) {
 #if defined(__x86_64__)
   if (cpuIsa() >= CpuIsa::kAvx512) {
-    rowsToFloat(rowToFloatAvx512, dtype, rows, row_stride, scales, count, dim, dst);
+    rowsToFloatAvx512(dtype, rows, row_stride, scales, count, dim, dst);
     return;
   }
   if (cpuIsa() >= CpuIsa::kAvx2) {

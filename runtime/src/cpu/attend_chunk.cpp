@@ -27,7 +27,7 @@ namespace llmc {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 LLMC_ALLOW_UNDEFINED_VECTORS
-LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 namespace {
 
 // exp(x) for x <= 0 (and NaN): 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 in two steps
@@ -109,46 +109,11 @@ class BlockReader {
   const KvRows& kv() const { return kv_; }
   const float* rows(const void* const* blocks, int64_t b, int64_t rows) const {
     const void* block = blocks[b];
-    float* to = buffer_.data();
-    const int64_t stride = kv_.row_stride;
-    // head_dim is 64 or 128: whole vectors. int8 and float16 converted here, with the
-    // operations of kvRowsToFloat (so the same bits) but inlined rather than a call per row.
-    // With the scales asked for ahead (prefetchBlock), an int8 cache took decode of the 110M
-    // Llama with 8-bit weights after 2,048 tokens from 63-71 to 95-97 tokens/s (each change
-    // alone: 82-87), float16 from 83-88 to 90-92 (one thread, AVX-512 EPYC).
-    switch (kv_.dtype) {
-      case DType::kFloat32: return static_cast<const float*>(block);
-      case DType::kInt8: {
-        const auto* codes = static_cast<const int8_t*>(block);
-        const auto* scales =
-            reinterpret_cast<const float*>(static_cast<const char*>(block) + kv_.scale_offset);
-        for (int64_t r = 0; r < rows; ++r) {
-          const __m512 scale = _mm512_set1_ps(scales[r]);
-          for (int64_t d = 0; d < head_dim_; d += 16)
-            _mm512_storeu_ps(
-                to + r * head_dim_ + d,
-                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                                  reinterpret_cast<const __m128i*>(codes + r * stride + d)))),
-                              scale));
-        }
-        return to;
-      }
-      case DType::kFloat16: {
-        const auto* halves = static_cast<const uint16_t*>(block);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t d = 0; d < head_dim_; d += 16)
-            _mm512_storeu_ps(to + r * head_dim_ + d,
-                             _mm512_cvtph_ps(_mm256_loadu_si256(
-                                 reinterpret_cast<const __m256i*>(halves + r * stride + d))));
-        return to;
-      }
-      default: {
-        const auto* scales =
-            reinterpret_cast<const float*>(static_cast<const char*>(block) + kv_.scale_offset);
-        kvRowsToFloat(kv_.dtype, block, stride, scales, rows, head_dim_, to);
-        return to;
-      }
-    }
+    if (kv_.dtype == DType::kFloat32) return static_cast<const float*>(block);
+    const auto* scales =
+        reinterpret_cast<const float*>(static_cast<const char*>(block) + kv_.scale_offset);
+    kvRowsToFloat(kv_.dtype, block, kv_.row_stride, scales, rows, head_dim_, buffer_.data());
+    return buffer_.data();
   }
 
  private:
