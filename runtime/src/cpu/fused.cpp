@@ -145,7 +145,6 @@ LLMC_TARGET_AVX2 void matVecPassAvx2(const float* a, const float* rows_b, int64_
 // as in decode, where packedGemm would copy it into panels for a handful of rows: the 110M
 // Llama's float32 step of 8 sequences went from 49.5-49.9 to 37.3-37.5 ms, of 4 from 40-40.5 to
 // 24.8-25.1 ms (one thread, AVX-512 EPYC).
-
 template <int kRows>
 LLMC_TARGET_AVX512_WIDE void matVecRowsPassAvx512(const float* a, int64_t lda, int64_t rows,
                                                   const float* rows_b, int64_t ldb, int64_t width,
