@@ -1,13 +1,18 @@
-// attendChunk (cpu/attend.h): attention of several query rows of one head at once, with AVX-512.
-// Three passes per chunk, each blocked for reuse from registers:
-// 1. scores, four queries x eight keys per tile (one query x eight keys for a lone query, as in
-//    decode): queries interleaved in pairs in one 512-bit register per eight dimensions, each key
-//    slice broadcast against both; every dot product keeps attendOne's eight partial sums (d mod
-//    8, one fused multiply-add chain each) and its pairwise sum, done for four keys' eight
-//    products at once by two permutes and three horizontal adds;
-// 2. softmax per query: max, the exponentials (a polynomial, below), their sum in 16 lanes;
-// 3. the weighted sum of the values, four queries (two for head_dim 128) per tile: each value
-//    row is loaded once for them, each output accumulated in key order.
+// attendChunk (cpu/attend.h): attention of several query rows of one head at once, with AVX-512
+// or AVX2/FMA. Three passes per chunk, each blocked for reuse from registers:
+// 1. scores, four queries x eight keys per tile on AVX-512 (query pairs interleaved in one
+//    512-bit register per eight dimensions, each key slice broadcast against both), two queries x
+//    four keys on AVX2 (one 256-bit register per query), one query x eight keys for a lone query
+//    (decode) on both; every dot product keeps attendOne's eight partial sums (d mod 8, one
+//    fused multiply-add chain each) and its pairwise sum, done for four keys' eight products at
+//    once by two permutes and three horizontal adds;
+// 2. softmax per query: max, the exponentials (a polynomial, below), their sum in 16 lanes
+//    (two 8-lane registers on AVX2) added in one fixed tree;
+// 3. the weighted sum of the values, each output accumulated in key order with fused
+//    multiply-adds: four queries (two for head_dim 128) x the whole row per tile on AVX-512, two
+//    queries x 32 dimensions per tile over 16 rows at a time on AVX2.
+// Each step is the same arithmetic in the same order on both levels, so AVX2 and AVX-512 give
+// the same bits (test/unit/cpu/isa_test.cpp).
 // A paged cache's block two ahead is asked for (into L2) while the current one is read: 1.5x
 // decode after 2,048 tokens on an AVX-512 EPYC over asking for the next one into L1
 // (docs/kv-cache.md).
@@ -27,29 +32,8 @@ namespace llmc {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 LLMC_ALLOW_UNDEFINED_VECTORS
-LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 namespace {
-
-// exp(x) for x <= 0 (and NaN): 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 in two steps
-// (Cody and Waite), |r| <= ln 2 / 2, and p the degree-7 Taylor polynomial (truncation below
-// 6e-9 relative there). x below -104 gives 0, as exp does in float32.
-inline __m512 expNonPositive(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // NaN stays NaN (max returns its second operand)
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
+LLMC_TARGET_BEGIN("avx2,fma")
 // The sums of eight 8-lane accumulators, each ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)) as attendOne's
 // dot products add their lanes, returned in the order a[0], a[2], a[4], a[6], a[1], a[3], a[5],
 // a[7].
@@ -135,6 +119,227 @@ inline void forEachKeyBlock(const BlockReader& reader, int64_t n, int64_t head_d
   }
 }
 
+// Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
+// keys per tile, each product computed as in scoreTile (the same bits).
+void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const BlockReader& reader,
+              float* s) {
+  const KvRows& kv = reader.kv();
+  const __m256 scales = _mm256_set1_ps(scale);
+  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
+    int64_t j = 0;
+    for (; j + 8 <= rows; j += 8) {
+      // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
+      __m256 acc[8];
+      for (__m256& a : acc) a = _mm256_setzero_ps();
+      const float* k = block + j * kv.row_stride;
+      for (int64_t d = 0; d < head_dim; d += 8) {
+        const __m256 a = _mm256_loadu_ps(q + d);
+        for (int i = 0; i < 8; ++i) {
+          const int at = i < 4 ? 2 * i : 2 * (i - 4) + 1;
+          acc[at] = _mm256_fmadd_ps(a, _mm256_loadu_ps(k + i * kv.row_stride + d), acc[at]);
+        }
+      }
+      _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
+    }
+    for (; j < rows; ++j) s[j0 + j] = dot(q, block + j * kv.row_stride, head_dim) * scale;
+  });
+}
+
+// The sum of 16 lanes (a: lanes 0-7, b: lanes 8-15) in one fixed tree, the same on both levels:
+// a + b lane by lane, then its two halves, then lanes 0 + 2 and 1 + 3, then those two.
+inline float sum16(__m256 a, __m256 b) {
+  const __m256 t = _mm256_add_ps(b, a);
+  const __m128 h = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+  const __m128 pairs = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(pairs) + _mm_cvtss_f32(_mm_shuffle_ps(pairs, pairs, 1));
+}
+
+// 2^e for integer e in [-126, 127], lane by lane.
+inline __m256 powerOfTwo(__m256i e) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+}
+
+// expNonPositive (below) in 8 lanes, the same bits: the rounding of x / ln 2 and the polynomial
+// are the same operations, and p * 2^n takes two exact steps where AVX-512 has scalef: p (in
+// [0.7, 1.42]) times 2^(n >> 1) stays normal for n >= -150, so only the second product rounds,
+// once, as scalef does (into the subnormals below 2^-126).
+inline __m256 expNonPositive8(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);  // NaN stays NaN (max returns its second operand)
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  // n in [-150, 0] (a NaN x gives a NaN p, whatever these two factors are).
+  const __m256i whole = _mm256_cvtps_epi32(n);
+  const __m256i half = _mm256_srai_epi32(whole, 1), rest = _mm256_sub_epi32(whole, half);
+  return _mm256_mul_ps(_mm256_mul_ps(p, powerOfTwo(half)), powerOfTwo(rest));
+}
+
+// Lanes [0, left) set (left < 8), for the tails of the AVX2 loops.
+inline __m256i firstLanes(int64_t left) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// softmaxRow on AVX2: the same maximum, exponentials and division, the sum in the same 16 lanes
+// (j mod 16) and tree.
+void softmaxRowAvx2(float* s, int64_t n) {
+  __m256 top = _mm256_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(s + j));
+  const __m128 half = _mm_max_ps(_mm256_extractf128_ps(top, 1), _mm256_castps256_ps128(top));
+  const __m128 quarter = _mm_max_ps(half, _mm_movehl_ps(half, half));
+  float max_score =
+      std::max(_mm_cvtss_f32(quarter), _mm_cvtss_f32(_mm_shuffle_ps(quarter, quarter, 1)));
+  for (; j < n; ++j) max_score = std::max(max_score, s[j]);
+  const __m256 max = _mm256_set1_ps(max_score);
+  __m256 sums[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (j = 0; j < n; j += 8) {
+    __m256 e;
+    if (n - j >= 8) {
+      e = expNonPositive8(_mm256_sub_ps(_mm256_loadu_ps(s + j), max));
+      _mm256_storeu_ps(s + j, e);
+    } else {
+      const __m256i m = firstLanes(n - j);
+      e = expNonPositive8(_mm256_sub_ps(_mm256_maskload_ps(s + j, m), max));
+      _mm256_maskstore_ps(s + j, m, e);
+      e = _mm256_and_ps(e, _mm256_castsi256_ps(m));  // the lanes past n add +0
+    }
+    sums[(j / 8) % 2] = _mm256_add_ps(sums[(j / 8) % 2], e);
+  }
+  const __m256 total = _mm256_set1_ps(sum16(sums[0], sums[1]));
+  for (j = 0; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(s + j, _mm256_div_ps(_mm256_loadu_ps(s + j), total));
+  if (j < n) {
+    const __m256i m = firstLanes(n - j);
+    _mm256_maskstore_ps(s + j, m, _mm256_div_ps(_mm256_maskload_ps(s + j, m), total));
+  }
+}
+
+// Scores of queries q[0] and q[1] against four consecutive keys at k (rows `stride` apart), times
+// `scale`, into s[0][at..at + 4) and s[1][at..at + 4): each key load serves both queries, each
+// product as scoreTile's (the same bits).
+inline void scoreTileAvx2(const float* const* q, const float* k, int64_t stride, int64_t head_dim,
+                          __m256 scales, float* const* s, int64_t at) {
+  __m256 acc[8];  // acc[2r + i]: query i against key r, so that sumLanes8 returns q0's four first
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (int64_t d = 0; d < head_dim; d += 8) {
+    const __m256 q0 = _mm256_loadu_ps(q[0] + d), q1 = _mm256_loadu_ps(q[1] + d);
+    for (int r = 0; r < 4; ++r) {
+      const __m256 key = _mm256_loadu_ps(k + r * stride + d);
+      acc[2 * r] = _mm256_fmadd_ps(q0, key, acc[2 * r]);
+      acc[2 * r + 1] = _mm256_fmadd_ps(q1, key, acc[2 * r + 1]);
+    }
+  }
+  const __m256 sums = _mm256_mul_ps(sumLanes8(acc), scales);
+  _mm_storeu_ps(s[0] + at, _mm256_castps256_ps128(sums));
+  _mm_storeu_ps(s[1] + at, _mm256_extractf128_ps(sums, 1));
+}
+
+// Scores of queries q[0] and q[1] against rows [0, n) of the keys, times `scale`, into s[0] and
+// s[1]: four keys per tile, then one at a time.
+void scoreQueriesAvx2(const float* const* q, int64_t n, int64_t head_dim, float scale,
+                      const BlockReader& reader, float* const* s) {
+  const KvRows& kv = reader.kv();
+  const __m256 scales = _mm256_set1_ps(scale);
+  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
+    int64_t j = 0;
+    for (; j + 4 <= rows; j += 4)
+      scoreTileAvx2(q, block + j * kv.row_stride, kv.row_stride, head_dim, scales, s, j0 + j);
+    for (; j < rows; ++j)
+      for (int i = 0; i < 2; ++i)
+        s[i][j0 + j] = dot(q[i], block + j * kv.row_stride, head_dim) * scale;
+  });
+}
+
+// out[r] += Σ_j p[r][j] row_j over j in [from, to) of one block (row j at block + (j - j0) *
+// stride), for kRows queries: 16 rows at a time, so that they stay in L1 while each 32 dimensions
+// of the outputs are in registers. Each output in j order, with fused multiply-adds from the
+// zeros the caller put there: weightedValues' arithmetic.
+template <int kRows>
+void addRowsAvx2(const float* const* p, const float* block, int64_t stride, int64_t j0,
+                 int64_t from, int64_t to, int64_t head_dim, float* const* out) {
+  for (int64_t a = from; a < to; a += 16) {
+    const int64_t b = std::min(to, a + 16);
+    for (int64_t d = 0; d < head_dim; d += 32) {
+      __m256 acc[kRows][4];
+      for (int r = 0; r < kRows; ++r)
+        for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_loadu_ps(out[r] + d + 8 * v);
+      for (int64_t j = a; j < b; ++j) {
+        const float* row = block + (j - j0) * stride + d;
+        __m256 values[4];
+        for (int v = 0; v < 4; ++v) values[v] = _mm256_loadu_ps(row + 8 * v);
+        for (int r = 0; r < kRows; ++r) {
+          const __m256 weight = _mm256_set1_ps(p[r][j]);
+          for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_fmadd_ps(weight, values[v], acc[r][v]);
+        }
+      }
+      for (int r = 0; r < kRows; ++r)
+        for (int v = 0; v < 4; ++v) _mm256_storeu_ps(out[r] + d + 8 * v, acc[r][v]);
+    }
+  }
+}
+
+// out[r] += the values' rows [from, to) weighted by p[r], for kRows queries, a block at a time.
+template <int kRows>
+void addValuesAvx2(const float* const* p, const BlockReader& reader, int64_t from, int64_t to,
+                   int64_t head_dim, float* const* out) {
+  const KvRows& kv = reader.kv();
+  for (int64_t j0 = from - from % kv.block_rows; j0 < to; j0 += kv.block_rows) {
+    prefetchNextBlock(kv.value_blocks, kv, j0, to, head_dim);
+    const float* block =
+        reader.rows(kv.value_blocks, j0 / kv.block_rows, std::min(kv.block_rows, to - j0));
+    addRowsAvx2<kRows>(p, block, kv.row_stride, j0, std::max(j0, from),
+                       std::min(j0 + kv.block_rows, to), head_dim, out);
+  }
+}
+
+// weightedValues on AVX2: out[r] = Σ_j p[r][j] v_j over j < counts[r] for kRows (1 or 2)
+// queries, the rows they share read once for both.
+template <int kRows>
+void weightedValuesAvx2(const float* const* p, const int64_t* counts, const BlockReader& reader,
+                        int64_t head_dim, float* const* out) {
+  for (int r = 0; r < kRows; ++r) std::fill(out[r], out[r] + head_dim, 0.0f);
+  const int64_t shared = kRows == 1 ? counts[0] : std::min(counts[0], counts[kRows - 1]);
+  addValuesAvx2<kRows>(p, reader, 0, shared, head_dim, out);
+  if (kRows > 1)
+    for (int r = 0; r < kRows; ++r)
+      addValuesAvx2<1>(p + r, reader, shared, counts[r], head_dim, out + r);
+}
+
+float expOneAvx2(float x) { return _mm256_cvtss_f32(expNonPositive8(_mm256_set1_ps(x))); }
+
+LLMC_TARGET_END
+
+LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+// exp(x) for x <= 0 (and NaN): 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 in two steps
+// (Cody and Waite), |r| <= ln 2 / 2, and p the degree-7 Taylor polynomial (truncation below
+// 6e-9 relative there). x below -104 gives 0, as exp does in float32.
+inline __m512 expNonPositive(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // NaN stays NaN (max returns its second operand)
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
 // Scores of kPairs query pairs against kKeys (4 or 8) consecutive keys at k (rows `stride`
 // apart), times `scale`, into s[2p][0..kKeys) and s[2p + 1][0..kKeys). pairs[p] holds pair p's
 // two queries interleaved per eight dimensions ([q0[d..d+7] | q1[d..d+7]]), so one 512-bit
@@ -200,32 +405,6 @@ void scoreQueries(const float* const* q, int64_t n, int64_t head_dim, float scal
   });
 }
 
-// Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
-// keys per tile, each product computed as in scoreTile (the same bits).
-void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale,
-              const BlockReader& reader, float* s) {
-  const KvRows& kv = reader.kv();
-  const __m256 scales = _mm256_set1_ps(scale);
-  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
-    int64_t j = 0;
-    for (; j + 8 <= rows; j += 8) {
-      // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
-      __m256 acc[8];
-      for (__m256& a : acc) a = _mm256_setzero_ps();
-      const float* k = block + j * kv.row_stride;
-      for (int64_t d = 0; d < head_dim; d += 8) {
-        const __m256 a = _mm256_loadu_ps(q + d);
-        for (int i = 0; i < 8; ++i) {
-          const int at = i < 4 ? 2 * i : 2 * (i - 4) + 1;
-          acc[at] = _mm256_fmadd_ps(a, _mm256_loadu_ps(k + i * kv.row_stride + d), acc[at]);
-        }
-      }
-      _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
-    }
-    for (; j < rows; ++j) s[j0 + j] = dot(q, block + j * kv.row_stride, head_dim) * scale;
-  });
-}
-
 // s[j] = exp(s[j] - max) / Σ exp over j < n.
 void softmaxRow(float* s, int64_t n) {
   __m512 top = _mm512_set1_ps(-INFINITY);
@@ -241,7 +420,8 @@ void softmaxRow(float* s, int64_t n) {
     _mm512_mask_storeu_ps(s + j, m, e);
     sum = _mm512_mask_add_ps(sum, m, sum, e);
   }
-  const __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+  const __m512 total =
+      _mm512_set1_ps(sum16(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps(sum, 1)));
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
     _mm512_mask_storeu_ps(s + j, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, s + j), total));
@@ -283,12 +463,12 @@ void weightedValues(const float* const* p, const int64_t* counts, const BlockRea
 }
 
 float expOne(float x) { return _mm512_cvtss_f32(expNonPositive(_mm512_set1_ps(x))); }
-
-}  // namespace
 LLMC_TARGET_END
 
+}  // namespace
+
 bool attendChunkSupported(int64_t head_dim) {
-  return cpuIsa() >= CpuIsa::kAvx512 && (head_dim == 64 || head_dim == 128);
+  return cpuIsa() >= CpuIsa::kAvx2 && (head_dim == 64 || head_dim == 128);
 }
 
 void attendChunk(const float* const* queries, const int64_t* counts, int64_t rows, int64_t head_dim,
@@ -302,18 +482,26 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   const BlockReader reader(kv, head_dim, converted);
   std::vector<float*> scores(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) scores[static_cast<size_t>(i)] = scratch.data() + i * stride;
+  const bool wide = cpuIsa() >= CpuIsa::kAvx512;
   int64_t i = 0;
-  for (; i + 4 <= rows; i += 4)
-    scoreQueries<2>(queries + i, *std::max_element(counts + i, counts + i + 4), head_dim, scale,
-                    reader, scores.data() + i);
+  if (wide)
+    for (; i + 4 <= rows; i += 4)
+      scoreQueries<2>(queries + i, *std::max_element(counts + i, counts + i + 4), head_dim, scale,
+                      reader, scores.data() + i);
   for (; i + 2 <= rows; i += 2)
-    scoreQueries<1>(queries + i, std::max(counts[i], counts[i + 1]), head_dim, scale, reader,
-                    scores.data() + i);
+    (wide ? scoreQueries<1> : scoreQueriesAvx2)(queries + i, std::max(counts[i], counts[i + 1]),
+                                                head_dim, scale, reader, scores.data() + i);
   if (i < rows)
     scoreOne(queries[i], counts[i], head_dim, scale, reader, scratch.data() + i * stride);
   for (int64_t i = 0; i < rows; ++i) {
-    softmaxRow(scratch.data() + i * stride, counts[i]);
+    (wide ? softmaxRow : softmaxRowAvx2)(scratch.data() + i * stride, counts[i]);
     p[static_cast<size_t>(i)] = scratch.data() + i * stride;
+  }
+  if (!wide) {
+    for (i = 0; i + 2 <= rows; i += 2)
+      weightedValuesAvx2<2>(p.data() + i, counts + i, reader, head_dim, out + i);
+    if (i < rows) weightedValuesAvx2<1>(p.data() + i, counts + i, reader, head_dim, out + i);
+    return;
   }
   const int tile = head_dim == 64 ? 4 : 2;
   for (i = 0; i + tile <= rows; i += tile) {
@@ -330,7 +518,9 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   }
 }
 
-float attendExpForTesting(float x) { return expOne(x); }
+float attendExpForTesting(float x) {
+  return cpuIsa() >= CpuIsa::kAvx512 ? expOne(x) : expOneAvx2(x);
+}
 #else
 bool attendChunkSupported(int64_t) { return false; }
 void attendChunk(const float* const*, const int64_t*, int64_t, int64_t, float, const KvRows&,

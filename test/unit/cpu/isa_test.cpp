@@ -27,6 +27,15 @@ class IsaCap {
   ~IsaCap() { setCpuIsaCapForTesting(kCpuIsaTop); }
 };
 
+// The levels of attendChunk's two forms that the host supports: AVX2 and AVX-512 (the levels
+// above AVX-512 run its AVX-512 form).
+std::vector<CpuIsa> chunkLevels() {
+  std::vector<CpuIsa> levels;
+  for (CpuIsa level : cpuIsaLevelsSupported())
+    if (level == CpuIsa::kAvx2 || level == CpuIsa::kAvx512) levels.push_back(level);
+  return levels;
+}
+
 TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {
   const CpuFeatures& f = cpuFeatures();
   const CpuIsa supported = cpuIsaSupported();
@@ -177,14 +186,24 @@ TEST(IsaKernelsTest, AttentionRowOperationsOnEveryLevel) {
 // attendChunk's exponential against exp in double over its whole domain, x in [-104, 0] (every
 // fifth float of it: some 2e8 values) and at the edges: within 2 units in the last place of
 // float32 where the result is normal, within 2 of the smallest subnormal below that, 0 past
-// -104, NaN for NaN.
+// -104, NaN for NaN; on every level the host runs it at, each giving the first level's bits.
 TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
-  if (!attendChunkSupported(64)) GTEST_SKIP() << "attendChunk needs AVX-512";
+  const std::vector<CpuIsa> levels = chunkLevels();
+  if (levels.empty()) GTEST_SKIP() << "attendChunk needs AVX2";
   const uint32_t lowest = 0xC2D00000u;  // -104.0f
   double worst = 0;
   float worst_at = 0;
+  int64_t disagreements = 0;
+  float disagrees_at = 0;
   auto check = [&](float x) {
+    setCpuIsaCapForTesting(levels[0]);
     const float got = attendExpForTesting(x);
+    for (size_t l = 1; l < levels.size(); ++l) {
+      setCpuIsaCapForTesting(levels[l]);
+      const float other = attendExpForTesting(x);
+      if (std::memcmp(&got, &other, sizeof(got)) != 0 && !(std::isnan(got) && std::isnan(other)))
+        ++disagreements, disagrees_at = x;
+    }
     const double want = std::exp(static_cast<double>(x));
     const double ulp = want < std::ldexp(1.0, -126)
                            ? std::ldexp(1.0, -149)
@@ -200,19 +219,26 @@ TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
   for (float x :
        {0.0f, -0.0f, -104.0f, -87.33f, -88.0f, -103.9f, -1e-30f, -0.34657359f, -0.34657362f})
     check(x);
+  setCpuIsaCapForTesting(kCpuIsaTop);
   EXPECT_LE(worst, 2.0) << "at x = " << worst_at;
-  EXPECT_EQ(attendExpForTesting(-104.5f), 0.0f);
-  EXPECT_EQ(attendExpForTesting(-INFINITY), 0.0f);
-  EXPECT_TRUE(std::isnan(attendExpForTesting(std::nanf(""))));
+  EXPECT_EQ(disagreements, 0) << "levels disagree, e.g. at x = " << disagrees_at;
+  for (CpuIsa level : levels) {
+    IsaCap cap(level);
+    EXPECT_EQ(attendExpForTesting(-104.5f), 0.0f) << cpuIsaName(level);
+    EXPECT_EQ(attendExpForTesting(-INFINITY), 0.0f) << cpuIsaName(level);
+    EXPECT_TRUE(std::isnan(attendExpForTesting(std::nanf("")))) << cpuIsaName(level);
+  }
 }
 
 // attendChunk against softmax attention in double, for both head sizes, keys in blocks of 16
 // and of 5 (tiles of eight and four keys crossing nothing, and remainders), rows inside a block one
 // head_dim apart or spread (a token-major tensor), chunks of 1 to 33 queries with counts that
 // rise, repeat and fall (every query finishes its own rows after the shared ones). The bound:
-// float32's rounding of the scores, carried through exp, plus that of the weighted sum.
+// float32's rounding of the scores, carried through exp, plus that of the weighted sum. Every
+// level the host runs it at gives the first level's bits.
 TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
-  if (!attendChunkSupported(64)) GTEST_SKIP() << "attendChunk needs AVX-512";
+  const std::vector<CpuIsa> levels = chunkLevels();
+  if (levels.empty()) GTEST_SKIP() << "attendChunk needs AVX2";
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t head_dim : {64, 128})
@@ -251,10 +277,19 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
             outs.push_back(out.data() + i * head_dim);
           }
           const float scale = 0.125f;
-          std::vector<float> scratch;
-          attendChunk(queries.data(), counts.data(), rows, head_dim, scale,
-                      KvRows{key_blocks.data(), value_blocks.data(), block_rows, stride},
-                      outs.data(), scratch);
+          std::vector<float> scratch, first;
+          for (CpuIsa level : levels) {
+            IsaCap cap(level);
+            std::fill(out.begin(), out.end(), -7.0f);
+            attendChunk(queries.data(), counts.data(), rows, head_dim, scale,
+                        KvRows{key_blocks.data(), value_blocks.data(), block_rows, stride},
+                        outs.data(), scratch);
+            if (first.empty())
+              first = out;
+            else
+              EXPECT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float)))
+                  << cpuIsaName(level) << " against " << cpuIsaName(levels[0]);
+          }
           for (int64_t i = 0; i < rows; ++i) {
             std::vector<double> scores(static_cast<size_t>(counts[i]));
             double max = -INFINITY, score_error = 0;
@@ -334,8 +369,10 @@ TEST(IsaKernelsTest, KvRowsToFloatEveryCodeEveryLevel) {
 // attendChunk over stored codes (float16, bfloat16, int8 and FP8 with row scales after each
 // block's codes), converted a block at a time as it reads them, gives the bits it gives over the
 // same values converted to float32 beforehand: what lets the paged cache convert in either place.
+// On every level the host runs it at.
 TEST(IsaKernelsTest, ChunkedAttentionOverStoredCodes) {
-  if (!attendChunkSupported(64)) GTEST_SKIP() << "attendChunk needs AVX-512";
+  const std::vector<CpuIsa> levels = chunkLevels();
+  if (levels.empty()) GTEST_SKIP() << "attendChunk needs AVX2";
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8})
@@ -405,13 +442,19 @@ TEST(IsaKernelsTest, ChunkedAttentionOverStoredCodes) {
           stored.dtype = dtype;
           stored.scale_offset = code_bytes;
           std::vector<float> scratch;
-          attendChunk(queries.data(), counts.data(), rows, head_dim, 0.125f, stored,
-                      out_codes.data(), scratch);
-          attendChunk(queries.data(), counts.data(), rows, head_dim, 0.125f,
-                      KvRows{float_k.data(), float_v.data(), block_rows, head_dim},
-                      out_floats.data(), scratch);
-          EXPECT_EQ(0, std::memcmp(from_codes.data(), from_floats.data(),
-                                   from_codes.size() * sizeof(float)));
+          for (CpuIsa level : levels) {
+            IsaCap cap(level);
+            std::fill(from_codes.begin(), from_codes.end(), -7.0f);
+            std::fill(from_floats.begin(), from_floats.end(), 7.0f);
+            attendChunk(queries.data(), counts.data(), rows, head_dim, 0.125f, stored,
+                        out_codes.data(), scratch);
+            attendChunk(queries.data(), counts.data(), rows, head_dim, 0.125f,
+                        KvRows{float_k.data(), float_v.data(), block_rows, head_dim},
+                        out_floats.data(), scratch);
+            EXPECT_EQ(0, std::memcmp(from_codes.data(), from_floats.data(),
+                                     from_codes.size() * sizeof(float)))
+                << cpuIsaName(level);
+          }
         }
 }
 
