@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -94,6 +95,7 @@ TEST(ThreadPoolTest, DefaultCountIsWithinTheCpusThisProcessMayUse) {
 // ---- Kernels: the same bits on every pool ------------------------------------------------
 
 // Runs `kernel` on one thread and on pools of 2, 3 and 7; every output must be bit-identical.
+// The pools' runs keep what the kernel derives from its inputs (as weights), the serial one not.
 void expectSameOnEveryPool(const std::string& kernel, std::vector<std::optional<Tensor>> inputs,
                            const KernelParams& kernel_params, const std::string& what,
                            size_t num_outputs = 1) {
@@ -110,6 +112,10 @@ void expectSameOnEveryPool(const std::string& kernel, std::vector<std::optional<
     threaded.kernel_params = kernel_params;
     threaded.num_outputs = num_outputs;
     threaded.pool = &pool;
+    // What a kernel derives from its weights (a quantized weight repacked for the panels) is
+    // built on the pool and kept, as an executor keeps it; the serial run repacks per product.
+    std::map<std::string, KernelContext::Derived> derived;
+    threaded.derived = &derived;
     ASSERT_TRUE(threaded.run(kernel).ok()) << what;
     for (size_t i = 0; i < num_outputs; ++i) {
       const Tensor& want = serial.outputs[i];

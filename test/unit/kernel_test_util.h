@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -28,6 +30,10 @@ class TestKernelContext : public KernelContext {
   bool shape_only = false;
   std::string node_name = "test_node";
   ThreadPool* pool = nullptr;  // the threads the kernel may use (none: the caller alone)
+  // Set: every input counts as an engine weight and what the kernel derives from them is kept
+  // here (as an executor keeps it), by key; how many times each key was built.
+  std::map<std::string, Derived>* derived = nullptr;
+  std::map<std::string, int>* builds = nullptr;
 
   size_t numInputs() const override { return inputs.size(); }
   const Tensor* input(size_t i) const override {
@@ -46,6 +52,17 @@ class TestKernelContext : public KernelContext {
   const std::string& nodeName() const override { return node_name; }
   bool shapeOnly() const override { return shape_only; }
   ThreadPool* threadPool() const override { return pool; }
+  std::shared_ptr<const void> derivedFromWeights(
+      std::initializer_list<size_t>, const std::string& key,
+      const std::function<Derived()>& build) const override {
+    if (!derived) return nullptr;
+    Derived& entry = (*derived)[key];
+    if (!entry.data) {
+      entry = build();
+      if (builds) ++(*builds)[key];
+    }
+    return entry.data;
+  }
 
   Status run(const std::string& kernel) {
     const KernelDef* def = KernelRegistry::cpuReference().find(kernel);

@@ -71,7 +71,8 @@ inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 
 // The backend options of run, generate, bench and eval: `--backend auto|cpu|cuda`, `--threads
 // N` (the CPU backend's threads; 0 = every physical core), `--precision fp32|tf32|bf16|fp16`
-// (the GPU's products), `--tf32` (= --precision tf32) and `--no-cuda-graphs`. Returns true
+// (the GPU's products), `--tf32` (= --precision tf32), `--no-cuda-graphs` and `--no-prepack`
+// (SessionOptions::prepack_weights off). Returns true
 // when args[*i] is one of them (consuming its value); *error is set when the value is bad.
 inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
                              SessionOptions* options, std::string* error) {
@@ -82,6 +83,10 @@ inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
   }
   if (arg == "--no-cuda-graphs") {
     options->cuda_graphs = false;
+    return true;
+  }
+  if (arg == "--no-prepack") {
+    options->prepack_weights = false;
     return true;
   }
   if (arg == "--threads") {

@@ -37,6 +37,7 @@ struct Measured {
   // The cold start: creating the generator (its session, KV cache, plan) and the warm-up run's
   // time to first token, the first pass over the engine's mapped weights.
   double create_ms = 0, cold_ttft_ms = 0;
+  uint64_t derived_bytes = 0;  // the weights repacked for the CPU's kernels (prepack_weights)
 };
 
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
@@ -73,6 +74,7 @@ Status measure(std::shared_ptr<const Engine> engine, const SessionOptions& sessi
     out->ttft_ms.push_back(result.time_to_first_token_ms);
     out->decode_tps.push_back(result.decode_tokens_per_s);
   }
+  out->derived_bytes = generator->derivedWeightBytes();
   return okStatus();
 }
 
@@ -238,6 +240,11 @@ int runBench(const std::vector<std::string>& args) {
   std::printf("cold start: engine load %.1f ms, session %.1f ms, first token %.1f ms (the warm-up "
               "run, paged KV cache)\n",
               load_ms, kv.create_ms, kv.cold_ttft_ms);
+  if (kv.derived_bytes > 0)
+    std::printf(
+        "weights repacked for this CPU's kernels and kept (--no-prepack: per product): "
+        "%.1f MiB\n",
+        static_cast<double>(kv.derived_bytes) / (1 << 20));
   if (!skip_full) {
     row("full recomputation", full);
     double speedup = summarize(kv.decode_tps).median / summarize(full.decode_tps).median;

@@ -134,6 +134,8 @@ class Generator {
 
   int64_t vocabSize() const;  // -1 until known (a symbolic vocab dim is learnt on first run)
   int64_t maxSequenceLength() const;  // -1: unbounded
+  // Memory its sessions' CPU kernels keep derived from the weights (Session::derivedWeightBytes).
+  uint64_t derivedWeightBytes() const;
 
  private:
   Generator() = default;

@@ -34,6 +34,8 @@ class BackendExecutor {
   virtual Status run(std::vector<Tensor>& values, LlmStepContext* llm_step,
                      std::vector<NamedTensor>* outputs) = 0;
   virtual uint64_t arenaBytes() const = 0;
+  // Memory of what kernels derived from the weights and keep (KernelContext::derivedFromWeights).
+  virtual uint64_t derivedWeightBytes() const { return 0; }
   // What the last run did (Session::lastRunSteps()); zeros where the backend has no host
   // fallback to count.
   virtual Session::StepCounts lastRun() const { return {}; }

@@ -13,7 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,6 +78,21 @@ class KernelContext {
   // The threads the kernel may split its work over (parallelFor in core/thread_pool.h), or
   // null: run on the caller alone. A kernel's result must not depend on it.
   virtual ThreadPool* threadPool() const { return nullptr; }
+  // What a kernel derives from inputs that are engine weights (constant while the executor
+  // lives), e.g. a weight repacked for this CPU's kernels: `build` makes it on the first call
+  // for these inputs and `key`, and the executor keeps it for every later run. Null where one
+  // of the inputs is not a weight (its data may change between runs; absent optional inputs do
+  // not count) or the backend keeps nothing: the kernel then works from the inputs themselves,
+  // with the same result.
+  struct Derived {
+    std::shared_ptr<const void> data;
+    size_t bytes = 0;  // its memory, for Session::derivedWeightBytes()
+  };
+  virtual std::shared_ptr<const void> derivedFromWeights(
+      std::initializer_list<size_t> inputs, const std::string& key,
+      const std::function<Derived()>& build) const {
+    return nullptr;
+  }
 };
 
 using KernelFn = Status (*)(KernelContext& ctx);

@@ -116,6 +116,7 @@ Status Session::create(std::shared_ptr<const Engine> engine, const SessionOption
 }
 
 uint64_t Session::arenaBytes() const { return state_->executor->arenaBytes(); }
+uint64_t Session::derivedWeightBytes() const { return state_->executor->derivedWeightBytes(); }
 
 Backend Session::backend() const { return state_->backend->kind; }
 

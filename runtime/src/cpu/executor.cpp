@@ -3,6 +3,8 @@
 // session's thread pool. Registered through runtime/src/backends.cpp.
 #include <cstdlib>
 #include <exception>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "core/api_guard.h"
@@ -21,11 +23,36 @@ struct AlignedDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
 
+// What kernels derived from the engine's weights (KernelContext::derivedFromWeights), kept for
+// the executor's life: one entry per kernel key and set of weights.
+class DerivedWeights {
+ public:
+  std::shared_ptr<const void> get(const std::string& key,
+                                  const std::function<KernelContext::Derived()>& build) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    KernelContext::Derived& entry = entries_[key];
+    if (!entry.data) {
+      entry = build();
+      bytes_ += entry.bytes;
+    }
+    return entry.data;
+  }
+  uint64_t bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, KernelContext::Derived> entries_;
+  uint64_t bytes_ = 0;
+};
+
 class StepContext : public KernelContext {
  public:
   StepContext(const Plan& plan, const PlanStep& step, std::vector<Tensor>& values,
               ArenaLayout& slots, std::byte* arena, bool& grew, LlmStepContext* llm_step,
-              ThreadPool* pool)
+              ThreadPool* pool, DerivedWeights* derived)
       : plan_(plan),
         step_(step),
         values_(values),
@@ -33,7 +60,8 @@ class StepContext : public KernelContext {
         arena_(arena),
         grew_(grew),
         llm_step_(llm_step),
-        pool_(pool) {}
+        pool_(pool),
+        derived_(derived) {}
 
   size_t numInputs() const override { return step_.inputs.size(); }
   const Tensor* input(size_t i) const override {
@@ -69,6 +97,20 @@ class StepContext : public KernelContext {
   const std::string& nodeName() const override { return step_.node; }
   LlmStepContext* llmStep() const override { return llm_step_; }
   ThreadPool* threadPool() const override { return pool_; }
+  std::shared_ptr<const void> derivedFromWeights(
+      std::initializer_list<size_t> inputs, const std::string& key,
+      const std::function<Derived()>& build) const override {
+    if (!derived_) return nullptr;  // SessionOptions::prepack_weights off
+    std::string id = key;
+    for (size_t i : inputs) {
+      if (i >= step_.inputs.size() || step_.inputs[i] < 0) continue;  // absent
+      const int index = step_.inputs[i];
+      if (plan_.values[static_cast<size_t>(index)].kind != PlanValueKind::kWeight) return nullptr;
+      id.push_back(':');
+      id.append(std::to_string(index));
+    }
+    return derived_->get(id, build);
+  }
 
  private:
   const Plan& plan_;
@@ -79,6 +121,7 @@ class StepContext : public KernelContext {
   bool& grew_;
   LlmStepContext* llm_step_;
   ThreadPool* pool_;
+  DerivedWeights* derived_;
 };
 
 class CpuExecutor final : public BackendExecutor {
@@ -88,7 +131,8 @@ class CpuExecutor final : public BackendExecutor {
         plan_(InternalAccess::plan(*engine_)),
         slots_(plan_.slots),
         observer_(options.observer),
-        pool_(options.threads > 0 ? options.threads : defaultThreadCount()) {}
+        pool_(options.threads > 0 ? options.threads : defaultThreadCount()),
+        prepack_(options.prepack_weights) {}
 
   Status layout() {
     const uint64_t total = slots_.layout();
@@ -104,7 +148,8 @@ class CpuExecutor final : public BackendExecutor {
              std::vector<NamedTensor>* outputs) override {
     bool grew = false;
     for (const PlanStep& step : plan_.steps) {
-      StepContext ctx(plan_, step, values, slots_, arena_.get(), grew, llm_step, &pool_);
+      StepContext ctx(plan_, step, values, slots_, arena_.get(), grew, llm_step, &pool_,
+                      prepack_ ? &derived_ : nullptr);
       Status status;
       try {  // no exception crosses the library boundary, whatever a kernel's containers do
         status = step.kernel->fn(ctx);
@@ -146,6 +191,7 @@ class CpuExecutor final : public BackendExecutor {
   }
 
   uint64_t arenaBytes() const override { return slots_.total; }
+  uint64_t derivedWeightBytes() const override { return derived_.bytes(); }
   int threads() const override { return pool_.threads(); }
 
  private:
@@ -155,6 +201,8 @@ class CpuExecutor final : public BackendExecutor {
   std::unique_ptr<std::byte, AlignedDeleter> arena_;
   std::function<void(const StepObservation&)> observer_;
   ThreadPool pool_;
+  bool prepack_;
+  DerivedWeights derived_;
 };
 
 Status createCpuExecutor(std::shared_ptr<const Engine> engine, const SessionOptions& options,

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/quant.h"
 #include "core/sparse.h"
 
 namespace llmc {
+
+class ThreadPool;
 
 // One row of activations quantized to integers: int8 (`q`) for 4-bit weights, int16 (`q16`) for
 // int8 weights (int8 x int8 cost the demo model 0.3 points of top-1 agreement); one float scale
@@ -95,8 +98,20 @@ void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* sc
 // product times the block's scale, added in float (one fused multiply-add per block), times the
 // channel's scale at the end; quantDotScalar's value within float32's rounding. Only where
 // quantDotHasAvx512().
+// An int8 weight repacked once for these panels (as Int4PanelPack below): per 32 channels the
+// codes in pairs (k * 32 bytes, panel p at p * k * 32) and the channels' scales.
+struct Int16PanelPack {
+  int64_t n = 0, k = 0;
+  std::shared_ptr<int8_t> codes;  // 64-byte aligned
+  std::vector<float> scales;      // [panels * 32]
+  size_t bytes() const;
+};
+std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight& w, ThreadPool* pool);
+// With `pack` (of w; n0 a multiple of 32) the products read it instead of repacking: the same
+// bits.
 void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
-                         const float* scales, int64_t rows, float* out, int64_t out_stride);
+                         const float* scales, int64_t rows, float* out, int64_t out_stride,
+                         const Int16PanelPack* pack = nullptr);
 // 4-bit weights (K a multiple of 64) from kInt4PanelMinRows rows: out[r * out_stride + i] = the
 // product of rows[r] (quantizeActivations' 8-bit codes, block scales and group sums) with output
 // channel n0 + i, the channels repacked 32 at a time into unsigned codes in vpdpbusd's layout
@@ -105,15 +120,43 @@ void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int
 // as the register tiles subtract it; quantDotScalar's value within float32's rounding. Only where
 // quantDotHasAvx512().
 constexpr int64_t kInt4PanelMinRows = 4;
+// A 4-bit weight repacked once for those panels (an engine's weight, kept by the executor: at 8
+// rows repacking per call cost as much as the products): per 32 output channels, the codes in
+// the panels' order two to a byte (k * 16 bytes; k * 8 for a last panel of 16 channels or
+// fewer), and per group the channels' float scales and scale x zero point (32 each).
+struct Int4PanelPack {
+  int64_t n = 0, k = 0, groups = 0;
+  std::shared_ptr<uint8_t> codes;    // 64-byte aligned; panel p at p * k * 16
+  std::vector<float> scales, zeros;  // panel p at p * groups * 32
+  size_t bytes() const;
+};
+// The pack of `w` (K a multiple of 64), its panels in parallel on `pool` (may be null). Only
+// where quantDotHasAvx512().
+std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight& w, ThreadPool* pool);
+// With `pack` (of w; n0 a multiple of 32) the products read it instead of repacking: the same
+// bits.
 void quantDotInt4PanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
                              const QuantizedActivations* rows, int64_t row_count, float* out,
-                             int64_t out_stride);
+                             int64_t out_stride, const Int4PanelPack* pack = nullptr);
 // w8a8 with AVX-512 VNNI: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, where `biased`
 // holds the activation codes plus 128 (a ^ 0x80 as bytes: vpdpbusd multiplies unsigned by
 // signed; 128 Σw comes off per channel). Only where quantDotHasVnniPanel().
 bool quantDotHasVnniPanel();
+// A w8a8 weight [N, K] repacked once for those panels (as Int4PanelPack): per 32 channels the
+// codes in vpdpbusd's order (k * 32 bytes, panel p at p * k * 32) and 128 Σ_K w per channel.
+struct Int8PanelPack {
+  int64_t n = 0, k = 0;
+  std::shared_ptr<int8_t> codes;  // 64-byte aligned
+  std::vector<int32_t> bias;      // [panels * 32]
+  size_t bytes() const;
+};
+std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t* w, int64_t n, int64_t k,
+                                                        ThreadPool* pool);
+// With `pack` (of w; n0 a multiple of 32) the products read it instead of repacking: the same
+// sums.
 void dotInt8PanelVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
-                      int64_t n1, int32_t* out, int64_t out_stride);
+                      int64_t n1, int32_t* out, int64_t out_stride,
+                      const Int8PanelPack* pack = nullptr);
 
 // AMX (cpu/quant_dot_amx.cpp): prefill's integer products in 16-row x 16-channel tiles, where
 // cpuIsa() is kAmx and at least kAmxMinRows rows share the weights (fewer take the AVX-512

@@ -26,7 +26,10 @@
 //
 // The kernels are written once (quant_dot_avx512.inc) and compiled under two target pragmas.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -34,9 +37,10 @@
 #endif
 
 #include "core/cpu_features.h"
-#include "cpu/isa.h"
 #include "core/quant.h"
 #include "core/scale.h"
+#include "core/thread_pool.h"
+#include "cpu/isa.h"
 #include "cpu/quant_dot.h"
 
 namespace llmc {
@@ -86,6 +90,65 @@ void int16CodesAvx512(const float* x, int64_t k, int16_t* codes, float* scales) 
 
 #include "cpu/pack_avx512.inc"
 
+// The scale of group g of output channel `row`, converted from float16 where stored so.
+inline float weightScaleAt(const QuantWeight& w, int64_t row, int64_t g) {
+  const int64_t at = row * w.groupsPerRow() + g;
+  return w.traits->scale_dtype == DType::kFloat16
+             ? _cvtsh_ss(static_cast<const uint16_t*>(w.scales)[at])
+             : static_cast<const float*>(w.scales)[at];
+}
+
+// A 64-byte aligned buffer that grows on demand (what it held is not kept).
+template <typename T>
+class AlignedBuffer {
+ public:
+  void reserve(size_t count) {
+    if (count <= capacity_) return;
+    data_.reset(static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64)));
+    if (!data_) throw std::bad_alloc();
+    capacity_ = count;
+  }
+  T* data() { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  size_t capacity_ = 0;
+};
+
+// One panel of an int8 weight for int16Panel: channels n..n + 16 * slabs - 1 (zeros at or past
+// n_end) repacked into `codes` (packInt16Panel) and their scales into `scales` (16 * slabs, zeros
+// past n_end).
+void int16PanelSetup(const QuantWeight& w, int64_t n, int64_t n_end, int slabs, int8_t* codes,
+                     float* scales) {
+  packInt16Panel(static_cast<const int8_t*>(w.data), w.k, n, n_end, slabs, codes);
+  for (int64_t c = 0; c < 16 * slabs; ++c)
+    scales[c] = n + c < n_end ? weightScaleAt(w, n + c, 0) : 0.0f;
+}
+
+// One panel of a 4-bit weight for int4Panel: channels n..n + 16 * slabs - 1 (zeros at or past
+// n_end) repacked into `codes` (packInt4Panel), and per group their float scales and scale x
+// zero point ([groups][16 * slabs], zeros past n_end).
+void int4PanelSetup(const QuantWeight& w, int64_t n, int64_t n_end, int slabs, uint8_t* codes,
+                    float* scales, float* zeros) {
+  packInt4Panel(static_cast<const uint8_t*>(w.data), w.k, n, n_end, slabs, codes);
+  const int64_t groups = w.groupsPerRow();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t c = 0; c < 16 * slabs; ++c) {
+      const size_t at = static_cast<size_t>(g * slabs * 16 + c);
+      const int64_t channel = n + c;
+      if (channel >= n_end) {
+        scales[at] = zeros[at] = 0.0f;
+        continue;
+      }
+      const float scale = weightScaleAt(w, channel, g);
+      scales[at] = scale;
+      zeros[at] = scale * (w.zeros ? w.zeros[channel * groups + g] : 8);
+    }
+}
+
 namespace bw {
 #define LLMC_QUANT_VNNI 0
 #include "cpu/quant_dot_avx512.inc"
@@ -104,6 +167,11 @@ LLMC_TARGET_END
 
 bool quantDotHasAvx512() { return cpuIsa() >= CpuIsa::kAvx512; }
 
+size_t Int4PanelPack::bytes() const {
+  return static_cast<size_t>((n + 31) / 32 * k * 16) +
+         (scales.size() + zeros.size()) * sizeof(float);
+}
+
 float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q) {
   return perTokenAvx512(x, k, q);
 }
@@ -113,23 +181,89 @@ void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* sc
 }
 
 void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
-                         const float* scales, int64_t rows, float* out, int64_t out_stride) {
+                         const float* scales, int64_t rows, float* out, int64_t out_stride,
+                         const Int16PanelPack* pack) {
   (cpuIsa() >= CpuIsa::kAvx512Vnni ? vnni::int16PanelProducts : bw::int16PanelProducts)(
-      w, n0, n1, codes, scales, rows, out, out_stride);
+      w, n0, n1, codes, scales, rows, out, out_stride, pack);
+}
+
+size_t Int16PanelPack::bytes() const {
+  return static_cast<size_t>((n + 31) / 32 * k * 32) + scales.size() * sizeof(float);
+}
+
+std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight& w,
+                                                            ThreadPool* pool) {
+  auto pack = std::make_shared<Int16PanelPack>();
+  pack->n = w.n;
+  pack->k = w.k;
+  const int64_t panels = (w.n + 31) / 32;
+  auto* codes = static_cast<int8_t*>(
+      std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(1, panels * w.k * 32))));
+  if (!codes) throw std::bad_alloc();
+  pack->codes.reset(codes, [](int8_t* p) { std::free(p); });
+  pack->scales.assign(static_cast<size_t>(panels * 32), 0.0f);
+  parallelFor(pool, panels, [&](int64_t p) {
+    int16PanelSetup(w, 32 * p, w.n, w.n - 32 * p > 16 ? 2 : 1, codes + p * w.k * 32,
+                    pack->scales.data() + p * 32);
+  });
+  return pack;
 }
 
 void quantDotInt4PanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
                              const QuantizedActivations* rows, int64_t row_count, float* out,
-                             int64_t out_stride) {
+                             int64_t out_stride, const Int4PanelPack* pack) {
   (cpuIsa() >= CpuIsa::kAvx512Vnni ? vnni::int4PanelProducts : bw::int4PanelProducts)(
-      w, n0, n1, rows, row_count, out, out_stride);
+      w, n0, n1, rows, row_count, out, out_stride, pack);
+}
+
+std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight& w, ThreadPool* pool) {
+  auto pack = std::make_shared<Int4PanelPack>();
+  pack->n = w.n;
+  pack->k = w.k;
+  pack->groups = w.groupsPerRow();
+  const int64_t panels = (w.n + 31) / 32;
+  auto* codes = static_cast<uint8_t*>(
+      std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(1, panels * w.k * 16))));
+  if (!codes) throw std::bad_alloc();
+  pack->codes.reset(codes, [](uint8_t* p) { std::free(p); });
+  pack->scales.resize(static_cast<size_t>(panels * pack->groups * 32));
+  pack->zeros.resize(pack->scales.size());
+  parallelFor(pool, panels, [&](int64_t p) {
+    const int64_t n = 32 * p;
+    int4PanelSetup(w, n, w.n, w.n - n > 16 ? 2 : 1, codes + n * w.k / 2,
+                   pack->scales.data() + p * pack->groups * 32,
+                   pack->zeros.data() + p * pack->groups * 32);
+  });
+  return pack;
 }
 
 bool quantDotHasVnniPanel() { return cpuIsa() >= CpuIsa::kAvx512Vnni; }
 
 void dotInt8PanelVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
-                      int64_t n1, int32_t* out, int64_t out_stride) {
-  vnni::int8PanelProducts(biased, rows, w, k, n0, n1, out, out_stride);
+                      int64_t n1, int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
+  vnni::int8PanelProducts(biased, rows, w, k, n0, n1, out, out_stride, pack);
+}
+
+size_t Int8PanelPack::bytes() const {
+  return static_cast<size_t>((n + 31) / 32 * k * 32) + bias.size() * sizeof(int32_t);
+}
+
+std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t* w, int64_t n, int64_t k,
+                                                        ThreadPool* pool) {
+  auto pack = std::make_shared<Int8PanelPack>();
+  pack->n = n;
+  pack->k = k;
+  const int64_t panels = (n + 31) / 32;
+  auto* codes = static_cast<int8_t*>(
+      std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(1, panels * k * 32))));
+  if (!codes) throw std::bad_alloc();
+  pack->codes.reset(codes, [](int8_t* p) { std::free(p); });
+  pack->bias.assign(static_cast<size_t>(panels * 32), 0);
+  parallelFor(pool, panels, [&](int64_t p) {
+    vnni::int8PanelSetup(w, k, 32 * p, n, n - 32 * p > 16 ? 2 : 1, codes + p * k * 32,
+                         pack->bias.data() + p * 32);
+  });
+  return pack;
 }
 
 void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
@@ -145,14 +279,27 @@ void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
 }
 #else
 bool quantDotHasAvx512() { return false; }
+size_t Int4PanelPack::bytes() const { return 0; }
 bool quantDotHasVnniPanel() { return false; }
 void quantDotInt4PanelAvx512(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*,
-                             int64_t, float*, int64_t) {}
+                             int64_t, float*, int64_t, const Int4PanelPack*) {}
+std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight&, ThreadPool*) {
+  return nullptr;
+}
 void quantizeInt16RowAvx512(const float*, int64_t, int16_t*, float*) {}
 void quantDotPanelAvx512(const QuantWeight&, int64_t, int64_t, const int16_t*, const float*,
-                         int64_t, float*, int64_t) {}
+                         int64_t, float*, int64_t, const Int16PanelPack*) {}
+size_t Int16PanelPack::bytes() const { return 0; }
+std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight&, ThreadPool*) {
+  return nullptr;
+}
 void dotInt8PanelVnni(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*,
-                      int64_t) {}
+                      int64_t, const Int8PanelPack*) {}
+size_t Int8PanelPack::bytes() const { return 0; }
+std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t*, int64_t, int64_t,
+                                                        ThreadPool*) {
+  return nullptr;
+}
 float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q) {
   return quantizeRowPerTokenScalar(x, k, q);
 }

@@ -232,6 +232,14 @@ Status quantMatMulKernel(KernelContext& ctx) {
         for (int64_t j = 0; j < k; ++j) codes[j] = static_cast<int8_t>(codes[j] ^ 0x80);
     });
     if (tiled || biased) {
+      // The VNNI panels read an engine's weight repacked once and kept by the executor.
+      std::shared_ptr<const void> pack;
+      if (biased && !mask)
+        pack = ctx.derivedFromWeights({1}, "w8a8-panels-avx512vnni", [&] {
+          std::shared_ptr<const Int8PanelPack> made =
+              packInt8PanelsVnni(static_cast<const int8_t*>(w.data), w.n, k, pool);
+          return KernelContext::Derived{made, made ? made->bytes() : 0};
+        });
       for_each_task([&](int64_t n0, int64_t n1) {
         const int64_t stride = kChannelTile * kTaskTiles;
         thread_local std::vector<int32_t> sums;  // this task's thread's own
@@ -243,7 +251,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
             dotInt8TileAmx(aq.data(), rows, wq, k, p0, p1, sums.data(), stride);
           else
             dotInt8PanelVnni(reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, p0, p1,
-                             sums.data(), stride);
+                             sums.data(), stride, static_cast<const Int8PanelPack*>(pack.get()));
         });
         float channel_scales[kChannelTile * kTaskTiles];
         for (int64_t n = n0; n < n1; ++n) channel_scales[n - n0] = w.scale(n, 0);
@@ -293,9 +301,17 @@ Status quantMatMulKernel(KernelContext& ctx) {
     for_each_row([&](int64_t r, const float* row) {
       quantizeInt16RowAvx512(row, k, codes.data() + r * k, block_scales.data() + r * blocks);
     });
+    // An engine's weight is repacked for the panels once and kept by the executor.
+    std::shared_ptr<const void> pack;
+    if (!mask)
+      pack = ctx.derivedFromWeights({1, 2}, "int16-panels-avx512", [&] {
+        std::shared_ptr<const Int16PanelPack> made = packInt16PanelsAvx512(w, pool);
+        return KernelContext::Derived{made, made ? made->bytes() : 0};
+      });
     for_each_task([&](int64_t n0, int64_t n1) {
       dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
-        quantDotPanelAvx512(part, p0, p1, codes.data(), block_scales.data(), rows, h + n0, w.n);
+        quantDotPanelAvx512(part, p0, p1, codes.data(), block_scales.data(), rows, h + n0, w.n,
+                            static_cast<const Int16PanelPack*>(pack.get()));
       });
     });
   } else {
@@ -306,11 +322,18 @@ Status quantMatMulKernel(KernelContext& ctx) {
     // 4-bit weights from kInt4PanelMinRows rows (prefill, batched decode) take the AVX-512
     // panels. Decode over a sparse weight reads it once in its compact form, where the CPU can
     // expand it in registers.
-    if (panels && traits->bits == 4 && rows >= kInt4PanelMinRows && k % (2 * kQuantBlock) == 0)
+    if (panels && traits->bits == 4 && rows >= kInt4PanelMinRows && k % (2 * kQuantBlock) == 0) {
+      // An engine's weight is repacked for the panels once and kept by the executor.
+      const std::shared_ptr<const void> pack =
+          ctx.derivedFromWeights({1, 2, 3}, "int4-panels-avx512", [&] {
+            std::shared_ptr<const Int4PanelPack> made = packInt4PanelsAvx512(w, pool);
+            return KernelContext::Derived{made, made ? made->bytes() : 0};
+          });
       for_each_task([&](int64_t n0, int64_t n1) {
-        quantDotInt4PanelAvx512(w, n0, n1, activations.data(), rows, h + n0, w.n);
+        quantDotInt4PanelAvx512(w, n0, n1, activations.data(), rows, h + n0, w.n,
+                                static_cast<const Int4PanelPack*>(pack.get()));
       });
-    else if (mask && rows == 1 && k % kQuantBlock == 0 && sparseInt8DotFused())
+    } else if (mask && rows == 1 && k % kQuantBlock == 0 && sparseInt8DotFused())
       for_each_tile([&](int64_t n0, int64_t count) {
         if (int64_t bad = sparseInt8DotRows(sparse, static_cast<const float*>(w.scales), n0,
                                             n0 + count, activations[0], h + n0);

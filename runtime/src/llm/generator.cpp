@@ -89,6 +89,11 @@ Status Generator::create(std::shared_ptr<const Engine> engine, std::unique_ptr<G
 
 bool Generator::usesKvCache() const { return state_->runner != nullptr; }
 
+uint64_t Generator::derivedWeightBytes() const {
+  return (state_->session ? state_->session->derivedWeightBytes() : 0) +
+         (state_->runner ? state_->runner->session().derivedWeightBytes() : 0);
+}
+
 Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorConfig& config,
                          std::unique_ptr<Generator>* out) {
   return guardApi("Generator::create", [&]() -> Status {

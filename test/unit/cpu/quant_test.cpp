@@ -821,6 +821,165 @@ TEST_F(PanelTest, Int4PanelsMatchTheScalarDots) {
       }
 }
 
+// A 4-bit weight packed once (what the executor keeps for an engine's weight) gives the bits of
+// repacking per call, over all channels and over task ranges that start on a panel (N = 37:
+// panels of 32 and 5; 70: 32, 32 and 6, the last of one slab), for each format and level.
+TEST_F(PanelTest, Int4PackGivesTheRepackedBits) {
+  for (CpuIsa level : levels())
+    for (const auto& [format, group] :
+         {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}})
+      for (int64_t n : {37, 70}) {
+        SCOPED_TRACE(std::string(cpuIsaName(level)) + " " + format + " group " +
+                     std::to_string(group) + ", N " + std::to_string(n));
+        setCpuIsaCapForTesting(level);
+        const int64_t rows = 7, k = 256;
+        Tensor w = randomFloat({n, k}, 61), x = randomFloat({rows, k}, 62);
+        Quantized q = quantize(w, true, format, group);
+        std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r)
+          quantizeActivations(x.data<float>() + r * k, k, group, 8, &a[r]);
+        const std::shared_ptr<const Int4PanelPack> pack = packInt4PanelsAvx512(q.weight, nullptr);
+        ASSERT_TRUE(pack);
+        EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * k * 16 +
+                                                     (n + 31) / 32 * (k / group) * 32 * 2 * 4));
+        for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
+          std::vector<float> repacked(static_cast<size_t>(rows * n), -1.0f), packed = repacked;
+          quantDotInt4PanelAvx512(q.weight, n0, n1, a.data(), rows, repacked.data() + n0, n);
+          quantDotInt4PanelAvx512(q.weight, n0, n1, a.data(), rows, packed.data() + n0, n,
+                                  pack.get());
+          EXPECT_EQ(0, std::memcmp(repacked.data(), packed.data(), repacked.size() * 4))
+              << "channels [" << n0 << ", " << n1 << ")";
+          EXPECT_EQ(repacked[static_cast<size_t>(rows * n - 1)] == -1.0f, n1 < n);
+        }
+        // The products read the pack: with its scales zeroed every output is zero.
+        Int4PanelPack zeroed = *pack;
+        std::fill(zeroed.scales.begin(), zeroed.scales.end(), 0.0f);
+        std::fill(zeroed.zeros.begin(), zeroed.zeros.end(), 0.0f);
+        std::vector<float> out(static_cast<size_t>(rows * n), -1.0f);
+        quantDotInt4PanelAvx512(q.weight, 0, n, a.data(), rows, out.data(), n, &zeroed);
+        EXPECT_EQ(std::count(out.begin(), out.end(), 0.0f), rows * n);
+      }
+}
+
+// An int8 weight packed once for the int16 panels gives the bits of repacking per call (N = 37
+// and 70, as for 4-bit), on each level; the products read the pack's scales.
+TEST_F(PanelTest, Int16PackGivesTheRepackedBits) {
+  for (CpuIsa level : levels())
+    for (int64_t n : {37, 70}) {
+      SCOPED_TRACE(std::string(cpuIsaName(level)) + ", N " + std::to_string(n));
+      setCpuIsaCapForTesting(level);
+      const int64_t rows = 17, k = 192, blocks = k / kQuantBlock;
+      Tensor w = randomFloat({n, k}, 63), x = randomFloat({rows, k}, 64);
+      Quantized q = quantize(w, true, "int8", k);
+      std::vector<int16_t> codes(static_cast<size_t>(rows * k));
+      std::vector<float> scales(static_cast<size_t>(rows * blocks));
+      for (int64_t r = 0; r < rows; ++r)
+        quantizeInt16RowAvx512(x.data<float>() + r * k, k, codes.data() + r * k,
+                               scales.data() + r * blocks);
+      const std::shared_ptr<const Int16PanelPack> pack = packInt16PanelsAvx512(q.weight, nullptr);
+      ASSERT_TRUE(pack);
+      EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * (k * 32 + 32 * 4)));
+      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
+        std::vector<float> repacked(static_cast<size_t>(rows * n), -1.0f), packed = repacked;
+        quantDotPanelAvx512(q.weight, n0, n1, codes.data(), scales.data(), rows,
+                            repacked.data() + n0, n);
+        quantDotPanelAvx512(q.weight, n0, n1, codes.data(), scales.data(), rows, packed.data() + n0,
+                            n, pack.get());
+        EXPECT_EQ(0, std::memcmp(repacked.data(), packed.data(), repacked.size() * 4))
+            << "channels [" << n0 << ", " << n1 << ")";
+        EXPECT_EQ(repacked[static_cast<size_t>(rows * n - 1)] == -1.0f, n1 < n);
+      }
+      Int16PanelPack zeroed = *pack;
+      std::fill(zeroed.scales.begin(), zeroed.scales.end(), 0.0f);
+      std::vector<float> out(static_cast<size_t>(rows * n), -1.0f);
+      quantDotPanelAvx512(q.weight, 0, n, codes.data(), scales.data(), rows, out.data(), n,
+                          &zeroed);
+      EXPECT_EQ(std::count(out.begin(), out.end(), 0.0f), rows * n);
+    }
+}
+
+// LlmQuantMatMul with its weights kept repacked (as an executor keeps an engine's) gives the bits
+// of repacking per product, on a first run that builds the pack and a second that reuses it,
+// for every format that has panels (K = 256, N = 70: three panels, the last of 6 channels;
+// 17 rows: every panel kernel). Where the host has the panels each pack is built exactly once.
+TEST(QuantMatMulTest, KeptPacksGiveTheBitsOfRepackingPerProduct) {
+  for (const auto& [format, group] : {std::pair<const char*, int64_t>{"int8", 256},
+                                      {"int4", 32},
+                                      {"int4_zp", 64},
+                                      {"w8a8", 256}}) {
+    SCOPED_TRACE(format);
+    const int64_t rows = 17, k = 256, n = 70;
+    Tensor w = randomFloat({n, k}, 71), x = randomFloat({rows, k}, 72);
+    Quantized q = quantize(w, true, format, group);
+    std::optional<Tensor> zeros;
+    if (q.weight.zeros) zeros = q.zeros;
+    const KernelParams p = params({{"format", stringParam(format)}, {"group", intParam(group)}});
+    const Tensor want = runKernel("LlmQuantMatMul", {x, q.data, q.scales, zeros}, p);
+    std::map<std::string, KernelContext::Derived> derived;
+    std::map<std::string, int> builds;
+    for (int run = 0; run < 2; ++run) {
+      TestKernelContext ctx;
+      ctx.inputs = {x, q.data, q.scales, zeros};
+      ctx.kernel_params = p;
+      ctx.derived = &derived;
+      ctx.builds = &builds;
+      ASSERT_TRUE(ctx.run("LlmQuantMatMul").ok());
+      ASSERT_EQ(0, std::memcmp(ctx.outputs[0].data(), want.data(), want.sizeBytes()))
+          << "run " << run;
+    }
+    const bool four_bit = std::string(format).rfind("int4", 0) == 0;
+    const bool panels =
+        four_bit ? quantDotHasAvx512()
+                 : !quantDotHasAmx() && (std::string(format) == "w8a8" ? quantDotHasVnniPanel()
+                                                                       : quantDotHasAvx512());
+    EXPECT_EQ(builds.size(), panels ? 1u : 0u);
+    for (const auto& [key, count] : builds) EXPECT_EQ(count, 1) << key;
+    for (const auto& [key, entry] : derived)
+      EXPECT_GT(entry.bytes, static_cast<size_t>(n * k / 2)) << key;
+  }
+}
+
+// A w8a8 weight packed once gives the exact sums of repacking per call, over all channels and
+// over task ranges that start on a panel (N = 53: panels of 32 and 21; 70: 32, 32 and 6), K off
+// the 64s; the products read the pack's bias (zeroed, each sum keeps 128 Σw).
+TEST_F(PanelTest, Int8PackGivesTheExactSums) {
+  if (!quantDotHasVnniPanel()) GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-512 VNNI";
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> value(-127, 127);
+  for (int64_t n : {53, 70}) {
+    const int64_t rows = 9, k = 96;
+    std::vector<int8_t> a(static_cast<size_t>(rows * k)), w(static_cast<size_t>(n * k));
+    for (int8_t& v : a) v = static_cast<int8_t>(value(rng));
+    for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
+    std::vector<uint8_t> biased(a.size());
+    for (size_t i = 0; i < a.size(); ++i) biased[i] = static_cast<uint8_t>(a[i] ^ 0x80);
+    const std::shared_ptr<const Int8PanelPack> pack = packInt8PanelsVnni(w.data(), n, k, nullptr);
+    ASSERT_TRUE(pack);
+    EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * (k * 32 + 32 * 4)));
+    for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
+      std::vector<int32_t> out(static_cast<size_t>(rows * n), -1);
+      dotInt8PanelVnni(biased.data(), rows, w.data(), k, n0, n1, out.data() + n0, n, pack.get());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n; ++c)
+          ASSERT_EQ(out[static_cast<size_t>(r * n + c)],
+                    c < n0 || c >= n1 ? -1 : dotInt8Scalar(a.data() + r * k, w.data() + c * k, k))
+              << "N " << n << ", channels [" << n0 << ", " << n1 << "), row " << r << " channel "
+              << c;
+    }
+    Int8PanelPack zeroed = *pack;
+    std::fill(zeroed.bias.begin(), zeroed.bias.end(), 0);
+    std::vector<int32_t> out(static_cast<size_t>(rows * n));
+    dotInt8PanelVnni(biased.data(), rows, w.data(), k, 0, n, out.data(), n, &zeroed);
+    for (int64_t c = 0; c < n; ++c) {
+      int32_t sum_w = 0;
+      for (int64_t i = 0; i < k; ++i) sum_w += w[static_cast<size_t>(c * k + i)];
+      EXPECT_EQ(out[static_cast<size_t>(c)],
+                dotInt8Scalar(a.data(), w.data() + c * k, k) + 128 * sum_w)
+          << "channel " << c;
+    }
+  }
+}
+
 // K off the 64s (a last chunk of 32), up to 4,096 with the extremes; rows past the 8-row blocks.
 TEST_F(PanelTest, Int8PanelsAreExact) {
   if (!quantDotHasVnniPanel()) GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-512 VNNI";
