@@ -63,12 +63,14 @@ struct SessionOptions {
   // Called after every step of every run, CPU backend only (the compiler's calibration
   // collects activation statistics with it; also for debugging). Slows every step.
   std::function<void(const StepObservation&)> observer;
-  // CPU: quantized weights repacked once, on the first product of several rows (prefill,
-  // batches), into the layout of the AVX-512 panel kernels and kept with the session, instead of
-  // repacking them on every such product: about as much memory again as those weights (4-bit,
-  // int8, w8a8; derivedWeightBytes() says how much), for 13-17% off a 64-token prefill and a
-  // quarter more 4-bit batch throughput on the 110M Llama (docs/cpu.md). The same results
-  // either way.
+  // CPU: the engine's product weights copied once, on first use, into the layouts of this
+  // CPU's kernels and kept with the session, instead of repacked per product: float32 weights
+  // as strips (then read by prefill and decode alike; the engine's own pages of them are not
+  // read again), quantized ones for the AVX-512 panels of prefill and batches (decode keeps
+  // reading the engine's layout). Costs about those weights' size in memory
+  // (derivedWeightBytes() says how much) and the copy on the first run; buys 10-17% of a
+  // 64-token prefill and 17-35% of an 8-request batch on the 110M Llama (docs/cpu.md). Off:
+  // every product reads or repacks the engine's weights. The same results either way.
   bool prepack_weights = true;
 };
 

@@ -208,8 +208,13 @@ void matMulRowBlockBaseline(const float* a, int64_t rows, int64_t k_size, const 
                             int64_t ldb, int64_t n_size, bool trans_b, float* acc, int64_t ldc) {
   matMulRowBlockBody(a, rows, k_size, b, ldb, n_size, trans_b, acc, ldc);
 }
+// With `strips` (b's columns from strips_n0 on, kept by the executor: packFloatStrips) the
+// product reads them instead of b: the same bits on every path.
 void matMulRowBlock(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
-                    int64_t n_size, bool trans_b, float* acc, int64_t ldc) {
+                    int64_t n_size, bool trans_b, float* acc, int64_t ldc,
+                    const FloatStrips* strips = nullptr, int64_t strips_n0 = 0) {
+  if (strips && !trans_b && strips->strip == packedGemmStrip() && strips->k == k_size)
+    return stripsGemm(a, rows, *strips, strips_n0, n_size, acc, ldc);
   (cpuIsa() >= CpuIsa::kAvx512 ? matMulRowBlockAvx512
    : cpuIsa() >= CpuIsa::kAvx2
        ? matMulRowBlockAvx2
@@ -247,6 +252,22 @@ Status checkFloat32(const KernelContext& ctx, std::initializer_list<const Tensor
   return okStatus();
 }
 
+// The float32 weight of input `input` ([K, ldb] from b, columns [0, n)) as strips for this CPU's
+// tiles, kept by the executor for the session (SessionOptions::prepack_weights), or null: not
+// an engine weight, packing off, or no packedGemm on this CPU. `part` names which columns.
+std::shared_ptr<const FloatStrips> keptStrips(const KernelContext& ctx, size_t input,
+                                              const std::string& part, const float* b, int64_t ldb,
+                                              int64_t k, int64_t n) {
+  const int64_t strip = packedGemmStrip();
+  if (strip == 0 || k == 0 || n == 0) return nullptr;
+  const std::shared_ptr<const void> kept =
+      ctx.derivedFromWeights({input}, "f32-strips-" + std::to_string(strip) + part, [&] {
+        std::shared_ptr<const FloatStrips> made = packFloatStrips(b, ldb, k, n, ctx.threadPool());
+        return KernelContext::Derived{made, made ? made->bytes() : 0};
+      });
+  return std::static_pointer_cast<const FloatStrips>(kept);
+}
+
 Status fusedMatMul(KernelContext& ctx) {
   const Tensor* a = ctx.input(0);
   const Tensor* b = ctx.input(1);
@@ -277,12 +298,14 @@ Status fusedMatMul(KernelContext& ctx) {
   const float* x = a->data<float>();
   const float* w = b->data<float>();
   float* y = out->data<float>();
+  const std::shared_ptr<const FloatStrips> strips =
+      trans_b ? nullptr : keptStrips(ctx, 1, "", w, n_size, k_size, n_size);
   forEachBlock(ctx.threadPool(), rows, n_size,
                [&](int64_t row0, int64_t count, int64_t n0, int64_t columns) {
                  float* acc = y + row0 * n_size + n0;
                  matMulRowBlock(x + row0 * k_size, count, k_size,
                                 trans_b ? w + n0 * k_size : w + n0, trans_b ? k_size : n_size,
-                                columns, trans_b, acc, n_size);
+                                columns, trans_b, acc, n_size, strips.get(), n0);
                  for (int64_t r = 0; r < count; ++r)
                    applyEpilogue(acc + r * n_size, 1, columns, alpha,
                                  bias_data ? bias_data + n0 : nullptr, activation);
@@ -312,6 +335,10 @@ Status gatedMlp(KernelContext& ctx) {
   const float* xd = x->data<float>();
   const float* wd = w->data<float>();
   float* y = out->data<float>();
+  const std::shared_ptr<const FloatStrips> gate_strips =
+      keptStrips(ctx, 1, "gate", wd, width, k_size, f_size);
+  const std::shared_ptr<const FloatStrips> up_strips =
+      keptStrips(ctx, 1, "up", wd + f_size, width, k_size, f_size);
   // A task computes its columns of the gate and of the up projection, then their product.
   forEachBlock(ctx.threadPool(), rows, f_size,
                [&](int64_t row0, int64_t count, int64_t f0, int64_t columns) {
@@ -319,9 +346,9 @@ Status gatedMlp(KernelContext& ctx) {
                  gate.resize(static_cast<size_t>(count * columns));
                  up.resize(gate.size());
                  matMulRowBlock(xd + row0 * k_size, count, k_size, wd + f0, width, columns, false,
-                                gate.data(), columns);
+                                gate.data(), columns, gate_strips.get(), f0);
                  matMulRowBlock(xd + row0 * k_size, count, k_size, wd + f_size + f0, width, columns,
-                                false, up.data(), columns);
+                                false, up.data(), columns, up_strips.get(), f0);
                  for (int64_t r = 0; r < count; ++r) {
                    float* y_row = y + (row0 + r) * f_size + f0;
                    for (int64_t f = 0; f < columns; ++f)

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace llmc {
+
+class ThreadPool;
 
 // Whether this CPU runs packedGemm (AVX2 and FMA).
 bool packedGemmAvailable();
@@ -17,5 +20,26 @@ bool packedGemmAvailable();
 // tile of rows.
 void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
                 int64_t n_size, float* sums, int64_t ldc);
+
+// A [K, N] weight repacked once into the layout packedGemm copies it into per call, for a whole
+// session (an engine's weight, kept by the executor): strips of packedGemmStrip() columns, each
+// K x strip floats contiguous, strips in column order, the last zero-padded. Read in order it
+// is one stream per column range, for decode as for prefill.
+struct FloatStrips {
+  int64_t k = 0, n = 0, strip = 0;
+  std::shared_ptr<float> data;  // 64-byte aligned
+  size_t bytes() const { return static_cast<size_t>((n + strip - 1) / strip * strip * k) * 4; }
+};
+// The strip width of this CPU's packedGemm tiles: 32 (AVX-512), 16 (AVX2), 0 (no packedGemm).
+int64_t packedGemmStrip();
+// b [K, N] (rows ldb apart) as strips of packedGemmStrip() columns, on `pool` (may be null).
+std::shared_ptr<const FloatStrips> packFloatStrips(const float* b, int64_t ldb, int64_t k,
+                                                   int64_t n, ThreadPool* pool);
+// sums[r * ldc + c] = Σ_k a[r * K + k] * b[k][n0 + c] for r < rows and c < n_size, read from
+// `strips` (n0 a multiple of its strip, which must be packedGemmStrip()): packedGemm's tiles with
+// the panel copy gone, so packedGemm's bits for any number of rows (one row: the decode loops'
+// too, one fused multiply-add per product in ascending k).
+void stripsGemm(const float* a, int64_t rows, const FloatStrips& strips, int64_t n0, int64_t n_size,
+                float* sums, int64_t ldc);
 
 }  // namespace llmc

@@ -16,13 +16,13 @@
 //   zero point (8 for the symmetric formats) comes off once per group against the group's
 //   activation sum, so groups of 32 and groups that are a multiple of 64 take the same loop.
 // - Panels, for prefill (kInt16PanelMinRows or kInt8PanelMinRows rows or more) of int8 weights: 32
-// output channels are
-//   repacked per call into the lanes of two registers (int16 pairs for int16 activations, int8
-//   quads for w8a8), and each step multiplies one broadcast 32-bit group of a row's codes into
-//   both: vpdpwssd (or vpmaddwd + vpaddd without VNNI) over 6 rows, per block of 32 into float
-//   with the block's scale; w8a8 (VNNI only) vpdpbusd over 8 rows and all of K in int32, on the
-//   codes plus 128 (unsigned), less 128 Σw per channel. No horizontal sums: each lane is one
-//   channel's own.
+//   output channels are repacked into the lanes of two registers (int8 pairs widened to int16 as
+//   they load, for int16 activations; int8 quads for w8a8), once per session for an engine's
+//   weight (the packs of cpu/quant_dot.h) or per call, and each step multiplies one broadcast
+//   32-bit group of a row's codes into both: vpdpwssd (or vpmaddwd + vpaddd without VNNI) over
+//   6 rows, per block of 32 into float with the block's scale; w8a8 (VNNI only) vpdpbusd over 8
+//   rows and all of K in int32, on the codes plus 128 (unsigned), less 128 Σw per channel. No
+//   horizontal sums: each lane is one channel's own.
 //
 // The kernels are written once (quant_dot_avx512.inc) and compiled under two target pragmas.
 #include <algorithm>

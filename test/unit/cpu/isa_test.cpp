@@ -110,6 +110,57 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   }
 }
 
+// The float32 products over a weight kept as strips (as an executor keeps an engine's) give the
+// bits of reading the weight itself, on every level with packedGemm, for decode (one row: the
+// strips read eight or four at a time, and the ones left), a batch's step (2-12 rows: one row
+// tile), prefill (13 and 40 rows: panels of K, K = 300 crossing one), the gated MLP's two halves,
+// widths off the strips and the 64-column tasks, and K = 1; each strip set built once.
+TEST(IsaKernelsTest, KeptStripsGiveTheBitsOfTheWeight) {
+  for (CpuIsa level : cpuIsaLevelsSupported()) {
+    if (level < CpuIsa::kAvx2) continue;
+    IsaCap cap(level);
+    for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 300, 70},
+                                     {1, 64, 2048},
+                                     {1, 1, 1},
+                                     {1, 96, 257},
+                                     {1, 300, 300},
+                                     {2, 7, 33},
+                                     {5, 37, 70},
+                                     {8, 768, 257},
+                                     {12, 96, 100},
+                                     {13, 300, 200},
+                                     {40, 96, 67}}) {
+      SCOPED_TRACE(std::string(cpuIsaName(level)) + " [" + std::to_string(rows) + ", " +
+                   std::to_string(k) + "] x [" + std::to_string(k) + ", " + std::to_string(n) +
+                   "]");
+      Tensor a = randomFloat({rows, k}, 5), b = randomFloat({k, n}, 6),
+             gate_up = randomFloat({k, 2 * n}, 7);
+      for (const auto& [kernel, weight] :
+           {std::pair<const char*, const Tensor*>{"LlmFusedMatMul", &b},
+            {"LlmGatedMlp", &gate_up}}) {
+        const KernelParams p = std::string(kernel) == "LlmGatedMlp"
+                                   ? params({{"activation", stringParam("silu")}})
+                                   : KernelParams{};
+        const Tensor want = runKernel(kernel, {a, *weight}, p);
+        std::map<std::string, KernelContext::Derived> derived;
+        std::map<std::string, int> builds;
+        for (int run = 0; run < 2; ++run) {
+          TestKernelContext ctx;
+          ctx.inputs = {a, *weight};
+          ctx.kernel_params = p;
+          ctx.derived = &derived;
+          ctx.builds = &builds;
+          ASSERT_TRUE(ctx.run(kernel).ok());
+          ASSERT_EQ(0, std::memcmp(ctx.outputs[0].data(), want.data(), want.sizeBytes()))
+              << kernel << ", run " << run;
+        }
+        EXPECT_EQ(builds.size(), std::string(kernel) == "LlmGatedMlp" ? 2u : 1u) << kernel;
+        for (const auto& [key, count] : builds) EXPECT_EQ(count, 1) << key;
+      }
+    }
+  }
+}
+
 // Decode's and small batches' float32 products (LlmFusedMatMul of 1-8 rows: each weight row
 // streamed once, sixteen of it per pass over the sums on AVX2 and AVX-512, and on AVX-512 every
 // row of a batch of up to 8 over each pass) on every level, within float32's rounding of the sum;
