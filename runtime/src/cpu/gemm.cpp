@@ -4,12 +4,8 @@
 // same bits. See cpu/gemm.h.
 #include "cpu/gemm.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -18,6 +14,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "cpu/kept_buffer.h"
 
 namespace llmc {
 
@@ -270,14 +267,8 @@ std::shared_ptr<const FloatStrips> packFloatStrips(const float* b, int64_t ldb, 
   strips->n = n;
   strips->strip = packedGemmStrip();
   const int64_t strip = strips->strip, count = (n + strip - 1) / strip;
-  // Mapped with its pages populated in one call: a float32 model's strips are hundreds of
-  // megabytes, and faulting them in 4 KiB at a time cost more than the copy.
-  const size_t bytes = std::max<size_t>(64, strips->bytes());
-  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (mapped == MAP_FAILED) throw std::bad_alloc();
-  auto* data = static_cast<float*>(mapped);
-  strips->data.reset(data, [bytes](float* p) { munmap(p, bytes); });
+  strips->data = keptBuffer<float>(strips->bytes());
+  float* data = strips->data.get();
   // Four strips per task: each row of b is then read in runs of 4 x strip floats.
   constexpr int64_t kStripsPerTask = 16;
   parallelFor(pool, (count + kStripsPerTask - 1) / kStripsPerTask, [&](int64_t task) {

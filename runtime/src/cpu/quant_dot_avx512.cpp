@@ -41,6 +41,7 @@
 #include "core/scale.h"
 #include "core/thread_pool.h"
 #include "cpu/isa.h"
+#include "cpu/kept_buffer.h"
 #include "cpu/quant_dot.h"
 
 namespace llmc {
@@ -197,10 +198,8 @@ std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight& w
   pack->n = w.n;
   pack->k = w.k;
   const int64_t panels = (w.n + 31) / 32;
-  auto* codes = static_cast<int8_t*>(
-      std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(1, panels * w.k * 32))));
-  if (!codes) throw std::bad_alloc();
-  pack->codes.reset(codes, [](int8_t* p) { std::free(p); });
+  pack->codes = keptBuffer<int8_t>(static_cast<size_t>(panels * w.k * 32));
+  int8_t* codes = pack->codes.get();
   pack->scales.assign(static_cast<size_t>(panels * 32), 0.0f);
   parallelFor(pool, panels, [&](int64_t p) {
     int16PanelSetup(w, 32 * p, w.n, w.n - 32 * p > 16 ? 2 : 1, codes + p * w.k * 32,
@@ -222,10 +221,8 @@ std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight& w, 
   pack->k = w.k;
   pack->groups = w.groupsPerRow();
   const int64_t panels = (w.n + 31) / 32;
-  auto* codes = static_cast<uint8_t*>(
-      std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(1, panels * w.k * 16))));
-  if (!codes) throw std::bad_alloc();
-  pack->codes.reset(codes, [](uint8_t* p) { std::free(p); });
+  pack->codes = keptBuffer<uint8_t>(static_cast<size_t>(panels * w.k * 16));
+  uint8_t* codes = pack->codes.get();
   pack->scales.resize(static_cast<size_t>(panels * pack->groups * 32));
   pack->zeros.resize(pack->scales.size());
   parallelFor(pool, panels, [&](int64_t p) {
@@ -254,10 +251,8 @@ std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t* w, int64_t
   pack->n = n;
   pack->k = k;
   const int64_t panels = (n + 31) / 32;
-  auto* codes = static_cast<int8_t*>(
-      std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(1, panels * k * 32))));
-  if (!codes) throw std::bad_alloc();
-  pack->codes.reset(codes, [](int8_t* p) { std::free(p); });
+  pack->codes = keptBuffer<int8_t>(static_cast<size_t>(panels * k * 32));
+  int8_t* codes = pack->codes.get();
   pack->bias.assign(static_cast<size_t>(panels * 32), 0);
   parallelFor(pool, panels, [&](int64_t p) {
     vnni::int8PanelSetup(w, k, 32 * p, n, n - 32 * p > 16 ? 2 : 1, codes + p * k * 32,

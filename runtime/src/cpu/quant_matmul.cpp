@@ -325,7 +325,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
     if (panels && traits->bits == 4 && rows >= kInt4PanelMinRows && k % (2 * kQuantBlock) == 0) {
       // An engine's weight is repacked for the panels once and kept by the executor.
       const std::shared_ptr<const void> pack =
-          ctx.derivedFromWeights({1, 2, 3}, "int4-panels-avx512", [&] {
+          ctx.derivedFromWeights({1, 2, 3}, "int4-panels-avx512-g" + std::to_string(w.group), [&] {
             std::shared_ptr<const Int4PanelPack> made = packInt4PanelsAvx512(w, pool);
             return KernelContext::Derived{made, made ? made->bytes() : 0};
           });
