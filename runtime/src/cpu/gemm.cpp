@@ -269,7 +269,7 @@ std::shared_ptr<const FloatStrips> packFloatStrips(const float* b, int64_t ldb, 
   const int64_t strip = strips->strip, count = (n + strip - 1) / strip;
   strips->data = keptBuffer<float>(strips->bytes());
   float* data = strips->data.get();
-  // Four strips per task: each row of b is then read in runs of 4 x strip floats.
+  // Sixteen strips per task: each row of b is then read in runs of 16 x strip floats.
   constexpr int64_t kStripsPerTask = 16;
   parallelFor(pool, (count + kStripsPerTask - 1) / kStripsPerTask, [&](int64_t task) {
     const int64_t s0 = task * kStripsPerTask, s1 = std::min(count, s0 + kStripsPerTask);
