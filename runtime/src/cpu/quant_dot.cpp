@@ -347,10 +347,13 @@ void quantDotRows(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedA
 
 void quantDotRowBlock(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedActivations* rows,
                       int64_t row_count, float* out, int64_t out_stride, int channels_per_pass) {
-  // One row of 4-bit weights (decode) streams the weight once: the AVX2 kernel reads it at the
-  // rate memory gives (the AVX-512 tiles unpack each channel ahead of its rows, which pays only
-  // when several rows share it).
+  // One row of 4-bit weights (decode) streams the weight once, in its own layout (the AVX-512
+  // tiles unpack each channel ahead of its rows, which pays only when several rows share it).
   const bool streamed = row_count == 1 && w.traits->bits != 8;
+  if (streamed && quantDotHasAvx512() && quantDotRowsTiled(w, rows[0])) {
+    quantDotInt4StreamAvx512(w, n0, n1, rows[0], out);
+    return;
+  }
   if (row_count > 0 && !streamed && quantDotHasAvx512() && quantDotRowsTiled(w, rows[0])) {
     quantDotTileAvx512(w, n0, n1, rows, row_count, out, out_stride, channels_per_pass);
     return;

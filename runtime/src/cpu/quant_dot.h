@@ -80,6 +80,14 @@ int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k);
 void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int32_t* out,
                  int channels_per_pass);
 
+// Decode's product of one row with a 4-bit weight (where quantDotRowsTiled): the weight read in
+// its own layout, 64 packed bytes (four blocks) per load, vpdpbusd (AVX-512 VNNI) or vpmaddubsw
+// + vpmaddwd into int32 lanes per block, each lane times its block's activation and weight
+// scales, the zero points' term per group: quantDotScalar's integers, summed in float in another
+// order. Only where quantDotHasAvx512().
+void quantDotInt4StreamAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
+                              const QuantizedActivations& a, float* out);
+
 // AVX-512 panels (cpu/quant_dot_avx512.cpp): prefill's products of int8 weights with the output
 // channels in the registers' lanes, where enough rows share the weights to pay for repacking
 // them (fewer take the tiles above, or dotInt8Rows for w8a8): each call repacks 32 channels at a

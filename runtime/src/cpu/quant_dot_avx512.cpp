@@ -15,6 +15,10 @@
 //   and 12-15 block 2p + 1, each lane scaled by its block's activation and weight scales. The
 //   zero point (8 for the symmetric formats) comes off once per group against the group's
 //   activation sum, so groups of 32 and groups that are a multiple of 64 take the same loop.
+// - 4-bit weights in decode (one row): no unpacking ahead; each channel's packed row is read
+//   64 bytes (four blocks) at a time, low and high nibbles against the row's codes laid out in
+//   that order, vpdpbusd (or vpmaddubsw + vpmaddwd) into one int32 lane group per block, the
+//   lanes scaled per block; one channel after the other in memory order, as the weight lies.
 // - Panels, for prefill (kInt16PanelMinRows or kInt8PanelMinRows rows or more) of int8 weights: 32
 //   output channels are repacked into the lanes of two registers (int8 pairs widened to int16 as
 //   they load, for int16 activations; int8 quads for w8a8), once per session for an engine's
@@ -261,6 +265,11 @@ std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t* w, int64_t
   return pack;
 }
 
+void quantDotInt4StreamAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
+                              const QuantizedActivations& a, float* out) {
+  (cpuIsa() >= CpuIsa::kAvx512Vnni ? vnni::int4StreamRow : bw::int4StreamRow)(w, n0, n1, a, out);
+}
+
 void quantDotTileAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
                         const QuantizedActivations* rows, int64_t row_count, float* out,
                         int64_t out_stride, int channels_per_pass) {
@@ -298,6 +307,8 @@ std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t*, int64_t, 
 float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q) {
   return quantizeRowPerTokenScalar(x, k, q);
 }
+void quantDotInt4StreamAvx512(const QuantWeight&, int64_t, int64_t, const QuantizedActivations&,
+                              float*) {}
 void quantDotTileAvx512(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*, int64_t,
                         float*, int64_t, int) {}
 #endif
