@@ -49,23 +49,36 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
   out->pair_scales.resize(paired ? static_cast<size_t>(blocks * 4) : 0);
   out->pair_block_sums.resize(paired ? static_cast<size_t>(blocks * 4) : 0);
   constexpr int64_t kHalf = kQuantBlock / 2;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + b * kQuantBlock;
-    float amax = 0;
-    for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float scale = amax / levels;
-    const float inverse = inverseScale(scale);
-    int32_t sum = 0;
-    for (int64_t i = 0; i < kQuantBlock; ++i) {
-      const int32_t q = roundClamped(xb[i] * inverse, levels);
-      if (bits == 16)
-        out->q16[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int16_t>(q);
-      else
-        out->q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(q);
-      sum += q;
+  // Each block's codes, scale and integer sum: in 16 lanes where the CPU has AVX-512 (the same
+  // bits), else here.
+  thread_local std::vector<int32_t> sums;
+  sums.resize(static_cast<size_t>(blocks));
+  if (quantDotHasAvx512()) {
+    quantizeBlocksAvx512(x, k, bits, out->q16.data(), out->q.data(), out->scales.data(),
+                         sums.data());
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + b * kQuantBlock;
+      float amax = 0;
+      for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float scale = amax / levels;
+      const float inverse = inverseScale(scale);
+      int32_t sum = 0;
+      for (int64_t i = 0; i < kQuantBlock; ++i) {
+        const int32_t q = roundClamped(xb[i] * inverse, levels);
+        if (bits == 16)
+          out->q16[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int16_t>(q);
+        else
+          out->q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      out->scales[static_cast<size_t>(b)] = scale;
+      sums[static_cast<size_t>(b)] = sum;
     }
-    const float block_sum = scale * static_cast<float>(sum);
-    out->scales[static_cast<size_t>(b)] = scale;
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float scale = out->scales[static_cast<size_t>(b)];
+    const float block_sum = scale * static_cast<float>(sums[static_cast<size_t>(b)]);
     out->group_sums[static_cast<size_t>(b * kQuantBlock / group)] += block_sum;
     if (!paired) continue;
     // Block b is the first (b even) or second of pair b / 2.

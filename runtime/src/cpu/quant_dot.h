@@ -101,6 +101,11 @@ constexpr int64_t kInt8PanelMinRows = 8;
 // quantizeActivations(x, k, ·, 16, ·)'s int16 codes and per-block scales, bit for bit, in 16
 // lanes; only where quantDotHasAvx512().
 void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* scales);
+// Per block of x (k a multiple of kQuantBlock): quantizeActivations' codes into q16 (bits 16)
+// or q8 (bits 8), its scale and the integer sum of its codes, bit for bit, in 16 lanes; what
+// quantizeActivations runs where quantDotHasAvx512().
+void quantizeBlocksAvx512(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8,
+                          float* scales, int32_t* sums);
 // out[r * out_stride + i] = the product of row r (codes [rows, k], scales [rows, k /
 // kQuantBlock]) with output channel n0 + i of an int8 weight: per block the exact integer dot
 // product times the block's scale, added in float (one fused multiply-add per block), times the

@@ -93,6 +93,34 @@ void int16CodesAvx512(const float* x, int64_t k, int16_t* codes, float* scales) 
   }
 }
 
+// quantizeActivations' codes of a whole row (16 or 8 bits), per block: codes, scale (absmax /
+// levels) and the integer sum of the codes.
+void activationCodesAvx512(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8,
+                           float* scales, int32_t* sums) {
+  const float levels = bits == 16 ? 32767.0f : 127.0f;
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    const float scale = _mm512_reduce_max_ps(_mm512_max_ps(absOrZero(x0), absOrZero(x1))) / levels;
+    const __m512 inverse = _mm512_set1_ps(inverseScale(scale));
+    const __m512i first = roundClampedLanes(_mm512_mul_ps(x0, inverse), levels);
+    const __m512i second = roundClampedLanes(_mm512_mul_ps(x1, inverse), levels);
+    scales[b] = scale;
+    sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(first, second));
+    if (bits == 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + b * kQuantBlock),
+                          _mm512_cvtepi32_epi16(first));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + b * kQuantBlock + 16),
+                          _mm512_cvtepi32_epi16(second));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q8 + b * kQuantBlock),
+                       _mm512_cvtepi32_epi8(first));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q8 + b * kQuantBlock + 16),
+                       _mm512_cvtepi32_epi8(second));
+    }
+  }
+}
+
 #include "cpu/pack_avx512.inc"
 
 // The scale of group g of output channel `row`, converted from float16 where stored so.
@@ -183,6 +211,11 @@ float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q) {
 
 void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* scales) {
   int16CodesAvx512(x, k, codes, scales);
+}
+
+void quantizeBlocksAvx512(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8,
+                          float* scales, int32_t* sums) {
+  activationCodesAvx512(x, k, bits, q16, q8, scales, sums);
 }
 
 void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
@@ -291,6 +324,7 @@ std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight&, Th
   return nullptr;
 }
 void quantizeInt16RowAvx512(const float*, int64_t, int16_t*, float*) {}
+void quantizeBlocksAvx512(const float*, int64_t, int, int16_t*, int8_t*, float*, int32_t*) {}
 void quantDotPanelAvx512(const QuantWeight&, int64_t, int64_t, const int16_t*, const float*,
                          int64_t, float*, int64_t, const Int16PanelPack*) {}
 size_t Int16PanelPack::bytes() const { return 0; }

@@ -553,6 +553,39 @@ std::vector<float> awkwardRows(int64_t k) {
   return x;
 }
 
+// quantizeActivations at every level the host has gives the scalar loop's codes, scales, sums and
+// pair layout bit for bit (the AVX-512 quantizer below), for both code widths, on rows with
+// ties, zeros, infinities, NaN and subnormals.
+TEST(QuantizeActivationsTest, EveryLevelGivesTheScalarBits) {
+  const int64_t k = 32 * 8;
+  const std::vector<float> x = awkwardRows(k);
+  const auto same = [](const auto& a, const auto& b) {
+    return a.size() == b.size() &&
+           (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
+  };
+  for (int bits : {8, 16})
+    for (int64_t r = 0; r < 3; ++r) {
+      setCpuIsaCapForTesting(CpuIsa::kAvx2);
+      QuantizedActivations want;
+      quantizeActivations(x.data() + r * k, k, 64, bits, &want);
+      for (CpuIsa level : cpuIsaLevelsSupported()) {
+        SCOPED_TRACE(std::string(cpuIsaName(level)) + ", " + std::to_string(bits) + " bits, row " +
+                     std::to_string(r));
+        setCpuIsaCapForTesting(level);
+        QuantizedActivations got;
+        quantizeActivations(x.data() + r * k, k, 64, bits, &got);
+        EXPECT_TRUE(same(got.q, want.q));
+        EXPECT_TRUE(same(got.q16, want.q16));
+        EXPECT_TRUE(same(got.scales, want.scales));
+        EXPECT_TRUE(same(got.group_sums, want.group_sums));
+        EXPECT_TRUE(same(got.q_pairs, want.q_pairs));
+        EXPECT_TRUE(same(got.pair_scales, want.pair_scales));
+        EXPECT_TRUE(same(got.pair_block_sums, want.pair_block_sums));
+      }
+    }
+  setCpuIsaCapForTesting(kCpuIsaTop);
+}
+
 // An int16-activation product kernel: out[r * stride + i] for rows x channels [n0, n1) of w,
 // the rows quantized from x ([rows, K] floats) by the kernel's own quantizer.
 using Int16Kernel = std::function<void(const QuantWeight& w, int64_t n0, int64_t n1, const float* x,
@@ -751,8 +784,10 @@ TEST_F(PanelTest, Int16CodesAreTheReference) {
   const int64_t k = 32 * 8;
   const std::vector<float> x = awkwardRows(k);
   for (int64_t r = 0; r < 3; ++r) {
-    QuantizedActivations want;
+    QuantizedActivations want;  // the scalar loop's
+    setCpuIsaCapForTesting(CpuIsa::kAvx2);
     quantizeActivations(x.data() + r * k, k, k, 16, &want);
+    setCpuIsaCapForTesting(kCpuIsaTop);
     std::vector<int16_t> codes(static_cast<size_t>(k));
     std::vector<float> scales(static_cast<size_t>(k / kQuantBlock));
     quantizeInt16RowAvx512(x.data() + r * k, k, codes.data(), scales.data());
