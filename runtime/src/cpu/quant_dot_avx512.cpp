@@ -99,13 +99,8 @@ void activationCodesAvx512(const float* x, int64_t k, int bits, int16_t* q16, in
                            float* scales, int32_t* sums) {
   const float levels = bits == 16 ? 32767.0f : 127.0f;
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
-    const float* xb = x + b * kQuantBlock;
-    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-    const float scale = _mm512_reduce_max_ps(_mm512_max_ps(absOrZero(x0), absOrZero(x1))) / levels;
-    const __m512 inverse = _mm512_set1_ps(inverseScale(scale));
-    const __m512i first = roundClampedLanes(_mm512_mul_ps(x0, inverse), levels);
-    const __m512i second = roundClampedLanes(_mm512_mul_ps(x1, inverse), levels);
-    scales[b] = scale;
+    __m512i first, second;
+    scales[b] = blockCodes(x + b * kQuantBlock, levels, &first, &second);
     sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(first, second));
     if (bits == 16) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + b * kQuantBlock),
