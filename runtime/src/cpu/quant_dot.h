@@ -54,7 +54,8 @@ bool quantDotRowsTiled(const QuantWeight& w, const QuantizedActivations& a);
 // rows[r] with output channel n0 + i, for r < row_count and i < n1 - n0. Where the CPU has
 // AVX-512 (quantDotHasAvx512) and the weight takes the tiled kernels, tiles of up to
 // kQuantTileRows rows x `channels_per_pass` channels share each weight load and unpack across
-// the rows (cpu/quant_dot_avx512.cpp); elsewhere quantDotRows for each row.
+// the rows (cpu/quant_dot_avx512.cpp), except one row of a 4-bit weight (decode), which takes
+// quantDotInt4StreamAvx512 below; elsewhere quantDotRows for each row.
 constexpr int64_t kQuantTileRows = 4;
 void quantDotRowBlock(const QuantWeight& w, int64_t n0, int64_t n1,
                       const QuantizedActivations* rows, int64_t row_count, float* out,
