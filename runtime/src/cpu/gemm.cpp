@@ -15,6 +15,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "cpu/kept_buffer.h"
+#include "cpu/prefetch_ahead.h"
 
 namespace llmc {
 
@@ -226,29 +227,22 @@ void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, in
     for (int64_t k0 = 0; k0 < k_size; k0 += kPanelK) {
       const int64_t kc = std::min(kPanelK, k_size - k0);
       packPanel(b, ldb, k0, kc, n0, nc, strip, panel.data());
-      // The next panel's part of b comes from memory: its lines are asked for into L2 a few at
-      // a time between the tiles of this one, so that packing it reads from cache.
+      // The next panel's part of b comes from memory: it is asked for during this panel's
+      // tiles, so that packing it reads from cache.
       const bool last_k = k0 + kPanelK >= k_size;
       const int64_t next_k0 = last_k ? 0 : k0 + kPanelK, next_n0 = last_k ? n0 + kPanelN : n0;
       const bool has_next = next_n0 < n_size;
-      const int64_t next_kc = std::min(kPanelK, k_size - next_k0);
-      const int64_t next_nc = has_next ? std::min(kPanelN, n_size - next_n0) : 0;
-      const int64_t lines_per_row = (next_nc + 15) / 16,
-                    next_lines = has_next ? next_kc * lines_per_row : 0;
-      const int64_t calls =
-          (rows + kernels.max_rows - 1) / kernels.max_rows * ((nc + strip - 1) / strip);
-      const int64_t per_call = (next_lines + calls - 1) / calls;
-      int64_t line = 0;
+      PrefetchAhead ahead(
+          b + next_k0 * ldb + next_n0, has_next ? std::min(kPanelK, k_size - next_k0) : 0,
+          (has_next ? std::min(kPanelN, n_size - next_n0) : 0) * 4, ldb * 4,
+          (rows + kernels.max_rows - 1) / kernels.max_rows * ((nc + strip - 1) / strip));
       // Row tile by row tile, each over every strip of the panel (in L2); the tile's rows of
       // a stay in L1. (Packing a k-major as well measured no faster here: the kernel already
       // runs near the FMA peak, and the copy cost 15% of a 512 x 768 x 768 product.)
       for (int64_t r0 = 0; r0 < rows; r0 += kernels.max_rows) {
         const int64_t tile_rows = std::min<int64_t>(kernels.max_rows, rows - r0);
         for (int64_t s = 0; s * strip < nc; ++s) {
-          for (const int64_t end = std::min(next_lines, line + per_call); line < end; ++line)
-            __builtin_prefetch(
-                b + (next_k0 + line / lines_per_row) * ldb + next_n0 + (line % lines_per_row) * 16,
-                0, 2);
+          ahead.step();
           kernels.tiles[tile_rows](a + r0 * k_size + k0, k_size, panel.data() + s * kPanelK * strip,
                                    kc, sums + r0 * ldc + n0 + s * strip, ldc,
                                    std::min(strip, nc - s * strip), k0 > 0);
@@ -309,15 +303,29 @@ void stripsGemm(const float* a, int64_t rows, const FloatStrips& strips, int64_t
   }
   // As packedGemm, the panel read in place: K in panels of kPanelK (every sum still adds its
   // products in ascending k), kPanelN columns at a time, row tile by row tile.
+  const int64_t strips_total = (strips.n + strip - 1) / strip;
   for (int64_t c0 = 0; c0 < n_size; c0 += kPanelN) {
     const int64_t nc = std::min(kPanelN, n_size - c0);
     for (int64_t k0 = 0; k0 < k_size; k0 += kPanelK) {
       const int64_t kc = std::min(kPanelK, k_size - k0);
+      // The next block of the strips (the next panel of K, else the next columns: past n_size
+      // those that follow this call's) is asked for during this block's tiles.
+      int64_t next_k0 = k0 + kPanelK, next_c0 = c0;
+      if (next_k0 >= k_size) next_k0 = 0, next_c0 = c0 + nc;
+      const int64_t next_first = (n0 + next_c0) / strip;
+      const int64_t next_strips =
+          std::max<int64_t>(0, std::min((nc + strip - 1) / strip, strips_total - next_first));
+      const int64_t row_tiles = (rows + kernels.max_rows - 1) / kernels.max_rows;
+      PrefetchAhead ahead(next_strips > 0 ? strip_at(next_c0, next_k0) : strips.data.get(),
+                          next_strips, std::min(kPanelK, k_size - next_k0) * strip * 4,
+                          k_size * strip * 4, row_tiles * ((nc + strip - 1) / strip));
       for (int64_t r0 = 0; r0 < rows; r0 += kernels.max_rows) {
         const int64_t tile_rows = std::min<int64_t>(kernels.max_rows, rows - r0);
-        for (int64_t c = c0; c < c0 + nc; c += strip)
+        for (int64_t c = c0; c < c0 + nc; c += strip) {
+          ahead.step();
           kernels.tiles[tile_rows](a + r0 * k_size + k0, k_size, strip_at(c, k0), kc,
                                    sums + r0 * ldc + c, ldc, std::min(strip, c0 + nc - c), k0 > 0);
+        }
       }
     }
   }

@@ -46,6 +46,7 @@
 #include "core/thread_pool.h"
 #include "cpu/isa.h"
 #include "cpu/kept_buffer.h"
+#include "cpu/prefetch_ahead.h"
 #include "cpu/quant_dot.h"
 
 namespace llmc {
