@@ -6,7 +6,7 @@
 //    (decode) on both; every dot product keeps attendOne's eight partial sums (d mod 8, one
 //    fused multiply-add chain each) and its pairwise sum, done for four keys' eight products at
 //    once by two permutes and three horizontal adds;
-// 2. softmax per query: max, the exponentials (a polynomial, below), their sum in 16 lanes
+// 2. softmax per query: max, the exponentials (a polynomial, cpu/exp_poly.h), their sum in 16 lanes
 //    (two 8-lane registers on AVX2) added in one fixed tree;
 // 3. the weighted sum of the values, each output accumulated in key order with fused
 //    multiply-adds: four queries (two for head_dim 128) x the whole row per tile on AVX-512, two
@@ -25,8 +25,9 @@
 #endif
 
 #include "core/cpu_features.h"
-#include "cpu/isa.h"
 #include "cpu/attend.h"
+#include "cpu/exp_poly.h"
+#include "cpu/isa.h"
 
 namespace llmc {
 
@@ -152,35 +153,6 @@ inline float sum16(__m256 a, __m256 b) {
   const __m128 h = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
   const __m128 pairs = _mm_add_ps(h, _mm_movehl_ps(h, h));
   return _mm_cvtss_f32(pairs) + _mm_cvtss_f32(_mm_shuffle_ps(pairs, pairs, 1));
-}
-
-// 2^e for integer e in [-126, 127], lane by lane.
-inline __m256 powerOfTwo(__m256i e) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
-}
-
-// expNonPositive (below) in 8 lanes, the same bits: the rounding of x / ln 2 and the polynomial
-// are the same operations, and p * 2^n takes two exact steps where AVX-512 has scalef: p (in
-// [0.7, 1.42]) times 2^(n >> 1) stays normal for n >= -150, so only the second product rounds,
-// once, as scalef does (into the subnormals below 2^-126).
-inline __m256 expNonPositive8(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);  // NaN stays NaN (max returns its second operand)
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  // n in [-150, 0] (a NaN x gives a NaN p, whatever these two factors are).
-  const __m256i whole = _mm256_cvtps_epi32(n);
-  const __m256i half = _mm256_srai_epi32(whole, 1), rest = _mm256_sub_epi32(whole, half);
-  return _mm256_mul_ps(_mm256_mul_ps(p, powerOfTwo(half)), powerOfTwo(rest));
 }
 
 // Lanes [0, left) set (left < 8), for the tails of the AVX2 loops.
@@ -320,26 +292,6 @@ float expOneAvx2(float x) { return _mm256_cvtss_f32(expNonPositive8(_mm256_set1_
 LLMC_TARGET_END
 
 LLMC_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
-// exp(x) for x <= 0 (and NaN): 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 in two steps
-// (Cody and Waite), |r| <= ln 2 / 2, and p the degree-7 Taylor polynomial (truncation below
-// 6e-9 relative there). x below -104 gives 0, as exp does in float32.
-inline __m512 expNonPositive(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // NaN stays NaN (max returns its second operand)
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // Scores of kPairs query pairs against kKeys (4 or 8) consecutive keys at k (rows `stride`
 // apart), times `scale`, into s[2p][0..kKeys) and s[2p + 1][0..kKeys). pairs[p] holds pair p's
 // two queries interleaved per eight dimensions ([q0[d..d+7] | q1[d..d+7]]), so one 512-bit
@@ -416,7 +368,7 @@ void softmaxRow(float* s, int64_t n) {
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 e = expNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), max));
+    const __m512 e = expNonPositive16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), max));
     _mm512_mask_storeu_ps(s + j, m, e);
     sum = _mm512_mask_add_ps(sum, m, sum, e);
   }
@@ -462,7 +414,7 @@ void weightedValues(const float* const* p, const int64_t* counts, const BlockRea
     for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(out[r] + 16 * v, acc[r][v]);
 }
 
-float expOne(float x) { return _mm512_cvtss_f32(expNonPositive(_mm512_set1_ps(x))); }
+float expOne(float x) { return _mm512_cvtss_f32(expNonPositive16(_mm512_set1_ps(x))); }
 LLMC_TARGET_END
 
 }  // namespace

@@ -349,11 +349,9 @@ Status gatedMlp(KernelContext& ctx) {
                                 gate.data(), columns, gate_strips.get(), f0);
                  matMulRowBlock(xd + row0 * k_size, count, k_size, wd + f_size + f0, width, columns,
                                 false, up.data(), columns, up_strips.get(), f0);
-                 for (int64_t r = 0; r < count; ++r) {
-                   float* y_row = y + (row0 + r) * f_size + f0;
-                   for (int64_t f = 0; f < columns; ++f)
-                     y_row[f] = activate(activation, gate[r * columns + f]) * up[r * columns + f];
-                 }
+                 for (int64_t r = 0; r < count; ++r)
+                   gatedRow(activation, gate.data() + r * columns, up.data() + r * columns,
+                            y + (row0 + r) * f_size + f0, columns);
                });
   return okStatus();
 }
@@ -446,7 +444,7 @@ Status moe(KernelContext& ctx) {
                ffn, gate.data());
     matMulRows(ctx.threadPool(), in.data(), count, hidden, w_up->data<float>() + e * hidden * ffn,
                ffn, up.data());
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = activate(activation, gate[i]) * up[i];
+    gatedRow(activation, gate.data(), up.data(), gate.data(), static_cast<int64_t>(gate.size()));
     matMulRows(ctx.threadPool(), gate.data(), count, ffn, w_down->data<float>() + e * ffn * hidden,
                hidden, result.data());
     for (int64_t i = 0; i < count; ++i) {

@@ -362,8 +362,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
       return;
     }
     for (int64_t r = r0; r < r0 + count; ++r)
-      for (int64_t f = 0; f < out_n; ++f)
-        y[r * out_n + f] = activate(activation, h[r * w.n + f]) * h[r * w.n + out_n + f];
+      gatedRow(activation, h + r * w.n, h + r * w.n + out_n, y + r * out_n, out_n);
   });
   return okStatus();
 }

@@ -14,6 +14,7 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "cpu/attend.h"
+#include "cpu/epilogue.h"
 #include "cpu/gemm.h"
 #include "kernel_test_util.h"
 
@@ -278,6 +279,91 @@ TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
     EXPECT_EQ(attendExpForTesting(-104.5f), 0.0f) << cpuIsaName(level);
     EXPECT_EQ(attendExpForTesting(-INFINITY), 0.0f) << cpuIsaName(level);
     EXPECT_TRUE(std::isnan(attendExpForTesting(std::nanf("")))) << cpuIsaName(level);
+  }
+}
+
+// The activations with a vector form (cpu/epilogue.h: silu, sigmoid, gelu_tanh) over float32:
+// every 389th bit pattern of all 2^32 (11 million values, both signs, subnormals, infinities and
+// NaNs among them) in rows of 1 to 37 values (tails of every length). On every level the host
+// runs, activateRow and gatedRow give activate()'s bits (so one value's result never depends on
+// the level or on where its row starts). Against the functions in double, for finite inputs:
+// sigmoid within 3 ulp where the result is normal, within 3 of the smallest subnormal below;
+// silu within 4 ulp down to 2^-118 and within 2^-140 below (where e^v is subnormal or has
+// underflowed: |v| x 2^-149 per unit of e^v's error); gelu_tanh within 4 (|z| + 1) ulp, z its
+// sigmoid's argument, whose float32 rounding the sigmoid carries through.
+TEST(IsaKernelsTest, ActivationsGiveTheScalarBitsAndStayNearDouble) {
+  const std::vector<CpuIsa> levels = cpuIsaLevelsSupported();
+  const Activation activations[] = {Activation::kSilu, Activation::kSigmoid, Activation::kGeluTanh};
+  std::vector<float> x, up;
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 389) {
+    const uint32_t b = static_cast<uint32_t>(bits);
+    float v;
+    std::memcpy(&v, &b, sizeof v);
+    x.push_back(v);
+  }
+  for (float v : {0.0f, -0.0f, INFINITY, -INFINITY, std::nanf(""), -88.7f, -103.97f, -104.0f,
+                  -110.0f, 88.7f, 1e-30f, -1e-30f})
+    x.push_back(v);
+  up.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) up[i] = 0.5f + static_cast<float>(i % 7);
+  auto same = [](float a, float b) {
+    return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+  };
+  for (Activation act : activations) {
+    SCOPED_TRACE("activation " + std::to_string(static_cast<int>(act)));
+    std::vector<float> want(x.size()), got(x.size()), gated(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = activate(act, x[i]);
+    for (CpuIsa level : levels) {
+      IsaCap cap(level);
+      got = x;
+      for (size_t i = 0, len = 1; i < x.size(); i += len, len = len % 37 + 1) {
+        const int64_t n = static_cast<int64_t>(std::min(len, x.size() - i));
+        activateRow(act, got.data() + i, n);
+        gatedRow(act, x.data() + i, up.data() + i, gated.data() + i, n);
+      }
+      int64_t differ = 0, gated_differ = 0;
+      float differ_at = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!same(got[i], want[i])) ++differ, differ_at = x[i];
+        if (!same(gated[i], want[i] * up[i])) ++gated_differ;
+      }
+      EXPECT_EQ(differ, 0) << cpuIsaName(level) << ", e.g. at " << differ_at;
+      EXPECT_EQ(gated_differ, 0) << cpuIsaName(level);
+    }
+    double worst = 0;
+    float worst_at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float v = x[i];
+      if (!std::isfinite(v)) continue;
+      const double d = v;
+      const double sig = 1.0 / (1.0 + std::exp(-d));
+      double exact = 0, slack = 0, floor = std::ldexp(1.0, -126), below = std::ldexp(1.0, -149);
+      switch (act) {
+        case Activation::kSigmoid: exact = sig, slack = 3; break;
+        case Activation::kSilu: exact = d * sig, slack = 4, floor = std::ldexp(1.0, -118),
+                                below = std::ldexp(1.0, -142); break;
+        default: {
+          const double z = 1.5957691216057308 * (d + 0.044715 * d * d * d);
+          exact = d / (1.0 + std::exp(-z)), slack = 4 * (std::fabs(z) + 1);
+        }
+      }
+      const double magnitude = std::fabs(exact);
+      const double ulp =
+          magnitude < floor ? below
+                            : std::ldexp(1.0, std::ilogb(static_cast<float>(magnitude)) - 23);
+      const double error = std::fabs(want[i] - exact) / ulp / slack;
+      if (!(error <= worst)) worst = error, worst_at = v;
+    }
+    EXPECT_LE(worst, 1.0) << "at " << worst_at;
+  }
+  // At the infinities: sigmoid 1 and 0; silu and gelu_tanh of +inf are +inf, of -inf NaN
+  // (-inf x 0, as PyTorch's silu gives).
+  EXPECT_EQ(activate(Activation::kSigmoid, INFINITY), 1.0f);
+  EXPECT_EQ(activate(Activation::kSigmoid, -INFINITY), 0.0f);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    EXPECT_EQ(activate(act, INFINITY), INFINITY);
+    EXPECT_TRUE(std::isnan(activate(act, -INFINITY)));
+    EXPECT_TRUE(std::isnan(activate(act, std::nanf(""))));
   }
 }
 
