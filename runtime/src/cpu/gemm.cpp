@@ -49,13 +49,14 @@ void packPanel(const float* b, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, 
 // sums[r][0 .. strip) (+)= Σ_{k < kc} a[r * lda + k] * panel_strip[k][..] for r < kRows, k
 // ascending; `accumulate` adds to what `sums` holds (an earlier panel of K). Writes `cols`
 // columns.
+// `ahead`: lines asked for into L2 along the way, one per step of k (cpu/prefetch_ahead.h).
 using TileFn = void (*)(const float* a, int64_t lda, const float* strip, int64_t kc, float* sums,
-                        int64_t ldc, int64_t cols, bool accumulate);
+                        int64_t ldc, int64_t cols, bool accumulate, AheadLines ahead);
 
 template <int kRows>
 __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, const float* strip,
                                                   int64_t kc, float* sums, int64_t ldc,
-                                                  int64_t cols, bool accumulate) {
+                                                  int64_t cols, bool accumulate, AheadLines ahead) {
   constexpr int64_t kStrip = 16;
   __m256 c[kRows][2];
   float edge[kRows][kStrip];
@@ -73,6 +74,7 @@ __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, c
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
+    ahead.step(k);
     const __m256 b0 = _mm256_loadu_ps(strip + k * kStrip);
     const __m256 b1 = _mm256_loadu_ps(strip + k * kStrip + 8);
     for (int r = 0; r < kRows; ++r) {
@@ -96,7 +98,8 @@ __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, c
 template <int kRows>
 __attribute__((target("avx512f"))) void tileAvx512(const float* a, int64_t lda, const float* strip,
                                                    int64_t kc, float* sums, int64_t ldc,
-                                                   int64_t cols, bool accumulate) {
+                                                   int64_t cols, bool accumulate,
+                                                   AheadLines ahead) {
   constexpr int64_t kStrip = 32;
   // Column masks of the two 16-lane halves (a partial strip writes only its columns).
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
@@ -113,6 +116,7 @@ __attribute__((target("avx512f"))) void tileAvx512(const float* a, int64_t lda, 
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
+    ahead.step(k);
     const __m512 b0 = _mm512_loadu_ps(strip + k * kStrip);
     const __m512 b1 = _mm512_loadu_ps(strip + k * kStrip + 16);
     for (int r = 0; r < kRows; ++r) {
@@ -227,25 +231,32 @@ void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, in
     for (int64_t k0 = 0; k0 < k_size; k0 += kPanelK) {
       const int64_t kc = std::min(kPanelK, k_size - k0);
       packPanel(b, ldb, k0, kc, n0, nc, strip, panel.data());
-      // The next panel's part of b comes from memory: it is asked for during this panel's
-      // tiles, so that packing it reads from cache.
+      // The next panel's part of b comes from memory: its lines are asked for into L2 a few at
+      // a time between the tiles of this one, so that packing it reads from cache.
       const bool last_k = k0 + kPanelK >= k_size;
       const int64_t next_k0 = last_k ? 0 : k0 + kPanelK, next_n0 = last_k ? n0 + kPanelN : n0;
       const bool has_next = next_n0 < n_size;
-      PrefetchAhead ahead(
-          b + next_k0 * ldb + next_n0, has_next ? std::min(kPanelK, k_size - next_k0) : 0,
-          (has_next ? std::min(kPanelN, n_size - next_n0) : 0) * 4, ldb * 4,
-          (rows + kernels.max_rows - 1) / kernels.max_rows * ((nc + strip - 1) / strip));
+      const int64_t next_kc = std::min(kPanelK, k_size - next_k0);
+      const int64_t next_nc = has_next ? std::min(kPanelN, n_size - next_n0) : 0;
+      const int64_t lines_per_row = (next_nc + 15) / 16,
+                    next_lines = has_next ? next_kc * lines_per_row : 0;
+      const int64_t calls =
+          (rows + kernels.max_rows - 1) / kernels.max_rows * ((nc + strip - 1) / strip);
+      const int64_t per_call = (next_lines + calls - 1) / calls;
+      int64_t line = 0;
       // Row tile by row tile, each over every strip of the panel (in L2); the tile's rows of
       // a stay in L1. (Packing a k-major as well measured no faster here: the kernel already
       // runs near the FMA peak, and the copy cost 15% of a 512 x 768 x 768 product.)
       for (int64_t r0 = 0; r0 < rows; r0 += kernels.max_rows) {
         const int64_t tile_rows = std::min<int64_t>(kernels.max_rows, rows - r0);
         for (int64_t s = 0; s * strip < nc; ++s) {
-          ahead.step();
+          for (const int64_t end = std::min(next_lines, line + per_call); line < end; ++line)
+            __builtin_prefetch(
+                b + (next_k0 + line / lines_per_row) * ldb + next_n0 + (line % lines_per_row) * 16,
+                0, 2);
           kernels.tiles[tile_rows](a + r0 * k_size + k0, k_size, panel.data() + s * kPanelK * strip,
                                    kc, sums + r0 * ldc + n0 + s * strip, ldc,
-                                   std::min(strip, nc - s * strip), k0 > 0);
+                                   std::min(strip, nc - s * strip), k0 > 0, {});
         }
       }
     }
@@ -298,7 +309,7 @@ void stripsGemm(const float* a, int64_t rows, const FloatStrips& strips, int64_t
         kernels.vec(a, strip_at(c, 0), k_size, sums + c, n_size - c);
     for (; c < n_size; c += strip)
       kernels.tiles[rows](a, k_size, strip_at(c, 0), k_size, sums + c, ldc,
-                          std::min(strip, n_size - c), false);
+                          std::min(strip, n_size - c), false, {});
     return;
   }
   // As packedGemm, the panel read in place: K in panels of kPanelK (every sum still adds its
@@ -309,23 +320,23 @@ void stripsGemm(const float* a, int64_t rows, const FloatStrips& strips, int64_t
     for (int64_t k0 = 0; k0 < k_size; k0 += kPanelK) {
       const int64_t kc = std::min(kPanelK, k_size - k0);
       // The next block of the strips (the next panel of K, else the next columns: past n_size
-      // those that follow this call's) is asked for during this block's tiles.
+      // those that follow this call's), asked for during this block's tiles: strip s of it by
+      // the tiles of strip s of this one, a row tile's share each.
       int64_t next_k0 = k0 + kPanelK, next_c0 = c0;
       if (next_k0 >= k_size) next_k0 = 0, next_c0 = c0 + nc;
       const int64_t next_first = (n0 + next_c0) / strip;
       const int64_t next_strips =
           std::max<int64_t>(0, std::min((nc + strip - 1) / strip, strips_total - next_first));
-      const int64_t row_tiles = (rows + kernels.max_rows - 1) / kernels.max_rows;
-      PrefetchAhead ahead(next_strips > 0 ? strip_at(next_c0, next_k0) : strips.data.get(),
-                          next_strips, std::min(kPanelK, k_size - next_k0) * strip * 4,
-                          k_size * strip * 4, row_tiles * ((nc + strip - 1) / strip));
+      const PrefetchAhead ahead(next_strips > 0 ? strip_at(next_c0, next_k0) : strips.data.get(),
+                                next_strips, std::min(kPanelK, k_size - next_k0) * strip * 4,
+                                k_size * strip * 4,
+                                (rows + kernels.max_rows - 1) / kernels.max_rows);
       for (int64_t r0 = 0; r0 < rows; r0 += kernels.max_rows) {
         const int64_t tile_rows = std::min<int64_t>(kernels.max_rows, rows - r0);
-        for (int64_t c = c0; c < c0 + nc; c += strip) {
-          ahead.step();
+        for (int64_t c = c0; c < c0 + nc; c += strip)
           kernels.tiles[tile_rows](a + r0 * k_size + k0, k_size, strip_at(c, k0), kc,
-                                   sums + r0 * ldc + c, ldc, std::min(strip, c0 + nc - c), k0 > 0);
-        }
+                                   sums + r0 * ldc + c, ldc, std::min(strip, c0 + nc - c), k0 > 0,
+                                   ahead.part((c - c0) / strip, r0 / kernels.max_rows));
       }
     }
   }
