@@ -13,9 +13,9 @@
 //    queries x 32 dimensions per tile over 16 rows at a time on AVX2.
 // Each step is the same arithmetic in the same order on both levels, so AVX2 and AVX-512 give
 // the same bits (test/unit/cpu/isa_test.cpp).
-// A paged cache's block two ahead is asked for (into L2) while the current one is read: 1.5x
-// decode after 2,048 tokens on an AVX-512 EPYC over asking for the next one into L1
-// (docs/kv-cache.md).
+// For one or two queries (decode) a paged cache's block two ahead is asked for (into L2) while
+// the current one is read: 1.5x decode after 2,048 tokens on an AVX-512 EPYC over asking for the
+// next one into L1 (docs/kv-cache.md); a prefill chunk asks for nothing ahead (BlockReader).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -84,14 +84,22 @@ inline void prefetchNextBlock(const void* const* blocks, const KvRows& kv, int64
 }
 
 // Block b of `blocks` (keys or values) as float rows: in place for float32, else its first
-// `rows` rows converted into `buffer` (row_stride = head_dim then).
+// `rows` rows converted into `buffer` (row_stride = head_dim then). `ahead`: the walks ask for
+// the blocks ahead of the one they read (prefetchNextBlock), which pays where a row is read for
+// one or two queries (decode) and not where it serves a prefill chunk's: there the rows mostly
+// come from cache and the 64 prefetches per block cost more than they save (a 2,048-token
+// prefill 5-11% faster without them on the Xeon of 2026-12-05, docs/kv-cache.md).
 class BlockReader {
  public:
-  BlockReader(const KvRows& kv, int64_t head_dim, std::vector<float>& buffer)
-      : kv_(kv), head_dim_(head_dim), buffer_(buffer) {
+  BlockReader(const KvRows& kv, int64_t head_dim, bool ahead, std::vector<float>& buffer)
+      : kv_(kv), head_dim_(head_dim), ahead_(ahead), buffer_(buffer) {
     if (kv.dtype != DType::kFloat32) buffer.resize(static_cast<size_t>(kv.block_rows * head_dim));
   }
   const KvRows& kv() const { return kv_; }
+  // The walk of `blocks` over rows [0, n) is at row j0: asks for the blocks ahead if `ahead`.
+  void askAhead(const void* const* blocks, int64_t j0, int64_t n) const {
+    if (ahead_) prefetchNextBlock(blocks, kv_, j0, n, head_dim_);
+  }
   const float* rows(const void* const* blocks, int64_t b, int64_t rows) const {
     const void* block = blocks[b];
     if (kv_.dtype == DType::kFloat32) return static_cast<const float*>(block);
@@ -104,6 +112,7 @@ class BlockReader {
  private:
   const KvRows& kv_;
   int64_t head_dim_;
+  bool ahead_;
   std::vector<float>& buffer_;
 };
 
@@ -114,7 +123,7 @@ template <typename Tile>
 inline void forEachKeyBlock(const BlockReader& reader, int64_t n, int64_t head_dim, Tile&& tile) {
   const KvRows& kv = reader.kv();
   for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
-    prefetchNextBlock(kv.key_blocks, kv, j0, n, head_dim);
+    reader.askAhead(kv.key_blocks, j0, n);
     const int64_t rows = std::min(kv.block_rows, n - j0);
     tile(reader.rows(kv.key_blocks, j0 / kv.block_rows, rows), j0, rows);
   }
@@ -266,7 +275,7 @@ void addValuesAvx2(const float* const* p, const BlockReader& reader, int64_t fro
                    int64_t head_dim, float* const* out) {
   const KvRows& kv = reader.kv();
   for (int64_t j0 = from - from % kv.block_rows; j0 < to; j0 += kv.block_rows) {
-    prefetchNextBlock(kv.value_blocks, kv, j0, to, head_dim);
+    reader.askAhead(kv.value_blocks, j0, to);
     const float* block =
         reader.rows(kv.value_blocks, j0 / kv.block_rows, std::min(kv.block_rows, to - j0));
     addRowsAvx2<kRows>(p, block, kv.row_stride, j0, std::max(j0, from),
@@ -393,7 +402,7 @@ void weightedValues(const float* const* p, const int64_t* counts, const BlockRea
   for (int r = 1; r < kRows; ++r) shared = std::min(shared, counts[r]);
   auto add_rows = [&](int r0, int r1, int64_t from, int64_t to) {
     for (int64_t j0 = from - from % kv.block_rows; j0 < to; j0 += kv.block_rows) {
-      prefetchNextBlock(kv.value_blocks, kv, j0, to, 16 * kVectors);
+      reader.askAhead(kv.value_blocks, j0, to);
       const float* block = reader.rows(kv.value_blocks, j0 / kv.block_rows,
                                        std::min(kv.block_rows, to - j0));
       for (int64_t j = std::max(j0, from); j < std::min(j0 + kv.block_rows, to); ++j) {
@@ -431,7 +440,7 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   scratch.resize(static_cast<size_t>(rows * stride));
   std::vector<const float*> p(static_cast<size_t>(rows));
   thread_local std::vector<float> converted;  // a block of the other dtypes as float
-  const BlockReader reader(kv, head_dim, converted);
+  const BlockReader reader(kv, head_dim, /*ahead=*/rows <= 2, converted);
   std::vector<float*> scores(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) scores[static_cast<size_t>(i)] = scratch.data() + i * stride;
   const bool wide = cpuIsa() >= CpuIsa::kAvx512;
