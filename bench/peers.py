@@ -9,8 +9,9 @@ not committed), saved with save_pretrained. From that one checkpoint:
   `--quantize int4` with groups of 32 (Q4_0's block) and of 128, and (mode "8-bit w8a8")
   `--quantize w8a8` calibrated on eight random 128-token samples, int8 activations per token
   like ONNX Runtime's dynamic int8 (per tensor there); a mode with " kv-f16" after it runs that
-  mode's engine with a float16 KV cache (llama.cpp's default; llmc's is float32), compared with
-  the peers' runs of the mode without it;
+  mode's engine with a float16 KV cache (llama.cpp's default; llmc's is float32), and one with
+  " kv-prefault" has llmc write its KV cache's pages when the generator is created (the peers
+  allocate theirs up front), each compared with the peers' runs of the mode without it;
 - ONNX Runtime runs the same export: float32, int8 from `quantize_dynamic` (per channel), 4-bit
   from `MatMulNBitsQuantizer` (symmetric, blocks of 32, accuracy_level 4: int8 activations, as
   llmc and llama.cpp do); decode feeds the present K/V back as the past (as Optimum's
@@ -150,25 +151,43 @@ def calibration_samples(out_dir):
 
 
 # A mode name ending in KV_F16 runs its base mode's engine with a float16 KV cache (llama.cpp's
-# default; llmc's is float32): the like-for-like comparison of decode at long contexts.
+# default; llmc's is float32): the like-for-like comparison of decode at long contexts. One
+# ending in KV_PREFAULT has llmc write its KV cache's pages when the generator is created, as the
+# peers allocate theirs up front, so that no timed run pays the page faults of blocks that no
+# earlier run used. Suffixes combine ("8-bit kv-f16 kv-prefault").
 KV_F16 = " kv-f16"
+KV_PREFAULT = " kv-prefault"
+SUFFIX_OPTIONS = {KV_F16: ["--kv-cache-dtype", "f16"], KV_PREFAULT: ["--kv-prefault"]}
+
+
+def split_mode(mode):
+    """(engine mode, `llmc bench`'s extra options) of a mode name with its suffixes."""
+    options = []
+    found = True
+    while found:
+        found = False
+        for suffix, flags in SUFFIX_OPTIONS.items():
+            if mode.endswith(suffix):
+                mode, options, found = mode.removesuffix(suffix), flags + options, True
+    return mode, options
 
 
 def bench_options(mode):
     """`llmc bench`'s extra options for a mode."""
-    return ["--kv-cache-dtype", "f16"] if mode.endswith(KV_F16) else []
+    return split_mode(mode)[1]
 
 
 def llmc_engines(llmc, onnx_path, out_dir, wanted):
     modes = {"float32": [], "8-bit": ["--quantize", "int8"], "4-bit": ["--quantize", "int4", "--quant-group", "32"],
              "4-bit g128": ["--quantize", "int4", "--quant-group", "128"],
              "8-bit w8a8": ["--quantize", "w8a8"]}
-    unknown = [name for name in wanted if name.removesuffix(KV_F16) not in modes]
+    unknown = [name for name in wanted if split_mode(name)[0] not in modes]
     if unknown:
-        sys.exit(f"unknown mode(s) {', '.join(unknown)}: the modes are {', '.join(modes)}, each also with{KV_F16}")
+        sys.exit(f"unknown mode(s) {', '.join(unknown)}: the modes are {', '.join(modes)}, each also with"
+                 f" '{KV_F16}' and/or '{KV_PREFAULT}'")
     engines = {}
     for name in wanted:
-        base = name.removesuffix(KV_F16)
+        base = split_mode(name)[0]
         flags = modes[base]
         if base == "8-bit w8a8":
             flags = flags + ["--calib-dir", calibration_samples(out_dir)]
@@ -347,7 +366,8 @@ def main():
     parser.add_argument("--modes", default="float32,8-bit,4-bit,4-bit g128",
                         help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128, 8-bit w8a8 (compared with the"
                         " peers' 8-bit models: ONNX Runtime's quantize_dynamic quantizes activations to 8 bits too);"
-                        f" any of them with '{KV_F16}' runs llmc with a float16 KV cache, as llama.cpp's default."
+                        f" any of them with '{KV_F16}' runs llmc with a float16 KV cache, as llama.cpp's default,"
+                        f" and with '{KV_PREFAULT}' has llmc write its KV cache's pages when it is created."
                         " A mode with a suffix is compared with the peers' runs of its base mode, which must be"
                         " listed too")
     args = parser.parse_args()

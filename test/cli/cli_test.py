@@ -674,6 +674,17 @@ class CliTest(unittest.TestCase):
                              "--kv-cache-dtype", "bf16", "--print-ids")
         self.assertEqual(code, 0, err)
         self.assertEqual(len(out.split()), 4)
+        # A cache whose pages are written when it is created gives the same tokens.
+        code, lazy, err = run("generate", engine, "--prompt-ids", "1,2,3", "--max-new-tokens", "5", "--print-ids")
+        self.assertEqual(code, 0, err)
+        code, eager, err = run("generate", engine, "--prompt-ids", "1,2,3", "--max-new-tokens", "5", "--print-ids",
+                               "--kv-prefault")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(eager, lazy)
+        code, out, err = run("bench", engine, "--context", "8", "--new-tokens", "2", "--repeat", "1", "--kv-only",
+                             "--kv-prefault")
+        self.assertEqual(code, 0, err)
+        self.assertIn("its pages written when created (--kv-prefault)", out)
         code, _, err = run("bench", engine, "--context", "60")
         self.assert_one_error(code, err, 2, "exceeds the engine's context of 64")
 

@@ -40,16 +40,23 @@ struct Measured {
   uint64_t derived_bytes = 0;  // the weights repacked for the CPU's kernels (prepack_weights)
 };
 
+// How the generators store their KV cache (--kv-cache-dtype, --kv-prefault).
+struct KvChoice {
+  DType dtype = DType::kFloat32;
+  bool prefault = false;
+};
+
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 Status measure(std::shared_ptr<const Engine> engine, const SessionOptions& session, bool kv_cache,
-               DType kv_dtype, const std::vector<int32_t>& prompt, int32_t new_tokens, int repeat,
-               Measured* out) {
+               const KvChoice& kv, const std::vector<int32_t>& prompt, int32_t new_tokens,
+               int repeat, Measured* out) {
   GeneratorConfig config;
   config.use_kv_cache = kv_cache;
-  config.kv_cache_dtype = kv_dtype;
+  config.kv_cache_dtype = kv.dtype;
+  config.kv_cache_prefault = kv.prefault;
   config.session = session;
   std::unique_ptr<Generator> generator;
   const auto start = std::chrono::steady_clock::now();
@@ -93,11 +100,12 @@ struct BatchedRun {
 };
 
 Status measureBatched(std::shared_ptr<const Engine> engine, const SessionOptions& session,
-                      DType kv_dtype, const std::vector<int32_t>& prompt, int32_t new_tokens,
+                      const KvChoice& kv, const std::vector<int32_t>& prompt, int32_t new_tokens,
                       int requests, int repeat, BatchedRun* out) {
   BatchConfig config;
   config.max_running = requests;
-  config.kv_cache_dtype = kv_dtype;
+  config.kv_cache_dtype = kv.dtype;
+  config.kv_cache_prefault = kv.prefault;
   config.session = session;
   const int64_t block = 16;  // headroom: a block per request beyond its tokens
   config.kv_cache_tokens = static_cast<int64_t>(requests) *
@@ -160,7 +168,7 @@ int runBench(const std::vector<std::string>& args) {
   bool skip_full = false;
   int64_t batch_requests = 0;
   SessionOptions session_options;
-  DType kv_dtype = DType::kFloat32;
+  KvChoice kv_choice;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     Status value;
@@ -173,7 +181,9 @@ int runBench(const std::vector<std::string>& args) {
     } else if (arg == "--batch") {
       value = intOption(args, &i, 1, 256, &batch_requests);
     } else if (arg == "--kv-cache-dtype") {
-      value = kvCacheDtypeOption(args, &i, &kv_dtype);
+      value = kvCacheDtypeOption(args, &i, &kv_choice.dtype);
+    } else if (arg == "--kv-prefault") {
+      kv_choice.prefault = true;
     } else if (arg == "--kv-only") {
       skip_full = true;
     } else if (std::string flag_error; parseSessionFlag(args, &i, &session_options, &flag_error)) {
@@ -210,15 +220,16 @@ int runBench(const std::vector<std::string>& args) {
   for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
 
   Measured kv, full;
-  status = measure(engine, session_options, true, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
-                   static_cast<int>(repeat), &kv);
+  status = measure(engine, session_options, true, kv_choice, prompt,
+                   static_cast<int32_t>(new_tokens), static_cast<int>(repeat), &kv);
   if (status.ok() && !skip_full)
-    status = measure(engine, session_options, false, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
-                     static_cast<int>(repeat), &full);
+    status = measure(engine, session_options, false, kv_choice, prompt,
+                     static_cast<int32_t>(new_tokens), static_cast<int>(repeat), &full);
   BatchedRun batched;
   if (status.ok() && batch_requests > 0)
-    status = measureBatched(engine, session_options, kv_dtype, prompt, static_cast<int32_t>(new_tokens),
-                            static_cast<int>(batch_requests), static_cast<int>(repeat), &batched);
+    status =
+        measureBatched(engine, session_options, kv_choice, prompt, static_cast<int32_t>(new_tokens),
+                       static_cast<int>(batch_requests), static_cast<int>(repeat), &batched);
   if (!status.ok()) return reportError("bench", status);
 
   const int threads = session_options.threads > 0 ? session_options.threads : defaultThreadCount();
@@ -226,10 +237,12 @@ int runBench(const std::vector<std::string>& args) {
   std::printf("engine %s: %d layers, %d/%d heads of %d, vocab %lld\n", engine_path.c_str(),
               llm->num_layers, llm->num_heads, llm->num_kv_heads, llm->head_dim,
               static_cast<long long>(llm->vocab_size));
-  std::printf("prompt %lld tokens, %lld new tokens (greedy), %lld runs after one warm-up; KV "
-              "cache %s; median [min, max]\n",
-              static_cast<long long>(context), static_cast<long long>(new_tokens),
-              static_cast<long long>(repeat), kvDTypeName(kv_dtype));
+  std::printf(
+      "prompt %lld tokens, %lld new tokens (greedy), %lld runs after one warm-up; KV "
+      "cache %s%s; median [min, max]\n",
+      static_cast<long long>(context), static_cast<long long>(new_tokens),
+      static_cast<long long>(repeat), kvDTypeName(kv_choice.dtype),
+      kv_choice.prefault ? ", its pages written when created (--kv-prefault)" : "");
   std::printf("%-20s %28s %30s\n", "mode", "time to first token (ms)", "decode (tokens/s)");
   auto row = [](const char* name, const Measured& m) {
     Summary t = summarize(m.ttft_ms), d = summarize(m.decode_tps);

@@ -88,6 +88,8 @@ int runGenerate(const std::vector<std::string>& args) {
       if (!flag_error.empty()) return usageError("generate", flag_error);
     } else if (arg == "--kv-cache-dtype" || arg == "--kv-cache") {
       value = kvCacheDtypeOption(args, &i, &config.kv_cache_dtype);
+    } else if (arg == "--kv-prefault") {
+      config.kv_cache_prefault = true;
     } else if (arg == "--no-kv-cache") {
       config.use_kv_cache = false;
     } else if (arg == "--kv-cache-tokens") {  // bounded so that rounding to blocks cannot overflow

@@ -86,6 +86,8 @@ int runServe(const std::vector<std::string>& args) {
       value = intOption(args, &i, 1, int64_t{1} << 32, &options.batch.kv_cache_tokens);
     } else if (arg == "--kv-cache-dtype") {
       value = kvCacheDtypeOption(args, &i, &options.batch.kv_cache_dtype);
+    } else if (arg == "--kv-prefault") {
+      options.batch.kv_cache_prefault = true;
     } else if (arg == "--drift-window") {
       value = intOption(args, &i, 1, int64_t{1} << 24, &options.drift_window_tokens);
     } else if (arg == "--drift-min-tokens") {

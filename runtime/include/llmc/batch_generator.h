@@ -37,7 +37,8 @@ struct BatchConfig {
   // float32, float16, bfloat16, int8 or uint8 (FP8 E4M3 codes), the 8-bit ones with a float32
   // scale per token and KV head
   DType kv_cache_dtype = DType::kFloat32;
-  SessionOptions session;                  // the backend the steps run on
+  bool kv_cache_prefault = false;  // as GeneratorConfig::kv_cache_prefault
+  SessionOptions session;          // the backend the steps run on
 };
 
 // The KV cache's state, for monitoring (a server's metrics).

@@ -95,6 +95,12 @@ struct GeneratorConfig {
   // kKvCacheFp8 (FP8 E4M3 codes) for a quarter plus a float32 scale per token and KV head
   // (attention still computes in float32).
   DType kv_cache_dtype = DType::kFloat32;
+  // true: every page of the cache's host storage is written when the generator is created, so
+  // that no request pays a page fault for a block that no earlier request used (what a server
+  // wants for steady first-request latency; creation then costs the whole cache's faults, and
+  // the cache holds its whole capacity in memory from the start). false: pages are mapped as
+  // blocks are first written.
+  bool kv_cache_prefault = false;
   // The backend the model's steps run on (Backend::kAuto: the engine's target).
   SessionOptions session;
   // On the CUDA backend over the KV cache, generate() chooses tokens on the GPU (greedy,

@@ -75,7 +75,9 @@ Status KvStorage::allocate(const KvCacheSpec& spec, StoragePtr* storage) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t rounded = (bytes + page - 1) / page * page;
   if (rounded < bytes) return resourceExhausted("KV cache of " + std::to_string(bytes) + " bytes");
-  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const int populate = spec.prefault ? MAP_POPULATE : 0;
+  void* memory =
+      mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
   if (memory == MAP_FAILED) {
     return resourceExhausted("cannot allocate the KV cache: " + std::to_string(spec.num_blocks) +
                              " blocks of " + std::to_string(spec.bytesPerBlock()) + " bytes");

@@ -28,6 +28,10 @@ struct KvCacheSpec {
   DType dtype = DType::kFloat16;  // float32, float16, bfloat16, int8, or uint8 (FP8 E4M3 codes)
   int32_t block_size = 16;        // tokens per block
   int64_t num_blocks = 0;
+  // Every page of the storage written once when it is allocated (MAP_POPULATE) instead of when
+  // a block is first used: creation costs the whole cache's page faults, and later requests
+  // none (GeneratorConfig::kv_cache_prefault).
+  bool prefault = false;
 
   // Checks every field, including that the whole storage size fits in int64 and size_t.
   Status validate() const;

@@ -98,7 +98,8 @@ Status BatchGenerator::create(std::shared_ptr<const Engine> engine, const BatchC
     s.engine = engine;
     s.config = config;
     LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &s.runner,
-                                           config.kv_cache_dtype, config.session));
+                                           config.kv_cache_dtype, config.session,
+                                           config.kv_cache_prefault));
     *out = std::move(generator);
     return okStatus();
   });

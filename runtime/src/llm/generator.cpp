@@ -153,7 +153,8 @@ Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorCo
       state->vocab = llm->vocab_size;
       if (config.use_kv_cache)
         LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &state->runner,
-                                               config.kv_cache_dtype, config.session));
+                                               config.kv_cache_dtype, config.session,
+                                               config.kv_cache_prefault));
     }
     // Full recomputation runs its own session; the KV-cache path runs the runner's.
     if (!state->runner)

@@ -33,7 +33,7 @@ Status copyLogitsRow(const Tensor& logits, int64_t row, std::vector<float>* out)
 
 Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
                          std::unique_ptr<LlmRunner>* out, DType kv_dtype,
-                         const SessionOptions& session_options) {
+                         const SessionOptions& session_options, bool kv_prefault) {
   if (!engine || !engine->llmConfig())
     return invalidArgument("LlmRunner needs an engine compiled as a language model");
   const LlmConfig& config = *engine->llmConfig();
@@ -48,6 +48,7 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
                            " is not supported (float32, float16, bfloat16, int8, or uint8 for fp8)");
   spec.dtype = kv_dtype;
   spec.block_size = 16;
+  spec.prefault = kv_prefault;
   LLMC_RETURN_IF_ERROR(Session::create(engine, session_options, &runner->session_));
   if (kv_cache_tokens <= 0) {
     // A backend with its own copy of the cache (the CUDA backend's device pools: float32

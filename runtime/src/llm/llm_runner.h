@@ -25,9 +25,10 @@ class LlmRunner {
   // `kv_cache_tokens`: capacity of the cache in tokens (all sequences together), rounded up
   // to whole blocks; 0 picks 4 x max_context, at most 1 GiB of cache.
   // `kv_dtype`: float32, float16 or bfloat16 storage (attention computes in float).
+  // `kv_prefault`: the cache's pages written when it is created (KvCacheSpec::prefault).
   static Status create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
                        std::unique_ptr<LlmRunner>* out, DType kv_dtype = DType::kFloat32,
-                       const SessionOptions& session_options = {});
+                       const SessionOptions& session_options = {}, bool kv_prefault = false);
 
   const LlmConfig& config() const { return *engine_->llmConfig(); }
   KvCache& cache() { return *cache_; }

@@ -4,6 +4,8 @@
 #include "llm/kv_cache.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -176,6 +178,37 @@ TEST(KvCacheSpecTest, CreateRejectsBadSpecAndAlignsStorage) {
   EXPECT_EQ(stats.free_blocks, 5);
   EXPECT_EQ(stats.used_blocks, 0);
   EXPECT_EQ(stats.cached_blocks, 0);
+}
+
+// The share of the storage's pages that are resident (mincore).
+double residentShare(KvCache& cache) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t pages = (static_cast<size_t>(cache.storageBytes()) + page - 1) / page;
+  std::vector<unsigned char> resident(pages);
+  EXPECT_EQ(mincore(cache.storage(), pages * page, resident.data()), 0);
+  size_t count = 0;
+  for (unsigned char r : resident) count += r & 1;
+  return static_cast<double>(count) / static_cast<double>(pages);
+}
+
+TEST(KvCacheSpecTest, PrefaultWritesEveryPageWhenCreatedAndOnlyThen) {
+  KvCacheSpec spec = smallSpec(2048);  // 512 bytes a block: 1 MiB, 256 pages of 4 KiB
+  std::unique_ptr<KvCache> lazy;
+  ASSERT_OK(KvCache::create(spec, &lazy));
+  EXPECT_EQ(residentShare(*lazy), 0.0) << "a lazily mapped cache has no page before a write";
+  spec.prefault = true;
+  std::unique_ptr<KvCache> eager;
+  ASSERT_OK(KvCache::create(spec, &eager));
+  EXPECT_EQ(residentShare(*eager), 1.0) << "a prefaulted cache has every page at creation";
+  const float* values = static_cast<const float*>(eager->storage());
+  for (int64_t i = 0; i < eager->storageBytes() / 4; ++i) ASSERT_EQ(values[i], 0.0f) << i;
+  // Both work alike.
+  for (KvCache* cache : {lazy.get(), eager.get()}) {
+    int64_t cached = -1;
+    const std::vector<int32_t> tokens(9, 7);
+    ASSERT_OK(cache->addSequence(1, tokens, &cached));
+    EXPECT_EQ(cache->stats().used_blocks, 3);
+  }
 }
 
 // ---- Basic operations
