@@ -88,7 +88,7 @@ inline void prefetchNextBlock(const void* const* blocks, const KvRows& kv, int64
 // the blocks ahead of the one they read (prefetchNextBlock), which pays where a row is read for
 // one or two queries (decode) and not where it serves a prefill chunk's: there the rows mostly
 // come from cache and the 64 prefetches per block cost more than they save (a 2,048-token
-// prefill 5-11% faster without them on the Xeon of 2026-12-05, docs/kv-cache.md).
+// prefill 9-14% faster without them on the Xeon of 2026-12-05, docs/kv-cache.md).
 class BlockReader {
  public:
   BlockReader(const KvRows& kv, int64_t head_dim, bool ahead, std::vector<float>& buffer)
@@ -120,7 +120,7 @@ class BlockReader {
 // float), the index of that row, and how many of its rows are below n; the next block is
 // prefetched.
 template <typename Tile>
-inline void forEachKeyBlock(const BlockReader& reader, int64_t n, int64_t head_dim, Tile&& tile) {
+inline void forEachKeyBlock(const BlockReader& reader, int64_t n, Tile&& tile) {
   const KvRows& kv = reader.kv();
   for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
     reader.askAhead(kv.key_blocks, j0, n);
@@ -135,7 +135,7 @@ void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const Bl
               float* s) {
   const KvRows& kv = reader.kv();
   const __m256 scales = _mm256_set1_ps(scale);
-  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
+  forEachKeyBlock(reader, n, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
     for (; j + 8 <= rows; j += 8) {
       // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
@@ -231,7 +231,7 @@ void scoreQueriesAvx2(const float* const* q, int64_t n, int64_t head_dim, float 
                       const BlockReader& reader, float* const* s) {
   const KvRows& kv = reader.kv();
   const __m256 scales = _mm256_set1_ps(scale);
-  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
+  forEachKeyBlock(reader, n, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
     for (; j + 4 <= rows; j += 4)
       scoreTileAvx2(q, block + j * kv.row_stride, kv.row_stride, head_dim, scales, s, j0 + j);
@@ -352,7 +352,7 @@ void scoreQueries(const float* const* q, int64_t n, int64_t head_dim, float scal
     }
     pairs[p] = interleaved[p];
   }
-  forEachKeyBlock(reader, n, head_dim, [&](const float* block, int64_t j0, int64_t rows) {
+  forEachKeyBlock(reader, n, [&](const float* block, int64_t j0, int64_t rows) {
     int64_t j = 0;
     for (; j + 8 <= rows; j += 8)
       scoreTile<kPairs, 8>(pairs, block + j * kv.row_stride, kv.row_stride, head_dim, scales, s,
