@@ -415,10 +415,11 @@ class Generator:
 
     def __init__(self, engine: Engine, *, threads: int = 0, backend: str = "auto",
                  kv_cache: bool = True, kv_cache_tokens: int = 0,
-                 kv_cache_dtype: str = "f32") -> None:
+                 kv_cache_dtype: str = "f32", kv_cache_prefault: bool = False) -> None:
         self.engine = engine
         self._generator = _llmc.Generator.create(engine._engine, backend, threads, kv_cache,
-                                                 kv_cache_tokens, kv_cache_dtype)
+                                                 kv_cache_tokens, kv_cache_dtype,
+                                                 kv_cache_prefault)
         self._tokenizer = engine.tokenizer
 
     @property

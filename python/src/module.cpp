@@ -388,16 +388,18 @@ struct PyGenerator {
 
 std::unique_ptr<PyGenerator> makeGenerator(const PyEngine& engine, const std::string& backend,
                                            int threads, bool use_kv_cache, int64_t kv_cache_tokens,
-                                           const std::string& kv_cache_dtype) {
+                                           const std::string& kv_cache_dtype,
+                                           bool kv_cache_prefault) {
   GeneratorConfig config;
   config.session = sessionOptions(backend, threads);
   config.use_kv_cache = use_kv_cache;
   if (kv_cache_tokens < 0)
     throw StatusError{invalidArgument("kv_cache_tokens takes 0 (the default size) or more")};
   config.kv_cache_tokens = kv_cache_tokens;
-  if (!cli::kvCacheDtypeFromName(kv_cache_dtype, &config.kv_cache_dtype))
-    throw StatusError{invalidArgument(std::string("kv_cache_dtype takes ") +
-                                      cli::kKvCacheDtypeNames + ", got '" + kv_cache_dtype + "'")};
+  if (!kvCacheDtypeFromName(kv_cache_dtype, &config.kv_cache_dtype))
+    throw StatusError{invalidArgument(std::string("kv_cache_dtype takes ") + kKvCacheDtypeNames +
+                                      ", got '" + kv_cache_dtype + "'")};
+  config.kv_cache_prefault = kv_cache_prefault;
   auto out = std::make_unique<PyGenerator>();
   out->engine = engine.engine;
   Status status;
@@ -666,7 +668,8 @@ NB_MODULE(_llmc, m) {
 
   nb::class_<PyGenerator>(m, "Generator")
       .def_static("create", &makeGenerator, "engine"_a, "backend"_a = "auto", "threads"_a = 0,
-                  "use_kv_cache"_a = true, "kv_cache_tokens"_a = 0, "kv_cache_dtype"_a = "f32")
+                  "use_kv_cache"_a = true, "kv_cache_tokens"_a = 0, "kv_cache_dtype"_a = "f32",
+                  "kv_cache_prefault"_a = false)
       .def(
           "generate",
           [](PyGenerator& self, const std::vector<int32_t>& prompt, int32_t max_new_tokens,

@@ -12,10 +12,12 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -57,6 +59,22 @@ static size_t parseIds(const char* text, int32_t* ids, size_t capacity) {
 
 /* Streaming: the text pieces and the ids the callback saw; cancels after `stop_after` tokens
  * (0: never). */
+/* This process's resident memory in bytes (/proc/self/statm), -1 when unreadable. */
+static long residentBytes(void) {
+  FILE* f = fopen("/proc/self/statm", "r");
+  long pages = -1, resident = -1;
+  if (!f) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  fclose(f);
+  return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
+}
+
+/* Whether a result holds exactly these ids. */
+static int hasIds(const llmc_generation_result* result, const int32_t* ids, size_t count) {
+  return llmc_generation_result_token_count(result) == count &&
+         memcmp(llmc_generation_result_tokens(result), ids, count * sizeof(int32_t)) == 0;
+}
+
 typedef struct {
   char text[4096];
   size_t length;
@@ -337,6 +355,69 @@ int main(int argc, char** argv) {
   llmc_generation_result_free(result);
 
   llmc_generator_free(generator);
+
+  /* Generator options added after the first release (kv_cache_dtype, kv_cache_prefault): taken
+   * when set, refused with a message when wrong, and their defaults for a caller whose
+   * struct_size ends before them. A prefaulted cache of 8,192 tokens is resident at creation; a
+   * lazy one is not. */
+  llmc_generator_options cache_options = llmc_generator_options_default();
+  cache_options.kv_cache_tokens = 8192;
+  long before = residentBytes();
+  llmc_generator* lazy = NULL;
+  require(llmc_generator_create(engine, &cache_options, &lazy), "create a lazy generator");
+  const long lazy_growth = residentBytes() - before;
+  cache_options.kv_cache_prefault = 1;
+  before = residentBytes();
+  llmc_generator* eager = NULL;
+  require(llmc_generator_create(engine, &cache_options, &eager), "create a prefaulted generator");
+  const long eager_growth = residentBytes() - before;
+  printf("  resident growth at creation: lazy %ld KiB, prefaulted %ld KiB\n", lazy_growth / 1024,
+         eager_growth / 1024);
+  check(eager_growth >= 12L << 20 && lazy_growth < eager_growth / 4,
+        "kv_cache_prefault = 1 writes the cache's pages at creation; 0 does not");
+  result = NULL;
+  require(llmc_generator_generate(eager, prompt, prompt_length, &options, NULL, NULL, &result),
+          "generate over the prefaulted cache");
+  check(hasIds(result, expected, expected_length), "a prefaulted cache gives the same ids");
+  llmc_generation_result_free(result);
+  llmc_generator_free(eager);
+  llmc_generator_free(lazy);
+  cache_options = llmc_generator_options_default();
+  cache_options.kv_cache_dtype = "f16";
+  llmc_generator* half = NULL;
+  require(llmc_generator_create(engine, &cache_options, &half), "create a float16-cache generator");
+  result = NULL;
+  require(llmc_generator_generate(half, prompt, prompt_length, &options, NULL, NULL, &result),
+          "generate over a float16 cache");
+  check(llmc_generation_result_token_count(result) > 0, "a float16 cache generates");
+  llmc_generation_result_free(result);
+  llmc_generator_free(half);
+  cache_options.kv_cache_dtype = "f64";
+  llmc_generator* none = NULL;
+  checkError(llmc_generator_create(engine, &cache_options, &none), LLMC_INVALID_ARGUMENT,
+             "kv_cache_dtype takes f32, f16, bf16, int8 or fp8, got 'f64'",
+             "an unknown kv_cache_dtype: INVALID_ARGUMENT naming it");
+  check(none == NULL, "a refused generator is not written");
+  /* A struct from the first release's header (it ended after kv_cache_tokens), with garbage
+   * where the later fields would be: they keep their defaults. */
+  cache_options.kv_cache_prefault = 1;
+  cache_options.struct_size = offsetof(llmc_generator_options, kv_cache_dtype);
+  before = residentBytes();
+  require(llmc_generator_create(engine, &cache_options, &none),
+          "create a generator from a first-release struct");
+  check(residentBytes() - before < eager_growth / 4,
+        "fields past a first-release struct_size are not read (the cache stays lazy)");
+  result = NULL;
+  require(llmc_generator_generate(none, prompt, prompt_length, &options, NULL, NULL, &result),
+          "generate from a first-release struct");
+  check(hasIds(result, expected, expected_length),
+        "a first-release struct gives the default float32 cache's ids");
+  llmc_generation_result_free(result);
+  llmc_generator_free(none);
+  cache_options.struct_size = offsetof(llmc_generator_options, kv_cache_tokens);
+  checkError(llmc_generator_create(engine, &cache_options, &none), LLMC_INVALID_ARGUMENT,
+             "struct_size", "generator options smaller than the first release's: refused");
+
   llmc_tokenizer_free(own);
   llmc_engine_free(engine);
   /* Freeing NULL is allowed. */

@@ -2,6 +2,7 @@
 streaming, cancellation, the GIL, tokenizer and chat templates, errors."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -240,6 +241,29 @@ def test_generate_ids_and_kv_cache_agree(demo_engine):
     assert cached.tokens == full.tokens and len(cached.tokens) == 24
     assert cached.finish_reason == "length"
     assert engine.tokenizer.decode(cached.tokens, skip_special_tokens=True) == cached.text
+
+
+def _resident_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGESIZE")
+
+
+def test_generator_kv_cache_prefault_and_dtype(demo_engine):
+    """kv_cache_prefault=True writes the cache's pages when the generator is created (a lazy
+    cache holds none of them then) and generates the same tokens; kv_cache_dtype is checked."""
+    engine = llmc.Engine(demo_engine)
+    ids = engine.tokenizer.encode("In the beginning")
+    before = _resident_bytes()
+    lazy = llmc.Generator(engine, kv_cache_tokens=8192)
+    lazy_growth = _resident_bytes() - before
+    before = _resident_bytes()
+    eager = llmc.Generator(engine, kv_cache_tokens=8192, kv_cache_prefault=True)
+    eager_growth = _resident_bytes() - before
+    assert eager_growth >= 12 << 20 and lazy_growth < eager_growth / 4, (lazy_growth, eager_growth)
+    assert eager.generate(ids, max_new_tokens=16, stop_token_ids=[]).tokens == \
+        lazy.generate(ids, max_new_tokens=16, stop_token_ids=[]).tokens
+    with pytest.raises(llmc.InvalidArgumentError, match="kv_cache_dtype takes .*got 'f64'"):
+        llmc.Generator(engine, kv_cache_dtype="f64")
 
 
 def test_stream(demo_engine):

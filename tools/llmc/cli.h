@@ -113,25 +113,6 @@ inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
   return true;
 }
 
-// The KV cache's storage by name: f32, f16, bf16, int8 or fp8 (the CLI's --kv-cache-dtype and
-// the Python package's kv_cache_dtype); false when unknown.
-inline bool kvCacheDtypeFromName(std::string_view name, DType* out) {
-  if (name == "f32")
-    *out = DType::kFloat32;
-  else if (name == "f16")
-    *out = DType::kFloat16;
-  else if (name == "bf16")
-    *out = DType::kBFloat16;
-  else if (name == "int8")
-    *out = DType::kInt8;
-  else if (name == "fp8")
-    *out = kKvCacheFp8;
-  else
-    return false;
-  return true;
-}
-inline constexpr const char* kKvCacheDtypeNames = "f32, f16, bf16, int8 or fp8";
-
 // `--kv-cache-dtype f32|f16|bf16|int8|fp8` (generate, bench, serve): the KV cache's storage.
 inline Status kvCacheDtypeOption(const std::vector<std::string>& args, size_t* i, DType* out) {
   const std::string option = args[*i];

@@ -211,6 +211,10 @@ typedef struct llmc_generator_options {
   llmc_session_options session;
   int use_kv_cache;        /* 0: full recomputation even on a language-model engine */
   int64_t kv_cache_tokens; /* 0: 4 x the engine's context, at most 1 GiB */
+  /* Fields added after the first release: a caller whose struct_size ends before one gets its
+   * default. */
+  const char* kv_cache_dtype; /* NULL or "f32" (the default), "f16", "bf16", "int8", "fp8" */
+  int kv_cache_prefault;      /* 1: every page of the cache written at creation (default 0) */
 } llmc_generator_options;
 LLMC_C_EXPORT llmc_generator_options llmc_generator_options_default(void);
 

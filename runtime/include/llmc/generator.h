@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llmc/engine.h"
@@ -83,6 +84,25 @@ using SampledTokenCallback = std::function<bool(const SampledToken& token)>;
 
 // The KV-cache dtype that stores FP8 E4M3 codes (llmc has no float8 dtype: its codes are uint8).
 inline constexpr DType kKvCacheFp8 = DType::kUInt8;
+
+// The KV cache's storage by name: f32, f16, bf16, int8 or fp8 (the CLI's --kv-cache-dtype, the
+// Python package's and the C API's kv_cache_dtype); false when unknown.
+inline bool kvCacheDtypeFromName(std::string_view name, DType* out) {
+  if (name == "f32")
+    *out = DType::kFloat32;
+  else if (name == "f16")
+    *out = DType::kFloat16;
+  else if (name == "bf16")
+    *out = DType::kBFloat16;
+  else if (name == "int8")
+    *out = DType::kInt8;
+  else if (name == "fp8")
+    *out = kKvCacheFp8;
+  else
+    return false;
+  return true;
+}
+inline constexpr const char* kKvCacheDtypeNames = "f32, f16, bf16, int8 or fp8";
 
 struct GeneratorConfig {
   // false: full recomputation even on a language-model engine (what `llmc bench` compares

@@ -3,6 +3,7 @@
 #include "llmc/c_api.h"
 
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -434,8 +435,8 @@ int32_t llmc_tokenizer_bos_id(const llmc_tokenizer* tokenizer) {
 // ----- Generation -----
 
 llmc_generator_options llmc_generator_options_default(void) {
-  return llmc_generator_options{sizeof(llmc_generator_options), llmc_session_options_default(), 1,
-                                0};
+  return llmc_generator_options{
+      sizeof(llmc_generator_options), llmc_session_options_default(), 1, 0, nullptr, 0};
 }
 
 llmc_generation_options llmc_generation_options_default(void) {
@@ -463,7 +464,13 @@ llmc_status* llmc_generator_create(const llmc_engine* engine, const llmc_generat
     if (!out) return nullArgument("llmc_generator_create", "out");
     llmc::GeneratorConfig config;
     if (options) {
-      if (options->struct_size < sizeof(llmc_generator_options))
+      // The first release's struct ended after kv_cache_tokens; later fields need the size.
+      const size_t first_release =
+          offsetof(llmc_generator_options, kv_cache_tokens) + sizeof(int64_t);
+      auto covers = [&](size_t offset, size_t size) {
+        return options->struct_size >= offset + size;
+      };
+      if (options->struct_size < first_release)
         return llmc::invalidArgument(
             "llmc_generator_create: llmc_generator_options.struct_size is too small (take the "
             "options from llmc_generator_options_default())");
@@ -473,6 +480,14 @@ llmc_status* llmc_generator_create(const llmc_engine* engine, const llmc_generat
       if (options->kv_cache_tokens < 0)
         return llmc::invalidArgument("llmc_generator_create: kv_cache_tokens is negative");
       config.kv_cache_tokens = options->kv_cache_tokens;
+      if (covers(offsetof(llmc_generator_options, kv_cache_dtype), sizeof(const char*)) &&
+          options->kv_cache_dtype &&
+          !llmc::kvCacheDtypeFromName(options->kv_cache_dtype, &config.kv_cache_dtype))
+        return llmc::invalidArgument(std::string("llmc_generator_create: kv_cache_dtype takes ") +
+                                     llmc::kKvCacheDtypeNames + ", got '" +
+                                     options->kv_cache_dtype + "'");
+      if (covers(offsetof(llmc_generator_options, kv_cache_prefault), sizeof(int)))
+        config.kv_cache_prefault = options->kv_cache_prefault != 0;
     }
     auto generator = std::make_unique<llmc_generator>();
     generator->engine = engine->engine;
