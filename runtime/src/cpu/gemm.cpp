@@ -53,24 +53,25 @@ void packPanel(const float* b, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, 
 using TileFn = void (*)(const float* a, int64_t lda, const float* strip, int64_t kc, float* sums,
                         int64_t ldc, int64_t cols, bool accumulate, AheadLines ahead);
 
+// The sums live in registers across the loop: an earlier form staged partial strips through a
+// stack array, and GCC 12 then kept every accumulator in memory too, storing all twelve on
+// each step of k (half of the FMA peak; masked loads and stores keep them in registers).
 template <int kRows>
 __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, const float* strip,
                                                   int64_t kc, float* sums, int64_t ldc,
                                                   int64_t cols, bool accumulate, AheadLines ahead) {
   constexpr int64_t kStrip = 16;
+  // Column masks of the two 8-lane halves (a partial strip reads and writes only its columns).
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols)), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols) - 8), lane);
   __m256 c[kRows][2];
-  float edge[kRows][kStrip];
   for (int r = 0; r < kRows; ++r) {
-    if (!accumulate) {
-      c[r][0] = c[r][1] = _mm256_setzero_ps();
-    } else if (cols == kStrip) {
-      c[r][0] = _mm256_loadu_ps(sums + r * ldc);
-      c[r][1] = _mm256_loadu_ps(sums + r * ldc + 8);
+    if (accumulate) {
+      c[r][0] = _mm256_maskload_ps(sums + r * ldc, m0);
+      c[r][1] = _mm256_maskload_ps(sums + r * ldc + 8, m1);
     } else {
-      std::fill(edge[r], edge[r] + kStrip, 0.0f);
-      std::memcpy(edge[r], sums + r * ldc, static_cast<size_t>(cols) * sizeof(float));
-      c[r][0] = _mm256_loadu_ps(edge[r]);
-      c[r][1] = _mm256_loadu_ps(edge[r] + 8);
+      c[r][0] = c[r][1] = _mm256_setzero_ps();
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
@@ -78,20 +79,14 @@ __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, c
     const __m256 b0 = _mm256_loadu_ps(strip + k * kStrip);
     const __m256 b1 = _mm256_loadu_ps(strip + k * kStrip + 8);
     for (int r = 0; r < kRows; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
+      const __m256 x = _mm256_set1_ps(a[r * lda + k]);
       c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);
       c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
-    if (cols == kStrip) {
-      _mm256_storeu_ps(sums + r * ldc, c[r][0]);
-      _mm256_storeu_ps(sums + r * ldc + 8, c[r][1]);
-    } else {
-      _mm256_storeu_ps(edge[r], c[r][0]);
-      _mm256_storeu_ps(edge[r] + 8, c[r][1]);
-      std::memcpy(sums + r * ldc, edge[r], static_cast<size_t>(cols) * sizeof(float));
-    }
+    _mm256_maskstore_ps(sums + r * ldc, m0, c[r][0]);
+    _mm256_maskstore_ps(sums + r * ldc + 8, m1, c[r][1]);
   }
 }
 
@@ -166,7 +161,7 @@ __attribute__((target("avx2,fma"))) void vecAvx2(const float* a, const float* st
   __m256 c[kStrips][2];
   for (int s = 0; s < kStrips; ++s) c[s][0] = c[s][1] = _mm256_setzero_ps();
   for (int64_t kk = 0; kk < k; ++kk) {
-    const __m256 x = _mm256_broadcast_ss(a + kk);
+    const __m256 x = _mm256_set1_ps(a[kk]);
     for (int s = 0; s < kStrips; ++s) {
       const float* b = strips + (s * k + kk) * kStrip;
       c[s][0] = _mm256_fmadd_ps(x, _mm256_load_ps(b), c[s][0]);

@@ -263,7 +263,7 @@ __attribute__((target("avx2,fma,f16c"))) void int8Tile(const QuantWeight& w, int
     const int16_t* ab = a.q16.data() + b * kQuantBlock;
     const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab));
     const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab + 16));
-    const __m256 scale = _mm256_broadcast_ss(a.scales.data() + b);
+    const __m256 scale = _mm256_set1_ps(a.scales[static_cast<size_t>(b)]);
     for (int r = 0; r < kRows; ++r) {
       const int8_t* wb = rows + r * w.k + b * kQuantBlock;
       _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
@@ -306,7 +306,7 @@ __attribute__((target("avx2,fma,f16c"))) float int4BlockDot(const QuantWeight& w
           _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low_nibbles);
       const __m256 dot =
           _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wv, av), ones));
-      acc = _mm256_fmadd_ps(dot, _mm256_broadcast_ss(a.scales.data() + b), acc);
+      acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(a.scales[static_cast<size_t>(b)]), acc);
     }
     const float scale = weightScale(w, row, g);
     total = _mm256_fmadd_ps(acc, _mm256_set1_ps(scale), total);
