@@ -203,6 +203,19 @@ int main(int argc, char** argv) {
       const Stat s = summarize(runs);
       std::printf("| %s | %s | %.1f [%.1f, %.1f] |\n", level, what, s.median, s.low, s.high);
     };
+    // The AVX2 level: the panels and the row-by-row tiles they replace from 16 rows.
+    if (supported >= CpuIsa::kAvx2) {
+      setCpuIsaCapForTesting(CpuIsa::kAvx2);
+      measure("avx2", "int8 weights, int16 activations, panels", [&] {
+        for (int64_t c = 0; c < n; c += 64)
+          quantDotPanelAvx2(w, c, c + 64, codes.data(), block_scales.data(), rows, out.data() + c,
+                            n);
+      });
+      measure("avx2", "int8 weights, int16 activations", [&] {
+        for (int64_t c = 0; c < n; c += 16)
+          quantDotRowBlock(w, c, c + 16, a.data(), rows, out.data() + c, n, 4);
+      });
+    }
     // The panels over all the rows, per 64 channels (a task of LlmQuantMatMul's).
     for (CpuIsa level : {CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
       if (supported < level) continue;

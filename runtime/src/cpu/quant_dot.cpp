@@ -31,10 +31,48 @@ inline int32_t roundClamped(float v, float levels) {
 
 }  // namespace
 
+namespace {
+
+// Each block's codes (int16 into q16 for bits 16, else int8 into q8), scale and integer sum:
+// in 16 lanes where the CPU has AVX-512 (the same bits), else here.
+void quantizeBlocks(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8, float* scales,
+                    int32_t* sums) {
+  if (quantDotHasAvx512()) {
+    quantizeBlocksAvx512(x, k, bits, q16, q8, scales, sums);
+    return;
+  }
+  const float levels = bits == 16 ? 32767.0f : 127.0f;
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    float amax = 0;
+    for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float scale = amax / levels;
+    const float inverse = inverseScale(scale);
+    int32_t sum = 0;
+    for (int64_t i = 0; i < kQuantBlock; ++i) {
+      const int32_t q = roundClamped(xb[i] * inverse, levels);
+      if (bits == 16)
+        q16[b * kQuantBlock + i] = static_cast<int16_t>(q);
+      else
+        q8[b * kQuantBlock + i] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    scales[b] = scale;
+    sums[b] = sum;
+  }
+}
+
+}  // namespace
+
+void quantizeInt16Row(const float* x, int64_t k, int16_t* codes, float* scales) {
+  thread_local std::vector<int32_t> sums;
+  sums.resize(static_cast<size_t>(k / kQuantBlock));
+  quantizeBlocks(x, k, 16, codes, nullptr, scales, sums.data());
+}
+
 void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
                          QuantizedActivations* out) {
   const int64_t blocks = k / kQuantBlock;
-  const float levels = bits == 16 ? 32767.0f : 127.0f;
   if (bits == 16)
     out->q16.resize(static_cast<size_t>(k));
   else
@@ -53,29 +91,7 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
   // bits), else here.
   thread_local std::vector<int32_t> sums;
   sums.resize(static_cast<size_t>(blocks));
-  if (quantDotHasAvx512()) {
-    quantizeBlocksAvx512(x, k, bits, out->q16.data(), out->q.data(), out->scales.data(),
-                         sums.data());
-  } else {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* xb = x + b * kQuantBlock;
-      float amax = 0;
-      for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float scale = amax / levels;
-      const float inverse = inverseScale(scale);
-      int32_t sum = 0;
-      for (int64_t i = 0; i < kQuantBlock; ++i) {
-        const int32_t q = roundClamped(xb[i] * inverse, levels);
-        if (bits == 16)
-          out->q16[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int16_t>(q);
-        else
-          out->q[static_cast<size_t>(b * kQuantBlock + i)] = static_cast<int8_t>(q);
-        sum += q;
-      }
-      out->scales[static_cast<size_t>(b)] = scale;
-      sums[static_cast<size_t>(b)] = sum;
-    }
-  }
+  quantizeBlocks(x, k, bits, out->q16.data(), out->q.data(), out->scales.data(), sums.data());
   for (int64_t b = 0; b < blocks; ++b) {
     const float scale = out->scales[static_cast<size_t>(b)];
     const float block_sum = scale * static_cast<float>(sums[static_cast<size_t>(b)]);

@@ -120,12 +120,28 @@ struct Int16PanelPack {
   std::vector<float> scales;      // [panels * 32]
   size_t bytes() const;
 };
-std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight& w, ThreadPool* pool);
+// The pack, the same bytes at every level (built with AVX-512 transposes where the CPU has them).
+std::shared_ptr<const Int16PanelPack> packInt16Panels(const QuantWeight& w, ThreadPool* pool);
+// One panel of it: channels n..n + 16 * slabs - 1 (zeros at or past n_end) into `packed`,
+// packed[(q * slabs + s) * 32 + 2c + j] = W[n + 16s + c][2q + j], and their scales (zeros past
+// n_end), without AVX-512 instructions.
+void int16PanelSetupPortable(const QuantWeight& w, int64_t n, int64_t n_end, int slabs,
+                             int8_t* packed, float* scales);
 // With `pack` (of w; n0 a multiple of 32) the products read it instead of repacking: the same
 // bits.
 void quantDotPanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
                          const float* scales, int64_t rows, float* out, int64_t out_stride,
                          const Int16PanelPack* pack = nullptr);
+// quantizeActivations(x, k, ·, 16, ·)'s int16 codes and per-block scales, bit for bit, at any
+// level (quantizeInt16RowAvx512 where the CPU has AVX-512).
+void quantizeInt16Row(const float* x, int64_t k, int16_t* codes, float* scales);
+// The same panels on AVX2 (cpu/quant_panel_avx2.cpp) for CPUs without AVX-512: the same pack
+// and per output the same operations in the same order, so the AVX-512 panels' bits; tiles of
+// 4 rows x 16 channels, the float sums in `out` between blocks. Where quantDotHasAvx2Panels().
+bool quantDotHasAvx2Panels();
+void quantDotPanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
+                       const float* scales, int64_t rows, float* out, int64_t out_stride,
+                       const Int16PanelPack* pack = nullptr);
 // 4-bit weights (K a multiple of 64) from kInt4PanelMinRows rows: out[r * out_stride + i] = the
 // product of rows[r] (quantizeActivations' 8-bit codes, block scales and group sums) with output
 // channel n0 + i, the channels repacked 32 at a time into unsigned codes in vpdpbusd's layout

@@ -225,8 +225,7 @@ size_t Int16PanelPack::bytes() const {
   return static_cast<size_t>((n + 31) / 32 * k * 32) + scales.size() * sizeof(float);
 }
 
-std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight& w,
-                                                            ThreadPool* pool) {
+std::shared_ptr<const Int16PanelPack> packInt16Panels(const QuantWeight& w, ThreadPool* pool) {
   auto pack = std::make_shared<Int16PanelPack>();
   pack->n = w.n;
   pack->k = w.k;
@@ -235,8 +234,9 @@ std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight& w
   int8_t* codes = pack->codes.get();
   pack->scales.assign(static_cast<size_t>(panels * 32), 0.0f);
   parallelFor(pool, panels, [&](int64_t p) {
-    int16PanelSetup(w, 32 * p, w.n, w.n - 32 * p > 16 ? 2 : 1, codes + p * w.k * 32,
-                    pack->scales.data() + p * 32);
+    (quantDotHasAvx512() ? int16PanelSetup : int16PanelSetupPortable)(
+        w, 32 * p, w.n, w.n - 32 * p > 16 ? 2 : 1, codes + p * w.k * 32,
+        pack->scales.data() + p * 32);
   });
   return pack;
 }
@@ -324,7 +324,7 @@ void quantizeBlocksAvx512(const float*, int64_t, int, int16_t*, int8_t*, float*,
 void quantDotPanelAvx512(const QuantWeight&, int64_t, int64_t, const int16_t*, const float*,
                          int64_t, float*, int64_t, const Int16PanelPack*) {}
 size_t Int16PanelPack::bytes() const { return 0; }
-std::shared_ptr<const Int16PanelPack> packInt16PanelsAvx512(const QuantWeight&, ThreadPool*) {
+std::shared_ptr<const Int16PanelPack> packInt16Panels(const QuantWeight&, ThreadPool*) {
   return nullptr;
 }
 void dotInt8PanelVnni(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*,

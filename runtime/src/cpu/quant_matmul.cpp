@@ -169,7 +169,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
   };
   // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once. Without
   // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
-  // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI).
+  // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI); without AVX-512, int8 weights take the
+  // AVX2 panels from kInt16PanelMinRows rows.
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   const bool panels = quantDotHasAvx512();
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.
@@ -288,7 +289,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
         quantDotTileAmx(part, p0, p1, codes, h + n0, w.n);
       });
     });
-  } else if (panels && rows >= kInt16PanelMinRows && traits->bits == 8) {
+  } else if ((panels || quantDotHasAvx2Panels()) && rows >= kInt16PanelMinRows &&
+             traits->bits == 8) {
     // int8 weights: the int16 codes of all rows, [rows, K], and their block scales.
     thread_local std::vector<int16_t> codes_scratch;
     thread_local std::vector<float> scales_scratch;
@@ -299,19 +301,21 @@ Status quantMatMulKernel(KernelContext& ctx) {
     if (block_scales.size() < static_cast<size_t>(rows * blocks))
       block_scales.resize(static_cast<size_t>(rows * blocks));
     for_each_row([&](int64_t r, const float* row) {
-      quantizeInt16RowAvx512(row, k, codes.data() + r * k, block_scales.data() + r * blocks);
+      quantizeInt16Row(row, k, codes.data() + r * k, block_scales.data() + r * blocks);
     });
-    // An engine's weight is repacked for the panels once and kept by the executor.
+    // An engine's weight is repacked for the panels once and kept by the executor (the same
+    // layout on both levels).
     std::shared_ptr<const void> pack;
     if (!mask)
-      pack = ctx.derivedFromWeights({1, 2}, "int16-panels-avx512", [&] {
-        std::shared_ptr<const Int16PanelPack> made = packInt16PanelsAvx512(w, pool);
+      pack = ctx.derivedFromWeights({1, 2}, "int16-panels", [&] {
+        std::shared_ptr<const Int16PanelPack> made = packInt16Panels(w, pool);
         return KernelContext::Derived{made, made ? made->bytes() : 0};
       });
     for_each_task([&](int64_t n0, int64_t n1) {
       dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
-        quantDotPanelAvx512(part, p0, p1, codes.data(), block_scales.data(), rows, h + n0, w.n,
-                            static_cast<const Int16PanelPack*>(pack.get()));
+        (panels ? quantDotPanelAvx512 : quantDotPanelAvx2)(
+            part, p0, p1, codes.data(), block_scales.data(), rows, h + n0, w.n,
+            static_cast<const Int16PanelPack*>(pack.get()));
       });
     });
   } else {

@@ -916,7 +916,7 @@ TEST_F(PanelTest, Int16PackGivesTheRepackedBits) {
       for (int64_t r = 0; r < rows; ++r)
         quantizeInt16RowAvx512(x.data<float>() + r * k, k, codes.data() + r * k,
                                scales.data() + r * blocks);
-      const std::shared_ptr<const Int16PanelPack> pack = packInt16PanelsAvx512(q.weight, nullptr);
+      const std::shared_ptr<const Int16PanelPack> pack = packInt16Panels(q.weight, nullptr);
       ASSERT_TRUE(pack);
       EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * (k * 32 + 32 * 4)));
       for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
@@ -936,6 +936,107 @@ TEST_F(PanelTest, Int16PackGivesTheRepackedBits) {
                           &zeroed);
       EXPECT_EQ(std::count(out.begin(), out.end(), 0.0f), rows * n);
     }
+}
+
+// The AVX2 panels (cpu/quant_panel_avx2.cpp) at the avx2 level: against the scalar dots, exact
+// where float is, the pack's bits against repacking per call, the portable pack's bytes against
+// the AVX-512 one's and, where the host has AVX-512, the AVX-512 panels' bits.
+class Avx2PanelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cpuIsaSupported() < CpuIsa::kAvx2) GTEST_SKIP() << "this CPU has no AVX2";
+    setCpuIsaCapForTesting(CpuIsa::kAvx2);
+    ASSERT_TRUE(quantDotHasAvx2Panels());
+  }
+  void TearDown() override { setCpuIsaCapForTesting(kCpuIsaTop); }
+  // codes [rows, k] and scales [rows, k / kQuantBlock] of x through quantizeInt16Row.
+  static void codesOf(const float* x, int64_t rows, int64_t k, std::vector<int16_t>* codes,
+                      std::vector<float>* scales) {
+    const int64_t blocks = k / kQuantBlock;
+    codes->assign(static_cast<size_t>(rows * k), 0);
+    scales->assign(static_cast<size_t>(rows * blocks), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      quantizeInt16Row(x + r * k, k, codes->data() + r * k, scales->data() + r * blocks);
+  }
+  static void int16Panels(const QuantWeight& w, int64_t n0, int64_t n1, const float* x,
+                          int64_t rows, float* out, int64_t stride) {
+    std::vector<int16_t> codes;
+    std::vector<float> scales;
+    codesOf(x, rows, w.k, &codes, &scales);
+    quantDotPanelAvx2(w, n0, n1, codes.data(), scales.data(), rows, out, stride);
+  }
+};
+
+// quantizeInt16Row at the avx2 level is quantizeActivations' codes and scales, bit for bit.
+TEST_F(Avx2PanelTest, Int16CodesAreTheReference) {
+  const int64_t k = 32 * 8;
+  const std::vector<float> x = awkwardRows(k);
+  std::vector<int16_t> codes;
+  std::vector<float> scales;
+  codesOf(x.data(), 3, k, &codes, &scales);
+  for (int64_t r = 0; r < 3; ++r) {
+    QuantizedActivations want;
+    quantizeActivations(x.data() + r * k, k, k, 16, &want);
+    EXPECT_TRUE(std::equal(want.q16.begin(), want.q16.end(), codes.begin() + r * k)) << r;
+    EXPECT_EQ(0, std::memcmp(want.scales.data(), scales.data() + r * (k / kQuantBlock),
+                             want.scales.size() * sizeof(float)))
+        << r;
+  }
+}
+
+// Rows below, at and past the 4-row tiles; K in one chunk of 12 blocks, two (768) and three with
+// a partial last one (800); channels [1, 36) of 37: a panel of 32 (two slabs) and one of 3.
+TEST_F(Avx2PanelTest, Int16PanelsMatchTheScalarDots) {
+  expectInt16ProductsMatchScalarDots(
+      int16Panels, {{1, 32}, {3, 96}, {4, 64}, {7, 768}, {13, 160}, {45, 64}, {8, 800}});
+}
+
+TEST_F(Avx2PanelTest, Int16PanelsAreExactWhereFloatIs) {
+  for (int64_t rows : {1, 4, 5, 21}) {
+    SCOPED_TRACE(std::to_string(rows) + " rows");
+    expectInt16ProductsExactWhereFloatIs(int16Panels, rows);
+  }
+}
+
+TEST_F(Avx2PanelTest, PackGivesTheRepackedBitsAndTheAvx512Bits) {
+  for (int64_t n : {37, 70}) {
+    SCOPED_TRACE("N " + std::to_string(n));
+    const int64_t rows = 17, k = 416;
+    Tensor w = randomFloat({n, k}, 65), x = randomFloat({rows, k}, 66);
+    Quantized q = quantize(w, true, "int8", k);
+    std::vector<int16_t> codes;
+    std::vector<float> scales;
+    codesOf(x.data<float>(), rows, k, &codes, &scales);
+    const std::shared_ptr<const Int16PanelPack> pack = packInt16Panels(q.weight, nullptr);
+    ASSERT_TRUE(pack);
+    EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * (k * 32 + 32 * 4)));
+    std::vector<float> whole;
+    for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
+      std::vector<float> repacked(static_cast<size_t>(rows * n), -1.0f), packed = repacked;
+      quantDotPanelAvx2(q.weight, n0, n1, codes.data(), scales.data(), rows, repacked.data() + n0,
+                        n);
+      quantDotPanelAvx2(q.weight, n0, n1, codes.data(), scales.data(), rows, packed.data() + n0, n,
+                        pack.get());
+      EXPECT_EQ(0, std::memcmp(repacked.data(), packed.data(), repacked.size() * 4))
+          << "channels [" << n0 << ", " << n1 << ")";
+      EXPECT_EQ(repacked[static_cast<size_t>(rows * n - 1)] == -1.0f, n1 < n);
+      if (n1 - n0 == n) whole = packed;
+    }
+    if (cpuIsaSupported() < CpuIsa::kAvx512) continue;
+    setCpuIsaCapForTesting(kCpuIsaTop);
+    const std::shared_ptr<const Int16PanelPack> wide = packInt16Panels(q.weight, nullptr);
+    ASSERT_TRUE(wide);
+    EXPECT_EQ(0, std::memcmp(wide->codes.get(), pack->codes.get(),
+                             static_cast<size_t>((n + 31) / 32 * k * 32)))
+        << "the AVX2 pack holds the AVX-512 pack's bytes";
+    EXPECT_EQ(wide->scales, pack->scales);
+    std::vector<float> out(static_cast<size_t>(rows * n), -1.0f);
+    quantDotPanelAvx512(q.weight, 0, n, codes.data(), scales.data(), rows, out.data(), n,
+                        wide.get());
+    EXPECT_EQ(0, std::memcmp(out.data(), whole.data(), out.size() * 4))
+        << "the AVX2 panels give the AVX-512 panels' bits";
+    setCpuIsaCapForTesting(CpuIsa::kAvx2);
+  }
 }
 
 // LlmQuantMatMul with its weights kept repacked (as an executor keeps an engine's) gives the bits
@@ -970,8 +1071,9 @@ TEST(QuantMatMulTest, KeptPacksGiveTheBitsOfRepackingPerProduct) {
     const bool four_bit = std::string(format).rfind("int4", 0) == 0;
     const bool panels =
         four_bit ? quantDotHasAvx512()
-                 : !quantDotHasAmx() && (std::string(format) == "w8a8" ? quantDotHasVnniPanel()
-                                                                       : quantDotHasAvx512());
+                 : !quantDotHasAmx() && (std::string(format) == "w8a8"
+                                             ? quantDotHasVnniPanel()
+                                             : quantDotHasAvx512() || quantDotHasAvx2Panels());
     EXPECT_EQ(builds.size(), panels ? 1u : 0u);
     for (const auto& [key, count] : builds) EXPECT_EQ(count, 1) << key;
     for (const auto& [key, entry] : derived)
