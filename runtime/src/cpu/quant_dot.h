@@ -160,14 +160,27 @@ struct Int4PanelPack {
   std::vector<float> scales, zeros;  // panel p at p * groups * 32
   size_t bytes() const;
 };
-// The pack of `w` (K a multiple of 64), its panels in parallel on `pool` (may be null). Only
-// where quantDotHasAvx512().
-std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight& w, ThreadPool* pool);
+// The pack of `w` (K a multiple of 64), its panels in parallel on `pool` (may be null): the
+// same bytes at every level (built with AVX-512 transposes where the CPU has them).
+std::shared_ptr<const Int4PanelPack> packInt4Panels(const QuantWeight& w, ThreadPool* pool);
+// One panel of it (channels n..n + 16 * slabs - 1, zeros at or past n_end) without AVX-512
+// instructions: the codes into `packed`, per group the scales and scale x zero point.
+void int4PanelSetupPortable(const QuantWeight& w, int64_t n, int64_t n_end, int slabs,
+                            uint8_t* packed, float* scales, float* zeros);
+// Its per-group scales and scale x zero point alone (both setups' second half).
+void int4PanelScales(const QuantWeight& w, int64_t n, int64_t n_end, int slabs, float* scales,
+                     float* zeros);
 // With `pack` (of w; n0 a multiple of 32) the products read it instead of repacking: the same
 // bits.
 void quantDotInt4PanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
                              const QuantizedActivations* rows, int64_t row_count, float* out,
                              int64_t out_stride, const Int4PanelPack* pack = nullptr);
+// The same panels on AVX2 (cpu/quant_panel_avx2.cpp): tiles of 4 rows x 16 channels, vpmaddubsw +
+// vpmaddwd, the float sums in `out` between blocks; per output the AVX-512 panels' operations in
+// their order, so their bits. Where quantDotHasAvx2Panels().
+void quantDotInt4PanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1,
+                           const QuantizedActivations* rows, int64_t row_count, float* out,
+                           int64_t out_stride, const Int4PanelPack* pack = nullptr);
 // w8a8 with AVX-512 VNNI: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, where `biased`
 // holds the activation codes plus 128 (a ^ 0x80 as bytes: vpdpbusd multiplies unsigned by
 // signed; 128 Σw comes off per channel). Only where quantDotHasVnniPanel().

@@ -163,19 +163,7 @@ void int16PanelSetup(const QuantWeight& w, int64_t n, int64_t n_end, int slabs, 
 void int4PanelSetup(const QuantWeight& w, int64_t n, int64_t n_end, int slabs, uint8_t* codes,
                     float* scales, float* zeros) {
   packInt4Panel(static_cast<const uint8_t*>(w.data), w.k, n, n_end, slabs, codes);
-  const int64_t groups = w.groupsPerRow();
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t c = 0; c < 16 * slabs; ++c) {
-      const size_t at = static_cast<size_t>(g * slabs * 16 + c);
-      const int64_t channel = n + c;
-      if (channel >= n_end) {
-        scales[at] = zeros[at] = 0.0f;
-        continue;
-      }
-      const float scale = weightScaleAt(w, channel, g);
-      scales[at] = scale;
-      zeros[at] = scale * (w.zeros ? w.zeros[channel * groups + g] : 8);
-    }
+  int4PanelScales(w, n, n_end, slabs, scales, zeros);
 }
 
 namespace bw {
@@ -248,7 +236,7 @@ void quantDotInt4PanelAvx512(const QuantWeight& w, int64_t n0, int64_t n1,
       w, n0, n1, rows, row_count, out, out_stride, pack);
 }
 
-std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight& w, ThreadPool* pool) {
+std::shared_ptr<const Int4PanelPack> packInt4Panels(const QuantWeight& w, ThreadPool* pool) {
   auto pack = std::make_shared<Int4PanelPack>();
   pack->n = w.n;
   pack->k = w.k;
@@ -260,9 +248,9 @@ std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight& w, 
   pack->zeros.resize(pack->scales.size());
   parallelFor(pool, panels, [&](int64_t p) {
     const int64_t n = 32 * p;
-    int4PanelSetup(w, n, w.n, w.n - n > 16 ? 2 : 1, codes + n * w.k / 2,
-                   pack->scales.data() + p * pack->groups * 32,
-                   pack->zeros.data() + p * pack->groups * 32);
+    (quantDotHasAvx512() ? int4PanelSetup : int4PanelSetupPortable)(
+        w, n, w.n, w.n - n > 16 ? 2 : 1, codes + n * w.k / 2,
+        pack->scales.data() + p * pack->groups * 32, pack->zeros.data() + p * pack->groups * 32);
   });
   return pack;
 }
@@ -316,7 +304,7 @@ size_t Int4PanelPack::bytes() const { return 0; }
 bool quantDotHasVnniPanel() { return false; }
 void quantDotInt4PanelAvx512(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*,
                              int64_t, float*, int64_t, const Int4PanelPack*) {}
-std::shared_ptr<const Int4PanelPack> packInt4PanelsAvx512(const QuantWeight&, ThreadPool*) {
+std::shared_ptr<const Int4PanelPack> packInt4Panels(const QuantWeight&, ThreadPool*) {
   return nullptr;
 }
 void quantizeInt16RowAvx512(const float*, int64_t, int16_t*, float*) {}

@@ -324,18 +324,21 @@ Status quantMatMulKernel(KernelContext& ctx) {
       quantizeActivations(row, k, w.group, activationBits(*traits), &activations[r]);
     });
     // 4-bit weights from kInt4PanelMinRows rows (prefill, batched decode) take the AVX-512
-    // panels. Decode over a sparse weight reads it once in its compact form, where the CPU can
-    // expand it in registers.
-    if (panels && traits->bits == 4 && rows >= kInt4PanelMinRows && k % (2 * kQuantBlock) == 0) {
-      // An engine's weight is repacked for the panels once and kept by the executor.
+    // panels, or the AVX2 ones without AVX-512. Decode over a sparse weight reads it once in its
+    // compact form, where the CPU can expand it in registers.
+    if ((panels || quantDotHasAvx2Panels()) && traits->bits == 4 && rows >= kInt4PanelMinRows &&
+        k % (2 * kQuantBlock) == 0) {
+      // An engine's weight is repacked for the panels once and kept by the executor (the same
+      // layout on both levels).
       const std::shared_ptr<const void> pack =
-          ctx.derivedFromWeights({1, 2, 3}, "int4-panels-avx512-g" + std::to_string(w.group), [&] {
-            std::shared_ptr<const Int4PanelPack> made = packInt4PanelsAvx512(w, pool);
+          ctx.derivedFromWeights({1, 2, 3}, "int4-panels-g" + std::to_string(w.group), [&] {
+            std::shared_ptr<const Int4PanelPack> made = packInt4Panels(w, pool);
             return KernelContext::Derived{made, made ? made->bytes() : 0};
           });
       for_each_task([&](int64_t n0, int64_t n1) {
-        quantDotInt4PanelAvx512(w, n0, n1, activations.data(), rows, h + n0, w.n,
-                                static_cast<const Int4PanelPack*>(pack.get()));
+        (panels ? quantDotInt4PanelAvx512 : quantDotInt4PanelAvx2)(
+            w, n0, n1, activations.data(), rows, h + n0, w.n,
+            static_cast<const Int4PanelPack*>(pack.get()));
       });
     } else if (mask && rows == 1 && k % kQuantBlock == 0 && sparseInt8DotFused())
       for_each_tile([&](int64_t n0, int64_t count) {

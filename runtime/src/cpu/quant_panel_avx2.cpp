@@ -46,6 +46,44 @@ void int16PanelSetupPortable(const QuantWeight& w, int64_t n, int64_t n_end, int
     }
 }
 
+void int4PanelSetupPortable(const QuantWeight& w, int64_t n, int64_t n_end, int slabs,
+                            uint8_t* packed, float* scales, float* zeros) {
+  const uint8_t* bytes = static_cast<const uint8_t*>(w.data);
+  // Code k of a row: in each block of 32, the low nibbles of its 16 bytes hold elements 0..15
+  // and the high nibbles 16..31.
+  auto code = [&](const uint8_t* row, int64_t k) -> uint8_t {
+    const uint8_t byte = row[k / kQuantBlock * (kQuantBlock / 2) + k % (kQuantBlock / 2)];
+    return k % kQuantBlock < kQuantBlock / 2 ? byte & 0x0f : byte >> 4;
+  };
+  for (int s = 0; s < slabs; ++s)
+    for (int c = 0; c < 16; ++c) {
+      const int64_t channel = n + 16 * s + c;
+      const uint8_t* row = channel < n_end ? bytes + channel * (w.k / 2) : nullptr;
+      for (int64_t t = 0; t < w.k / 8; ++t)
+        for (int j = 0; j < 4; ++j)
+          packed[(t * slabs + s) * 64 + 4 * c + j] =
+              row ? static_cast<uint8_t>(code(row, 8 * t + j) | code(row, 8 * t + 4 + j) << 4) : 0;
+    }
+  int4PanelScales(w, n, n_end, slabs, scales, zeros);
+}
+
+void int4PanelScales(const QuantWeight& w, int64_t n, int64_t n_end, int slabs, float* scales,
+                     float* zeros) {
+  const int64_t groups = w.groupsPerRow();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t c = 0; c < 16 * slabs; ++c) {
+      const size_t at = static_cast<size_t>(g * slabs * 16 + c);
+      const int64_t channel = n + c;
+      if (channel >= n_end) {
+        scales[at] = zeros[at] = 0.0f;
+        continue;
+      }
+      const float scale = w.scale(channel, g);
+      scales[at] = scale;
+      zeros[at] = scale * (w.zeros ? w.zeros[channel * groups + g] : 8);
+    }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 
@@ -106,9 +144,97 @@ __attribute__((target("avx2,fma"))) void int16PanelAvx2(const int8_t* slab, int6
   }
 }
 
+// 4-bit weights: rows x the 16 channels of one slab over blocks [b0, b1) of K, the AVX-512
+// 4-bit panels' arithmetic (cpu/quant_dot_avx512.inc) in 8 lanes. `slab` is the slab's first
+// 64 bytes (16 channels x 4 bytes, each byte the codes of two steps), `step_stride` bytes from
+// one pair of steps (8 K values) to the next; scales and zeros the slab's first, `group_stride`
+// floats from one group to the next. Per block the int32 sums of the row's int8 codes with the
+// unsigned codes (vpmaddubsw + vpmaddwd), then a fused multiply-add by the channels' group scale
+// times the row's block scale; after K's last block the zero points' term per group.
+template <int kRows>
+__attribute__((target("avx2,fma"))) void int4PanelAvx2(const uint8_t* slab, int64_t step_stride,
+                                                       int64_t k, int64_t b0, int64_t b1,
+                                                       int64_t group, const QuantizedActivations* a,
+                                                       const float* scales, const float* zeros,
+                                                       int64_t group_stride, int cols, float* out,
+                                                       int64_t out_stride) {
+  const int64_t blocks = k / kQuantBlock, groups = (k + group - 1) / group;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  for (int64_t b = b0; b < b1; ++b) {
+    // A block's products summed in int16 lanes, then once into int32: each lane adds 8 of
+    // vpmaddubsw's pairs, 16 products of at most 15 x 127, |sum| <= 30,480, so neither the
+    // pairs saturate nor the 16-bit sums wrap, and the block's integer is exact.
+    __m256i pairs[kRows][2];
+    for (int r = 0; r < kRows; ++r) pairs[r][0] = pairs[r][1] = _mm256_setzero_si256();
+    const uint8_t* wb = slab + b * (kQuantBlock / 8) * step_stride;
+    // One step (4 K values) per pass, its codes the low nibbles of the pair's bytes (even steps)
+    // or the high ones: with both halves in one pass GCC 12 added the two steps' products
+    // together first and spilled the sums.
+#pragma GCC unroll 1
+    for (int q = 0; q < kQuantBlock / 4; ++q) {
+      const __m128i shift = _mm_cvtsi32_si128(4 * (q % 2));
+      __m256i wv[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i both = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(wb + (q / 2) * step_stride + 32 * h));
+        wv[h] = _mm256_and_si256(_mm256_srl_epi16(both, shift), nibble);
+      }
+      for (int r = 0; r < kRows; ++r) {
+        const __m256i av = _mm256_set1_epi32(load32(a[r].q.data() + b * kQuantBlock + 4 * q));
+        for (int h = 0; h < 2; ++h)
+          pairs[r][h] = _mm256_add_epi16(pairs[r][h], _mm256_maddubs_epi16(wv[h], av));
+      }
+    }
+    __m256i sums[kRows][2];
+    for (int r = 0; r < kRows; ++r)
+      for (int h = 0; h < 2; ++h) sums[r][h] = _mm256_madd_epi16(pairs[r][h], ones);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m[2] = {_mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lane)};
+    const float* group_scales = scales + (b * kQuantBlock / group) * group_stride;
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 scale = _mm256_set1_ps(a[r].scales[static_cast<size_t>(b)]);
+      float* row = out + r * out_stride;
+      for (int h = 0; h < 2; ++h) {
+        const __m256 before = b == 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(row + 8 * h, m[h]);
+        const __m256 ws = _mm256_loadu_ps(group_scales + 8 * h);
+        _mm256_maskstore_ps(
+            row + 8 * h, m[h],
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r][h]), _mm256_mul_ps(ws, scale), before));
+      }
+    }
+    if (b != blocks - 1) continue;
+    for (int r = 0; r < kRows; ++r) {
+      float* row = out + r * out_stride;
+      for (int h = 0; h < 2; ++h) {
+        __m256 sum = _mm256_maskload_ps(row + 8 * h, m[h]);
+        for (int64_t g = 0; g < groups; ++g)
+          sum = _mm256_fnmadd_ps(_mm256_loadu_ps(zeros + g * group_stride + 8 * h),
+                                 _mm256_set1_ps(a[r].group_sums[static_cast<size_t>(g)]), sum);
+        _mm256_maskstore_ps(row + 8 * h, m[h], sum);
+      }
+    }
+  }
+}
+
 constexpr int kRowsPerTile = 4;
 // Blocks of K per pass over the rows, as the AVX-512 panels: the slab's part stays in L1.
 constexpr int64_t kChunkBlocks = 12;
+
+// A panel of `count` channels (1 or 2 slabs) over `rows` rows, in the order the tiles run:
+// chunks of K, then slabs, then tiles of rows; fn(b0, b1, slab, its columns, first row, rows).
+template <typename Fn>
+void forEachTile(int64_t blocks, int slabs, int64_t count, int64_t rows, Fn&& fn) {
+  for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+    const int64_t b1 = std::min(blocks, b0 + kChunkBlocks);
+    for (int s = 0; s < slabs; ++s) {
+      const int cols = static_cast<int>(std::min<int64_t>(16, count - 16 * s));
+      for (int64_t r = 0; r < rows; r += kRowsPerTile)
+        fn(b0, b1, s, cols, r, std::min<int64_t>(kRowsPerTile, rows - r));
+    }
+  }
+}
 
 }  // namespace
 
@@ -139,18 +265,55 @@ void quantDotPanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1, const int16
       int16PanelSetupPortable(w, n, n1, slabs, packed_scratch.data(), channel_scales);
       packed = packed_scratch.data();
     }
-    for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
-      const int64_t b1 = std::min(blocks, b0 + kChunkBlocks);
-      for (int s = 0; s < slabs; ++s) {
-        const int cols = static_cast<int>(std::min<int64_t>(16, count - 16 * s));
-        for (int64_t r = 0; r < rows; r += kRowsPerTile) {
-          const int64_t tile_rows = std::min<int64_t>(kRowsPerTile, rows - r);
-          kTiles[tile_rows - 1](packed + s * 32, slabs * 32, k, b0, b1, codes + r * k,
-                                scales + r * blocks, channel_scales + 16 * s, cols,
-                                out + r * out_stride + (n - n0) + 16 * s, out_stride);
-        }
-      }
+    forEachTile(blocks, slabs, count, rows,
+                [&](int64_t b0, int64_t b1, int s, int cols, int64_t r, int64_t tile_rows) {
+                  kTiles[tile_rows - 1](packed + s * 32, slabs * 32, k, b0, b1, codes + r * k,
+                                        scales + r * blocks, channel_scales + 16 * s, cols,
+                                        out + r * out_stride + (n - n0) + 16 * s, out_stride);
+                });
+  }
+}
+
+void quantDotInt4PanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1,
+                           const QuantizedActivations* rows, int64_t row_count, float* out,
+                           int64_t out_stride, const Int4PanelPack* pack) {
+  using Fn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                      const QuantizedActivations*, const float*, const float*, int64_t, int, float*,
+                      int64_t);
+  static constexpr Fn kTiles[kRowsPerTile] = {int4PanelAvx2<1>, int4PanelAvx2<2>, int4PanelAvx2<3>,
+                                              int4PanelAvx2<4>};
+  const int64_t k = w.k, blocks = k / kQuantBlock, groups = w.groupsPerRow();
+  // Without a pack (or off its panels), each panel repacked into the calling thread's buffers.
+  if (pack && n0 % 32 != 0) pack = nullptr;
+  thread_local std::vector<uint8_t> packed_scratch;
+  thread_local std::vector<float> scales_scratch, zeros_scratch;
+  if (!pack) {
+    packed_scratch.resize(static_cast<size_t>(k * 16));
+    scales_scratch.resize(static_cast<size_t>(groups * 32));
+    zeros_scratch.resize(scales_scratch.size());
+  }
+  for (int64_t n = n0; n < n1; n += 32) {
+    const int64_t count = std::min<int64_t>(32, n1 - n);
+    const int slabs = count > 16 ? 2 : 1;
+    const uint8_t* codes;
+    const float *scales, *zeros;
+    if (pack) {
+      codes = pack->codes.get() + (n / 32) * k * 16;
+      scales = pack->scales.data() + (n / 32) * groups * 32;
+      zeros = pack->zeros.data() + (n / 32) * groups * 32;
+    } else {
+      int4PanelSetupPortable(w, n, n1, slabs, packed_scratch.data(), scales_scratch.data(),
+                             zeros_scratch.data());
+      codes = packed_scratch.data();
+      scales = scales_scratch.data();
+      zeros = zeros_scratch.data();
     }
+    forEachTile(blocks, slabs, count, row_count,
+                [&](int64_t b0, int64_t b1, int s, int cols, int64_t r, int64_t tile_rows) {
+                  kTiles[tile_rows - 1](codes + s * 64, slabs * 64, k, b0, b1, w.group, rows + r,
+                                        scales + 16 * s, zeros + 16 * s, slabs * 16, cols,
+                                        out + r * out_stride + (n - n0) + 16 * s, out_stride);
+                });
   }
 }
 

@@ -748,6 +748,88 @@ TEST_F(AmxTest, Int8TilesAreExact) {
   expectInt8ProductsExact(int8Tiles, {{1, 64}, {16, 192}, {17, 64}, {50, 4096}});
 }
 
+// A 4-bit panel kernel (quantDotInt4PanelAvx512's signature).
+using Int4PanelKernel =
+    std::function<void(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*, int64_t,
+                       float*, int64_t, const Int4PanelPack*)>;
+
+// Against quantDotScalar for each 4-bit format (groups of 32, 128 with a shorter last one, and
+// 64 with zero points): rows below, at and past the row tiles, K in one chunk of 12 blocks, two
+// (768) and three with a partial last one (832); channels [1, 36) of 37 (a panel of 32 and one
+// of 3); rows and channels outside the ranges untouched.
+void expectInt4PanelsMatchScalarDots(const Int4PanelKernel& kernel) {
+  for (const auto& [format, group_param] :
+       {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}})
+    for (const auto& [rows, k] :
+         {std::pair<int64_t, int64_t>{1, 64}, {4, 128}, {6, 768}, {7, 832}, {13, 192}}) {
+      SCOPED_TRACE(std::string(format) + " group " + std::to_string(group_param) + ", " +
+                   std::to_string(rows) + " rows, K " + std::to_string(k));
+      const int64_t n = 37, group = std::min(group_param, k);
+      Tensor w = randomFloat({n, k}, 98), x = randomFloat({rows, k}, 99);
+      x.data<float>()[0] = 40.0f;  // codes at ±127 next to small ones
+      Quantized q = quantize(w, true, format, group);
+      std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r)
+        quantizeActivations(x.data<float>() + r * k, k, group, 8, &a[r]);
+      const int64_t stride = n + 1;
+      std::vector<float> out(static_cast<size_t>((rows + 1) * stride), -1.0f);
+      kernel(q.weight, 1, n - 1, a.data(), rows, out.data() + 1, stride, nullptr);
+      for (int64_t r = 0; r <= rows; ++r)
+        for (int64_t c = 0; c <= n; ++c) {
+          const float got = out[static_cast<size_t>(r * stride + c)];
+          if (r == rows || c == 0 || c >= n - 1) {
+            EXPECT_EQ(got, -1.0f) << "row " << r << " column " << c << " was written";
+            continue;
+          }
+          // Every product's size, the unsigned code and the zero point each at most 15.
+          double magnitude = 0;
+          for (int64_t i = 0; i < k; ++i)
+            magnitude +=
+                std::fabs(a[r].q[i] * a[r].scales[i / kQuantBlock] * q.weight.scale(c, i / group)) *
+                30;
+          EXPECT_NEAR(got, quantDotScalar(q.weight, c, a[r]),
+                      gamma(2 * k / kQuantBlock + 2 * k / group + 8) * magnitude + 1e-30)
+              << "row " << r << " channel " << c;
+        }
+    }
+}
+
+// With the pack (of 37 and 70 channels, each format) the bits of repacking per call, for channel
+// ranges from and off the first panel; the products read the pack.
+void expectInt4PackGivesTheRepackedBits(const Int4PanelKernel& kernel) {
+  for (const auto& [format, group] :
+       {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}})
+    for (int64_t n : {37, 70}) {
+      SCOPED_TRACE(std::string(format) + " group " + std::to_string(group) + ", N " +
+                   std::to_string(n));
+      const int64_t rows = 7, k = 256;
+      Tensor w = randomFloat({n, k}, 61), x = randomFloat({rows, k}, 62);
+      Quantized q = quantize(w, true, format, group);
+      std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r)
+        quantizeActivations(x.data<float>() + r * k, k, group, 8, &a[r]);
+      const std::shared_ptr<const Int4PanelPack> pack = packInt4Panels(q.weight, nullptr);
+      ASSERT_TRUE(pack);
+      EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * k * 16 +
+                                                   (n + 31) / 32 * (k / group) * 32 * 2 * 4));
+      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
+        std::vector<float> repacked(static_cast<size_t>(rows * n), -1.0f), packed = repacked;
+        kernel(q.weight, n0, n1, a.data(), rows, repacked.data() + n0, n, nullptr);
+        kernel(q.weight, n0, n1, a.data(), rows, packed.data() + n0, n, pack.get());
+        EXPECT_EQ(0, std::memcmp(repacked.data(), packed.data(), repacked.size() * 4))
+            << "channels [" << n0 << ", " << n1 << ")";
+        EXPECT_EQ(repacked[static_cast<size_t>(rows * n - 1)] == -1.0f, n1 < n);
+      }
+      // The products read the pack: with its scales zeroed every output is zero.
+      Int4PanelPack zeroed = *pack;
+      std::fill(zeroed.scales.begin(), zeroed.scales.end(), 0.0f);
+      std::fill(zeroed.zeros.begin(), zeroed.zeros.end(), 0.0f);
+      std::vector<float> out(static_cast<size_t>(rows * n), -1.0f);
+      kernel(q.weight, 0, n, a.data(), rows, out.data(), n, &zeroed);
+      EXPECT_EQ(std::count(out.begin(), out.end(), 0.0f), rows * n);
+    }
+}
+
 // The AVX-512 panels (cpu/quant_dot_avx512.inc), at each AVX-512 level the host has: the int16
 // products with and without VNNI, w8a8 with it.
 class PanelTest : public ::testing::Test {
@@ -817,88 +899,24 @@ TEST_F(PanelTest, Int16PanelsAreExactWhereFloatIs) {
   }
 }
 
-// The 4-bit panels against quantDotScalar for each 4-bit format (groups of 32, 128 with a shorter
-// last one, and 64 with zero points): rows below, at and past the 6-row blocks, K in one chunk
-// of 12 blocks, two (768) and three with a partial last one (832); channels [1, 36) of 37 (a
-// panel of 32 and one of 3); rows and channels outside the ranges untouched.
+// The 4-bit panels against quantDotScalar (expectInt4PanelsMatchScalarDots).
 TEST_F(PanelTest, Int4PanelsMatchTheScalarDots) {
-  for (CpuIsa level : levels())
-    for (const auto& [format, group_param] :
-         {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}})
-      for (const auto& [rows, k] :
-           {std::pair<int64_t, int64_t>{1, 64}, {4, 128}, {6, 768}, {7, 832}, {13, 192}}) {
-        SCOPED_TRACE(std::string(cpuIsaName(level)) + " " + format + " group " +
-                     std::to_string(group_param) + ", " + std::to_string(rows) + " rows, K " +
-                     std::to_string(k));
-        setCpuIsaCapForTesting(level);
-        const int64_t n = 37, group = std::min(group_param, k);
-        Tensor w = randomFloat({n, k}, 98), x = randomFloat({rows, k}, 99);
-        x.data<float>()[0] = 40.0f;  // codes at ±127 next to small ones
-        Quantized q = quantize(w, true, format, group);
-        std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r)
-          quantizeActivations(x.data<float>() + r * k, k, group, 8, &a[r]);
-        const int64_t stride = n + 1;
-        std::vector<float> out(static_cast<size_t>((rows + 1) * stride), -1.0f);
-        quantDotInt4PanelAvx512(q.weight, 1, n - 1, a.data(), rows, out.data() + 1, stride);
-        for (int64_t r = 0; r <= rows; ++r)
-          for (int64_t c = 0; c <= n; ++c) {
-            const float got = out[static_cast<size_t>(r * stride + c)];
-            if (r == rows || c == 0 || c >= n - 1) {
-              EXPECT_EQ(got, -1.0f) << "row " << r << " column " << c << " was written";
-              continue;
-            }
-            // Every product's size, the unsigned code and the zero point each at most 15.
-            double magnitude = 0;
-            for (int64_t i = 0; i < k; ++i)
-              magnitude += std::fabs(a[r].q[i] * a[r].scales[i / kQuantBlock] *
-                                     q.weight.scale(c, i / group)) *
-                           30;
-            EXPECT_NEAR(got, quantDotScalar(q.weight, c, a[r]),
-                        gamma(2 * k / kQuantBlock + 2 * k / group + 8) * magnitude + 1e-30)
-                << "row " << r << " channel " << c;
-          }
-      }
+  for (CpuIsa level : levels()) {
+    SCOPED_TRACE(cpuIsaName(level));
+    setCpuIsaCapForTesting(level);
+    expectInt4PanelsMatchScalarDots(quantDotInt4PanelAvx512);
+  }
 }
 
 // A 4-bit weight packed once (what the executor keeps for an engine's weight) gives the bits of
 // repacking per call, over all channels and over task ranges that start on a panel (N = 37:
 // panels of 32 and 5; 70: 32, 32 and 6, the last of one slab), for each format and level.
 TEST_F(PanelTest, Int4PackGivesTheRepackedBits) {
-  for (CpuIsa level : levels())
-    for (const auto& [format, group] :
-         {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}})
-      for (int64_t n : {37, 70}) {
-        SCOPED_TRACE(std::string(cpuIsaName(level)) + " " + format + " group " +
-                     std::to_string(group) + ", N " + std::to_string(n));
-        setCpuIsaCapForTesting(level);
-        const int64_t rows = 7, k = 256;
-        Tensor w = randomFloat({n, k}, 61), x = randomFloat({rows, k}, 62);
-        Quantized q = quantize(w, true, format, group);
-        std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r)
-          quantizeActivations(x.data<float>() + r * k, k, group, 8, &a[r]);
-        const std::shared_ptr<const Int4PanelPack> pack = packInt4PanelsAvx512(q.weight, nullptr);
-        ASSERT_TRUE(pack);
-        EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * k * 16 +
-                                                     (n + 31) / 32 * (k / group) * 32 * 2 * 4));
-        for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
-          std::vector<float> repacked(static_cast<size_t>(rows * n), -1.0f), packed = repacked;
-          quantDotInt4PanelAvx512(q.weight, n0, n1, a.data(), rows, repacked.data() + n0, n);
-          quantDotInt4PanelAvx512(q.weight, n0, n1, a.data(), rows, packed.data() + n0, n,
-                                  pack.get());
-          EXPECT_EQ(0, std::memcmp(repacked.data(), packed.data(), repacked.size() * 4))
-              << "channels [" << n0 << ", " << n1 << ")";
-          EXPECT_EQ(repacked[static_cast<size_t>(rows * n - 1)] == -1.0f, n1 < n);
-        }
-        // The products read the pack: with its scales zeroed every output is zero.
-        Int4PanelPack zeroed = *pack;
-        std::fill(zeroed.scales.begin(), zeroed.scales.end(), 0.0f);
-        std::fill(zeroed.zeros.begin(), zeroed.zeros.end(), 0.0f);
-        std::vector<float> out(static_cast<size_t>(rows * n), -1.0f);
-        quantDotInt4PanelAvx512(q.weight, 0, n, a.data(), rows, out.data(), n, &zeroed);
-        EXPECT_EQ(std::count(out.begin(), out.end(), 0.0f), rows * n);
-      }
+  for (CpuIsa level : levels()) {
+    SCOPED_TRACE(cpuIsaName(level));
+    setCpuIsaCapForTesting(level);
+    expectInt4PackGivesTheRepackedBits(quantDotInt4PanelAvx512);
+  }
 }
 
 // An int8 weight packed once for the int16 panels gives the bits of repacking per call (N = 37
@@ -1039,6 +1057,44 @@ TEST_F(Avx2PanelTest, PackGivesTheRepackedBitsAndTheAvx512Bits) {
   }
 }
 
+TEST_F(Avx2PanelTest, Int4PanelsMatchTheScalarDots) {
+  expectInt4PanelsMatchScalarDots(quantDotInt4PanelAvx2);
+}
+
+TEST_F(Avx2PanelTest, Int4PackGivesTheRepackedBits) {
+  expectInt4PackGivesTheRepackedBits(quantDotInt4PanelAvx2);
+}
+
+// The portable 4-bit pack holds the AVX-512 pack's bytes and the AVX2 panels give the AVX-512
+// panels' bits, for each format (where the host has AVX-512).
+TEST_F(Avx2PanelTest, Int4PanelsGiveTheAvx512Bits) {
+  if (cpuIsaSupported() < CpuIsa::kAvx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (const auto& [format, group] :
+       {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}}) {
+    SCOPED_TRACE(std::string(format) + " group " + std::to_string(group));
+    const int64_t rows = 11, k = 896, n = 70;
+    Tensor w = randomFloat({n, k}, 67), x = randomFloat({rows, k}, 68);
+    Quantized q = quantize(w, true, format, group);
+    std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      quantizeActivations(x.data<float>() + r * k, k, group, 8, &a[r]);
+    setCpuIsaCapForTesting(CpuIsa::kAvx2);
+    const std::shared_ptr<const Int4PanelPack> pack = packInt4Panels(q.weight, nullptr);
+    std::vector<float> narrow(static_cast<size_t>(rows * n)), wide = narrow;
+    quantDotInt4PanelAvx2(q.weight, 0, n, a.data(), rows, narrow.data(), n, pack.get());
+    setCpuIsaCapForTesting(kCpuIsaTop);
+    const std::shared_ptr<const Int4PanelPack> wide_pack = packInt4Panels(q.weight, nullptr);
+    ASSERT_TRUE(pack && wide_pack);
+    EXPECT_EQ(0, std::memcmp(pack->codes.get(), wide_pack->codes.get(),
+                             static_cast<size_t>((n + 31) / 32 * k * 16 - k * 8)));
+    EXPECT_EQ(pack->scales, wide_pack->scales);
+    EXPECT_EQ(pack->zeros, wide_pack->zeros);
+    quantDotInt4PanelAvx512(q.weight, 0, n, a.data(), rows, wide.data(), n, wide_pack.get());
+    EXPECT_EQ(0, std::memcmp(narrow.data(), wide.data(), wide.size() * 4));
+    setCpuIsaCapForTesting(CpuIsa::kAvx2);
+  }
+}
+
 // LlmQuantMatMul with its weights kept repacked (as an executor keeps an engine's) gives the bits
 // of repacking per product, on a first run that builds the pack and a second that reuses it,
 // for every format that has panels (K = 256, N = 70: three panels, the last of 6 channels;
@@ -1070,7 +1126,7 @@ TEST(QuantMatMulTest, KeptPacksGiveTheBitsOfRepackingPerProduct) {
     }
     const bool four_bit = std::string(format).rfind("int4", 0) == 0;
     const bool panels =
-        four_bit ? quantDotHasAvx512()
+        four_bit ? quantDotHasAvx512() || quantDotHasAvx2Panels()
                  : !quantDotHasAmx() && (std::string(format) == "w8a8"
                                              ? quantDotHasVnniPanel()
                                              : quantDotHasAvx512() || quantDotHasAvx2Panels());
