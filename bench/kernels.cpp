@@ -206,11 +206,17 @@ int main(int argc, char** argv) {
     // The AVX2 level: the panels and the row-by-row tiles they replace from 16 rows.
     if (supported >= CpuIsa::kAvx2) {
       setCpuIsaCapForTesting(CpuIsa::kAvx2);
-      measure("avx2", "int8 weights, int16 activations, panels", [&] {
-        for (int64_t c = 0; c < n; c += 64)
-          quantDotPanelAvx2(w, c, c + 64, codes.data(), block_scales.data(), rows, out.data() + c,
-                            n);
-      });
+      for (bool vnni : {false, true}) {
+        if (vnni && !cpuFeatures().avxvnni) continue;
+        setAvxVnniForTesting(vnni);
+        measure(vnni ? "avx2 with avx_vnni" : "avx2", "int8 weights, int16 activations, panels",
+                [&] {
+                  for (int64_t c = 0; c < n; c += 64)
+                    quantDotPanelAvx2(w, c, c + 64, codes.data(), block_scales.data(), rows,
+                                      out.data() + c, n);
+                });
+      }
+      setAvxVnniForTesting(true);
       measure("avx2", "int8 weights, int16 activations", [&] {
         for (int64_t c = 0; c < n; c += 16)
           quantDotRowBlock(w, c, c + 16, a.data(), rows, out.data() + c, n, 4);

@@ -141,6 +141,7 @@ CpuIsa supportedLevel(const CpuFeatures& f) {
 }
 
 std::atomic<uint8_t> test_cap{static_cast<uint8_t>(kCpuIsaTop)};
+std::atomic<bool> avx_vnni_allowed{true};
 
 }  // namespace
 
@@ -166,6 +167,16 @@ CpuIsa cpuIsa() {
   level = std::min(level, static_cast<uint8_t>(environmentCap().cap));
   level = std::min(level, test_cap.load(std::memory_order_relaxed));
   return static_cast<CpuIsa>(level);
+}
+
+bool cpuAvxVnni() {
+  // LLMC_CPU_ISA=avx2 names AVX2 + FMA + F16C alone, so it turns AVX-VNNI off too.
+  return cpuFeatures().avxvnni && cpuIsa() >= CpuIsa::kAvx2 &&
+         environmentCap().cap != CpuIsa::kAvx2 && avx_vnni_allowed.load(std::memory_order_relaxed);
+}
+
+void setAvxVnniForTesting(bool allowed) {
+  avx_vnni_allowed.store(allowed, std::memory_order_relaxed);
 }
 
 void setCpuIsaCapForTesting(CpuIsa cap) {
@@ -214,6 +225,7 @@ std::string cpuSummary() {
   flag(!f.amx_note.empty(), f.amx_note.c_str());
   std::string line = (f.model.empty() ? f.vendor : f.model) + "; " +
                      (flags.empty() ? "no AVX2" : flags) + "; kernels: " + cpuIsaName(cpuIsa());
+  if (cpuIsa() == CpuIsa::kAvx2 && cpuAvxVnni()) line += " with avx_vnni";
   const EnvironmentCap& env = environmentCap();
   if (!env.text.empty())
     line += env.understood ? " (LLMC_CPU_ISA=" + env.text + ")"

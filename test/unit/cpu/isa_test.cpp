@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -35,6 +36,28 @@ std::vector<CpuIsa> chunkLevels() {
   for (CpuIsa level : cpuIsaLevelsSupported())
     if (level == CpuIsa::kAvx2 || level == CpuIsa::kAvx512) levels.push_back(level);
   return levels;
+}
+
+// AVX-VNNI is used at the avx2 level and above where the CPU has it, not below, and not when a
+// test turns it off; the CPU line says so at the avx2 level.
+TEST(CpuFeaturesTest, AvxVnniFollowsTheCpuAndTheSwitch) {
+  if (std::getenv("LLMC_CPU_ISA")) GTEST_SKIP() << "LLMC_CPU_ISA is set";
+  const bool has = cpuFeatures().avxvnni;
+  EXPECT_EQ(cpuAvxVnni(), has);
+  {
+    IsaCap cap(CpuIsa::kScalar);
+    EXPECT_FALSE(cpuAvxVnni());
+  }
+  if (cpuIsaSupported() >= CpuIsa::kAvx2) {
+    IsaCap cap(CpuIsa::kAvx2);
+    EXPECT_EQ(cpuAvxVnni(), has);
+    EXPECT_EQ(cpuSummary().find("kernels: avx2 with avx_vnni") != std::string::npos, has)
+        << cpuSummary();
+    setAvxVnniForTesting(false);
+    EXPECT_FALSE(cpuAvxVnni());
+    EXPECT_EQ(cpuSummary().find("with avx_vnni"), std::string::npos) << cpuSummary();
+    setAvxVnniForTesting(true);
+  }
 }
 
 TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {

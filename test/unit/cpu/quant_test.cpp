@@ -956,9 +956,10 @@ TEST_F(PanelTest, Int16PackGivesTheRepackedBits) {
     }
 }
 
-// The AVX2 panels (cpu/quant_panel_avx2.cpp) at the avx2 level: against the scalar dots, exact
-// where float is, the pack's bits against repacking per call, the portable pack's bytes against
-// the AVX-512 one's and, where the host has AVX-512, the AVX-512 panels' bits.
+// The AVX2 panels (cpu/quant_panel_avx2.cpp) at the avx2 level, with and (where the CPU has it)
+// without AVX-VNNI: against the scalar dots, exact where float is, the pack's bits against
+// repacking per call, the portable pack's bytes against the AVX-512 one's and, where the host
+// has AVX-512, the AVX-512 panels' bits.
 class Avx2PanelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -966,7 +967,21 @@ class Avx2PanelTest : public ::testing::Test {
     setCpuIsaCapForTesting(CpuIsa::kAvx2);
     ASSERT_TRUE(quantDotHasAvx2Panels());
   }
-  void TearDown() override { setCpuIsaCapForTesting(kCpuIsaTop); }
+  void TearDown() override {
+    setCpuIsaCapForTesting(kCpuIsaTop);
+    setAvxVnniForTesting(true);
+  }
+  // fn() with AVX2 alone and, where the CPU has it, with AVX-VNNI.
+  template <typename Fn>
+  static void eachVariant(Fn&& fn) {
+    for (bool vnni : {false, true}) {
+      setAvxVnniForTesting(vnni);
+      if (vnni && !cpuAvxVnni()) continue;  // no AVX-VNNI here (or LLMC_CPU_ISA=avx2)
+      SCOPED_TRACE(vnni ? "avx2 with avx_vnni" : "avx2");
+      ASSERT_FALSE(!vnni && cpuAvxVnni()) << "the switch turns AVX-VNNI off";
+      fn();
+    }
+  }
   // codes [rows, k] and scales [rows, k / kQuantBlock] of x through quantizeInt16Row.
   static void codesOf(const float* x, int64_t rows, int64_t k, std::vector<int16_t>* codes,
                       std::vector<float>* scales) {
@@ -983,6 +998,8 @@ class Avx2PanelTest : public ::testing::Test {
     codesOf(x, rows, w.k, &codes, &scales);
     quantDotPanelAvx2(w, n0, n1, codes.data(), scales.data(), rows, out, stride);
   }
+  static void expectAvx2Int16PackBits();
+  static void expectAvx2Int4PanelsGiveTheAvx512Bits();
 };
 
 // quantizeInt16Row at the avx2 level is quantizeActivations' codes and scales, bit for bit.
@@ -1005,18 +1022,39 @@ TEST_F(Avx2PanelTest, Int16CodesAreTheReference) {
 // Rows below, at and past the 4-row tiles; K in one chunk of 12 blocks, two (768) and three with
 // a partial last one (800); channels [1, 36) of 37: a panel of 32 (two slabs) and one of 3.
 TEST_F(Avx2PanelTest, Int16PanelsMatchTheScalarDots) {
-  expectInt16ProductsMatchScalarDots(
-      int16Panels, {{1, 32}, {3, 96}, {4, 64}, {7, 768}, {13, 160}, {45, 64}, {8, 800}});
+  eachVariant([] {
+    expectInt16ProductsMatchScalarDots(
+        int16Panels, {{1, 32}, {3, 96}, {4, 64}, {7, 768}, {13, 160}, {45, 64}, {8, 800}});
+  });
 }
 
 TEST_F(Avx2PanelTest, Int16PanelsAreExactWhereFloatIs) {
-  for (int64_t rows : {1, 4, 5, 21}) {
-    SCOPED_TRACE(std::to_string(rows) + " rows");
-    expectInt16ProductsExactWhereFloatIs(int16Panels, rows);
-  }
+  eachVariant([] {
+    for (int64_t rows : {1, 4, 5, 21}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows");
+      expectInt16ProductsExactWhereFloatIs(int16Panels, rows);
+    }
+  });
 }
 
 TEST_F(Avx2PanelTest, PackGivesTheRepackedBitsAndTheAvx512Bits) {
+  eachVariant([] { expectAvx2Int16PackBits(); });
+}
+
+TEST_F(Avx2PanelTest, Int4PanelsMatchTheScalarDots) {
+  eachVariant([] { expectInt4PanelsMatchScalarDots(quantDotInt4PanelAvx2); });
+}
+
+TEST_F(Avx2PanelTest, Int4PackGivesTheRepackedBits) {
+  eachVariant([] { expectInt4PackGivesTheRepackedBits(quantDotInt4PanelAvx2); });
+}
+
+TEST_F(Avx2PanelTest, Int4PanelsGiveTheAvx512Bits) {
+  if (cpuIsaSupported() < CpuIsa::kAvx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  eachVariant([] { expectAvx2Int4PanelsGiveTheAvx512Bits(); });
+}
+
+void Avx2PanelTest::expectAvx2Int16PackBits() {
   for (int64_t n : {37, 70}) {
     SCOPED_TRACE("N " + std::to_string(n));
     const int64_t rows = 17, k = 416;
@@ -1057,18 +1095,9 @@ TEST_F(Avx2PanelTest, PackGivesTheRepackedBitsAndTheAvx512Bits) {
   }
 }
 
-TEST_F(Avx2PanelTest, Int4PanelsMatchTheScalarDots) {
-  expectInt4PanelsMatchScalarDots(quantDotInt4PanelAvx2);
-}
-
-TEST_F(Avx2PanelTest, Int4PackGivesTheRepackedBits) {
-  expectInt4PackGivesTheRepackedBits(quantDotInt4PanelAvx2);
-}
-
 // The portable 4-bit pack holds the AVX-512 pack's bytes and the AVX2 panels give the AVX-512
-// panels' bits, for each format (where the host has AVX-512).
-TEST_F(Avx2PanelTest, Int4PanelsGiveTheAvx512Bits) {
-  if (cpuIsaSupported() < CpuIsa::kAvx512) GTEST_SKIP() << "this CPU has no AVX-512";
+// panels' bits, for each format.
+void Avx2PanelTest::expectAvx2Int4PanelsGiveTheAvx512Bits() {
   for (const auto& [format, group] :
        {std::pair<const char*, int64_t>{"int4", 32}, {"int4", 128}, {"int4_zp", 64}}) {
     SCOPED_TRACE(std::string(format) + " group " + std::to_string(group));
