@@ -328,9 +328,11 @@ int main(int argc, char** argv) {
   // Decode over dense int4 weights (group 128), the same shapes: whether it is bound by the
   // bytes it reads (from memory slower than from cache) or by its own work (as fast either way),
   // which decides what reading fewer bytes (sparse 4-bit) could gain.
-  std::printf("\n| weight | int4 g128 ns per 64 weights | weight GB/s read |\n|---|---|---|\n");
-  for (const int64_t n : {768, 32768}) {
-    const int64_t k = 768, group = 128;
+  std::printf(
+      "\n| weight | int4 group | ns per 64 weights | weight GB/s read |\n|---|---|---|---|\n");
+  for (const auto& [n, group] :
+       {std::pair<int64_t, int64_t>{768, 128}, {32768, 128}, {768, 32}, {32768, 32}}) {
+    const int64_t k = 768;
     std::mt19937 rng(5);
     std::normal_distribution<float> normal;
     Tensor wf = Tensor::allocate(DType::kFloat32, {n, k});
@@ -358,9 +360,9 @@ int main(int argc, char** argv) {
     const double chunks = static_cast<double>(n * k) / 64;
     const double bytes =
         static_cast<double>(n * k / 2 + n * (k / group) * 2);  // codes + f16 scales
-    std::printf("| %lld x %lld | %.2f [%.2f, %.2f] | %.1f |\n", static_cast<long long>(n),
-                static_cast<long long>(k), st.median / chunks * 1e9, st.low / chunks * 1e9,
-                st.high / chunks * 1e9, bytes / st.median / 1e9);
+    std::printf("| %lld x %lld | %lld | %.2f [%.2f, %.2f] | %.1f |\n", static_cast<long long>(n),
+                static_cast<long long>(k), static_cast<long long>(group), st.median / chunks * 1e9,
+                st.low / chunks * 1e9, st.high / chunks * 1e9, bytes / st.median / 1e9);
   }
   return 0;
 }
