@@ -1,12 +1,5 @@
-// The int16 panels on AVX2 (cpu/quant_dot.h): prefill's products of int8 weights with int16
-// activation codes, output channels in the lanes, for CPUs without AVX-512. The AVX-512 panels'
-// pack and arithmetic (cpu/quant_dot_avx512.inc), in 8 lanes: per (row, channel) the exact
-// integer sum of each block of 32, one fused multiply-add by the row's block scale into a float
-// sum, times the channel's scale after the last block, so the two levels give the same bits.
-// With 16 registers of 256 bits a tile is 4 rows x 16 channels (one slab of the pack): its eight
-// int32 sums, the two widened weight registers, the rows' broadcast codes and vpmaddwd's
-// temporaries take them all (at 5 and 6 rows GCC 12 spilled sums on every step), so the float
-// sums live in the output rows, in L1, read and written once per block.
+// The integer panels on AVX2 (cpu/quant_dot.h) for CPUs without AVX-512: the AVX-512 panels'
+// packs and per-output arithmetic in 8 lanes, so their bits (docs/cpu.md, "AVX2 panels").
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -95,6 +88,10 @@ inline int32_t load32(const void* p) {
   return v;
 }
 
+// A tile is 4 rows x 16 channels (one slab of a pack): its eight int32 sums, the two weight
+// registers, the rows' broadcast codes and the temporaries take AVX2's sixteen registers (at 5
+// and 6 rows GCC 12 spilled sums on every step), so the float sums of the blocks wait in the
+// output rows, in L1, read and written once per block.
 constexpr int kRowsPerTile = 4;
 // Blocks of K per pass over the rows, as the AVX-512 panels: the slab's part stays in L1.
 constexpr int64_t kChunkBlocks = 12;
