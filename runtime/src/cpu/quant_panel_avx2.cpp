@@ -43,20 +43,28 @@ void int16PanelSetupPortable(const QuantWeight& w, int64_t n, int64_t n_end, int
 void int4PanelSetupPortable(const QuantWeight& w, int64_t n, int64_t n_end, int slabs,
                             uint8_t* packed, float* scales, float* zeros) {
   const uint8_t* bytes = static_cast<const uint8_t*>(w.data);
-  // Code k of a row: in each block of 32, the low nibbles of its 16 bytes hold elements 0..15
-  // and the high nibbles 16..31.
-  auto code = [&](const uint8_t* row, int64_t k) -> uint8_t {
-    const uint8_t byte = row[k / kQuantBlock * (kQuantBlock / 2) + k % (kQuantBlock / 2)];
-    return k % kQuantBlock < kQuantBlock / 2 ? byte & 0x0f : byte >> 4;
-  };
+  const int64_t blocks = w.k / kQuantBlock;
   for (int s = 0; s < slabs; ++s)
     for (int c = 0; c < 16; ++c) {
       const int64_t channel = n + 16 * s + c;
-      const uint8_t* row = channel < n_end ? bytes + channel * (w.k / 2) : nullptr;
-      for (int64_t t = 0; t < w.k / 8; ++t)
-        for (int j = 0; j < 4; ++j)
-          packed[(t * slabs + s) * 64 + 4 * c + j] =
-              row ? static_cast<uint8_t>(code(row, 8 * t + j) | code(row, 8 * t + 4 + j) << 4) : 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        // The block's 32 codes in K order: its 16 bytes' low nibbles hold elements 0..15 and
+        // their high nibbles 16..31.
+        uint8_t codes[kQuantBlock] = {};
+        if (channel < n_end) {
+          const uint8_t* from = bytes + channel * (w.k / 2) + b * (kQuantBlock / 2);
+          for (int i = 0; i < kQuantBlock / 2; ++i) {
+            codes[i] = from[i] & 0x0f;
+            codes[i + kQuantBlock / 2] = from[i] >> 4;
+          }
+        }
+        // Per step pair t (8 K values) the channel's 4 bytes: step 2t's codes low, 2t + 1's high.
+        for (int t = 0; t < kQuantBlock / 8; ++t) {
+          uint8_t* to = packed + ((b * (kQuantBlock / 8) + t) * slabs + s) * 64 + 4 * c;
+          for (int j = 0; j < 4; ++j)
+            to[j] = static_cast<uint8_t>(codes[8 * t + j] | codes[8 * t + 4 + j] << 4);
+        }
+      }
     }
   int4PanelScales(w, n, n_end, slabs, scales, zeros);
 }
