@@ -146,7 +146,7 @@ void quantDotPanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1, const int16
                                               plain::int16PanelAvx2<3>, plain::int16PanelAvx2<4>};
   static constexpr Fn kVnni[kRowsPerTile] = {vnni::int16PanelAvx2<1>, vnni::int16PanelAvx2<2>,
                                              vnni::int16PanelAvx2<3>, vnni::int16PanelAvx2<4>};
-  const Fn* kTiles = cpuAvxVnni() ? kVnni : kPlain;
+  const Fn* tiles = cpuAvxVnni() ? kVnni : kPlain;
   const int64_t k = w.k, blocks = k / kQuantBlock;
   // Without a pack (or off its panels), each panel repacked into the calling thread's buffer.
   if (pack && n0 % 32 != 0) pack = nullptr;
@@ -167,7 +167,7 @@ void quantDotPanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1, const int16
     }
     forEachTile(blocks, slabs, count, rows,
                 [&](int64_t b0, int64_t b1, int s, int cols, int64_t r, int64_t tile_rows) {
-                  kTiles[tile_rows - 1](packed + s * 32, slabs * 32, k, b0, b1, codes + r * k,
+                  tiles[tile_rows - 1](packed + s * 32, slabs * 32, k, b0, b1, codes + r * k,
                                         scales + r * blocks, channel_scales + 16 * s, cols,
                                         out + r * out_stride + (n - n0) + 16 * s, out_stride);
                 });
@@ -184,7 +184,7 @@ void quantDotInt4PanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1,
                                               plain::int4PanelAvx2<3>, plain::int4PanelAvx2<4>};
   static constexpr Fn kVnni[kRowsPerTile] = {vnni::int4PanelAvx2<1>, vnni::int4PanelAvx2<2>,
                                              vnni::int4PanelAvx2<3>, vnni::int4PanelAvx2<4>};
-  const Fn* kTiles = cpuAvxVnni() ? kVnni : kPlain;
+  const Fn* tiles = cpuAvxVnni() ? kVnni : kPlain;
   const int64_t k = w.k, blocks = k / kQuantBlock, groups = w.groupsPerRow();
   // Without a pack (or off its panels), each panel repacked into the calling thread's buffers.
   if (pack && n0 % 32 != 0) pack = nullptr;
@@ -213,7 +213,7 @@ void quantDotInt4PanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1,
     }
     forEachTile(blocks, slabs, count, row_count,
                 [&](int64_t b0, int64_t b1, int s, int cols, int64_t r, int64_t tile_rows) {
-                  kTiles[tile_rows - 1](codes + s * 64, slabs * 64, k, b0, b1, w.group, rows + r,
+                  tiles[tile_rows - 1](codes + s * 64, slabs * 64, k, b0, b1, w.group, rows + r,
                                         scales + 16 * s, zeros + 16 * s, slabs * 16, cols,
                                         out + r * out_stride + (n - n0) + 16 * s, out_stride);
                 });
@@ -225,6 +225,8 @@ void quantDotInt4PanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1,
 bool quantDotHasAvx2Panels() { return false; }
 void quantDotPanelAvx2(const QuantWeight&, int64_t, int64_t, const int16_t*, const float*, int64_t,
                        float*, int64_t, const Int16PanelPack*) {}
+void quantDotInt4PanelAvx2(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*,
+                           int64_t, float*, int64_t, const Int4PanelPack*) {}
 
 #endif
 
