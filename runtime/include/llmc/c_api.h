@@ -31,8 +31,9 @@
 extern "C" {
 #endif
 
-/* The version of this header's API; llmc_api_version() gives the library's. */
-#define LLMC_C_API_VERSION 1
+/* The version of this header's API; llmc_api_version() gives the library's. 2: the generator
+ * options' kv_cache_dtype and kv_cache_prefault (a library of version 1 ignores them). */
+#define LLMC_C_API_VERSION 2
 
 /* ----- Status ----- */
 

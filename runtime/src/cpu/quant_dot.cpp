@@ -29,10 +29,6 @@ inline int32_t roundClamped(float v, float levels) {
   return truncated + (fraction >= 0.5f ? 1 : 0) - (fraction <= -0.5f ? 1 : 0);
 }
 
-}  // namespace
-
-namespace {
-
 // Each block's codes (int16 into q16 for bits 16, else int8 into q8), scale and integer sum:
 // in 16 lanes where the CPU has AVX-512 (the same bits), else here.
 void quantizeBlocks(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8, float* scales,
@@ -87,8 +83,6 @@ void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
   out->pair_scales.resize(paired ? static_cast<size_t>(blocks * 4) : 0);
   out->pair_block_sums.resize(paired ? static_cast<size_t>(blocks * 4) : 0);
   constexpr int64_t kHalf = kQuantBlock / 2;
-  // Each block's codes, scale and integer sum: in 16 lanes where the CPU has AVX-512 (the same
-  // bits), else here.
   thread_local std::vector<int32_t> sums;
   sums.resize(static_cast<size_t>(blocks));
   quantizeBlocks(x, k, bits, out->q16.data(), out->q.data(), out->scales.data(), sums.data());
