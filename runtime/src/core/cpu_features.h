@@ -52,8 +52,8 @@ CpuIsa cpuIsaSupported();
 // The level the kernels use: cpuIsaSupported(), capped by LLMC_CPU_ISA and by
 // setCpuIsaCapForTesting.
 CpuIsa cpuIsa();
-// AVX-VNNI (vpdpbusd and vpdpwssd on 256 bits, VEX-encoded; Intel cores from Alder Lake and
-// Sapphire Rapids, AMD from Zen 5) is not a level of its own: the avx2 level's integer panels
+// AVX-VNNI (vpdpbusd and vpdpwssd on 256 bits, VEX-encoded; Intel's cores since Alder Lake and
+// Sapphire Rapids) is not a level of its own: the avx2 level's integer panels
 // take it where the CPU has it, as the AVX-512 levels take VBMI2. Whether they do: the CPU has
 // it, the level is avx2 or above, LLMC_CPU_ISA is not avx2 (which names AVX2 + FMA + F16C
 // alone: what a CPU without AVX-VNNI runs), and no test turned it off.
