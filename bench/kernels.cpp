@@ -325,9 +325,9 @@ int main(int argc, char** argv) {
     std::printf("\nno AVX-512 VBMI2: the fused sparse decode kernel does not run here\n");
   }
 
-  // Decode over dense int4 weights (group 128), the same shapes: whether it is bound by the
-  // bytes it reads (from memory slower than from cache) or by its own work (as fast either way),
-  // which decides what reading fewer bytes (sparse 4-bit) could gain.
+  // Decode over dense int4 weights (groups of 128 and of 32), the same shapes: whether it is bound
+  // by the bytes it reads (from memory slower than from cache) or by its own work (as fast either
+  // way), which decides what reading fewer bytes (sparse 4-bit) could gain.
   std::printf(
       "\n| weight | int4 group | ns per 64 weights | weight GB/s read |\n|---|---|---|---|\n");
   for (const auto& [n, group] :
