@@ -1,10 +1,11 @@
-// Generation over the paged KV cache on a real compiled decoder (the engine path is the first
-// argument; ctest compiles test/models/demo for it): the KV-cache path must produce exactly
+// Generation over the paged KV cache on a real compiled decoder (the engine paths are the
+// arguments; ctest compiles test/models/demo for them): the KV-cache path must produce exactly
 // the tokens of full recomputation, greedy and beam search, and a full cache, an oversized
 // prompt, an unknown token id and a cancelled request must each fail clearly and leave the
 // generator usable.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -346,15 +347,88 @@ TEST(ContinuousBatching, SharedPrefixIsReused) {
   EXPECT_EQ(results[second].result.tokens, greedy(*makeGenerator(engine, false), prompt, 6));
 }
 
+// The demo compiled with its tokenizer cut to 1,000 ids (test/models/demo/tokenizer_1000.json)
+// beside its 2,048 logits rows, as checkpoints pad their embeddings beyond their tokenizers: the
+// other ids are never chosen. Excluding them must equal a logit bias of -inf on each, on the
+// engine without the tokenizer, token for token and log-probability for log-probability.
+constexpr int32_t kSmallVocab = 1000;
+std::string g_small_tokenizer_engine_path;
+
+std::vector<GenerationOptions> sampledOptions(size_t count, bool bias_the_rest) {
+  std::vector<GenerationOptions> options;
+  for (size_t i = 0; i < count; ++i) {
+    GenerationOptions o;
+    o.max_new_tokens = 32;
+    o.sampling.temperature = 1.5f;  // hot: the plain engine picks ids >= 1,000 often
+    o.sampling.seed = 7 + i;
+    if (bias_the_rest)
+      for (int32_t id = kSmallVocab; id < 2048; ++id)
+        o.sampling.logit_bias.push_back({id, -INFINITY});
+    options.push_back(o);
+  }
+  return options;
+}
+
+TEST(SmallTokenizer, IdsTheTokenizerCannotDecodeAreNeverChosen) {
+  auto plain_engine = loadEngine();
+  std::shared_ptr<const Engine> small_engine;
+  ASSERT_TRUE(Engine::load(g_small_tokenizer_engine_path, &small_engine).ok());
+  ASSERT_EQ(small_engine->llmConfig()->vocab_size, 2048);
+  auto plain = makeGenerator(plain_engine, true);
+  auto small = makeGenerator(small_engine, true);
+  auto small_full = makeGenerator(small_engine, false);
+  ASSERT_NE(small->tokenizer(), nullptr);
+  ASSERT_EQ(small->tokenizer()->vocabSize(), kSmallVocab);
+  const auto unbiased = sampledOptions(4, false), biased = sampledOptions(4, true);
+  bool plain_went_beyond = false;
+  for (size_t i = 0; i < unbiased.size(); ++i) {
+    auto prompt = promptOf(9 + 5 * i, static_cast<int32_t>(i));
+    GenerationResult free_result, small_result, biased_result;
+    ASSERT_TRUE(plain->generate(prompt, unbiased[i], nullptr, &free_result).ok());
+    for (int32_t id : free_result.tokens) plain_went_beyond |= id >= kSmallVocab;
+    Status status = small->generate(prompt, unbiased[i], nullptr, &small_result);
+    ASSERT_TRUE(status.ok()) << status.message();
+    for (int32_t id : small_result.tokens) EXPECT_LT(id, kSmallVocab) << "request " << i;
+    EXPECT_FALSE(small_result.text.empty());
+    ASSERT_TRUE(plain->generate(prompt, biased[i], nullptr, &biased_result).ok());
+    EXPECT_EQ(small_result.tokens, biased_result.tokens) << "request " << i;
+    EXPECT_EQ(small_result.logprobs, biased_result.logprobs) << "request " << i;
+    // Full recomputation's greedy tokens over the cut vocabulary are the KV path's.
+    EXPECT_EQ(greedy(*small_full, prompt, 12), greedy(*small, prompt, 12));
+    BeamSearchOptions beams;
+    beams.num_beams = 3;
+    beams.max_new_tokens = 8;
+    status = small->beamSearch(prompt, beams, &small_result);
+    ASSERT_TRUE(status.ok()) << status.message();
+    for (int32_t id : small_result.tokens) EXPECT_LT(id, kSmallVocab);
+  }
+  EXPECT_TRUE(plain_went_beyond) << "the test never reached an id beyond the tokenizer";
+
+  // Continuous batching excludes the same ids (the engine's tokenizer): each request as alone.
+  BatchConfig config;
+  config.max_step_tokens = 16;
+  config.max_running = 2;
+  std::unique_ptr<BatchGenerator> batch;
+  ASSERT_TRUE(BatchGenerator::create(small_engine, config, &batch).ok());
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < unbiased.size(); ++i)
+    prompts.push_back(promptOf(5 + 7 * i, static_cast<int32_t>(20 + i)));
+  expectEachAsAlone(*batch, *small, prompts, unbiased, "small tokenizer");
+}
+
 }  // namespace
 }  // namespace llmc
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s ENGINE (a decoder compiled by llmc)\n", argv[0]);
+  if (argc != 3) {
+    std::fprintf(stderr,
+                 "usage: %s ENGINE SMALL_TOKENIZER_ENGINE (the demo compiled by llmc, without and "
+                 "with test/models/demo/tokenizer_1000.json)\n",
+                 argv[0]);
     return 2;
   }
   llmc::g_engine_path = argv[1];
+  llmc::g_small_tokenizer_engine_path = argv[2];
   return RUN_ALL_TESTS();
 }

@@ -4,7 +4,8 @@
 // and retires finished requests, whose KV blocks go back to the pool at once. A request's
 // tokens are exactly what Generator::generate would produce for it alone.
 //
-// Needs an engine compiled as a language model (Engine::llmConfig()).
+// Needs an engine compiled as a language model (Engine::llmConfig()). As Generator, it never
+// chooses an id that the engine's tokenizer (if it carries one) cannot decode.
 //
 // Threads: a BatchGenerator is used by one thread at a time (the serving loop calls submit,
 // step and the queries; requests from other threads reach it through the caller's own queue).

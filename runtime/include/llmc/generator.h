@@ -149,7 +149,9 @@ class Generator {
                   const TokenCallback& on_token, GenerationResult* result);
 
   // The tokenizer used for result text and stop strings: the engine's own by default
-  // (llmc compile --tokenizer); this replaces it.
+  // (llmc compile --tokenizer); this replaces it. With a tokenizer, the ids it cannot decode
+  // (the logits rows a checkpoint pads beyond its tokenizer's ids) are never chosen: their
+  // logits count as -inf, in sampling, in the log-probabilities and in beam search.
   void setTokenizer(std::shared_ptr<const Tokenizer> tokenizer);
   const Tokenizer* tokenizer() const;
 
@@ -174,6 +176,9 @@ class Generator {
   Status beamSearchUnguarded(std::span<const int32_t> prompt, const BeamSearchOptions& options,
                              GenerationResult* result);
   Status checkPrompt(std::span<const int32_t> prompt, int32_t max_new_tokens) const;
+  // The ids below vocabSize() that the tokenizer cannot decode, which are never chosen (null:
+  // none, or no tokenizer); computed once per tokenizer.
+  Status excludedIds(std::shared_ptr<const std::vector<int32_t>>* out);
   // Runs the engine on equally long rows; returns each row's last-position logits.
   Status lastLogitsOf(const std::vector<std::vector<int64_t>>& rows,
                       std::vector<std::vector<float>>* logits);

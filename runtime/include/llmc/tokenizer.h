@@ -48,6 +48,10 @@ class Tokenizer {
   // One past the largest id of the vocabulary and the added tokens (the embedding rows a model
   // needs), which is `tokenizers`' vocabulary size when ids are dense.
   int32_t vocabSize() const;
+  // The ids in [0, limit) that decode() refuses: a model's logits rows beyond its tokenizer's
+  // vocabulary (checkpoints pad theirs to a multiple of 64 or 128), and any gaps in the ids.
+  // Ascending.
+  Status unknownIds(int32_t limit, std::vector<int32_t>* ids) const;
   // Best effort, from the post-processor's template, then from well-known special tokens.
   std::optional<int32_t> bosId() const;
   std::optional<int32_t> eosId() const;

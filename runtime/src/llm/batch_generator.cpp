@@ -43,6 +43,8 @@ struct BatchGenerator::State {
   std::vector<std::unique_ptr<Request>> running;
   int64_t next_id = 1;
   int64_t preemptions = 0;
+  // The ids the engine's tokenizer cannot decode, never sampled (null: none, or no tokenizer).
+  std::shared_ptr<const std::vector<int32_t>> excluded;
 
   int64_t blocksFor(int64_t tokens) const {
     int64_t block = runner->cache().spec().block_size;
@@ -100,6 +102,13 @@ Status BatchGenerator::create(std::shared_ptr<const Engine> engine, const BatchC
     LLMC_RETURN_IF_ERROR(LlmRunner::create(engine, config.kv_cache_tokens, &s.runner,
                                            config.kv_cache_dtype, config.session,
                                            config.kv_cache_prefault));
+    if (!engine->tokenizerJson().empty()) {
+      std::unique_ptr<Tokenizer> tokenizer;
+      LLMC_RETURN_IF_ERROR(Tokenizer::fromJson(engine->tokenizerJson(), &tokenizer)
+                               .withContext("BatchGenerator: the engine's tokenizer"));
+      LLMC_RETURN_IF_ERROR(
+          undecodableIds(tokenizer.get(), engine->llmConfig()->vocab_size, &s.excluded));
+    }
     *out = std::move(generator);
     return okStatus();
   });
@@ -167,7 +176,7 @@ Status BatchGenerator::submitUnguarded(std::span<const int32_t> prompt,
                              std::to_string(s.blocksFor(total)) + " blocks, the cache has " +
                              std::to_string(s.runner->cache().spec().num_blocks));
   LLMC_RETURN_IF_ERROR(Sampler::create(options.sampling, static_cast<int32_t>(config.vocab_size),
-                                       prompt, &request->sampler));
+                                       prompt, &request->sampler, s.excluded));
   request->id = s.next_id++;
   request->prompt.assign(prompt.begin(), prompt.end());
   request->context = request->prompt;

@@ -27,6 +27,10 @@ struct Generator::State {
   int64_t max_length = -1;
   bool dynamic_batch = false;  // input_ids' batch dim is symbolic: beams run in one batch
   std::shared_ptr<const Tokenizer> tokenizer;
+  // The ids below `vocab` that the tokenizer cannot decode (never sampled), for `excluded_vocab`;
+  // null before the first request after a tokenizer change, and without a tokenizer.
+  std::shared_ptr<const std::vector<int32_t>> excluded;
+  int64_t excluded_vocab = -1;
   std::unique_ptr<LlmRunner> runner;  // set: steps run over the KV cache
   int64_t next_sequence_id = 1;
   bool sample_on_device = true;
@@ -176,6 +180,18 @@ Status Generator::create(std::shared_ptr<const Engine> engine, const GeneratorCo
 
 void Generator::setTokenizer(std::shared_ptr<const Tokenizer> tokenizer) {
   state_->tokenizer = std::move(tokenizer);
+  state_->excluded.reset();
+  state_->excluded_vocab = -1;
+}
+
+Status Generator::excludedIds(std::shared_ptr<const std::vector<int32_t>>* out) {
+  State& s = *state_;
+  if (s.excluded_vocab != s.vocab) {
+    LLMC_RETURN_IF_ERROR(undecodableIds(s.tokenizer.get(), s.vocab, &s.excluded));
+    s.excluded_vocab = s.vocab;
+  }
+  *out = s.excluded;
+  return okStatus();
 }
 const Tokenizer* Generator::tokenizer() const { return state_->tokenizer.get(); }
 
@@ -262,8 +278,11 @@ Status Generator::generateUnguarded(std::span<const int32_t> prompt,
   // could not sample (its logits ended on the host) falls back to the host sampler.
   std::unique_ptr<DeviceSampling> device;
   std::unique_ptr<Xoshiro256> device_rng;
+  std::shared_ptr<const std::vector<int32_t>> excluded;  // the KV-cache path knows the vocab now
+  if (s.runner) LLMC_RETURN_IF_ERROR(excludedIds(&excluded));
+  // The device sampler draws over every logit, so excluded ids keep the choice on the host.
   if (s.runner && s.sample_on_device && s.runner->samplesOnDevice() &&
-      sampleableOnDevice(options.sampling)) {
+      sampleableOnDevice(options.sampling) && !excluded) {
     device = std::make_unique<DeviceSampling>();
     device->temperature = options.sampling.temperature;
     device->top_k = options.sampling.top_k;
@@ -291,8 +310,9 @@ Status Generator::generateUnguarded(std::span<const int32_t> prompt,
     if (!sampler) {
       LLMC_RETURN_IF_ERROR(
           checkPrompt(prompt, options.max_new_tokens));  // now that the vocab is known
-      LLMC_RETURN_IF_ERROR(
-          Sampler::create(options.sampling, static_cast<int32_t>(s.vocab), prompt, &sampler));
+      LLMC_RETURN_IF_ERROR(excludedIds(&excluded));
+      LLMC_RETURN_IF_ERROR(Sampler::create(options.sampling, static_cast<int32_t>(s.vocab), prompt,
+                                           &sampler, excluded));
     }
     SampledToken token;
     if (device && device->done) {
@@ -387,6 +407,7 @@ Status Generator::beamSearchUnguarded(std::span<const int32_t> prompt,
   size_t num_beams = static_cast<size_t>(options.num_beams);
   std::vector<Hypothesis> beams(1), finished;
   std::vector<std::vector<float>> logits;
+  std::shared_ptr<const std::vector<int32_t>> excluded;
   auto start = std::chrono::steady_clock::now();
   State& s = *state_;
   SequenceGuard guard(s.runner.get());  // every sequence this search creates
@@ -415,7 +436,14 @@ Status Generator::beamSearchUnguarded(std::span<const int32_t> prompt,
                         static_cast<int64_t>(prompt.size() + beam.tokens.size()) - 1, 1});
       LLMC_RETURN_IF_ERROR(s.runner->step(work, &logits));
     }
-    if (step == 0) LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
+    if (step == 0) {
+      LLMC_RETURN_IF_ERROR(checkPrompt(prompt, options.max_new_tokens));
+      LLMC_RETURN_IF_ERROR(excludedIds(&excluded));
+    }
+    if (excluded)  // ids no text shows are never extensions
+      for (std::vector<float>& row : logits)
+        for (int32_t id : *excluded)
+          if (static_cast<size_t>(id) < row.size()) row[static_cast<size_t>(id)] = -INFINITY;
     // The 2 * num_beams best (beam, token) extensions, best first; ties: lower beam, lower id.
     struct Candidate {
       double sum;
@@ -427,8 +455,9 @@ Status Generator::beamSearchUnguarded(std::span<const int32_t> prompt,
     for (size_t b = 0; b < beams.size(); ++b) {
       logSoftmax(logits[b]);
       for (size_t t = 0; t < logits[b].size(); ++t)
-        candidates.push_back(
-            {beams[b].sum_logprob + logits[b][t], b, static_cast<int32_t>(t), logits[b][t]});
+        if (logits[b][t] != -INFINITY)
+          candidates.push_back(
+              {beams[b].sum_logprob + logits[b][t], b, static_cast<int32_t>(t), logits[b][t]});
     }
     size_t keep = std::min(candidates.size(), 2 * num_beams);
     std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(keep),

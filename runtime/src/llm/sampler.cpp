@@ -164,10 +164,29 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
   if (params.num_logprobs > 0) logprob_order_.resize(static_cast<size_t>(vocab_size));
 }
 
+Status undecodableIds(const Tokenizer* tokenizer, int64_t vocab,
+                      std::shared_ptr<const std::vector<int32_t>>* out) {
+  out->reset();
+  if (!tokenizer || vocab <= 0) return okStatus();
+  auto ids = std::make_shared<std::vector<int32_t>>();
+  LLMC_RETURN_IF_ERROR(tokenizer->unknownIds(static_cast<int32_t>(vocab), ids.get()));
+  if (static_cast<int64_t>(ids->size()) == vocab)
+    return invalidArgument("the tokenizer decodes none of the model's " + std::to_string(vocab) +
+                           " token ids");
+  if (!ids->empty()) *out = std::move(ids);
+  return okStatus();
+}
+
 Status Sampler::create(const SamplingParams& params, int32_t vocab_size,
-                       std::span<const int32_t> prompt_tokens, std::unique_ptr<Sampler>* out) {
+                       std::span<const int32_t> prompt_tokens, std::unique_ptr<Sampler>* out,
+                       std::shared_ptr<const std::vector<int32_t>> excluded) {
   if (out == nullptr) return invalidArgument("Sampler::create: null output pointer");
   LLMC_RETURN_IF_ERROR(validate(params, vocab_size));
+  if (excluded)
+    for (int32_t id : *excluded)
+      if (id < 0 || id >= vocab_size)
+        return invalidArgument("Sampler::create: excluded id " + std::to_string(id) +
+                               " is outside [0, " + std::to_string(vocab_size) + ")");
   for (size_t i = 0; i < prompt_tokens.size(); ++i) {
     if (prompt_tokens[i] < 0 || prompt_tokens[i] >= vocab_size) {
       return invalidArgument("Sampler::create: prompt token " + std::to_string(i) + " is id " +
@@ -176,6 +195,7 @@ Status Sampler::create(const SamplingParams& params, int32_t vocab_size,
     }
   }
   std::unique_ptr<Sampler> sampler(new Sampler(params, vocab_size));
+  if (excluded && !excluded->empty()) sampler->excluded_ = std::move(excluded);
   for (int32_t id : prompt_tokens) {
     if (!sampler->seen_[static_cast<size_t>(id)]) {
       sampler->seen_[static_cast<size_t>(id)] = 1;
@@ -188,6 +208,8 @@ Status Sampler::create(const SamplingParams& params, int32_t vocab_size,
 
 void Sampler::applyBiasAndPenalties() {
   for (const auto& [id, bias] : params_.logit_bias) processed_[static_cast<size_t>(id)] += bias;
+  if (excluded_)
+    for (int32_t id : *excluded_) processed_[static_cast<size_t>(id)] = -kInf;
 
   const float repetition = params_.repetition_penalty;
   const float presence = params_.presence_penalty;
@@ -303,8 +325,8 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
   }
   if (max_logit == -kInf) {
     return invalidArgument(
-        "Sampler::sample: every token is masked (all logits are -inf after logit bias and "
-        "penalties)");
+        "Sampler::sample: every token is masked (all logits are -inf after logit bias, "
+        "penalties and the ids the tokenizer cannot decode)");
   }
 
   // Shift so the max is 0 (exp() cannot overflow, and (x - max) / T cannot reach +inf), then

@@ -3,6 +3,7 @@
 //
 // Processing order for each token (the HF / vLLM order):
 //   1. logit bias            logit += bias[id]                 (-inf bans a token)
+//      excluded ids          logit = -inf   (ids the tokenizer cannot decode, see create)
 //   2. repetition penalty    logit > 0 ? logit / r : logit * r  for ids seen in prompt + output
 //      presence penalty      logit -= presence                  for ids seen in the output
 //      frequency penalty     logit -= count * frequency         count = times seen in the output
@@ -27,6 +28,7 @@
 
 #include "llmc/sampling.h"
 #include "llmc/status.h"
+#include "llmc/tokenizer.h"
 
 namespace llmc {
 
@@ -46,14 +48,24 @@ class Xoshiro256 {
   uint64_t state_[4];
 };
 
+// The ids in [0, vocab) that `tokenizer` cannot decode, for Sampler::create's `excluded`: the
+// logits rows a checkpoint pads its embedding with beyond the tokenizer's ids (to a multiple of 64
+// or 128: Qwen2's 151,936 rows for 151,665 ids), whose sampling would end the text with an error.
+// Null when every id decodes or there is no tokenizer; an error when none does.
+Status undecodableIds(const Tokenizer* tokenizer, int64_t vocab,
+                      std::shared_ptr<const std::vector<int32_t>>* out);
+
 // One per sequence: holds the RNG state and the token counts the penalties need.
 // Not thread-safe; sample() reuses scratch buffers so it allocates nothing per token
 // beyond SampledToken::top_logprobs.
 class Sampler {
  public:
-  // Validates `params`, and that every prompt token is in [0, vocab_size).
+  // Validates `params`, and that every prompt token is in [0, vocab_size). `excluded` (may be
+  // null; ascending ids in [0, vocab_size)) are never chosen: the logits rows a model has beyond
+  // its tokenizer's vocabulary, which no text can show (Tokenizer::unknownIds).
   static Status create(const SamplingParams& params, int32_t vocab_size,
-                       std::span<const int32_t> prompt_tokens, std::unique_ptr<Sampler>* out);
+                       std::span<const int32_t> prompt_tokens, std::unique_ptr<Sampler>* out,
+                       std::shared_ptr<const std::vector<int32_t>> excluded = nullptr);
 
   // Picks the next token from raw logits [vocab_size] and records it for the penalties.
   // Errors: wrong length, a NaN or +inf logit (named by index), a logit that overflows to
@@ -77,6 +89,7 @@ class Sampler {
 
   SamplingParams params_;
   int32_t vocab_size_ = 0;
+  std::shared_ptr<const std::vector<int32_t>> excluded_;  // may be null
   int64_t sampled_ = 0;  // tokens sampled so far
   Xoshiro256 rng_;
 

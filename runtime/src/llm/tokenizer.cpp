@@ -377,6 +377,15 @@ std::string Tokenizer::idToToken(int32_t id) const {
 
 bool Tokenizer::isSpecialToken(int32_t id) const { return impl_->isSpecial(id); }
 int32_t Tokenizer::vocabSize() const { return impl_->vocabSize(); }
+
+Status Tokenizer::unknownIds(int32_t limit, std::vector<int32_t>* ids) const {
+  return guardApi("Tokenizer::unknownIds", [&]() -> Status {
+    ids->clear();
+    for (int32_t id = 0; id < limit; ++id)
+      if (impl_->tokenOf(id) == nullptr) ids->push_back(id);
+    return okStatus();
+  });
+}
 std::optional<int32_t> Tokenizer::bosId() const { return impl_->bosId(); }
 std::optional<int32_t> Tokenizer::eosId() const { return impl_->eosId(); }
 

@@ -353,6 +353,53 @@ TEST(SamplerLogitBias, BanningEveryTokenIsAnError) {
   EXPECT_NE(status.message().find("masked"), std::string::npos) << status.message();
 }
 
+// Ids a tokenizer cannot decode are excluded as a logit bias of -inf would ban them, penalties
+// and positive biases included; bad ids are refused, and excluding every id is an error.
+TEST(SamplerExcluded, ActsAsABanOnEachId) {
+  const std::vector<float> logits = {9.0f, 1.0f, 0.5f, 8.0f, -2.0f, 7.0f};
+  auto excluded = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{0, 3});
+  for (float temperature : {0.0f, 0.7f}) {
+    SamplingParams params;
+    params.temperature = temperature;
+    params.seed = 11;
+    params.num_logprobs = 6;
+    params.repetition_penalty = 1.3f;
+    params.logit_bias = {{3, 4.0f}, {5, -0.25f}};
+    SamplingParams banned = params;
+    banned.logit_bias.push_back({0, kNegInf});
+    banned.logit_bias.push_back({3, kNegInf});
+    std::unique_ptr<Sampler> with_excluded, with_bias;
+    ASSERT_OK(Sampler::create(params, 6, std::vector<int32_t>{5, 0}, &with_excluded, excluded));
+    ASSERT_OK(Sampler::create(banned, 6, std::vector<int32_t>{5, 0}, &with_bias));
+    for (int i = 0; i < 20; ++i) {
+      SampledToken a, b;
+      ASSERT_OK(with_excluded->sample(logits, &a));
+      ASSERT_OK(with_bias->sample(logits, &b));
+      EXPECT_EQ(a.id, b.id);
+      EXPECT_NE(a.id, 0);
+      EXPECT_NE(a.id, 3);
+      EXPECT_EQ(a.logprob, b.logprob);
+      ASSERT_EQ(a.top_logprobs.size(), b.top_logprobs.size());
+      for (size_t k = 0; k < a.top_logprobs.size(); ++k) {
+        EXPECT_EQ(a.top_logprobs[k].first, b.top_logprobs[k].first);
+        EXPECT_EQ(a.top_logprobs[k].second, b.top_logprobs[k].second);
+      }
+    }
+  }
+  std::unique_ptr<Sampler> sampler;
+  auto outside = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{6});
+  Status status = Sampler::create(SamplingParams{}, 6, {}, &sampler, outside);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("excluded id 6"), std::string::npos) << status.message();
+  auto every = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{0, 1});
+  ASSERT_OK(Sampler::create(SamplingParams{}, 2, {}, &sampler, every));
+  SampledToken token;
+  status = sampler->sample(std::vector<float>{1.0f, 2.0f}, &token);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("the ids the tokenizer cannot decode"), std::string::npos)
+      << status.message();
+}
+
 TEST(SamplerLogprobs, MatchLogSoftmaxAfterTemperatureBeforeTruncation) {
   const std::vector<float> logits = {1.0f, -0.5f, 2.0f, 0.25f, kNegInf, 2.0f};
   SamplingParams params;

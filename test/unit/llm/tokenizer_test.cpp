@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 
 #include "llm/tokenizer_regex.h"
 #include "llm/unicode.h"
+#include "status_test_util.h"
 
 namespace llmc {
 namespace {
@@ -265,6 +267,25 @@ TEST(TokenizerTest, ErrorCases) {
   std::vector<int32_t> ids;
   status = gpt2->encode("bad \xC3\x28 utf-8", false, &ids);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+}
+
+// unknownIds: exactly the ids decode() refuses below the limit (gaps, and past the vocabulary).
+TEST(TokenizerTest, UnknownIdsAreTheIdsDecodeRefuses) {
+  std::unique_ptr<Tokenizer> tokenizer;
+  ASSERT_OK(Tokenizer::fromJson(
+      R"({"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1, "d": 3}, "unk_token": "a"},
+          "added_tokens": [{"id": 5, "content": "<e>", "special": true}]})",
+      &tokenizer));
+  std::vector<int32_t> unknown;
+  ASSERT_OK(tokenizer->unknownIds(9, &unknown));
+  EXPECT_EQ(unknown, (std::vector<int32_t>{2, 4, 6, 7, 8}));
+  for (int32_t id = 0; id < 9; ++id) {
+    std::string text;
+    const bool refused = !tokenizer->decode(std::vector<int32_t>{id}, false, &text).ok();
+    EXPECT_EQ(refused, std::count(unknown.begin(), unknown.end(), id) == 1) << "id " << id;
+  }
+  ASSERT_OK(tokenizer->unknownIds(2, &unknown));
+  EXPECT_TRUE(unknown.empty());
 }
 
 TEST(TokenizerTest, RegexEngine) {
