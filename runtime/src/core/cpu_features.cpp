@@ -155,10 +155,10 @@ CpuIsa cpuIsaSupported() {
   return level;
 }
 
-std::vector<CpuIsa> cpuIsaLevelsSupported() {
+std::vector<CpuIsa> cpuIsaLevelsAllowed() {
   std::vector<CpuIsa> levels;
   for (CpuIsa level : kCpuIsaLevels)
-    if (level <= cpuIsaSupported()) levels.push_back(level);
+    if (level <= cpuIsaSupported() && level <= environmentCap().cap) levels.push_back(level);
   return levels;
 }
 

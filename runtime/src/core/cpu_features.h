@@ -60,8 +60,9 @@ CpuIsa cpuIsa();
 bool cpuAvxVnni();
 // Tests run the avx2 level's kernels with and without it (true: as the CPU allows).
 void setAvxVnniForTesting(bool allowed);
-// The levels up to cpuIsaSupported(), lowest first: what the tests run each kernel at.
-std::vector<CpuIsa> cpuIsaLevelsSupported();
+// The levels up to cpuIsaSupported() and LLMC_CPU_ISA's cap, lowest first: what the tests run
+// each kernel at (a test's cap lowers the level, never lifts the environment's cap).
+std::vector<CpuIsa> cpuIsaLevelsAllowed();
 // Tests run each kernel at every level the host supports: cap the level (a value above the
 // supported one is clamped), or pass the supported level back to lift the cap.
 void setCpuIsaCapForTesting(CpuIsa cap);

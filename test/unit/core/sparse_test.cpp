@@ -71,7 +71,7 @@ TEST(SparseInt8Test, FormatByHand) {
   Packed p = pack(dense, 2, 10, 3);
   EXPECT_EQ(values<int8_t>(p.packed), (std::vector<int8_t>{5, -3, 7, -1, 0, 0}));
   EXPECT_EQ(values<uint8_t>(p.mask), (std::vector<uint8_t>{0x0a, 0x02, 0x01, 0x00}));
-  for (CpuIsa level : cpuIsaLevelsSupported()) {
+  for (CpuIsa level : cpuIsaLevelsAllowed()) {
     std::vector<int8_t> out(20, 99);
     EXPECT_EQ(expandSparseInt8RowsAt(level, p.rows, 0, 2, out.data()), -1) << cpuIsaName(level);
     EXPECT_EQ(out, dense) << cpuIsaName(level);
@@ -100,7 +100,7 @@ TEST(SparseInt8Test, RoundTripAtEveryLevelSparsityAndLength) {
             randomSparse(n, k, sparsity, static_cast<uint32_t>(k * 100 + sparsity * 10));
         const int64_t stride = std::min(k, maxNonZeros(dense, n, k) + padding);
         Packed p = pack(dense, n, k, stride);
-        for (CpuIsa level : cpuIsaLevelsSupported()) {
+        for (CpuIsa level : cpuIsaLevelsAllowed()) {
           SCOPED_TRACE("K " + std::to_string(k) + ", sparsity " + std::to_string(sparsity) +
                        ", stride " + std::to_string(stride) + ", level " + cpuIsaName(level));
           std::vector<int8_t> out(dense.size(), 99);
@@ -123,7 +123,7 @@ TEST(SparseInt8Test, CorruptedMaskIsFoundAtEveryLevel) {
   for (int64_t b = 0; b < k / 8; ++b) mask[2 * (k / 8) + b] = 0xff;
   std::vector<int8_t> reference(dense.size());
   EXPECT_EQ(expandSparseInt8RowsAt(CpuIsa::kScalar, p.rows, 0, n, reference.data()), 2);
-  for (CpuIsa level : cpuIsaLevelsSupported()) {
+  for (CpuIsa level : cpuIsaLevelsAllowed()) {
     std::vector<int8_t> out(dense.size(), 99);
     EXPECT_EQ(expandSparseInt8RowsAt(level, p.rows, 0, n, out.data()), 2) << cpuIsaName(level);
     EXPECT_EQ(out, reference) << cpuIsaName(level);  // the same bytes everywhere, in bounds
@@ -174,7 +174,7 @@ TEST(SparseInt8Test, QuantMatMulOverSparseEqualsDense) {
             const Tensor x = randomFloat({rows, k}, static_cast<uint32_t>(rows));
             KernelParams kp = params({{"format", stringParam(format)}, {"group", intParam(k)}});
             if (gated) kp.set("gated", intParam(1)), kp.set("activation", stringParam("silu"));
-            for (CpuIsa level : cpuIsaLevelsSupported()) {
+            for (CpuIsa level : cpuIsaLevelsAllowed()) {
               SCOPED_TRACE(std::string(format) + " K " + std::to_string(k) + ", sparsity " +
                            std::to_string(sparsity) + ", " + std::to_string(rows) + " rows" +
                            (gated ? ", gated" : "") + ", level " + cpuIsaName(level));
@@ -206,7 +206,7 @@ TEST(SparseInt8Test, QuantMatMulRefusesBadSparseWeights) {
             uint8_t{0xff});
   ctx.inputs[6] = p.mask;
   for (int64_t rows : {1, 2, 20})  // decode's fused kernel, the expanded tiles, the panels
-    for (CpuIsa level : cpuIsaLevelsSupported()) {
+    for (CpuIsa level : cpuIsaLevelsAllowed()) {
       setCpuIsaCapForTesting(level);
       ctx.inputs[0] = randomFloat({rows, k}, 1);
       const Status corrupted = ctx.run("LlmQuantMatMul");

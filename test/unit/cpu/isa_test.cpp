@@ -33,7 +33,7 @@ class IsaCap {
 // above AVX-512 run its AVX-512 form).
 std::vector<CpuIsa> chunkLevels() {
   std::vector<CpuIsa> levels;
-  for (CpuIsa level : cpuIsaLevelsSupported())
+  for (CpuIsa level : cpuIsaLevelsAllowed())
     if (level == CpuIsa::kAvx2 || level == CpuIsa::kAvx512) levels.push_back(level);
   return levels;
 }
@@ -70,15 +70,15 @@ TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {
   // The build's own reading of the CPU agrees (it checks the OS's register state too).
   EXPECT_EQ(f.avx2, __builtin_cpu_supports("avx2") != 0);
   EXPECT_EQ(f.avx512f, __builtin_cpu_supports("avx512f") != 0);
-  for (CpuIsa level : cpuIsaLevelsSupported()) {
+  for (CpuIsa level : cpuIsaLevelsAllowed()) {
     IsaCap cap(level);
     EXPECT_EQ(cpuIsa(), level);
     EXPECT_NE(cpuSummary().find(std::string("kernels: ") + cpuIsaName(level)), std::string::npos)
         << cpuSummary();
   }
   {
-    IsaCap cap(kCpuIsaTop);  // a cap above the CPU changes nothing
-    EXPECT_EQ(cpuIsa(), supported);
+    IsaCap cap(kCpuIsaTop);  // a cap above the CPU (and LLMC_CPU_ISA's) changes nothing
+    EXPECT_EQ(cpuIsa(), cpuIsaLevelsAllowed().back());
   }
   CpuIsa parsed = CpuIsa::kScalar;
   EXPECT_TRUE(parseCpuIsa("avx512", &parsed));
@@ -101,7 +101,7 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   for (const Case& c : {Case{13, 300, 70}, Case{4, 256, 16}, Case{37, 513, 257}, Case{1, 1, 1}}) {
     Tensor a = randomFloat({c.rows, c.k}, 1), b = randomFloat({c.k, c.n}, 2);
     std::vector<std::vector<float>> results;
-    for (CpuIsa level : cpuIsaLevelsSupported()) {
+    for (CpuIsa level : cpuIsaLevelsAllowed()) {
       if (level < CpuIsa::kAvx2) continue;  // packedGemm is an AVX2-and-up kernel
       IsaCap cap(level);
       ASSERT_TRUE(packedGemmAvailable());
@@ -140,7 +140,7 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
 // tile), prefill (13 and 40 rows: panels of K, K = 300 crossing one), the gated MLP's two halves,
 // widths off the strips and the 64-column tasks, and K = 1; each strip set built once.
 TEST(IsaKernelsTest, KeptStripsGiveTheBitsOfTheWeight) {
-  for (CpuIsa level : cpuIsaLevelsSupported()) {
+  for (CpuIsa level : cpuIsaLevelsAllowed()) {
     if (level < CpuIsa::kAvx2) continue;
     IsaCap cap(level);
     for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 300, 70},
@@ -201,7 +201,7 @@ TEST(IsaKernelsTest, DecodeProductsOnEveryLevel) {
     Tensor a = randomFloat({rows, k}, 3), b = randomFloat({k, n}, 4);
     std::vector<Tensor> results;
     std::vector<CpuIsa> levels;
-    for (CpuIsa level : cpuIsaLevelsSupported()) {
+    for (CpuIsa level : cpuIsaLevelsAllowed()) {
       IsaCap cap(level);
       Tensor got = runKernel("LlmFusedMatMul", {a, b});
       for (int64_t r = 0; r < rows; ++r)
@@ -242,7 +242,7 @@ TEST(IsaKernelsTest, AttentionRowOperationsOnEveryLevel) {
       exact += static_cast<double>(a.data<float>()[d]) * b.data<float>()[d];
       magnitude += std::fabs(static_cast<double>(a.data<float>()[d]) * b.data<float>()[d]);
     }
-    for (CpuIsa level : cpuIsaLevelsSupported()) {
+    for (CpuIsa level : cpuIsaLevelsAllowed()) {
       IsaCap cap(level);
       const RowOps& ops = rowOps();
       const float dot = ops.dot(a.data<float>(), b.data<float>(), n);
@@ -315,7 +315,7 @@ TEST(IsaKernelsTest, ChunkExponentialWithinTwoUlpOverItsRange) {
 // underflowed: |v| x 2^-149 per unit of e^v's error); gelu_tanh within 4 (|z| + 1) ulp, z its
 // sigmoid's argument, whose float32 rounding the sigmoid carries through.
 TEST(IsaKernelsTest, ActivationsGiveTheScalarBitsAndStayNearDouble) {
-  const std::vector<CpuIsa> levels = cpuIsaLevelsSupported();
+  const std::vector<CpuIsa> levels = cpuIsaLevelsAllowed();
   const Activation activations[] = {Activation::kSilu, Activation::kSigmoid, Activation::kGeluTanh};
   std::vector<float> x, up;
   for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 389) {
@@ -508,7 +508,7 @@ TEST(IsaKernelsTest, KvRowsToFloatEveryCodeEveryLevel) {
     for (int64_t r = 0; r < count; ++r) scales[r] = row_scales[r % row_scales.size()];
     std::vector<float> want(static_cast<size_t>(count * kDim));
     kvRowsToFloatScalar(dtype, rows.data(), kDim, scales.data(), count, kDim, want.data());
-    for (CpuIsa level : cpuIsaLevelsSupported()) {
+    for (CpuIsa level : cpuIsaLevelsAllowed()) {
       IsaCap cap(level);
       std::vector<float> got(want.size(), -1.0f);
       kvRowsToFloat(dtype, rows.data(), kDim, scales.data(), count, kDim, got.data());

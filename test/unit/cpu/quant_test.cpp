@@ -226,7 +226,7 @@ TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
 // kAmxMinRows rows, the AMX tiles) at every level the host has.
 TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
   const auto [format, group_param] = GetParam();
-  for (CpuIsa level : cpuIsaLevelsSupported())
+  for (CpuIsa level : cpuIsaLevelsAllowed())
     for (const auto& [rows, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 33},
                                      {5, 384, 64},
                                      {3, 64, 7},
@@ -494,7 +494,7 @@ TEST(W8A8Test, MatchesTheDequantizedProductAndTakesInputScales) {
 // the host has them, the AVX-512 VNNI panels elsewhere; 9 rows of K = 160 (not a multiple of 64)
 // the panels on AMX hosts too.
 TEST(W8A8Test, EqualsTheIntegerReference) {
-  for (CpuIsa level : cpuIsaLevelsSupported())
+  for (CpuIsa level : cpuIsaLevelsAllowed())
     for (const auto& [rows, k, n] :
          {std::tuple<int64_t, int64_t, int64_t>{4, 160, 21}, {37, 192, 40}, {9, 160, 21}}) {
       SCOPED_TRACE(std::string("level ") + cpuIsaName(level) + ", " + std::to_string(rows) +
@@ -568,7 +568,7 @@ TEST(QuantizeActivationsTest, EveryLevelGivesTheScalarBits) {
       setCpuIsaCapForTesting(CpuIsa::kAvx2);
       QuantizedActivations want;
       quantizeActivations(x.data() + r * k, k, 64, bits, &want);
-      for (CpuIsa level : cpuIsaLevelsSupported()) {
+      for (CpuIsa level : cpuIsaLevelsAllowed()) {
         SCOPED_TRACE(std::string(cpuIsaName(level)) + ", " + std::to_string(bits) + " bits, row " +
                      std::to_string(r));
         setCpuIsaCapForTesting(level);
@@ -840,7 +840,7 @@ class PanelTest : public ::testing::Test {
   void TearDown() override { setCpuIsaCapForTesting(kCpuIsaTop); }
   static std::vector<CpuIsa> levels() {
     std::vector<CpuIsa> out;
-    for (CpuIsa level : cpuIsaLevelsSupported())
+    for (CpuIsa level : cpuIsaLevelsAllowed())
       if (level == CpuIsa::kAvx512 || level == CpuIsa::kAvx512Vnni) out.push_back(level);
     return out;
   }
