@@ -221,6 +221,18 @@ int main(int argc, char** argv) {
         for (int64_t c = 0; c < n; c += 16)
           quantDotRowBlock(w, c, c + 16, a.data(), rows, out.data() + c, n, 4);
       });
+      // w8a8: the AVX-VNNI panels against the row-by-row tiles (AVX2's only w8a8 kernel without
+      // it).
+      if (cpuAvxVnni())
+        measure("avx2 with avx_vnni", "w8a8, panels", [&] {
+          for (int64_t c = 0; c < n; c += 64)
+            dotInt8PanelAvxVnni(biased.data(), rows, wq.data(), k, c, c + 64, sums.data() + c, n);
+        });
+      measure("avx2", "w8a8", [&] {
+        for (int64_t c = 0; c < n; c += 16)
+          for (int64_t r = 0; r < rows; ++r)
+            dotInt8Rows(a8.data() + r * k, wq.data() + c * k, k, 16, sums.data() + r * n + c, 4);
+      });
     }
     // The panels over all the rows, per 64 channels (a task of LlmQuantMatMul's).
     for (CpuIsa level : {CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {

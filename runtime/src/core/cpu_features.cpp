@@ -50,6 +50,7 @@ struct EnvironmentCap {
   CpuIsa cap = kCpuIsaTop;
   std::string text;  // the variable's value, empty when unset
   bool understood = true;
+  bool avx_vnni = true;  // avx2 names AVX2 alone; avx_vnni names it with AVX-VNNI
 };
 
 const EnvironmentCap& environmentCap() {
@@ -58,8 +59,15 @@ const EnvironmentCap& environmentCap() {
     const char* value = std::getenv("LLMC_CPU_ISA");
     if (!value || !*value) return e;
     e.text = value;
+    // The avx2 level with AVX-VNNI where the CPU has it: an Alder Lake or Sierra Forest class
+    // core's kernels, on a CPU that has AVX-512 too.
+    if (e.text == "avx_vnni") {
+      e.cap = CpuIsa::kAvx2;
+      return e;
+    }
     e.understood = parseCpuIsa(e.text, &e.cap);
     if (!e.understood) e.cap = kCpuIsaTop;
+    e.avx_vnni = e.cap != CpuIsa::kAvx2;
     return e;
   }();
   return env;
@@ -171,8 +179,8 @@ CpuIsa cpuIsa() {
 
 bool cpuAvxVnni() {
   // LLMC_CPU_ISA=avx2 names AVX2 + FMA + F16C alone, so it turns AVX-VNNI off too.
-  return cpuFeatures().avxvnni && cpuIsa() >= CpuIsa::kAvx2 &&
-         environmentCap().cap != CpuIsa::kAvx2 && avx_vnni_allowed.load(std::memory_order_relaxed);
+  return cpuFeatures().avxvnni && cpuIsa() >= CpuIsa::kAvx2 && environmentCap().avx_vnni &&
+         avx_vnni_allowed.load(std::memory_order_relaxed);
 }
 
 void setAvxVnniForTesting(bool allowed) {

@@ -200,6 +200,26 @@ std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t* w, int64_t
 void dotInt8PanelVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                       int64_t n1, int32_t* out, int64_t out_stride,
                       const Int8PanelPack* pack = nullptr);
+// The same panels on AVX2 with AVX-VNNI (cpu/quant_panel_avx2.cpp: tiles of 6 rows x 16
+// channels, vpdpbusd on 256 bits) over the same pack, exact; where quantDotHasAvxVnniPanel().
+// From 16 rows: llmc_kernel_bench (768 x 768, repacking per call, Sapphire Rapids under the avx2
+// cap) 74 against 53 G multiply-adds/s for dotInt8Rows at 16 rows, 45 against 52 at 8.
+constexpr int64_t kAvxVnniInt8PanelMinRows = 16;
+// The pack made without AVX-512 (packInt8PanelsVnni's bytes), and one panel of it.
+bool quantDotHasAvxVnniPanel();
+void int8PanelSetupPortable(const int8_t* w, int64_t k, int64_t n, int64_t n_end, int slabs,
+                            int8_t* packed, int32_t* bias);
+std::shared_ptr<const Int8PanelPack> packInt8PanelsPortable(const int8_t* w, int64_t n, int64_t k,
+                                                            ThreadPool* pool);
+// Either pack: every panel of 32 channels by `setup` (int8PanelSetupPortable's contract), in
+// parallel on `pool` (may be null).
+using Int8PanelSetup = void (*)(const int8_t* w, int64_t k, int64_t n, int64_t n_end, int slabs,
+                                int8_t* packed, int32_t* bias);
+std::shared_ptr<const Int8PanelPack> packInt8PanelsWith(const int8_t* w, int64_t n, int64_t k,
+                                                        ThreadPool* pool, Int8PanelSetup setup);
+void dotInt8PanelAvxVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int64_t k,
+                         int64_t n0, int64_t n1, int32_t* out, int64_t out_stride,
+                         const Int8PanelPack* pack = nullptr);
 
 // AMX (cpu/quant_dot_amx.cpp): prefill's integer products in 16-row x 16-channel tiles, where
 // cpuIsa() is kAmx and at least kAmxMinRows rows share the weights (fewer take the AVX-512

@@ -268,18 +268,7 @@ size_t Int8PanelPack::bytes() const {
 
 std::shared_ptr<const Int8PanelPack> packInt8PanelsVnni(const int8_t* w, int64_t n, int64_t k,
                                                         ThreadPool* pool) {
-  auto pack = std::make_shared<Int8PanelPack>();
-  pack->n = n;
-  pack->k = k;
-  const int64_t panels = (n + 31) / 32;
-  pack->codes = keptBuffer<int8_t>(static_cast<size_t>(panels * k * 32));
-  int8_t* codes = pack->codes.get();
-  pack->bias.assign(static_cast<size_t>(panels * 32), 0);
-  parallelFor(pool, panels, [&](int64_t p) {
-    vnni::int8PanelSetup(w, k, 32 * p, n, n - 32 * p > 16 ? 2 : 1, codes + p * k * 32,
-                         pack->bias.data() + p * 32);
-  });
-  return pack;
+  return packInt8PanelsWith(w, n, k, pool, vnni::int8PanelSetup);
 }
 
 void quantDotInt4StreamAvx512(const QuantWeight& w, int64_t n0, int64_t n1,

@@ -170,7 +170,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
   // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once. Without
   // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
   // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI); without AVX-512, int8 weights take the
-  // AVX2 panels from kInt16PanelMinRows rows.
+  // AVX2 panels from kInt16PanelMinRows rows, and w8a8 the AVX-VNNI ones from
+  // kAvxVnniInt8PanelMinRows.
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   const bool panels = quantDotHasAvx512();
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.
@@ -224,8 +225,11 @@ Status quantMatMulKernel(KernelContext& ctx) {
     if (aq.size() < static_cast<size_t>(padded * k)) aq.resize(static_cast<size_t>(padded * k));
     std::fill(aq.begin() + rows * k, aq.begin() + padded * k, int8_t{0});
     std::vector<float> row_scales(static_cast<size_t>(rows));
-    // The VNNI panels take the codes plus 128, as unsigned bytes.
-    const bool biased = !tiled && panels && rows >= kInt8PanelMinRows && quantDotHasVnniPanel();
+    // The VNNI panels (AVX-512, or AVX2 with AVX-VNNI) take the codes plus 128, as unsigned bytes.
+    const bool wide_panels = panels && quantDotHasVnniPanel();
+    const bool biased =
+        !tiled && (wide_panels ? rows >= kInt8PanelMinRows
+                               : rows >= kAvxVnniInt8PanelMinRows && quantDotHasAvxVnniPanel());
     for_each_row([&](int64_t r, const float* row) {
       int8_t* codes = aq.data() + r * k;
       row_scales[r] = quantizeRowPerToken(row, k, codes);
@@ -236,11 +240,14 @@ Status quantMatMulKernel(KernelContext& ctx) {
       // The VNNI panels read an engine's weight repacked once and kept by the executor.
       std::shared_ptr<const void> pack;
       if (biased && !mask)
-        pack = ctx.derivedFromWeights({1}, "w8a8-panels-avx512vnni", [&] {
-          std::shared_ptr<const Int8PanelPack> made =
-              packInt8PanelsVnni(static_cast<const int8_t*>(w.data), w.n, k, pool);
-          return KernelContext::Derived{made, made ? made->bytes() : 0};
-        });
+        pack = ctx.derivedFromWeights(
+            {1}, wide_panels ? "w8a8-panels-avx512vnni" : "w8a8-panels-avxvnni", [&] {
+              const int8_t* codes = static_cast<const int8_t*>(w.data);
+              std::shared_ptr<const Int8PanelPack> made =
+                  wide_panels ? packInt8PanelsVnni(codes, w.n, k, pool)
+                              : packInt8PanelsPortable(codes, w.n, k, pool);
+              return KernelContext::Derived{made, made ? made->bytes() : 0};
+            });
       for_each_task([&](int64_t n0, int64_t n1) {
         const int64_t stride = kChannelTile * kTaskTiles;
         thread_local std::vector<int32_t> sums;  // this task's thread's own
@@ -251,8 +258,9 @@ Status quantMatMulKernel(KernelContext& ctx) {
           if (tiled)
             dotInt8TileAmx(aq.data(), rows, wq, k, p0, p1, sums.data(), stride);
           else
-            dotInt8PanelVnni(reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, p0, p1,
-                             sums.data(), stride, static_cast<const Int8PanelPack*>(pack.get()));
+            (wide_panels ? dotInt8PanelVnni : dotInt8PanelAvxVnni)(
+                reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, p0, p1, sums.data(),
+                stride, static_cast<const Int8PanelPack*>(pack.get()));
         });
         float channel_scales[kChannelTile * kTaskTiles];
         for (int64_t n = n0; n < n1; ++n) channel_scales[n - n0] = w.scale(n, 0);

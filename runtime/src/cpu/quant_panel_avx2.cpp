@@ -86,6 +86,42 @@ void int4PanelScales(const QuantWeight& w, int64_t n, int64_t n_end, int slabs, 
     }
 }
 
+void int8PanelSetupPortable(const int8_t* w, int64_t k, int64_t n, int64_t n_end, int slabs,
+                            int8_t* packed, int32_t* bias) {
+  for (int s = 0; s < slabs; ++s)
+    for (int c = 0; c < 16; ++c) {
+      const int64_t channel = n + 16 * s + c;
+      int32_t sum = 0;
+      for (int64_t q = 0; q < k / 4; ++q)
+        for (int j = 0; j < 4; ++j) {
+          const int8_t code = channel < n_end ? w[channel * k + 4 * q + j] : int8_t{0};
+          packed[(q * slabs + s) * 64 + 4 * c + j] = code;
+          sum += code;
+        }
+      bias[16 * s + c] = 128 * sum;
+    }
+}
+
+std::shared_ptr<const Int8PanelPack> packInt8PanelsPortable(const int8_t* w, int64_t n, int64_t k,
+                                                            ThreadPool* pool) {
+  return packInt8PanelsWith(w, n, k, pool, int8PanelSetupPortable);
+}
+
+std::shared_ptr<const Int8PanelPack> packInt8PanelsWith(const int8_t* w, int64_t n, int64_t k,
+                                                        ThreadPool* pool, Int8PanelSetup setup) {
+  auto pack = std::make_shared<Int8PanelPack>();
+  pack->n = n;
+  pack->k = k;
+  const int64_t panels = (n + 31) / 32;
+  pack->codes = keptBuffer<int8_t>(static_cast<size_t>(panels * k * 32));
+  int8_t* codes = pack->codes.get();
+  pack->bias.assign(static_cast<size_t>(panels * 32), 0);
+  parallelFor(pool, panels, [&](int64_t p) {
+    setup(w, k, 32 * p, n, n - 32 * p > 16 ? 2 : 1, codes + p * k * 32, pack->bias.data() + p * 32);
+  });
+  return pack;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 
@@ -136,6 +172,45 @@ LLMC_TARGET_END
 }  // namespace
 
 bool quantDotHasAvx2Panels() { return cpuIsa() >= CpuIsa::kAvx2; }
+bool quantDotHasAvxVnniPanel() { return cpuIsa() >= CpuIsa::kAvx2 && cpuAvxVnni(); }
+
+// w8a8's tiles take 6 rows: twelve int32 sums, two weight registers and a broadcast, of sixteen.
+constexpr int kInt8RowsPerTile = 6;
+
+void dotInt8PanelAvxVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int64_t k,
+                         int64_t n0, int64_t n1, int32_t* out, int64_t out_stride,
+                         const Int8PanelPack* pack) {
+  using Fn = void (*)(const int8_t*, int64_t, int64_t, const uint8_t*, const int32_t*, int,
+                      int32_t*, int64_t);
+  static constexpr Fn kTiles[kInt8RowsPerTile] = {vnni::int8PanelAvx2<1>, vnni::int8PanelAvx2<2>,
+                                                  vnni::int8PanelAvx2<3>, vnni::int8PanelAvx2<4>,
+                                                  vnni::int8PanelAvx2<5>, vnni::int8PanelAvx2<6>};
+  // Without a pack (or off its panels), each panel repacked into the calling thread's buffer.
+  if (pack && n0 % 32 != 0) pack = nullptr;
+  thread_local std::vector<int8_t> packed_scratch;
+  if (!pack && packed_scratch.size() < static_cast<size_t>(k * 32))
+    packed_scratch.resize(static_cast<size_t>(k * 32));
+  for (int64_t n = n0; n < n1; n += 32) {
+    const int64_t count = std::min<int64_t>(32, n1 - n);
+    const int slabs = count > 16 ? 2 : 1;
+    const int8_t* packed;
+    int32_t bias[32] = {};
+    if (pack) {
+      packed = pack->codes.get() + (n / 32) * k * 32;
+      std::memcpy(bias, pack->bias.data() + n, sizeof(int32_t) * 16 * slabs);
+    } else {
+      int8PanelSetupPortable(w, k, n, n1, slabs, packed_scratch.data(), bias);
+      packed = packed_scratch.data();
+    }
+    for (int s = 0; s < slabs; ++s) {
+      const int cols = static_cast<int>(std::min<int64_t>(16, count - 16 * s));
+      for (int64_t r = 0; r < rows; r += kInt8RowsPerTile)
+        kTiles[std::min<int64_t>(kInt8RowsPerTile, rows - r) - 1](
+            packed + s * 64, slabs * 64, k, biased + r * k, bias + 16 * s, cols,
+            out + r * out_stride + (n - n0) + 16 * s, out_stride);
+    }
+  }
+}
 
 void quantDotPanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
                        const float* scales, int64_t rows, float* out, int64_t out_stride,
@@ -223,6 +298,9 @@ void quantDotInt4PanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1,
 #else
 
 bool quantDotHasAvx2Panels() { return false; }
+bool quantDotHasAvxVnniPanel() { return false; }
+void dotInt8PanelAvxVnni(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t,
+                         int32_t*, int64_t, const Int8PanelPack*) {}
 void quantDotPanelAvx2(const QuantWeight&, int64_t, int64_t, const int16_t*, const float*, int64_t,
                        float*, int64_t, const Int16PanelPack*) {}
 void quantDotInt4PanelAvx2(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*,

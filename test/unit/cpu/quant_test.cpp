@@ -1000,6 +1000,12 @@ class Avx2PanelTest : public ::testing::Test {
   }
   static void expectAvx2Int16PackBits();
   static void expectAvx2Int4PanelsGiveTheAvx512Bits();
+  static void int8Panels(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                         int64_t n1, int32_t* out, int64_t stride) {
+    std::vector<uint8_t> biased(static_cast<size_t>(rows * k));
+    for (size_t i = 0; i < biased.size(); ++i) biased[i] = static_cast<uint8_t>(a[i] ^ 0x80);
+    dotInt8PanelAvxVnni(biased.data(), rows, w, k, n0, n1, out, stride);
+  }
 };
 
 // quantizeInt16Row at the avx2 level is quantizeActivations' codes and scales, bit for bit.
@@ -1039,6 +1045,61 @@ TEST_F(Avx2PanelTest, Int16PanelsAreExactWhereFloatIs) {
 
 TEST_F(Avx2PanelTest, PackGivesTheRepackedBitsAndTheAvx512Bits) {
   eachVariant([] { expectAvx2Int16PackBits(); });
+}
+
+// w8a8 on AVX2 with AVX-VNNI: exact int32 sums for rows on and off the 6-row tiles, K off the
+// 64s and up to 4,096, the extremes at w8a8's longest K; the portable pack is the AVX-512 one's
+// bytes (where the host has AVX-512 VNNI) and gives the sums of repacking per call.
+TEST_F(Avx2PanelTest, Int8PanelsAreExactWithAvxVnni) {
+  if (!cpuAvxVnni()) GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-VNNI";
+  ASSERT_TRUE(quantDotHasAvxVnniPanel());
+  expectInt8ProductsExact(int8Panels, {{1, 32}, {6, 64}, {7, 160}, {8, 96}, {13, 4096}, {50, 224}});
+  const int64_t k = kMaxPerTokenK;
+  std::vector<int8_t> a(static_cast<size_t>(2 * k)), w(static_cast<size_t>(2 * k));
+  for (int64_t i = 0; i < k; ++i) {
+    a[i] = 127, a[k + i] = -127;
+    w[i] = -128, w[k + i] = 127;
+  }
+  std::vector<int32_t> out(4, 0);
+  int8Panels(a.data(), 2, w.data(), k, 0, 2, out.data(), 2);
+  EXPECT_EQ(out,
+            (std::vector<int32_t>{-127 * 128 * k, 127 * 127 * k, 127 * 128 * k, -127 * 127 * k}));
+
+  std::mt19937 rng(19);
+  std::uniform_int_distribution<int> value(-128, 127);
+  for (int64_t n : {53, 70}) {
+    const int64_t rows = 9, pack_k = 96;
+    std::vector<int8_t> codes(static_cast<size_t>(rows * pack_k)),
+        weights(static_cast<size_t>(n * pack_k));
+    for (int8_t& v : codes) v = static_cast<int8_t>(std::max(-127, value(rng)));
+    for (int8_t& v : weights) v = static_cast<int8_t>(value(rng));
+    const std::shared_ptr<const Int8PanelPack> pack =
+        packInt8PanelsPortable(weights.data(), n, pack_k, nullptr);
+    ASSERT_TRUE(pack);
+    if (cpuIsaSupported() >= CpuIsa::kAvx512Vnni) {
+      setCpuIsaCapForTesting(kCpuIsaTop);
+      const std::shared_ptr<const Int8PanelPack> wide =
+          packInt8PanelsVnni(weights.data(), n, pack_k, nullptr);
+      setCpuIsaCapForTesting(CpuIsa::kAvx2);
+      EXPECT_EQ(0, std::memcmp(pack->codes.get(), wide->codes.get(),
+                               static_cast<size_t>((n + 31) / 32 * pack_k * 32)));
+      EXPECT_EQ(pack->bias, wide->bias);
+    }
+    std::vector<uint8_t> biased(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) biased[i] = static_cast<uint8_t>(codes[i] ^ 0x80);
+    for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
+      std::vector<int32_t> kept(static_cast<size_t>(rows * n), -1), repacked = kept;
+      dotInt8PanelAvxVnni(biased.data(), rows, weights.data(), pack_k, n0, n1, kept.data() + n0, n,
+                          pack.get());
+      dotInt8PanelAvxVnni(biased.data(), rows, weights.data(), pack_k, n0, n1, repacked.data() + n0,
+                          n);
+      EXPECT_EQ(kept, repacked) << "N " << n << ", channels [" << n0 << ", " << n1 << ")";
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = n0; c < n1; ++c)
+          ASSERT_EQ(kept[static_cast<size_t>(r * n + c)],
+                    dotInt8Scalar(codes.data() + r * pack_k, weights.data() + c * pack_k, pack_k));
+    }
+  }
 }
 
 TEST_F(Avx2PanelTest, Int4PanelsMatchTheScalarDots) {
@@ -1157,7 +1218,7 @@ TEST(QuantMatMulTest, KeptPacksGiveTheBitsOfRepackingPerProduct) {
     const bool panels =
         four_bit ? quantDotHasAvx512() || quantDotHasAvx2Panels()
                  : !quantDotHasAmx() && (std::string(format) == "w8a8"
-                                             ? quantDotHasVnniPanel()
+                                             ? quantDotHasVnniPanel() || quantDotHasAvxVnniPanel()
                                              : quantDotHasAvx512() || quantDotHasAvx2Panels());
     EXPECT_EQ(builds.size(), panels ? 1u : 0u);
     for (const auto& [key, count] : builds) EXPECT_EQ(count, 1) << key;
