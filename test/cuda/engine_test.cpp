@@ -410,5 +410,53 @@ TEST_F(EngineGpuTest, DeviceSamplingAgreesWithTheHostSampler) {
   EXPECT_GT(checked, 0);
 }
 
+// A tokenizer with half the model's ids (a padded embedding's case): the device sampler draws
+// below the limit and agrees with the host sampler, which excludes the rest (docs/llm.md).
+TEST_F(EngineGpuTest, DeviceSamplingStaysInsideTheTokenizer) {
+  int checked = 0;
+  forEachModel(root_, [&](const std::string& name, const std::string& dir) {
+    if (!exists(dir + "/lm.engine")) return;
+    std::shared_ptr<const Engine> engine;
+    ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
+    if (!engine->llmConfig()) return;
+    const int32_t limit = static_cast<int32_t>(engine->llmConfig()->vocab_size / 2);
+    std::string json = R"({"model": {"type": "WordLevel", "unk_token": "t0", "vocab": {)";
+    for (int32_t id = 0; id < limit; ++id)
+      json += (id ? ", \"t" : "\"t") + std::to_string(id) + "\": " + std::to_string(id);
+    json += R"(}}, "pre_tokenizer": {"type": "WhitespaceSplit"}})";
+    std::unique_ptr<Tokenizer> tokenizer;
+    ASSERT_TRUE(Tokenizer::fromJson(json, &tokenizer).ok()) << name;
+    std::shared_ptr<const Tokenizer> shared = std::move(tokenizer);
+    auto generate = [&](bool on_device, const SamplingParams& sampling, GenerationResult* result) {
+      GeneratorConfig config;
+      config.session.backend = Backend::kCuda;
+      config.sample_on_device = on_device;
+      std::unique_ptr<Generator> generator;
+      ASSERT_TRUE(Generator::create(engine, config, &generator).ok()) << name;
+      generator->setTokenizer(shared);
+      GenerationOptions options;
+      options.max_new_tokens = 12;
+      options.sampling = sampling;
+      Status status =
+          generator->generate(std::vector<int32_t>{1, 5, 9, 14, 3}, options, nullptr, result);
+      ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+      for (int32_t id : result->tokens) EXPECT_LT(id, limit) << name;
+    };
+    GenerationResult device, host;
+    generate(true, SamplingParams(), &device);
+    generate(false, SamplingParams(), &host);
+    EXPECT_EQ(device.tokens, host.tokens) << name;
+    ASSERT_EQ(device.logprobs.size(), host.logprobs.size()) << name;
+    for (size_t i = 0; i < host.logprobs.size(); ++i)
+      EXPECT_NEAR(device.logprobs[i], host.logprobs[i], 1e-3) << name << " token " << i;
+    SamplingParams hot;
+    hot.temperature = 1.5f;
+    hot.seed = 9;
+    generate(true, hot, &device);
+    ++checked;
+  });
+  EXPECT_GT(checked, 0);
+}
+
 }  // namespace
 }  // namespace llmc::testing

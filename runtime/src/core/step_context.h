@@ -21,6 +21,9 @@ struct DeviceSampling {
   int64_t top_k = 0;           // 0: off
   float top_p = 1;             // (0, 1]; 1: off
   std::vector<float> uniform;  // per work item, in [0, 1): the draw (unused when greedy)
+  // > 0: only ids below it are chosen, as if the logits past it were -inf (the rows a model pads
+  // beyond its tokenizer's ids, llm/sampler.h's undecodableIds).
+  int64_t vocab_limit = 0;
   // Filled by a backend that sampled: per work item, the token and its log-probability (the
   // log-softmax of logits / temperature, temperature 1 when greedy, as the host sampler's).
   bool done = false;

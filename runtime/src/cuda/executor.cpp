@@ -1158,20 +1158,24 @@ Status Executor::Impl::sampleOnDevice(int index, LlmStepContext& step, bool* sam
   if (request.temperature > 0 && static_cast<int64_t>(request.uniform.size()) != items)
     return invalidArgument("device sampling: " + std::to_string(request.uniform.size()) + " draws for " +
                            std::to_string(items) + " sequences");
-  const uint64_t row_bytes = static_cast<uint64_t>(vocab) * sizeof(float);
+  // The ids sampled from: all, or those below the request's limit (each row's first `width`
+  // logits, gathered into rows of that width for the kernels).
+  const int64_t width = request.vocab_limit > 0 ? std::min(request.vocab_limit, vocab) : vocab;
+  const uint64_t row_bytes = static_cast<uint64_t>(width) * sizeof(float);
   void* buffer = nullptr;
   LLMC_RETURN_IF_ERROR(allocScratch(alignUp(static_cast<uint64_t>(items) * row_bytes) +
                                         3 * alignUp(static_cast<uint64_t>(items) * 4), &buffer));
   auto* base = static_cast<std::byte*>(buffer);
   const float* chosen_rows = logits.data<float>();
-  if (!per_item) {
+  if (!per_item || width < vocab) {
     float* gathered = reinterpret_cast<float*>(base);
     for (int64_t w = 0; w < items; ++w) {
-      const int64_t row = step.last_token[static_cast<size_t>(w)];
+      const int64_t row = per_item ? w : step.last_token[static_cast<size_t>(w)];
       if (row < 0 || row >= rows) return internalError("device sampling: last token index out of range");
-      LLMC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(gathered + w * vocab, logits.data<float>() + row * vocab, row_bytes,
-                                                cudaMemcpyDeviceToDevice, stream),
-                                "device sampling: cudaMemcpyAsync(logits row)");
+      LLMC_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(gathered + w * width, logits.data<float>() + row * vocab, row_bytes,
+                          cudaMemcpyDeviceToDevice, stream),
+          "device sampling: cudaMemcpyAsync(logits row)");
     }
     chosen_rows = gathered;
   }
@@ -1187,7 +1191,7 @@ Status Executor::Impl::sampleOnDevice(int index, LlmStepContext& step, bool* sam
     sample.logits = chosen_rows;
     sample.uniform = uniform;
     sample.ids = ids;
-    sample.rows = items, sample.vocab = vocab;
+    sample.rows = items, sample.vocab = width;
     sample.temperature = request.temperature;
     sample.top_k = request.top_k;
     sample.top_p = request.top_p;
@@ -1196,14 +1200,14 @@ Status Executor::Impl::sampleOnDevice(int index, LlmStepContext& step, bool* sam
     ArgmaxParams argmax;
     argmax.logits = chosen_rows;
     argmax.ids = ids;
-    argmax.rows = items, argmax.vocab = vocab;
+    argmax.rows = items, argmax.vocab = width;
     LLMC_RETURN_IF_ERROR(launchArgmax(argmax, stream));
   }
   TokenLogprobParams logprob;
   logprob.logits = chosen_rows;
   logprob.ids = ids;
   logprob.logprobs = logprobs;
-  logprob.rows = items, logprob.vocab = vocab;
+  logprob.rows = items, logprob.vocab = width;
   logprob.temperature = request.temperature;
   LLMC_RETURN_IF_ERROR(launchTokenLogprob(logprob, stream));
   request.ids.resize(static_cast<size_t>(items));

@@ -280,10 +280,14 @@ Status Generator::generateUnguarded(std::span<const int32_t> prompt,
   std::unique_ptr<Xoshiro256> device_rng;
   std::shared_ptr<const std::vector<int32_t>> excluded;  // the KV-cache path knows the vocab now
   if (s.runner) LLMC_RETURN_IF_ERROR(excludedIds(&excluded));
-  // The device sampler draws over every logit, so excluded ids keep the choice on the host.
+  // The device sampler draws over the ids below a limit: excluded ids that are the vocabulary's
+  // tail (a padded embedding) stay there, others (gaps) keep the choice on the host.
+  const bool excluded_tail =
+      !excluded || excluded->front() == s.vocab - static_cast<int64_t>(excluded->size());
   if (s.runner && s.sample_on_device && s.runner->samplesOnDevice() &&
-      sampleableOnDevice(options.sampling) && !excluded) {
+      sampleableOnDevice(options.sampling) && excluded_tail) {
     device = std::make_unique<DeviceSampling>();
+    if (excluded) device->vocab_limit = excluded->front();
     device->temperature = options.sampling.temperature;
     device->top_k = options.sampling.top_k;
     device->top_p = options.sampling.top_p;
@@ -318,8 +322,10 @@ Status Generator::generateUnguarded(std::span<const int32_t> prompt,
     if (device && device->done) {
       token.id = device->ids[0];
       token.logprob = device->logprobs[0];
-      if (token.id < 0 || token.id >= s.vocab)
-        return internalError("the device sampler chose token " + std::to_string(token.id) + " outside the vocabulary");
+      const int64_t limit = device->vocab_limit > 0 ? device->vocab_limit : s.vocab;
+      if (token.id < 0 || token.id >= limit)
+        return internalError("the device sampler chose token " + std::to_string(token.id) +
+                             " outside [0, " + std::to_string(limit) + ")");
     } else {
       LLMC_RETURN_IF_ERROR(sampler->sample(logits[0], &token));
     }
