@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/scale.h"
+#include "cpu/isa.h"
 #include "cpu/quant_dot.h"
 
 namespace llmc {
@@ -165,100 +166,20 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline float weightScale
              : static_cast<const float*>(w.scales)[at];
 }
 
-// Blocks 2p and 2p+1 of kRows consecutive output channels: `acc[r] += (int32 sums) * scales`,
-// lanes 0..3 holding block 2p's partial sums and lanes 4..7 block 2p+1's. The 32 packed bytes of
-// the pair hold the first 16 elements of each block in their low nibbles and the last 16 in
-// their high nibbles, which is the order of q_pairs: a shift and two masks unpack 64 weights
-// with no lane shuffle. Two vpmaddubsw results add in int16 (|sum| <= 2 * 2 * 15 * 127).
-template <int kRows>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline void int4PairProducts(
-    const uint8_t* rows, int64_t row_bytes, int64_t p, const QuantizedActivations& a, __m256* acc) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
-  const __m256i a0 =
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q_pairs.data() + p * 64));
-  const __m256i a1 =
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q_pairs.data() + p * 64 + 32));
-  const __m256 scales = _mm256_loadu_ps(a.pair_scales.data() + p * 8);
-  for (int r = 0; r < kRows; ++r) {
-    _mm_prefetch(reinterpret_cast<const char*>(rows + r * row_bytes + p * 32 + kPrefetchBytes),
-                 _MM_HINT_T0);
-    const __m256i packed =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + r * row_bytes + p * 32));
-    const __m256i low = _mm256_and_si256(packed, low_nibbles);
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
-    const __m256i sums =
-        _mm256_add_epi16(_mm256_maddubs_epi16(low, a0), _mm256_maddubs_epi16(high, a1));
-    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sums, ones)), scales, acc[r]);
-  }
-}
-
-// Output channels n..n+kRows-1 of a 4-bit weight: each pair of activation blocks is loaded once
-// for all of them, and their packed rows are read side by side. Groups of 64 or more: per group
-// the weight's scale multiplies the accumulated sums and the zero point comes off once, as in
-// int4BlockDot. Groups of 32 (a group per block, two per pair): the pair's two scales (and zero
-// points) are spread over the lanes of their blocks, and the zero point comes off per lane
-// against a quarter of the block's activation sum.
-template <int kRows>
-__attribute__((target("avx2,fma,f16c"))) void int4PairTile(const QuantWeight& w, int64_t n,
-                                                           const QuantizedActivations& a,
-                                                           float* out) {
-  const int64_t row_bytes = w.k / 2, pairs = w.k / (2 * kQuantBlock), groups = w.groupsPerRow();
-  const int64_t pairs_per_group = w.group / (2 * kQuantBlock);  // 0 for groups of one block
-  const bool half_scales = w.traits->scale_dtype == DType::kFloat16;
-  const uint8_t* rows = static_cast<const uint8_t*>(w.data) + n * row_bytes;
-  const float* group_sums = a.group_sums.data();
-  __m256 total[kRows], acc[kRows];
-  float correction[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    total[r] = _mm256_setzero_ps();
-    correction[r] = 0;
-  }
-  if (pairs_per_group > 0) {
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
-      const int64_t end = std::min(pairs, (g + 1) * pairs_per_group);
-      for (int64_t p = g * pairs_per_group; p < end; ++p)
-        int4PairProducts<kRows>(rows, row_bytes, p, a, acc);
-      for (int r = 0; r < kRows; ++r) {
-        const float scale = weightScale(w, n + r, g);
-        const int zero = w.zeros ? w.zeros[(n + r) * groups + g] : 8;
-        total[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(scale), total[r]);
-        correction[r] += scale * static_cast<float>(zero) * group_sums[g];
-      }
-    }
-  } else {
-    const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    for (int64_t p = 0; p < pairs; ++p) {
-      for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
-      int4PairProducts<kRows>(rows, row_bytes, p, a, acc);
-      const __m256 block_sums = _mm256_loadu_ps(a.pair_block_sums.data() + p * 8);
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t at = (n + r) * groups + 2 * p;
-        __m128 two;
-        if (half_scales) {
-          uint32_t bits;
-          std::memcpy(&bits, static_cast<const uint16_t*>(w.scales) + at, sizeof(bits));
-          two = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
-        } else {
-          int64_t bits;
-          std::memcpy(&bits, static_cast<const float*>(w.scales) + at, sizeof(bits));
-          two = _mm_castsi128_ps(_mm_cvtsi64_si128(bits));
-        }
-        const __m256 scales = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread);
-        __m256 zeros = _mm256_set1_ps(8.0f);
-        if (w.zeros) {
-          uint16_t pair_zeros;
-          std::memcpy(&pair_zeros, w.zeros + at, sizeof(pair_zeros));
-          zeros = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(
-              _mm256_cvtepu8_epi32(_mm_cvtsi32_si128(pair_zeros)), spread));
-        }
-        total[r] = _mm256_fmadd_ps(_mm256_fnmadd_ps(zeros, block_sums, acc[r]), scales, total[r]);
-      }
-    }
-  }
-  for (int r = 0; r < kRows; ++r) out[r] = horizontalSum(total[r]) - correction[r];
-}
+LLMC_TARGET_BEGIN("avx2,fma,f16c")
+namespace plain {
+#define LLMC_QUANT_AVX_VNNI 0
+#include "cpu/quant_dot_avx2.inc"
+#undef LLMC_QUANT_AVX_VNNI
+}  // namespace plain
+LLMC_TARGET_END
+LLMC_TARGET_BEGIN("avx2,fma,f16c,avxvnni")
+namespace vnni {
+#define LLMC_QUANT_AVX_VNNI 1
+#include "cpu/quant_dot_avx2.inc"
+#undef LLMC_QUANT_AVX_VNNI
+}  // namespace vnni
+LLMC_TARGET_END
 
 // Output channels n..n+kRows-1 of an int8 weight (one scale per channel) with 16-bit
 // activations, each block's activations loaded once for all the channels: vpmovsxbw widens 16
@@ -348,9 +269,13 @@ void quantDotRows(const QuantWeight& w, int64_t n0, int64_t n1, const QuantizedA
   int64_t n = n0;
   if (quantDotRowsTiled(w, a)) {
     const bool int8 = w.traits->bits == 8;
+    // 4-bit pairs with AVX-VNNI where the CPU has it (the same sums, so the same bits).
+    const bool avx_vnni = cpuAvxVnni();
+    const auto pairs4 = avx_vnni ? vnni::int4PairTile<4> : plain::int4PairTile<4>;
+    const auto pairs1 = avx_vnni ? vnni::int4PairTile<1> : plain::int4PairTile<1>;
     if (channels_per_pass == 4)
-      for (; n + 4 <= n1; n += 4) (int8 ? int8Tile<4> : int4PairTile<4>)(w, n, a, out + (n - n0));
-    for (; n < n1; ++n) (int8 ? int8Tile<1> : int4PairTile<1>)(w, n, a, out + (n - n0));
+      for (; n + 4 <= n1; n += 4) (int8 ? int8Tile<4> : pairs4)(w, n, a, out + (n - n0));
+    for (; n < n1; ++n) (int8 ? int8Tile<1> : pairs1)(w, n, a, out + (n - n0));
     return;
   }
   const auto dot = quantDotHasAvx2() ? quantDotAvx2 : quantDotScalar;
@@ -407,43 +332,9 @@ int32_t dotInt8Scalar(const int8_t* a, const int8_t* w, int64_t k) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-namespace {
-
-// Channels w_0..w_{kRows-1} (rows of K int8 values, `k` apart) against one activation row, 32
-// products per step summed in int32 lanes (no float per block): exact. vpmaddubsw takes |a|
-// (once per block for all the channels) times w with a's sign moved onto it; a pair of products
-// is at most 2 * 127 * 127, inside int16.
-template <int kRows>
-__attribute__((target("avx2"))) void int8DotTile(const int8_t* a, const int8_t* w, int64_t k,
-                                                 int32_t* out) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc[kRows];
-  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_si256();
-  for (int64_t i = 0; i < k; i += kQuantBlock) {
-    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
-    const __m256i magnitudes = _mm256_abs_epi8(av);
-    for (int r = 0; r < kRows; ++r) {
-      const int8_t* wb = w + r * k + i;
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb));
-      const __m256i products = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(wv, av));
-      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(products, ones));
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    __m128i sum =
-        _mm_add_epi32(_mm256_castsi256_si128(acc[r]), _mm256_extracti128_si256(acc[r], 1));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
-    out[r] = _mm_cvtsi128_si32(sum);
-  }
-}
-
-}  // namespace
-
 int32_t dotInt8Avx2(const int8_t* a, const int8_t* w, int64_t k) {
   int32_t out;
-  int8DotTile<1>(a, w, k, &out);
+  (cpuAvxVnni() ? vnni::int8DotTile<1> : plain::int8DotTile<1>)(a, w, k, &out);
   return out;
 }
 
@@ -451,9 +342,12 @@ void dotInt8Rows(const int8_t* a, const int8_t* w, int64_t k, int64_t count, int
                  int channels_per_pass) {
   int64_t n = 0;
   if (quantDotHasAvx2()) {
+    const bool avx_vnni = cpuAvxVnni();
+    const auto tile4 = avx_vnni ? vnni::int8DotTile<4> : plain::int8DotTile<4>;
+    const auto tile1 = avx_vnni ? vnni::int8DotTile<1> : plain::int8DotTile<1>;
     if (channels_per_pass == 4)
-      for (; n + 4 <= count; n += 4) int8DotTile<4>(a, w + n * k, k, out + n);
-    for (; n < count; ++n) int8DotTile<1>(a, w + n * k, k, out + n);
+      for (; n + 4 <= count; n += 4) tile4(a, w + n * k, k, out + n);
+    for (; n < count; ++n) tile1(a, w + n * k, k, out + n);
   }
   for (; n < count; ++n) out[n] = dotInt8Scalar(a, w + n * k, k);
 }

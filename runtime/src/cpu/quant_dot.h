@@ -203,7 +203,8 @@ void dotInt8PanelVnni(const uint8_t* biased, int64_t rows, const int8_t* w, int6
 // The same panels on AVX2 with AVX-VNNI (cpu/quant_panel_avx2.cpp: tiles of 6 rows x 16
 // channels, vpdpbusd on 256 bits) over the same pack, exact; where quantDotHasAvxVnniPanel().
 // From 16 rows: llmc_kernel_bench (768 x 768, repacking per call, Sapphire Rapids under the avx2
-// cap) 74 against 53 G multiply-adds/s for dotInt8Rows at 16 rows, 45 against 52 at 8.
+// cap) 70-74 against 56 G multiply-adds/s for dotInt8Rows (with AVX-VNNI) at 16 rows, 42-45
+// against 57 at 8.
 constexpr int64_t kAvxVnniInt8PanelMinRows = 16;
 // The pack made without AVX-512 (packInt8PanelsVnni's bytes), and one panel of it.
 bool quantDotHasAvxVnniPanel();

@@ -455,6 +455,40 @@ TEST(QuantDotRowsTest, RowBlocksOnEveryLevelEqualScalarDots) {
   }
 }
 
+// Decode's 4-bit pair tiles at the avx2 level give the same bits with AVX-VNNI (two vpdpbusd)
+// as without (vpmaddubsw, vpaddw, vpmaddwd): the same int32 sums per pair of blocks.
+TEST(QuantDotRowsTest, Avx2PairTilesGiveTheSameBitsWithAvxVnni) {
+  if (cpuIsaSupported() < CpuIsa::kAvx2) GTEST_SKIP() << "this CPU has no AVX2";
+  setCpuIsaCapForTesting(CpuIsa::kAvx2);
+  if (!cpuAvxVnni()) {
+    setCpuIsaCapForTesting(kCpuIsaTop);
+    GTEST_SKIP() << "this CPU (or LLMC_CPU_ISA) has no AVX-VNNI";
+  }
+  for (const auto& [format, k, group] : {std::tuple<const char*, int64_t, int64_t>{"int4", 512, 32},
+                                         {"int4", 448, 128},
+                                         {"int4_zp", 320, 64},
+                                         {"int4_zp", 192, 32}}) {
+    SCOPED_TRACE(std::string(format) + " K " + std::to_string(k) + " group " +
+                 std::to_string(group));
+    const int64_t n = 13;
+    Tensor w = randomFloat({n, k}, 57), x = randomFloat({1, k}, 58);
+    Quantized q = quantize(w, true, format, group);
+    QuantizedActivations a;
+    quantizeActivations(x.data<float>(), k, group, 8, &a);
+    for (int per_pass : {4, 1}) {
+      std::vector<float> with(static_cast<size_t>(n)), without(with.size());
+      setAvxVnniForTesting(true);
+      quantDotRows(q.weight, 0, n, a, with.data(), per_pass);
+      setAvxVnniForTesting(false);
+      quantDotRows(q.weight, 0, n, a, without.data(), per_pass);
+      setAvxVnniForTesting(true);
+      EXPECT_EQ(0, std::memcmp(with.data(), without.data(), with.size() * sizeof(float)))
+          << per_pass << " channels a pass";
+    }
+  }
+  setCpuIsaCapForTesting(kCpuIsaTop);
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, QuantFormatTest,
                          ::testing::Values(std::make_tuple("int8", int64_t{0}), std::make_tuple("int4", int64_t{32}),
                                            std::make_tuple("int4", int64_t{128}), std::make_tuple("int4_zp", int64_t{64})),
@@ -660,18 +694,23 @@ void expectInt16ProductsExactWhereFloatIs(const Int16Kernel& kernel, int64_t row
 using Int8Kernel = std::function<void(const int8_t* a, int64_t rows, const int8_t* w, int64_t k,
                                       int64_t n0, int64_t n1, int32_t* out, int64_t stride)>;
 
-// The int32 sums are exact, with the extremes (-127 x -127 over all of K), for row and channel
-// counts on and off the kernels' blocking.
+// The int32 sums are exact, with the extremes (-127 x -127 and -127 x -128 over all of K), for
+// row and channel counts on and off the kernels' blocking. Codes are within +-127 (per-token
+// quantization's range); weights take the whole int8 range, -128 included (a prequantized
+// model's may: dotInt8Rows once gave -128 |a| for a negative a against it).
 void expectInt8ProductsExact(const Int8Kernel& kernel,
                              std::initializer_list<std::pair<int64_t, int64_t>> shapes) {
   std::mt19937 rng(98);
-  std::uniform_int_distribution<int> value(-127, 127);
+  std::uniform_int_distribution<int> value(-127, 127), weight(-128, 127);
   for (const auto& [rows, k] : shapes) {
     const int64_t n = 53;
     std::vector<int8_t> a(static_cast<size_t>(rows * k)), w(static_cast<size_t>(n * k));
     for (int8_t& v : a) v = static_cast<int8_t>(value(rng));
-    for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
-    for (int64_t i = 0; i < k; ++i) a[i] = w[k + i] = -127;  // row 0 x channel 1: K * 127^2
+    for (int8_t& v : w) v = static_cast<int8_t>(weight(rng));
+    for (int64_t i = 0; i < k; ++i) {
+      a[i] = w[k + i] = -127;  // row 0 x channel 1: K * 127^2
+      w[2 * k + i] = -128;     // row 0 x channel 2: K * 127 * 128
+    }
     const int64_t stride = n + 2;
     std::vector<int32_t> out(static_cast<size_t>((rows + 1) * stride), -1);
     kernel(a.data(), rows, w.data(), k, 1, n, out.data() + 1, stride);
@@ -686,7 +725,30 @@ void expectInt8ProductsExact(const Int8Kernel& kernel,
             << rows << " rows, K " << k << ", row " << r << " channel " << c;
       }
     EXPECT_EQ(out[1], 127 * 127 * k);  // row 0, channel 1
+    EXPECT_EQ(out[2], 127 * 128 * k);  // row 0, channel 2
   }
+}
+
+// dotInt8Rows (w8a8 below the panels' rows: decode) at every level, with AVX-VNNI and without
+// (where the CPU has it), four channels a pass and one.
+TEST(W8A8Test, RowTilesAreExact) {
+  for (CpuIsa level : cpuIsaLevelsAllowed())
+    for (int per_pass : {4, 1})
+      for (bool avx_vnni : {true, false}) {
+        SCOPED_TRACE(std::string("level ") + cpuIsaName(level) + ", " + std::to_string(per_pass) +
+                     " channels a pass" + (avx_vnni ? "" : ", AVX-VNNI off"));
+        setCpuIsaCapForTesting(level);
+        setAvxVnniForTesting(avx_vnni);
+        expectInt8ProductsExact(
+            [per_pass](const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                       int64_t n1, int32_t* out, int64_t stride) {
+              for (int64_t r = 0; r < rows; ++r)
+                dotInt8Rows(a + r * k, w + n0 * k, k, n1 - n0, out + r * stride, per_pass);
+            },
+            {{1, 32}, {3, 96}, {2, 4096}});
+        setAvxVnniForTesting(true);
+        setCpuIsaCapForTesting(kCpuIsaTop);
+      }
 }
 
 // The AMX tiles (cpu/quant_dot_amx.cpp). Where the host has no AMX they cannot run: the tests
