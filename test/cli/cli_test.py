@@ -424,6 +424,28 @@ class CliTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("x: float32 [batch, 4]", out)
 
+    def test_cpu_isa_cap_in_the_cpu_line(self):
+        # LLMC_CPU_ISA caps the kernels' level and the CPU line says so; avx_vnni is the avx2 level
+        # with AVX-VNNI where the CPU has it, avx2 that level alone; an unknown value is ignored,
+        # with the names it could have been.
+        engine = self.compile_ok(self.save(simple_model()), "isa.engine")
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+        if "avx2" not in flags:
+            self.skipTest("this CPU has no AVX2")
+
+        def cpu_line(value):
+            proc = subprocess.run([LLMC, "inspect", engine], capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, "LLMC_CPU_ISA": value})
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            return next(line for line in proc.stdout.splitlines() if "kernels: " in line)
+        self.assertIn("kernels: avx2 (LLMC_CPU_ISA=avx2)", cpu_line("avx2"))
+        with_vnni = " with avx_vnni" if "avx_vnni" in flags else ""
+        self.assertIn(f"kernels: avx2{with_vnni} (LLMC_CPU_ISA=avx_vnni)", cpu_line("avx_vnni"))
+        self.assertIn("kernels: scalar (LLMC_CPU_ISA=scalar)", cpu_line("scalar"))
+        self.assertIn("(LLMC_CPU_ISA='AVX2' ignored: scalar, avx2, avx_vnni, avx512, avx512_vnni or amx)",
+                      cpu_line("AVX2"))
+
     def test_opt_level_disable_pass_and_report(self):
         model = self.save(simple_model())
         kernels = {}

@@ -238,7 +238,7 @@ std::string cpuSummary() {
   if (!env.text.empty())
     line += env.understood ? " (LLMC_CPU_ISA=" + env.text + ")"
                            : " (LLMC_CPU_ISA='" + env.text +
-                                 "' ignored: scalar, avx2, avx512, avx512_vnni or amx)";
+                                 "' ignored: scalar, avx2, avx_vnni, avx512, avx512_vnni or amx)";
   return line;
 }
 

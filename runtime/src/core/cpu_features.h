@@ -4,7 +4,8 @@
 // One binary runs on any x86-64: each optimized kernel exists per level and the dispatch picks
 // the highest level the CPU and the OS support. LLMC_CPU_ISA=scalar|avx2|avx512|avx512_vnni in
 // the environment caps the level (to compare kernels, or to run as a smaller CPU would), as
-// oneDNN's ONEDNN_MAX_CPU_ISA does; it never raises it. LLMC_CPU_ISA=amx names the top level.
+// oneDNN's ONEDNN_MAX_CPU_ISA does; it never raises it. LLMC_CPU_ISA=amx names the top level;
+// avx_vnni the avx2 level with AVX-VNNI (avx2 turns AVX-VNNI off).
 #pragma once
 
 #include <cstdint>
