@@ -85,7 +85,7 @@ release_status=0
 echo "== ISA-dependent tests on an emulated AVX2-only CPU (build/) =="
 emulated_status=0
 .venv/bin/python test/isa/emulated_host.py --build build --cpu Haswell \
-  -R '^(threads\.|e2e\.(prequantized|ort_contrib_ops)$|.*(Quant|Fused|Gemm|Dot|Isa|CpuFeatures|Panel))' \
+  -R '^(threads\.|e2e\.(prequantized|ort_contrib_ops)$|.*(Quant|Fused|Gemm|Dot|Isa|CpuFeatures|Panel|W8A8))' \
   -E '^cuda\.|ChunkExponentialWithinTwoUlp|ActivationsGiveTheScalarBits' \
   > build/emulated-host.log 2>&1 || emulated_status=$?
 grep -v "TCG doesn't support" build/emulated-host.log | tail -n 4
