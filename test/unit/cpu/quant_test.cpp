@@ -696,8 +696,9 @@ using Int8Kernel = std::function<void(const int8_t* a, int64_t rows, const int8_
 
 // The int32 sums are exact, with the extremes (-127 x -127 and -127 x -128 over all of K), for
 // row and channel counts on and off the kernels' blocking. Codes are within +-127 (per-token
-// quantization's range); weights take the whole int8 range, -128 included (a prequantized
-// model's may: dotInt8Rows once gave -128 |a| for a negative a against it).
+// quantization's range); weights take the whole int8 range, -128 included (the kernels'
+// contract, though llmc's quantizer writes +-127 at most: dotInt8Rows once gave -128 |a| for a
+// negative a against it).
 void expectInt8ProductsExact(const Int8Kernel& kernel,
                              std::initializer_list<std::pair<int64_t, int64_t>> shapes) {
   std::mt19937 rng(98);
