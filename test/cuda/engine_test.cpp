@@ -364,6 +364,25 @@ TEST_F(EngineGpuTest, LanguageModelStepsRunOnTheGpu) {
 // Tokens chosen on the GPU (GeneratorConfig::sample_on_device, the default above): greedy gives
 // the host sampler's tokens and log-probabilities; temperature / top-k / top-p sampling is
 // reproducible for a seed and stays in the vocabulary.
+// Twelve tokens after a fixed prompt on the GPU, chosen on the device or on the host;
+// `tokenizer` (may be null) replaces the engine's own.
+void generateOnGpu(const std::shared_ptr<const Engine>& engine, const std::string& name,
+                   bool on_device, const SamplingParams& sampling,
+                   std::shared_ptr<const Tokenizer> tokenizer, GenerationResult* result) {
+  GeneratorConfig config;
+  config.session.backend = Backend::kCuda;
+  config.sample_on_device = on_device;
+  std::unique_ptr<Generator> generator;
+  ASSERT_TRUE(Generator::create(engine, config, &generator).ok()) << name;
+  if (tokenizer) generator->setTokenizer(std::move(tokenizer));
+  GenerationOptions options;
+  options.max_new_tokens = 12;
+  options.sampling = sampling;
+  Status status =
+      generator->generate(std::vector<int32_t>{1, 5, 9, 14, 3}, options, nullptr, result);
+  ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+}
+
 TEST_F(EngineGpuTest, DeviceSamplingAgreesWithTheHostSampler) {
   int checked = 0;
   forEachModel(root_, [&](const std::string& name, const std::string& dir) {
@@ -372,17 +391,7 @@ TEST_F(EngineGpuTest, DeviceSamplingAgreesWithTheHostSampler) {
     ASSERT_TRUE(Engine::load(dir + "/lm.engine", &engine).ok()) << name;
     if (!engine->llmConfig()) return;
     auto generate = [&](bool on_device, const SamplingParams& sampling, GenerationResult* result) {
-      GeneratorConfig config;
-      config.session.backend = Backend::kCuda;
-      config.sample_on_device = on_device;
-      std::unique_ptr<Generator> generator;
-      ASSERT_TRUE(Generator::create(engine, config, &generator).ok()) << name;
-      GenerationOptions options;
-      options.max_new_tokens = 12;
-      options.sampling = sampling;
-      const std::vector<int32_t> prompt = {1, 5, 9, 14, 3};
-      Status status = generator->generate(prompt, options, nullptr, result);
-      ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+      generateOnGpu(engine, name, on_device, sampling, nullptr, result);
     };
     GenerationResult device, host;
     generate(true, SamplingParams(), &device);
@@ -428,18 +437,7 @@ TEST_F(EngineGpuTest, DeviceSamplingStaysInsideTheTokenizer) {
     ASSERT_TRUE(Tokenizer::fromJson(json, &tokenizer).ok()) << name;
     std::shared_ptr<const Tokenizer> shared = std::move(tokenizer);
     auto generate = [&](bool on_device, const SamplingParams& sampling, GenerationResult* result) {
-      GeneratorConfig config;
-      config.session.backend = Backend::kCuda;
-      config.sample_on_device = on_device;
-      std::unique_ptr<Generator> generator;
-      ASSERT_TRUE(Generator::create(engine, config, &generator).ok()) << name;
-      generator->setTokenizer(shared);
-      GenerationOptions options;
-      options.max_new_tokens = 12;
-      options.sampling = sampling;
-      Status status =
-          generator->generate(std::vector<int32_t>{1, 5, 9, 14, 3}, options, nullptr, result);
-      ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+      generateOnGpu(engine, name, on_device, sampling, shared, result);
       for (int32_t id : result->tokens) EXPECT_LT(id, limit) << name;
     };
     GenerationResult device, host;

@@ -691,6 +691,14 @@ void expectInt16ProductsExactWhereFloatIs(const Int16Kernel& kernel, int64_t row
 }
 
 // A w8a8 product kernel: out[r * stride + i] = Σ_K a[r] w[n0 + i] for int8 rows a ([rows, k]).
+// Codes plus 128 as unsigned bytes (a ^ 0x80), what the w8a8 panels take (vpdpbusd multiplies
+// unsigned by signed).
+std::vector<uint8_t> biasedCodes(const int8_t* a, size_t count) {
+  std::vector<uint8_t> biased(count);
+  for (size_t i = 0; i < count; ++i) biased[i] = static_cast<uint8_t>(a[i] ^ 0x80);
+  return biased;
+}
+
 using Int8Kernel = std::function<void(const int8_t* a, int64_t rows, const int8_t* w, int64_t k,
                                       int64_t n0, int64_t n1, int32_t* out, int64_t stride)>;
 
@@ -918,9 +926,8 @@ class PanelTest : public ::testing::Test {
   }
   static void int8Panels(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                          int64_t n1, int32_t* out, int64_t stride) {
-    std::vector<uint8_t> biased(static_cast<size_t>(rows * k));
-    for (size_t i = 0; i < biased.size(); ++i) biased[i] = static_cast<uint8_t>(a[i] ^ 0x80);
-    dotInt8PanelVnni(biased.data(), rows, w, k, n0, n1, out, stride);
+    dotInt8PanelVnni(biasedCodes(a, static_cast<size_t>(rows * k)).data(), rows, w, k, n0, n1, out,
+                     stride);
   }
 };
 
@@ -1065,9 +1072,8 @@ class Avx2PanelTest : public ::testing::Test {
   static void expectAvx2Int4PanelsGiveTheAvx512Bits();
   static void int8Panels(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                          int64_t n1, int32_t* out, int64_t stride) {
-    std::vector<uint8_t> biased(static_cast<size_t>(rows * k));
-    for (size_t i = 0; i < biased.size(); ++i) biased[i] = static_cast<uint8_t>(a[i] ^ 0x80);
-    dotInt8PanelAvxVnni(biased.data(), rows, w, k, n0, n1, out, stride);
+    dotInt8PanelAvxVnni(biasedCodes(a, static_cast<size_t>(rows * k)).data(), rows, w, k, n0, n1,
+                        out, stride);
   }
 };
 
@@ -1148,8 +1154,7 @@ TEST_F(Avx2PanelTest, Int8PanelsAreExactWithAvxVnni) {
                                static_cast<size_t>((n + 31) / 32 * pack_k * 32)));
       EXPECT_EQ(pack->bias, wide->bias);
     }
-    std::vector<uint8_t> biased(codes.size());
-    for (size_t i = 0; i < codes.size(); ++i) biased[i] = static_cast<uint8_t>(codes[i] ^ 0x80);
+    const std::vector<uint8_t> biased = biasedCodes(codes.data(), codes.size());
     for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, n}, {32, n}, {0, 32}}) {
       std::vector<int32_t> kept(static_cast<size_t>(rows * n), -1), repacked = kept;
       dotInt8PanelAvxVnni(biased.data(), rows, weights.data(), pack_k, n0, n1, kept.data() + n0, n,
@@ -1302,8 +1307,7 @@ TEST_F(PanelTest, Int8PackGivesTheExactSums) {
     std::vector<int8_t> a(static_cast<size_t>(rows * k)), w(static_cast<size_t>(n * k));
     for (int8_t& v : a) v = static_cast<int8_t>(value(rng));
     for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
-    std::vector<uint8_t> biased(a.size());
-    for (size_t i = 0; i < a.size(); ++i) biased[i] = static_cast<uint8_t>(a[i] ^ 0x80);
+    const std::vector<uint8_t> biased = biasedCodes(a.data(), a.size());
     const std::shared_ptr<const Int8PanelPack> pack = packInt8PanelsVnni(w.data(), n, k, nullptr);
     ASSERT_TRUE(pack);
     EXPECT_EQ(pack->bytes(), static_cast<size_t>((n + 31) / 32 * (k * 32 + 32 * 4)));
