@@ -471,6 +471,13 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   }
   bool llm_recognized = false;
   int64_t llm_layers = 0;
+  int64_t vocab = -1;
+  if (llm_expected) {
+    auto logits = dyn_cast<ShapedType>(main.getFunctionType().getResult(0));
+    if (logits && logits.hasRank() && logits.getRank() > 0 &&
+        !ShapedType::isDynamic(logits.getShape().back()))
+      vocab = logits.getShape().back();
+  }
   if (auto config = main->getAttrOfType<DictionaryAttr>("llm.config")) {
     llm_recognized = true;
     llm_layers = config.getAs<IntegerAttr>("num_layers").getInt();
@@ -491,7 +498,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
                                " positions (its position table or rotary cache)");
       max_context = std::min(max_context, positions.getInt());
     }
-    int64_t vocab = config.getAs<IntegerAttr>("vocab_size").getInt();
+    vocab = config.getAs<IntegerAttr>("vocab_size").getInt();
     for (int32_t id : options.eos_token_ids)
       if (id < 0 || (vocab >= 0 && id >= vocab))
         return invalidArgument("--eos-id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -510,6 +517,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
   }
 
   SerializeOptions serialize;
+  std::vector<std::string> warnings;
   serialize.compiler_version = kCompilerVersion;
   serialize.source_hash = hex64(checksum64(bytes.data(), bytes.size()));
   serialize.target = options.target;
@@ -520,6 +528,13 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     std::unique_ptr<Tokenizer> tokenizer;  // refuse what the runtime could not load
     Status status = Tokenizer::fromJson(serialize.tokenizer_json, &tokenizer);
     if (!status.ok()) return status.withContext(options.tokenizer_path);
+    // A tokenizer with added ids the embedding never grew for still generates (no logit picks
+    // those ids); a prompt that encodes to one is refused when it runs.
+    if (vocab >= 0 && tokenizer->vocabSize() > vocab)
+      warnings.push_back(options.tokenizer_path + ": the tokenizer has " +
+                         std::to_string(tokenizer->vocabSize()) + " ids, the model's logits " +
+                         std::to_string(vocab) + ": a prompt with an id of " +
+                         std::to_string(vocab) + " or more is refused when generating");
   }
   if (!options.tokenizer_config_path.empty()) {
     LLMC_RETURN_IF_ERROR(readFile(options.tokenizer_config_path, "--tokenizer-config",
@@ -546,6 +561,8 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     stats->llm_layers = llm_layers;
     stats->llm_failures = llm_failures;
     stats->llm_expected = llm_expected;
+    stats->vocab = vocab;
+    stats->warnings = warnings;
     stats->fusions = fusions;
     stats->engine_bytes = engine.size();
     if (auto arena = main->getAttrOfType<IntegerAttr>("exec.arena_bytes"))

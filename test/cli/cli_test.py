@@ -278,7 +278,16 @@ class CliTest(unittest.TestCase):
         tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "tokenizers",
                                  "gpt2_bpe", "tokenizer.json")
         model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "gpt2_tiny", "model.onnx")
-        engine = self.compile_ok(model, "tok.engine", "--tokenizer", tokenizer)
+        engine = self.path("tok.engine")
+        code, _, err = run("compile", model, "-o", engine, "--tokenizer", tokenizer)
+        self.assertEqual(code, 0, err)
+        # The tokenizer has more ids than the model's 512 logits: said at compile time, and a
+        # prompt that encodes to one of them is refused when it runs.
+        self.assertIn("warning: " + tokenizer + ": the tokenizer has 3000 ids, the model's logits 512: "
+                      "a prompt with an id of 512 or more is refused when generating", err)
+        code, out, err = run("generate", engine, "--prompt", "In the beginning", "--max-new-tokens", "2")
+        self.assert_one_error(code, err, 2, "outside the vocabulary [0, 512)")
+        self.assertEqual(out, "")
         code, out, err = run("inspect", engine, "--json")
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(out)["tokenizer_bytes"], os.path.getsize(tokenizer))

@@ -333,7 +333,7 @@ Status compileFromArgs(const std::vector<std::string>& args, const CompileProgre
     LLMC_RETURN_IF_ERROR(readFile(drift_text, "--drift-text", &drift_contents));
   std::vector<uint8_t> engine;
   LLMC_RETURN_IF_ERROR(compileModelBytes(model, options, &engine, &stats));
-  if (from_dir) LLMC_RETURN_IF_ERROR(checkModelDir(options, engine, &model_dir));
+  if (from_dir) LLMC_RETURN_IF_ERROR(checkModelDir(options, stats, &model_dir));
   if (max_ppl_increase >= 0)
     LLMC_RETURN_IF_ERROR(checkAccuracy(model, options, engine, stats, eval_text, eval_text_option,
                                        max_ppl_increase));
@@ -359,6 +359,7 @@ Status compileFromArgs(const std::vector<std::string>& args, const CompileProgre
         record.reason.find("--keep-float") == std::string::npos)
       run->warnings.push_back(record.nodes + " not quantized to " + record.pattern + ": " +
                               record.reason);
+  for (const std::string& warning : stats.warnings) run->warnings.push_back(warning);
   for (const std::string& warning : model_dir.warnings) run->warnings.push_back(warning);
   if (from_dir) {
     run->from_dir =

@@ -142,13 +142,19 @@ int runGenerate(const std::vector<std::string>& args) {
   // With stop strings the text is printed once they are resolved, so a stop string never
   // shows up half-printed.
   bool text_at_end = !options.stop_strings.empty() && !print_ids;
-  if (tokenizer && !print_ids && !text_at_end) {
+  if (tokenizer && !print_ids && !text_at_end)
     stream = tokenizer->streamDecoder(/*skip_special_tokens=*/true);
-    std::fputs(prompt_text.c_str(), stdout);
-  }
+  // The prompt is echoed with the first token, so that a prompt the generator refuses (too
+  // long, an id the model has no row for) leaves nothing on stdout but the error.
+  bool prompt_shown = false;
+  auto showPrompt = [&] {
+    if (stream && !prompt_shown) std::fputs(prompt_text.c_str(), stdout);
+    prompt_shown = true;
+  };
   bool first = true;
   Status stream_status;
   auto on_token = [&](int32_t id) {
+    showPrompt();
     if (stream) {
       std::string text;
       stream_status = stream->step(id, &text);
@@ -174,16 +180,20 @@ int runGenerate(const std::vector<std::string>& args) {
   } else {
     status = generator->generate(prompt_ids, options, on_token, &result);
   }
+  if (!status.ok()) {
+    if (prompt_shown) std::fputs("\n", stdout);  // ends the text streamed before the error
+    return reportError("generate", status);
+  }
+  showPrompt();
   if (stream && stream_status.ok()) {
     std::string rest;
     stream_status = stream->finish(&rest);
     std::fputs(rest.c_str(), stdout);
   }
-  if (text_at_end && status.ok()) std::fputs((prompt_text + result.text).c_str(), stdout);
+  if (text_at_end) std::fputs((prompt_text + result.text).c_str(), stdout);
   std::fputs("\n", stdout);
   std::fflush(stdout);
   if (!stream_status.ok()) return reportError("generate", stream_status);
-  if (!status.ok()) return reportError("generate", status);
   std::fprintf(stderr,
                "llmc generate: %zu prompt tokens, %zu new tokens; time to first token %.1f ms, "
                "decode %.1f tokens/s (%s)\n",

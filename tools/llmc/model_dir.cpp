@@ -9,7 +9,6 @@
 
 #include "cli.h"
 #include "core/file_io.h"
-#include "llmc/engine.h"
 #include "llmc/tokenizer.h"
 
 namespace llmc::cli {
@@ -128,14 +127,8 @@ Status resolveModelDir(CompileOptions* options, ModelDir* dir) {
   return okStatus();
 }
 
-Status checkModelDir(const CompileOptions& options, const std::vector<uint8_t>& engine_bytes,
-                     ModelDir* dir) {
-  std::shared_ptr<const Engine> engine;
-  LLMC_RETURN_IF_ERROR(Engine::loadFromMemory(engine_bytes, options.output_path, &engine));
-  int64_t vocab = engine->llmConfig() ? engine->llmConfig()->vocab_size : -1;
-  if (vocab < 0 && !engine->outputs().empty() && engine->outputs()[0].name == "logits" &&
-      !engine->outputs()[0].dims.empty())
-    vocab = engine->outputs()[0].dims.back().size;
+Status checkModelDir(const CompileOptions& options, const CompileStats& stats, ModelDir* dir) {
+  const int64_t vocab = stats.vocab;
   if (vocab < 0) return okStatus();  // not a language model, or a symbolic vocabulary
   if (!options.tokenizer_path.empty()) {
     std::unique_ptr<Tokenizer> tokenizer;

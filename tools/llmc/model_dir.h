@@ -29,9 +29,9 @@ struct ModelDir {
 // vocabulary.
 Status resolveModelDir(CompileOptions* options, ModelDir* dir);
 
-// After the compile: the model's vocabulary (the engine's logits) against the tokenizer's (an
-// error when the tokenizer has ids the model cannot embed) and config.json's (a warning).
-Status checkModelDir(const CompileOptions& options, const std::vector<uint8_t>& engine,
-                     ModelDir* dir);
+// After the compile: the model's vocabulary (the compile's logits width) against the
+// tokenizer's (an error when the tokenizer has ids the model cannot embed) and config.json's
+// (a warning).
+Status checkModelDir(const CompileOptions& options, const CompileStats& stats, ModelDir* dir);
 
 }  // namespace llmc::cli

@@ -106,7 +106,12 @@ struct CompileStats {
   // Whether the first output is named "logits", as every causal-LM export names it: failures
   // then matter (a language model will generate by recomputation); on an encoder they do not.
   bool llm_expected = false;
+  // The width of the logits: the recognized model's vocabulary, or a graph's static last
+  // dimension of an output named "logits"; -1 otherwise.
+  int64_t vocab = -1;
   std::vector<FusionReport> fusions;  // in pass order
+  // What the engine will do that the options may not expect (each naming the option's file).
+  std::vector<std::string> warnings;
 };
 
 // Errors: kInvalidArgument / kUnimplemented for problems with the model or the options
