@@ -300,18 +300,27 @@ Status llmAttention(KernelContext& ctx) {
         rows.dtype = cache_dtype;
         rows.scale_offset = scale_offset + task.kv_head * block_size * (4 - head_dim * element_bytes);
       }
-      const size_t m = static_cast<size_t>(task.last_token - task.first_token);
-      std::vector<const float*> queries(m);
-      std::vector<float*> outs(m);
-      std::vector<int64_t> counts(m);
-      for (int64_t h = task.kv_head * group; h < (task.kv_head + 1) * group; ++h) {
-        for (size_t i = 0; i < m; ++i) {
-          const int64_t t = own[static_cast<size_t>(task.first_token) + i];
-          queries[i] = qd + q_at(0, h, t);
-          outs[i] = od + o_at(0, h, t);
-          counts[i] = step->token_position[t] + 1;
-        }
-        attendChunk(queries.data(), counts.data(), static_cast<int64_t>(m), head_dim, scale, rows,
+      // The KV head's query heads read the same rows: as many of them as fit in a chunk of
+      // kTokenChunk queries go in one call (all of a decode step's group), so that each tile of
+      // queries reads the rows once instead of once per head. A query's result does not depend
+      // on the chunk it is in (cpu/attend.h), so the bits are those of a call per head.
+      const int64_t m = task.last_token - task.first_token;
+      const int64_t heads_per_call = std::max<int64_t>(1, std::min(group, kTokenChunk / m));
+      std::vector<const float*> queries(static_cast<size_t>(m * heads_per_call));
+      std::vector<float*> outs(queries.size());
+      std::vector<int64_t> counts(queries.size());
+      for (int64_t h0 = task.kv_head * group; h0 < (task.kv_head + 1) * group;
+           h0 += heads_per_call) {
+        const int64_t h1 = std::min((task.kv_head + 1) * group, h0 + heads_per_call);
+        size_t n = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t i = 0; i < m; ++i, ++n) {
+            const int64_t t = own[static_cast<size_t>(task.first_token + i)];
+            queries[n] = qd + q_at(0, h, t);
+            outs[n] = od + o_at(0, h, t);
+            counts[n] = step->token_position[t] + 1;
+          }
+        attendChunk(queries.data(), counts.data(), static_cast<int64_t>(n), head_dim, scale, rows,
                     outs.data(), scores);
       }
       return;

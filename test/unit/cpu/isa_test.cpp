@@ -395,7 +395,8 @@ TEST(IsaKernelsTest, ActivationsGiveTheScalarBitsAndStayNearDouble) {
 // head_dim apart or spread (a token-major tensor), chunks of 1 to 33 queries with counts that
 // rise, repeat and fall (every query finishes its own rows after the shared ones). The bound:
 // float32's rounding of the scores, carried through exp, plus that of the weighted sum. Every
-// level the host runs it at gives the first level's bits.
+// level the host runs it at gives the first level's bits, and each query alone the bits it gets
+// in the chunk.
 TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
   const std::vector<CpuIsa> levels = chunkLevels();
   if (levels.empty()) GTEST_SKIP() << "attendChunk needs AVX2";
@@ -449,6 +450,17 @@ TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
             else
               EXPECT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float)))
                   << cpuIsaName(level) << " against " << cpuIsaName(levels[0]);
+            // Each query alone gives the bits it gets in the chunk (LlmAttention puts a KV
+            // head's query heads in one chunk, or not, by how many fit).
+            std::vector<float> alone(static_cast<size_t>(head_dim));
+            float* alone_out = alone.data();
+            for (int64_t i = 0; i < rows; ++i) {
+              attendChunk(&queries[i], &counts[i], 1, head_dim, scale,
+                          KvRows{key_blocks.data(), value_blocks.data(), block_rows, stride},
+                          &alone_out, scratch);
+              EXPECT_EQ(0, std::memcmp(alone.data(), outs[i], alone.size() * sizeof(float)))
+                  << cpuIsaName(level) << ": query " << i << " alone";
+            }
           }
           for (int64_t i = 0; i < rows; ++i) {
             std::vector<double> scores(static_cast<size_t>(counts[i]));
