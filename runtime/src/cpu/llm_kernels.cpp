@@ -216,8 +216,8 @@ Status llmAttention(KernelContext& ctx) {
   // block at a time as it reads them where a task has at most kConvertInChunk tokens (decode:
   // each row is read once), else per (sequence, KV head) into scratch once for all the task's
   // tokens and the heads that share it. Either way the same floats, so the same result. Tasks:
-  // (sequence, KV head, chunk of kTokenChunk of its tokens); every (token, head) is computed the
-  // same way by whichever task runs it.
+  // (sequence, KV head, chunk of kTokenChunk of its tokens, part of its query heads); every
+  // (token, head) is computed the same way by whichever task runs it.
   std::vector<std::vector<int64_t>> tokens_of(step->block_tables.size());
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t w = step->token_sequence[t];
@@ -229,6 +229,7 @@ Status llmAttention(KernelContext& ctx) {
   }
   struct Task {
     int64_t sequence, kv_head, first_token, last_token;  // tokens_of[sequence][first, last)
+    int64_t first_head, last_head;                       // query heads [first, last)
   };
   constexpr int64_t kTokenChunk = 32;
   std::vector<int64_t> lengths(tokens_of.size(), 0);
@@ -245,7 +246,26 @@ Status llmAttention(KernelContext& ctx) {
     const int64_t count = static_cast<int64_t>(tokens_of[w].size());
     for (int64_t h = 0; h < kv_heads; ++h)
       for (int64_t c = 0; c < count; c += kTokenChunk)
-        tasks.push_back({static_cast<int64_t>(w), h, c, std::min(count, c + kTokenChunk)});
+        tasks.push_back({static_cast<int64_t>(w), h, c, std::min(count, c + kTokenChunk), h * group,
+                         (h + 1) * group});
+  }
+  // Fewer tasks than threads (a decode step of one sequence over a few KV heads; one for
+  // multi-query attention): each task's query heads are split into parts, each reading the KV
+  // head's rows itself, so that every thread has work. A head's result does not depend on the
+  // part it is in, so the split (and the thread count) changes no bit.
+  const int64_t threads = ctx.threadPool() ? ctx.threadPool()->threads() : 1;
+  if (group > 1 && !tasks.empty() && static_cast<int64_t>(tasks.size()) < threads) {
+    const int64_t parts = std::min(group, (threads + static_cast<int64_t>(tasks.size()) - 1) /
+                                              static_cast<int64_t>(tasks.size()));
+    const int64_t per_part = (group + parts - 1) / parts;
+    std::vector<Task> split;
+    for (const Task& task : tasks)
+      for (int64_t h = task.first_head; h < task.last_head; h += per_part) {
+        split.push_back(task);
+        split.back().first_head = h;
+        split.back().last_head = std::min(task.last_head, h + per_part);
+      }
+    tasks = std::move(split);
   }
   constexpr int64_t kConvertInChunk = 2;
   const bool chunked = plain && attendChunkSupported(head_dim);
@@ -309,9 +329,8 @@ Status llmAttention(KernelContext& ctx) {
       std::vector<const float*> queries(static_cast<size_t>(m * heads_per_call));
       std::vector<float*> outs(queries.size());
       std::vector<int64_t> counts(queries.size());
-      for (int64_t h0 = task.kv_head * group; h0 < (task.kv_head + 1) * group;
-           h0 += heads_per_call) {
-        const int64_t h1 = std::min((task.kv_head + 1) * group, h0 + heads_per_call);
+      for (int64_t h0 = task.first_head; h0 < task.last_head; h0 += heads_per_call) {
+        const int64_t h1 = std::min(task.last_head, h0 + heads_per_call);
         size_t n = 0;
         for (int64_t h = h0; h < h1; ++h)
           for (int64_t i = 0; i < m; ++i, ++n) {
@@ -333,7 +352,7 @@ Status llmAttention(KernelContext& ctx) {
       const int64_t t = own[static_cast<size_t>(c)];
       const int64_t first = first_visible(step->token_position[t]);
       const int64_t count = step->token_position[t] + 1 - first;
-      for (int64_t h = task.kv_head * group; h < (task.kv_head + 1) * group; ++h)
+      for (int64_t h = task.first_head; h < task.last_head; ++h)
         attendOne(
             qd + q_at(0, h, t), count, head_dim, head_dim, scale,
             [&](int64_t j) { return row_at(key_blocks, first + j); },
