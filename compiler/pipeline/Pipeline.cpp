@@ -469,6 +469,11 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     for (Attribute f : failures) llm_failures.push_back(cast<StringAttr>(f).getValue().str());
     main->removeAttr("llmc.recognition_failures");
   }
+  std::vector<std::string> llm_notes;
+  if (auto notes = main->getAttrOfType<ArrayAttr>("llmc.recognition_notes")) {
+    for (Attribute n : notes) llm_notes.push_back(cast<StringAttr>(n).getValue().str());
+    main->removeAttr("llmc.recognition_notes");
+  }
   bool llm_recognized = false;
   int64_t llm_layers = 0;
   int64_t vocab = -1;
@@ -560,6 +565,7 @@ Status compileModelBytes(const std::string& bytes, const CompileOptions& options
     stats->llm_recognized = llm_recognized;
     stats->llm_layers = llm_layers;
     stats->llm_failures = llm_failures;
+    stats->llm_notes = llm_notes;
     stats->llm_expected = llm_expected;
     stats->vocab = vocab;
     stats->warnings = warnings;

@@ -17,7 +17,9 @@
 //    within a window of W keys; anything else is refused.
 #include "transforms/MaskProof.h"
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -41,6 +43,10 @@ constexpr double kMaskedBias = -1e4;
 // The proof evaluates the mask once at the context: [context, context] elements per
 // intermediate tensor. Past this length that memory is refused rather than spent.
 constexpr int64_t kMaxProofLength = 8192;
+// From this proof length on, a ScatterND's index grid is proven from how it is built where it
+// can be (Prover::identityGridByConstruction, which reads shapes at lengths 3 and 7) instead of
+// evaluated; below it the evaluation costs nothing worth saving.
+constexpr int64_t kGridByConstructionLength = 16;
 
 // Evaluates a shape/mask subgraph with the runtime's kernels for concrete inputs. Operands
 // of Shape/Size are evaluated shape-only (so a mask sliced to K's length does not compute
@@ -73,6 +79,7 @@ class SubgraphEvaluator {
       *out = &values_[v];
       return okStatus();
     }
+    if (pasted_.count(op)) return evaluatePaste(op, need_data, out);
     const KernelDef* kernel = KernelRegistry::cpuReference().find(kernelNameOf(op));
     if (!kernel || (need_data && isa<llm::AttentionOp>(op)))
       return unimplemented(where(op) + " cannot be evaluated at compile time");
@@ -139,7 +146,53 @@ class SubgraphEvaluator {
 
   void forget(Value v) { values_.erase(v); }
 
+  // ScatterND `op`, whose indices are proven the identity grid by how they are built
+  // (Prover::identityGridByConstruction), is evaluated as what it then computes: `updates`
+  // written over the box of the same shape at the origin of a copy of `data`. Its indices,
+  // context² index tuples, are never built.
+  void pasteScatter(Operation* op) { pasted_.insert(op); }
+
  private:
+  Status evaluatePaste(Operation* op, bool need_data, const Tensor** out) {
+    const Tensor* data = nullptr;
+    LLMC_RETURN_IF_ERROR(evaluate(op->getOperand(0), need_data, &data));
+    const Tensor base = *data;  // held: evaluating the updates may release it from values_
+    Tensor result = Tensor::view(base.dtype(), base.shape(), static_cast<void*>(nullptr));
+    if (need_data) {
+      const Tensor* updates_value = nullptr;
+      LLMC_RETURN_IF_ERROR(evaluate(op->getOperand(2), true, &updates_value));
+      const Tensor updates = *updates_value;
+      if (updates.dtype() != base.dtype() || updates.rank() != base.rank() || base.rank() == 0)
+        return unimplemented(where(op) + ": updates " + shapeToString(updates.shape()) +
+                             " do not fit data " + shapeToString(base.shape()));
+      for (int64_t a = 0; a < base.rank(); ++a)
+        if (updates.dim(a) > base.dim(a))
+          return unimplemented(where(op) + ": updates " + shapeToString(updates.shape()) +
+                               " do not fit data " + shapeToString(base.shape()));
+      result = base.clone();
+      // Row by row of the last axis: row r of the updates (its multi-index over the leading
+      // axes) lands on the row of `result` with the same multi-index.
+      const int64_t rank = base.rank(), width = updates.dim(rank - 1);
+      const size_t element = dtypeSize(base.dtype());
+      const int64_t rows = width == 0 ? 0 : updates.numElements() / width;
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t rest = r, offset = 0, stride = base.dim(rank - 1);
+        for (int64_t a = rank - 2; a >= 0; --a) {
+          offset += (rest % updates.dim(a)) * stride;
+          rest /= updates.dim(a);
+          stride *= base.dim(a);
+        }
+        std::memcpy(static_cast<uint8_t*>(result.data()) + offset * element,
+                    static_cast<const uint8_t*>(updates.data()) + r * width * element,
+                    static_cast<size_t>(width) * element);
+      }
+    }
+    values_[op->getResult(0)] = std::move(result);
+    *out = &values_[op->getResult(0)];
+    return okStatus();
+  }
+
+  llvm::DenseSet<Operation*> pasted_;
   llvm::DenseMap<Value, int64_t> remaining_uses_;
   Value root_;
   std::map<unsigned, Tensor> args_;
@@ -257,6 +310,41 @@ class Prover {
   // whose indices must be the identity grid).
   const std::vector<Operation*>& scatters() const { return scatters_; }
 
+  // Whether ScatterND `op`'s indices are the identity grid at every length (batch 1) by how
+  // they are built: a Concat along the last axis of k parts, each of last size 1, part m
+  // the index along axis m, and k the rank of the data (transformers' exports build it from
+  // Range(0, .., 1) through Cast, Unsqueeze, Reshape and Expand). False proves nothing: the
+  // caller then evaluates the grid at the proof length.
+  bool identityGridByConstruction(Operation* op) {
+    Value indices = op->getOperand(1);
+    auto type = dyn_cast<RankedTensorType>(indices.getType());
+    auto data_type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    if (!type || !data_type || type.getRank() < 2 || type.isDynamicDim(type.getRank() - 1))
+      return false;
+    const int64_t k = type.getRank() - 1;
+    Operation* concat = indices.getDefiningOp();
+    if (type.getDimSize(k) != k || data_type.getRank() != k || !concat ||
+        concat->getName().getStringRef() != "nn.concat" || concat->getNumOperands() != k)
+      return false;
+    auto axis = concat->getAttrOfType<IntegerAttr>("axis");
+    if (!axis || (axis.getInt() != k && axis.getInt() != -1)) return false;
+    auto grid = shapesAt(indices);
+    if (!grid) return false;
+    for (int64_t m = 0; m < k; ++m) {
+      Value part = concat->getOperand(static_cast<unsigned>(m));
+      auto sizes = shapesAt(part);
+      std::optional<IndexForm> form = indexForm(part);
+      if (!sizes || !form || (*sizes)[0].size() != static_cast<size_t>(k + 1) ||
+          (*sizes)[0][k] != 1 || (*sizes)[1][k] != 1 || form->c != 0)
+        return false;
+      for (int64_t a = 0; a < k; ++a) {
+        if ((*grid)[0][a] == 1 && (*grid)[1][a] == 1) continue;  // index 0 there, any weight
+        if (form->w[static_cast<size_t>(a)] != (a == m ? 1 : 0)) return false;
+      }
+    }
+    return true;
+  }
+
  private:
   func::FuncOp func_;
   std::string batch_, seq_;
@@ -269,6 +357,194 @@ class Prover {
   std::string argName(BlockArgument arg) {
     auto name = func_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
     return name ? name.getValue().str() : "";
+  }
+
+  // v's element at every index i (batch 1, every length): c + sum over axes a of w[a] * i[a].
+  struct IndexForm {
+    int64_t c = 0;
+    std::vector<int64_t> w;
+  };
+
+  // v's shape at batch 1 and lengths 3 and 7. Its dims are affine in the length (as the
+  // reshape rule relies on), so two that agree at both agree at every length.
+  std::optional<std::array<Shape, 2>> shapesAt(Value v) {
+    std::array<Shape, 2> shapes;
+    const int64_t lengths[2] = {3, 7};
+    for (int i = 0; i < 2; ++i) {
+      const Tensor* t = nullptr;
+      if (!evaluatorAt(1, lengths[i]).evaluate(v, false, &t).ok()) return std::nullopt;
+      shapes[static_cast<size_t>(i)] = t->shape();
+    }
+    return shapes;
+  }
+
+  // A small integer constant (what constant folding leaves of Range(0, 1) reshaped) as an
+  // IndexForm, when every element fits one: c the first element, w[a] the step along axis a.
+  std::optional<IndexForm> constantForm(nn::ConstantOp constant, size_t rank) {
+    const Tensor t = tensorFromElements(constant.getValue());
+    if (t.rank() != static_cast<int64_t>(rank) || t.numElements() == 0 || t.numElements() > 4096)
+      return std::nullopt;
+    IndexForm form{0, std::vector<int64_t>(rank, 0)};
+    auto at = [&](int64_t i) -> std::optional<int64_t> {
+      double value = elementAsDouble(t, i);
+      if (std::isnan(value)) return std::nullopt;
+      return static_cast<int64_t>(value);
+    };
+    auto first = at(0);
+    if (!first) return std::nullopt;
+    form.c = *first;
+    int64_t stride = 1;
+    for (int64_t a = static_cast<int64_t>(rank) - 1; a >= 0; --a) {
+      if (t.dim(a) > 1) {
+        auto next = at(stride);
+        if (!next) return std::nullopt;
+        form.w[static_cast<size_t>(a)] = *next - form.c;
+      }
+      stride *= t.dim(a);
+    }
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      int64_t rest = i, want = form.c;
+      for (int64_t a = static_cast<int64_t>(rank) - 1; a >= 0; --a) {
+        want += form.w[static_cast<size_t>(a)] * (rest % t.dim(a));
+        rest /= t.dim(a);
+      }
+      if (at(i) != want) return std::nullopt;
+    }
+    return form;
+  }
+
+  // The one value of an invariant integer operand.
+  std::optional<int64_t> invariantScalar(Value v) {
+    Abstract a;
+    if (!classify(v, &a)) return std::nullopt;
+    auto values = constants(a);
+    if (!values || values->size() != 1) return std::nullopt;
+    return (*values)[0];
+  }
+
+  // v as an IndexForm, from Range(start, .., delta) with invariant start and delta through
+  // integer Cast, Identity, Unsqueeze, Reshape that only adds or drops unit axes, and Expand;
+  // nothing for anything else.
+  std::optional<IndexForm> indexForm(Value v) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    Operation* op = v.getDefiningOp();
+    if (!type || !type.getElementType().isIntOrIndex() || !op) return std::nullopt;
+    const size_t rank = static_cast<size_t>(type.getRank());
+    StringRef name = op->getName().getStringRef();
+    if (auto constant = dyn_cast<nn::ConstantOp>(op)) return constantForm(constant, rank);
+    if (name == "nn.range") {
+      auto start = invariantScalar(op->getOperand(0));
+      auto delta = invariantScalar(op->getOperand(2));
+      if (!start || !delta || rank != 1) return std::nullopt;
+      return IndexForm{*start, {*delta}};
+    }
+    if (op->getNumOperands() == 0) return std::nullopt;
+    Value x = op->getOperand(0);
+    auto x_type = dyn_cast<RankedTensorType>(x.getType());
+    if (!x_type || !x_type.getElementType().isIntOrIndex()) return std::nullopt;
+    const size_t x_rank = static_cast<size_t>(x_type.getRank());
+    std::optional<IndexForm> from = indexForm(x);
+    if (!from || from->w.size() != x_rank) return std::nullopt;
+    if (name == "nn.cast" || name == "nn.identity") {
+      if (x_rank != rank) return std::nullopt;
+      return from;
+    }
+    IndexForm form{from->c, std::vector<int64_t>(rank, 0)};
+    if (name == "nn.slice") {
+      // Index i along a sliced axis reads x at start + i * step (starts from the front).
+      if (x_rank != rank || op->getNumOperands() < 3) return std::nullopt;
+      auto operandConstants = [&](unsigned i) -> std::optional<std::vector<int64_t>> {
+        if (i >= op->getNumOperands() || isa<NoneType>(op->getOperand(i).getType()))
+          return std::vector<int64_t>{};
+        Abstract a;
+        if (!classify(op->getOperand(i), &a)) return std::nullopt;
+        return constants(a);
+      };
+      auto starts = operandConstants(1);
+      auto axes = operandConstants(3);
+      auto steps = operandConstants(4);
+      if (!starts || !axes || !steps || (!axes->empty() && axes->size() != starts->size()) ||
+          (!steps->empty() && steps->size() != starts->size()))
+        return std::nullopt;
+      form.w = from->w;
+      for (size_t i = 0; i < starts->size(); ++i) {
+        int64_t axis = axes->empty() ? static_cast<int64_t>(i) : (*axes)[i];
+        if (axis < 0) axis += static_cast<int64_t>(rank);
+        const int64_t start = (*starts)[i], step = steps->empty() ? 1 : (*steps)[i];
+        if (axis < 0 || axis >= static_cast<int64_t>(rank) || start < 0 || step < 1)
+          return std::nullopt;
+        form.c += from->w[static_cast<size_t>(axis)] * start;
+        form.w[static_cast<size_t>(axis)] = from->w[static_cast<size_t>(axis)] * step;
+      }
+      return form;
+    }
+    if (name == "nn.unsqueeze") {
+      if (op->getNumOperands() < 2) return std::nullopt;
+      Abstract a;
+      if (!classify(op->getOperand(1), &a)) return std::nullopt;
+      auto axes = constants(a);
+      if (!axes) return std::nullopt;
+      std::vector<bool> inserted(rank, false);
+      for (int64_t axis : *axes) {
+        int64_t at = axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
+        if (at < 0 || at >= static_cast<int64_t>(rank) || inserted[static_cast<size_t>(at)])
+          return std::nullopt;
+        inserted[static_cast<size_t>(at)] = true;
+      }
+      size_t next = 0;
+      for (size_t a = 0; a < rank; ++a)
+        if (!inserted[a]) form.w[a] = next < x_rank ? from->w[next++] : 0;
+      if (next != x_rank) return std::nullopt;
+      return form;
+    }
+    auto x_shapes = shapesAt(x);
+    auto shapes = shapesAt(v);
+    if (!x_shapes || !shapes) return std::nullopt;
+    if (name == "nn.reshape") {
+      // Only unit axes come or go: the k-th axis of x that is not 1 becomes the k-th of v.
+      for (size_t i = 0; i < 2; ++i) {
+        std::vector<size_t> kept_x, kept_v;
+        for (size_t a = 0; a < x_rank; ++a)
+          if ((*x_shapes)[i][a] != 1) kept_x.push_back(a);
+        for (size_t a = 0; a < rank; ++a)
+          if ((*shapes)[i][a] != 1) kept_v.push_back(a);
+        if (kept_x.size() != kept_v.size()) return std::nullopt;
+        for (size_t j = 0; j < kept_x.size(); ++j)
+          if ((*x_shapes)[i][kept_x[j]] != (*shapes)[i][kept_v[j]]) return std::nullopt;
+        if (i == 1) {
+          for (size_t j = 0; j < kept_x.size(); ++j) form.w[kept_v[j]] = from->w[kept_x[j]];
+          // An axis of x that is 1 at both lengths but not at every one would be lost here.
+          for (size_t a = 0; a < x_rank; ++a)
+            if (((*x_shapes)[0][a] == 1) != ((*x_shapes)[1][a] == 1)) return std::nullopt;
+          for (size_t a = 0; a < rank; ++a)
+            if (((*shapes)[0][a] == 1) != ((*shapes)[1][a] == 1)) return std::nullopt;
+        }
+      }
+      return form;
+    }
+    if (name == "nn.expand") {
+      // Broadcast from the right: an axis of x keeps its weight where v's size is x's at both
+      // lengths, and loses it where x's size is 1 at both (the value repeats along it).
+      // Its target must be affine too (classified with known elements), as Reshape's is.
+      Abstract target;
+      if (rank < x_rank || op->getNumOperands() < 2 || !classify(op->getOperand(1), &target) ||
+          !target.elements)
+        return std::nullopt;
+      for (const auto& e : *target.elements)
+        if (!e) return std::nullopt;
+      for (size_t a = 0; a < x_rank; ++a) {
+        const size_t to = a + rank - x_rank;
+        const bool same =
+            (*x_shapes)[0][a] == (*shapes)[0][to] && (*x_shapes)[1][a] == (*shapes)[1][to];
+        const bool repeated = (*x_shapes)[0][a] == 1 && (*x_shapes)[1][a] == 1;
+        if (same)
+          form.w[to] = from->w[a];
+        else if (!repeated)
+          return std::nullopt;
+      }
+      return form;
+    }
+    return std::nullopt;
   }
 
   bool refuse(Operation* op, const std::string& why) {
@@ -664,6 +940,30 @@ std::string checkIdentityScatter(Operation* op, SubgraphEvaluator& evaluator) {
   return error;
 }
 
+// Every ScatterND the prover accepted writes its updates at the origin, at `length`: its index
+// grid proven from how it is built (then evaluated as that paste, its indices never built), or
+// else evaluated and checked element by element.
+std::string checkScatters(Prover& prover, SubgraphEvaluator& evaluator, int64_t length,
+                          std::vector<std::string>* notes) {
+  for (Operation* scatter : prover.scatters()) {
+    if (length >= kGridByConstructionLength && prover.identityGridByConstruction(scatter)) {
+      evaluator.pasteScatter(scatter);
+      if (notes)
+        notes->push_back("mask proof: " + where(scatter) +
+                         " (ScatterND) writes at the origin: its index grid proven from how it "
+                         "is built");
+      continue;
+    }
+    std::string error = checkIdentityScatter(scatter, evaluator);
+    if (!error.empty()) return error;
+    if (notes)
+      notes->push_back("mask proof: " + where(scatter) +
+                       " (ScatterND) writes at the origin: its index grid evaluated at " +
+                       std::to_string(length) + " positions");
+  }
+  return "";
+}
+
 std::string identityGridError(Operation* op, const Tensor& indices_tensor) {
   const Tensor* indices = &indices_tensor;
   int64_t rank = indices->rank();
@@ -813,10 +1113,8 @@ PrefixValues evaluatePrefix(Prover& prover, Value v, const std::string& what, in
     return out;
   }
   SubgraphEvaluator& evaluator = prover.evaluatorAt(1, out.length);
-  for (Operation* scatter : prover.scatters()) {
-    out.error = checkIdentityScatter(scatter, evaluator);
-    if (!out.error.empty()) return out;
-  }
+  out.error = checkScatters(prover, evaluator, out.length, nullptr);
+  if (!out.error.empty()) return out;
   const Tensor* t = nullptr;
   Status status = evaluator.evaluateReleasing(v, &t);
   if (!status.ok()) {
@@ -925,10 +1223,8 @@ MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_sym
   }
   proof.proven_length = length;
   SubgraphEvaluator& evaluator = prover.evaluatorAt(1, length);
-  for (Operation* scatter : prover.scatters()) {
-    proof.error = checkIdentityScatter(scatter, evaluator);
-    if (!proof.error.empty()) return proof;
-  }
+  proof.error = checkScatters(prover, evaluator, length, &proof.notes);
+  if (!proof.error.empty()) return proof;
   const Tensor* values = nullptr;
   const Tensor* fill = nullptr;
   Status status = evaluator.evaluateReleasing(spec.mask, &values);

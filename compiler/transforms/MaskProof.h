@@ -33,6 +33,8 @@ struct MaskProof {
   // `model_bound` is set and the engine's context must not exceed proven_length.
   int64_t proven_length = 0;
   bool model_bound = false;
+  // How each ScatterND on the way was proven to write at the origin (for --verbose).
+  std::vector<std::string> notes;
 };
 
 // Proves `spec` for every sequence length 1..context, with input_ids [batch_symbol,

@@ -2,6 +2,7 @@
 // the engine-managed paged KV cache, its Range(0, seq) position computations become
 // llm.positions, and what is left must compute every token independently. All or nothing:
 // on any failure the function is restored and the reasons are recorded.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -919,7 +920,14 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     // Keep the original: recognition is all or nothing.
     func::FuncOp backup = cast<func::FuncOp>(func->clone());
     std::vector<std::string> failures;
-    if (!recognize(func, input_ids, &failures)) {
+    notes_.clear();
+    const bool recognized = recognize(func, input_ids, &failures);
+    if (recognized && !notes_.empty()) {
+      SmallVector<Attribute> notes;
+      for (const std::string& note : notes_) notes.push_back(StringAttr::get(&getContext(), note));
+      func->setAttr("llmc.recognition_notes", ArrayAttr::get(&getContext(), notes));
+    }
+    if (!recognized) {
       func.getBody().takeBody(backup.getBody());
       func.setFunctionType(backup.getFunctionType());
       if (ArrayAttr arg_attrs = backup.getAllArgAttrs())
@@ -934,6 +942,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
  private:
   std::string seq_, batch_;
   llvm::DenseMap<Value, MaskProof> proofs_;  // per round: a mask shared by layers is proven once
+  std::vector<std::string> notes_;           // how the masks were proven, each once
 
   // Positions that index a table of learned position embeddings (GPT-2's wpe; OPT's, two rows
   // ahead; GPT-J's sin/cos table) bound the context: the smallest such table's row count, less
@@ -1484,6 +1493,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       if (m.shape_scales.empty() && !m.fill) proofs_[m.mask] = proof;
     }
     if (!proof.error.empty()) return proof.error;
+    for (const std::string& note : proof.notes)
+      if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
     m.scale *= proof.scale;
     m.window = proof.window;
     if (proof.model_bound && (!max_positions_ || proof.proven_length < *max_positions_))

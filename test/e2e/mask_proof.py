@@ -62,7 +62,10 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     times the key position added to the scaled scores before the mask; "alibi_quadratic": the
     same with the key position squared (not ALiBi); "mask_positions": the position ids computed
     from an attention_mask input, cumsum(mask) * mask - 1; "mask_positions_doubled": twice
-    those (not the tokens' positions)."""
+    those (not the tokens' positions); "scatter": the mask written into a fully masked
+    [1, 1, n, n] buffer by ScatterND over the index grid built from Ranges (transformers 4.4x's
+    exports); "scatter_swapped": the same with the grid's last two coordinates exchanged (a
+    transposed write)."""
     rng = np.random.default_rng(1412)
     inits, nodes = [], []
 
@@ -93,6 +96,13 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     const("scale", 1.0 / np.sqrt(HEAD), np.float32)
     const("softcap", SOFTCAP, np.float32)
     const("slopes", np.array(SLOPES).reshape(HEADS, 1, 1), np.float32)
+    const("axes01", [0, 1])
+    const("axis_last", [-1])
+    const("zero_1d", [0])
+    const("unit_4d", [1, 1, 1, 1])
+    const("rows_4d", [1, 1, -1, 1])
+    const("cols_4d", [1, 1, 1, -1])
+    const("float_min_4d", np.full((1, 1, 1, 1), np.finfo(np.float32).min), np.float32)
     inits.append(numpy_helper.from_array(np.ones(HIDDEN, np.float32), "norm_gain"))
 
     tok = node("Gather", ["embed", "input_ids"], "tok")
@@ -131,6 +141,19 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
         mask = allowed  # boolean: True where attention is allowed
     else:
         mask = node("Where", [allowed, "float_zero", "float_min"], "mask/bias")
+    if softcap in ("scatter", "scatter_swapped"):
+        bias = node("Unsqueeze", [mask, "axes01"], "mask/bias_4d")  # [1, 1, n, n]
+        shape = node("Shape", [bias], "mask/shape_4d")
+        full = node("Expand", ["float_min_4d", shape], "mask/full")
+
+        def coordinate(name, source, target):  # [1, 1, n, n, 1]: the index along one axis
+            grid = node("Expand", [node("Reshape", [source, target], f"mask/{name}_r"), shape], f"mask/{name}_e")
+            return node("Unsqueeze", [grid, "axis_last"], f"mask/{name}")
+
+        b, h = coordinate("b", "zero_1d", "unit_4d"), coordinate("h", "zero_1d", "unit_4d")
+        i, j = coordinate("i", pos, "rows_4d"), coordinate("j", pos, "cols_4d")
+        grid = node("Concat", [b, h, j, i] if softcap == "scatter_swapped" else [b, h, i, j], "mask/grid", axis=-1)
+        mask = node("ScatterND", [full, grid, bias], "mask/scatter")
 
     for layer in range(LAYERS):
         p = f"layer{layer}"
@@ -243,7 +266,8 @@ def main():
              ("prefix_lm", False, None, None), ("from_end", False, None, None),
              ("window", False, WINDOW, "capped"), ("causal", False, None, "mask_inside"),
              ("causal", False, 0, "alibi"), ("causal", False, None, "alibi_quadratic"),
-             ("causal", False, 0, "mask_positions"), ("causal", False, None, "mask_positions_doubled")]
+             ("causal", False, 0, "mask_positions"), ("causal", False, None, "mask_positions_doubled"),
+             ("causal", False, 0, "scatter"), ("causal", False, None, "scatter_swapped")]
     engines = {}  # (kind, opset-23 Attention) -> the recognized engine
     with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
         for kind, attention_op, window, softcap in cases:
@@ -253,7 +277,8 @@ def main():
             path = os.path.join(tmp, f"{kind}_{attention_op}_{softcap}.onnx")
             onnx.save(model, path)
             engine = path.replace(".onnx", ".engine")
-            proc = run([args.llmc, "compile", path, "-o", engine, "--max-context", str(POSITIONS)])
+            verbose = ["--verbose"] if softcap == "scatter" else []  # for the mask proof's note
+            proc = run([args.llmc, "compile", path, "-o", engine, "--max-context", str(POSITIONS), *verbose])
             if proc.returncode != 0:
                 check(False, f"{label}: compile", proc.stderr.strip())
                 continue
@@ -266,7 +291,10 @@ def main():
                         ("causal", "alibi_quadratic"): "'layer0/alibi' adds a second bias to the scores, which "
                                                        "is not ALiBi's",
                         ("causal", "mask_positions_doubled"): "'pos/doubled' is computed from the attention "
-                                                              "mask and is not the tokens' positions"}[(kind, softcap)]
+                                                              "mask and is not the tokens' positions",
+                        # Not the identity grid by its construction, so evaluated, and refused there.
+                        ("causal", "scatter_swapped"): "'mask/scatter' (ScatterND) writes element 1 away "
+                                                       "from its own position"}[(kind, softcap)]
                 names_node = "layer0/softmax" in proc.stderr or softcap == "mask_positions_doubled"
                 check(not recognized and "warning: not recognized" in proc.stderr and want in proc.stderr
                       and names_node, f"{label}: refused, naming the node",
@@ -275,6 +303,11 @@ def main():
                 windows = info["llm"]["attention_windows"] if recognized else None
                 check(recognized and windows == [window] * LAYERS, f"{label}: recognized with window {window}",
                       f"attention windows {windows}; {proc.stderr.strip()}")
+                if softcap == "scatter":
+                    # Its index grid proven from how it is built: never evaluated at the context.
+                    check("note: mask proof: node 'mask/scatter' (ScatterND) writes at the origin: its "
+                          "index grid proven from how it is built" in proc.stderr,
+                          f"{label}: the grid proven from its construction", proc.stderr.strip())
             # Logits at lengths past the window, against the reference.
             reference = ReferenceEvaluator(model)
             rng = np.random.default_rng(7)

@@ -352,6 +352,7 @@ Status compileFromArgs(const std::vector<std::string>& args, const CompileProgre
     for (const std::string& failure : stats.llm_failures) text += "\n  " + failure;
     (stats.llm_expected ? run->warnings : run->notes).push_back(text);
   }
+  for (const std::string& note : stats.llm_notes) run->notes.push_back(note);
   for (const FusionReport& record : stats.fusions)
     if (record.pass == "shape-inference") run->warnings.push_back(record.reason);
   for (const FusionReport& record : stats.fusions)

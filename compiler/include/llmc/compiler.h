@@ -103,6 +103,9 @@ struct CompileStats {
   bool llm_recognized = false;
   int64_t llm_layers = 0;
   std::vector<std::string> llm_failures;
+  // How recognition proved what it relied on (one line each: how each mask's ScatterND was
+  // shown to write at the origin), for `llmc compile --verbose`.
+  std::vector<std::string> llm_notes;
   // Whether the first output is named "logits", as every causal-LM export names it: failures
   // then matter (a language model will generate by recomputation); on an encoder they do not.
   bool llm_expected = false;
