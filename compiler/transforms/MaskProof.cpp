@@ -328,8 +328,12 @@ class Prover {
       return false;
     auto axis = concat->getAttrOfType<IntegerAttr>("axis");
     if (!axis || (axis.getInt() != k && axis.getInt() != -1)) return false;
+    // The updates fill the grid's box (as ScatterND requires; the paste relies on it).
     auto grid = shapesAt(indices);
-    if (!grid) return false;
+    auto updates = shapesAt(op->getOperand(2));
+    if (!grid || !updates) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (Shape((*grid)[i].begin(), (*grid)[i].end() - 1) != (*updates)[i]) return false;
     for (int64_t m = 0; m < k; ++m) {
       Value part = concat->getOperand(static_cast<unsigned>(m));
       auto sizes = shapesAt(part);
