@@ -417,11 +417,16 @@ class Prover {
     return form;
   }
 
-  // The one value of an invariant integer operand.
-  std::optional<int64_t> invariantScalar(Value v) {
+  // The values of an invariant integer operand (starts, steps, axes).
+  std::optional<std::vector<int64_t>> constantsOf(Value v) {
     Abstract a;
     if (!classify(v, &a)) return std::nullopt;
-    auto values = constants(a);
+    return constants(a);
+  }
+
+  // The one value of an invariant integer operand.
+  std::optional<int64_t> invariantScalar(Value v) {
+    auto values = constantsOf(v);
     if (!values || values->size() != 1) return std::nullopt;
     return (*values)[0];
   }
@@ -460,9 +465,7 @@ class Prover {
       auto operandConstants = [&](unsigned i) -> std::optional<std::vector<int64_t>> {
         if (i >= op->getNumOperands() || isa<NoneType>(op->getOperand(i).getType()))
           return std::vector<int64_t>{};
-        Abstract a;
-        if (!classify(op->getOperand(i), &a)) return std::nullopt;
-        return constants(a);
+        return constantsOf(op->getOperand(i));
       };
       auto starts = operandConstants(1);
       auto axes = operandConstants(3);
@@ -484,9 +487,7 @@ class Prover {
     }
     if (name == "nn.unsqueeze") {
       if (op->getNumOperands() < 2) return std::nullopt;
-      Abstract a;
-      if (!classify(op->getOperand(1), &a)) return std::nullopt;
-      auto axes = constants(a);
+      auto axes = constantsOf(op->getOperand(1));
       if (!axes) return std::nullopt;
       std::vector<bool> inserted(rank, false);
       for (int64_t axis : *axes) {
