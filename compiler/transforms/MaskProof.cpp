@@ -42,7 +42,7 @@ namespace {
 constexpr double kMaskedBias = -1e4;
 // The proof evaluates the mask once at the context: [context, context] elements per
 // intermediate tensor. Past this length that memory is refused rather than spent.
-constexpr int64_t kMaxProofLength = 8192;
+constexpr int64_t kMaxProofLength = 16384;
 // From this proof length on, a ScatterND's index grid is proven from how it is built where it
 // can be (Prover::identityGridByConstruction, which reads shapes at lengths 3 and 7) instead of
 // evaluated; below it the evaluation costs nothing worth saving.
@@ -112,34 +112,37 @@ class SubgraphEvaluator {
       values_[op->getResult(i)] = std::move(run.outputs[i]);
     // Releasing: an operand every user of which has run is dropped (the cache only saves
     // work, so an early drop costs a recomputation, never a wrong value: callers hold copies).
-    for (Value operand : op->getOperands()) {
-      auto count = remaining_uses_.find(operand);
-      if (count != remaining_uses_.end() && --count->second <= 0 && operand != root_)
-        values_.erase(operand);
-    }
+    release(op);
     *out = &values_[v];
     return okStatus();
   }
 
-  // evaluate(root, true, out), keeping only the values still needed: the mask at the full
-  // context has [context, context] elements per intermediate.
-  Status evaluateReleasing(Value root, const Tensor** out) {
-    remaining_uses_.clear();
+  // Counts each operand use of the ops that compute `roots` and were not counted before. A
+  // value is kept until every counted op that reads it has run, so what several roots share
+  // (a model's one mask, sliced per layer) is evaluated once for all of them, and what only
+  // roots already proven read is dropped.
+  void expect(llvm::ArrayRef<Value> roots) {
     std::vector<Operation*> work;
-    llvm::DenseSet<Operation*> seen;
-    if (Operation* op = root.getDefiningOp()) work.push_back(op);
+    for (Value root : roots)
+      if (Operation* op = root.getDefiningOp()) work.push_back(op);
     while (!work.empty()) {
       Operation* op = work.back();
       work.pop_back();
-      if (!seen.insert(op).second) continue;
+      if (!counted_.insert(op).second) continue;
       for (Value operand : op->getOperands()) {
         ++remaining_uses_[operand];
         if (Operation* def = operand.getDefiningOp()) work.push_back(def);
       }
     }
+  }
+
+  // evaluate(root, true, out), keeping only the values still needed (expect): the mask at the
+  // full context has [context, context] elements per intermediate. `out` may be released by a
+  // later evaluation: callers keep a copy.
+  Status evaluateReleasing(Value root, const Tensor** out) {
+    expect(root);
     root_ = root;
     Status status = evaluate(root, true, out);
-    remaining_uses_.clear();
     root_ = Value();
     return status;
   }
@@ -188,11 +191,22 @@ class SubgraphEvaluator {
       }
     }
     values_[op->getResult(0)] = std::move(result);
+    release(op);
     *out = &values_[op->getResult(0)];
     return okStatus();
   }
 
+  // Drops each operand of `op` (which has run) that every counted user has now read.
+  void release(Operation* op) {
+    for (Value operand : op->getOperands()) {
+      auto count = remaining_uses_.find(operand);
+      if (count != remaining_uses_.end() && --count->second <= 0 && operand != root_)
+        values_.erase(operand);
+    }
+  }
+
   llvm::DenseSet<Operation*> pasted_;
+  llvm::DenseSet<Operation*> counted_;
   llvm::DenseMap<Value, int64_t> remaining_uses_;
   Value root_;
   std::map<unsigned, Tensor> args_;
@@ -306,9 +320,30 @@ class Prover {
     return *slot;
   }
 
-  // Ops whose acceptance rests on a property of their values at the proof length (ScatterND
-  // whose indices must be the identity grid).
-  const std::vector<Operation*>& scatters() const { return scatters_; }
+  // Of the ops whose acceptance rests on a property of their values at the proof length
+  // (ScatterND whose indices must be the identity grid), those that compute `root`.
+  std::vector<Operation*> scattersUnder(Value root) const {
+    std::vector<Operation*> found, work;
+    llvm::DenseSet<Operation*> seen;
+    if (Operation* op = root.getDefiningOp()) work.push_back(op);
+    while (!work.empty()) {
+      Operation* op = work.back();
+      work.pop_back();
+      if (!seen.insert(op).second) continue;
+      if (std::find(scatters_.begin(), scatters_.end(), op) != scatters_.end()) found.push_back(op);
+      for (Value operand : op->getOperands())
+        if (Operation* def = operand.getDefiningOp()) work.push_back(def);
+    }
+    return found;
+  }
+
+  // What checking a ScatterND at a length found (checkScatters), kept for the proofs after.
+  struct ScatterVerdict {
+    std::string error, note;
+  };
+  std::map<std::pair<Operation*, int64_t>, ScatterVerdict>& scatterVerdicts() {
+    return scatter_verdicts_;
+  }
 
   // Whether ScatterND `op`'s indices are the identity grid at every length (batch 1) by how
   // they are built: a Concat along the last axis of k parts, each of last size 1, part m
@@ -357,6 +392,7 @@ class Prover {
   llvm::DenseMap<Value, Abstract> memo_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SubgraphEvaluator>> evaluators_;
   std::vector<Operation*> scatters_;
+  std::map<std::pair<Operation*, int64_t>, ScatterVerdict> scatter_verdicts_;
 
   std::string argName(BlockArgument arg) {
     auto name = func_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "llmc.name");
@@ -945,26 +981,30 @@ std::string checkIdentityScatter(Operation* op, SubgraphEvaluator& evaluator) {
   return error;
 }
 
-// Every ScatterND the prover accepted writes its updates at the origin, at `length`: its index
-// grid proven from how it is built (then evaluated as that paste, its indices never built), or
-// else evaluated and checked element by element.
-std::string checkScatters(Prover& prover, SubgraphEvaluator& evaluator, int64_t length,
+// Every ScatterND the prover accepted on the way to `root` writes its updates at the origin, at
+// `length`: its index grid proven from how it is built (then evaluated as that paste, its
+// indices never built), or else evaluated and checked element by element. Each is checked once
+// per length and prover; its note, if `notes`, comes with every proof that passes through it.
+std::string checkScatters(Prover& prover, SubgraphEvaluator& evaluator, int64_t length, Value root,
                           std::vector<std::string>* notes) {
-  for (Operation* scatter : prover.scatters()) {
-    if (length >= kGridByConstructionLength && prover.identityGridByConstruction(scatter)) {
-      evaluator.pasteScatter(scatter);
-      if (notes)
-        notes->push_back("mask proof: " + where(scatter) +
-                         " (ScatterND) writes at the origin: its index grid proven from how it "
-                         "is built");
-      continue;
-    }
-    std::string error = checkIdentityScatter(scatter, evaluator);
-    if (!error.empty()) return error;
-    if (notes)
-      notes->push_back("mask proof: " + where(scatter) +
+  for (Operation* scatter : prover.scattersUnder(root)) {
+    auto [at, fresh] = prover.scatterVerdicts().try_emplace({scatter, length});
+    Prover::ScatterVerdict& verdict = at->second;
+    if (fresh) {
+      if (length >= kGridByConstructionLength && prover.identityGridByConstruction(scatter)) {
+        evaluator.pasteScatter(scatter);
+        verdict.note = "mask proof: " + where(scatter) +
+                       " (ScatterND) writes at the origin: its index grid proven from how it is "
+                       "built";
+      } else {
+        verdict.error = checkIdentityScatter(scatter, evaluator);
+        verdict.note = "mask proof: " + where(scatter) +
                        " (ScatterND) writes at the origin: its index grid evaluated at " +
-                       std::to_string(length) + " positions");
+                       std::to_string(length) + " positions";
+      }
+    }
+    if (!verdict.error.empty()) return verdict.error;
+    if (notes) notes->push_back(verdict.note);
   }
   return "";
 }
@@ -1016,20 +1056,22 @@ std::string findWindow(const MaskSpec& spec, const Tensor& mask, int64_t seq, in
     if (allowed(last + j, &ok) && first_seen < 0) first_seen = j;
   }
   *window = first_seen > 0 ? seq - first_seen : 0;
-  for (int64_t e = 0; e < mask.numElements(); ++e) {
-    int64_t j = e % cols, i = (e / cols) % rows;
-    bool ok = true;
-    bool sees = allowed(e, &ok);
-    if (!ok)
-      return "the mask value " + std::to_string(elementAsDouble(mask, e)) + " at query " +
-             std::to_string(i) + ", key " + std::to_string(j) +
-             " is neither 0 nor a large negative bias";
-    bool expected = j <= i && (*window == 0 || i - j < *window);
-    if (sees != expected)
-      return "query " + std::to_string(i) + " " + (expected ? "cannot see" : "sees") + " key " +
-             std::to_string(j) + " at length " + std::to_string(seq) +
-             ": the mask is neither causal nor a sliding window";
-  }
+  const int64_t matrices = mask.numElements() / (rows * cols);
+  for (int64_t m = 0, e = 0; m < matrices; ++m)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j, ++e) {
+        bool ok = true;
+        bool sees = allowed(e, &ok);
+        if (!ok)
+          return "the mask value " + std::to_string(elementAsDouble(mask, e)) + " at query " +
+                 std::to_string(i) + ", key " + std::to_string(j) +
+                 " is neither 0 nor a large negative bias";
+        bool expected = j <= i && (*window == 0 || i - j < *window);
+        if (sees != expected)
+          return "query " + std::to_string(i) + " " + (expected ? "cannot see" : "sees") + " key " +
+                 std::to_string(j) + " at length " + std::to_string(seq) +
+                 ": the mask is neither causal nor a sliding window";
+      }
   return "";
 }
 
@@ -1057,7 +1099,8 @@ std::string alibiSlopes(const AlibiSpec& spec, const Tensor& bias, int64_t batch
   const int64_t cols = seq;
   slopes->assign(static_cast<size_t>(heads), std::nan(""));
   std::vector<int64_t> index(static_cast<size_t>(rank), 0);
-  for (int64_t e = 0; e < bias.numElements(); ++e) {
+  const int64_t count = bias.numElements();
+  for (int64_t e = 0; e < count; ++e) {
     int64_t rest = e;
     for (int64_t a = rank - 1; a >= 0; --a) {
       index[static_cast<size_t>(a)] = rest % bias.dim(a);
@@ -1118,7 +1161,7 @@ PrefixValues evaluatePrefix(Prover& prover, Value v, const std::string& what, in
     return out;
   }
   SubgraphEvaluator& evaluator = prover.evaluatorAt(1, out.length);
-  out.error = checkScatters(prover, evaluator, out.length, nullptr);
+  out.error = checkScatters(prover, evaluator, out.length, v, nullptr);
   if (!out.error.empty()) return out;
   const Tensor* t = nullptr;
   Status status = evaluator.evaluateReleasing(v, &t);
@@ -1172,7 +1215,8 @@ PositionsProof provePositions(func::FuncOp func, StringRef batch_symbol, StringR
         (t.rank() == 2 && t.dim(0) != 1 && t.dim(0) != batch))
       return "the positions are " + shapeToString(t.shape()) + " for " + std::to_string(batch) +
              " x " + std::to_string(n) + " tokens, not [batch, " + std::to_string(n) + "]";
-    for (int64_t e = 0; e < t.numElements(); ++e) {
+    const int64_t count = t.numElements();
+    for (int64_t e = 0; e < count; ++e) {
       const double got = elementAsDouble(t, e);
       if (got != static_cast<double>(e % n + proof.offset))
         return "the position of token " + std::to_string(e % n) + " is " +
@@ -1187,10 +1231,32 @@ PositionsProof provePositions(func::FuncOp func, StringRef batch_symbol, StringR
   return proof;
 }
 
+struct MaskProver::State {
+  State(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol, int64_t context)
+      : prover(func, batch_symbol, seq_symbol), context(context) {}
+  Prover prover;
+  int64_t context;
+  std::vector<Value> expected;
+};
+
+MaskProver::MaskProver(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
+                       int64_t context)
+    : state_(std::make_unique<State>(func, batch_symbol, seq_symbol, context)) {}
+MaskProver::~MaskProver() = default;
+
+void MaskProver::expect(llvm::ArrayRef<Value> masks) {
+  state_->expected.insert(state_->expected.end(), masks.begin(), masks.end());
+}
+
 MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
                     int64_t context, const MaskSpec& spec) {
+  return MaskProver(func, batch_symbol, seq_symbol, context).prove(spec);
+}
+
+MaskProof MaskProver::prove(const MaskSpec& spec) {
   MaskProof proof;
-  Prover prover(func, batch_symbol, seq_symbol);
+  Prover& prover = state_->prover;
+  const int64_t context = state_->context;
   Abstract mask;
   if (!prover.classify(spec.mask, &mask)) {
     proof.error = "cannot prove the mask for every length: " + prover.error();
@@ -1228,18 +1294,23 @@ MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_sym
   }
   proof.proven_length = length;
   SubgraphEvaluator& evaluator = prover.evaluatorAt(1, length);
-  proof.error = checkScatters(prover, evaluator, length, &proof.notes);
+  evaluator.expect(state_->expected);
+  proof.error = checkScatters(prover, evaluator, length, spec.mask, &proof.notes);
   if (!proof.error.empty()) return proof;
-  const Tensor* values = nullptr;
-  const Tensor* fill = nullptr;
-  Status status = evaluator.evaluateReleasing(spec.mask, &values);
-  if (status.ok() && spec.fill) status = evaluator.evaluate(spec.fill, true, &fill);
+  // Copies (sharing the storage): a later evaluation may release what the evaluator holds.
+  std::optional<Tensor> values, fill;
+  const Tensor* t = nullptr;
+  Status status = evaluator.evaluateReleasing(spec.mask, &t);
+  if (status.ok()) values = *t;
+  if (status.ok() && spec.fill) status = evaluator.evaluate(spec.fill, true, &t);
+  if (status.ok() && spec.fill) fill = *t;
   if (!status.ok()) {
     proof.error = "cannot evaluate the mask: " + status.message();
     return proof;
   }
   if (fill) {
-    for (int64_t i = 0; i < fill->numElements(); ++i) {
+    const int64_t count = fill->numElements();
+    for (int64_t i = 0; i < count; ++i) {
       double f = elementAsDouble(*fill, i);
       if (!(f <= kMaskedBias)) {
         proof.error = "the masked fill value " + std::to_string(f) + " is not large and negative";
@@ -1248,7 +1319,6 @@ MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_sym
     }
   }
   for (const auto& [factor, divides] : spec.shape_scales) {
-    const Tensor* t = nullptr;
     double value = 0;
     Status s = evaluator.evaluate(factor, true, &t);
     if (s.ok()) s = readScalarDouble(t, &value);
@@ -1264,17 +1334,18 @@ MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_sym
   }
   proof.error = findWindow(spec, *values, length, &proof.window);
   if (!proof.error.empty()) return proof;
+  values.reset();
   // Rows of a batch are computed alike (the rules above mix no axes); one batch-2 evaluation
   // checks that the mask broadcasts over the batch as the engine's per-sequence runs assume.
   int64_t small = std::min<int64_t>(length, 4);
   SubgraphEvaluator& batched = prover.evaluatorAt(2, small);
-  status = batched.evaluate(spec.mask, true, &values);
+  status = batched.evaluate(spec.mask, true, &t);
   if (!status.ok()) {
     proof.error = "cannot evaluate the mask for a batch of 2: " + status.message();
     return proof;
   }
   int64_t window = 0;
-  proof.error = findWindow(spec, *values, small, &window);
+  proof.error = findWindow(spec, *t, small, &window);
   if (proof.error.empty() && window != (proof.window != 0 && proof.window < small ? proof.window : 0))
     proof.error = "the mask's window differs between a batch of 1 and a batch of 2";
   return proof;

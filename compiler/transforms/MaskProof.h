@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -37,9 +39,26 @@ struct MaskProof {
   std::vector<std::string> notes;
 };
 
-// Proves `spec` for every sequence length 1..context, with input_ids [batch_symbol,
+// Proves masks of `func` for every sequence length 1..context, with input_ids [batch_symbol,
 // seq_symbol] (attention_mask all ones, position_ids 0..n-1). See MaskProof.cpp for the
-// argument.
+// argument. The proofs of one MaskProver share their analysis and evaluations: what several
+// masks compute in common (a model's one mask, sliced per layer) is evaluated once. Valid while
+// `func` is unchanged: a rewrite between proofs needs a new one.
+class MaskProver {
+ public:
+  MaskProver(mlir::func::FuncOp func, llvm::StringRef batch_symbol, llvm::StringRef seq_symbol,
+             int64_t context);
+  ~MaskProver();
+  // Masks to be proven later: the values they share are kept until the last of them is proven.
+  void expect(llvm::ArrayRef<mlir::Value> masks);
+  MaskProof prove(const MaskSpec& spec);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// One mask with a MaskProver of its own.
 MaskProof proveMask(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
                     llvm::StringRef seq_symbol, int64_t context, const MaskSpec& spec);
 

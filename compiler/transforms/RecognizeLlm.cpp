@@ -1105,7 +1105,8 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       m.mask_kind = mask_type.getElementType().isInteger(1) ? AttentionMatch::MaskKind::kWhere
                                                            : AttentionMatch::MaskKind::kAdd;
       m.mask = op->getOperand(3);
-      std::string error = proveMask(func, m);
+      MaskProver prover(func, batch_, seq_, proofContext());
+      std::string error = proveMask(prover, m);
       if (!error.empty()) return error;
       window = m.window;
     } else if (!causal || causal.getInt() == 0) {
@@ -1330,10 +1331,24 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
       if (remaining.empty()) break;
       std::vector<AttentionMatch> ready;
       std::vector<std::string> round_failures;
+      // Every core is matched before any mask is proven, so that one prover, told of all the
+      // masks, evaluates what they share once (a model's mask, sliced per layer).
+      std::vector<std::pair<Operation*, AttentionMatch>> matched;
       for (Operation* softmax : remaining) {
         AttentionMatch m;
         std::string error = matchAttention(softmax, &m);
-        if (error.empty()) error = proveMask(func, m);
+        if (error.empty())
+          matched.emplace_back(softmax, std::move(m));
+        else
+          round_failures.push_back("attention at " + where(softmax) + ": " + error);
+      }
+      MaskProver prover(func, batch_, seq_, proofContext());
+      std::vector<Value> masks;
+      for (const auto& [softmax, m] : matched)
+        if (m.mask) masks.push_back(m.mask);
+      prover.expect(masks);
+      for (auto& [softmax, m] : matched) {
+        std::string error = proveMask(prover, m);
         if (error.empty() && m.alibi) error = proveAlibi(func, m);
         if (error.empty())
           ready.push_back(std::move(m));
@@ -1477,9 +1492,10 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
                     {b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
   }
 
-  // Proves m's mask causal or windowed for every length up to the context (MaskProof.h);
-  // sets m.scale's shape-computed part and m.window. Layers sharing one mask share the proof.
-  std::string proveMask(func::FuncOp func, AttentionMatch& m) {
+  // Proves m's mask causal or windowed for every length up to the context (MaskProof.h) with
+  // `prover`; sets m.scale's shape-computed part and m.window. Layers sharing one mask share
+  // the proof.
+  std::string proveMask(MaskProver& prover, AttentionMatch& m) {
     if (m.mask_kind == AttentionMatch::MaskKind::kNone)
       return "the scores are not masked (bidirectional attention is not a decoder)";
     auto cached = proofs_.find(m.mask);
@@ -1489,7 +1505,7 @@ class RecognizeLlmPass : public impl::RecognizeLlmBase<RecognizeLlmPass> {
     } else {
       MaskSpec spec{m.mask, m.fill, m.mask_kind == AttentionMatch::MaskKind::kAdd,
                     m.where_scores_on_false, m.shape_scales};
-      proof = llmc::proveMask(func, batch_, seq_, proofContext(), spec);
+      proof = prover.prove(spec);
       if (m.shape_scales.empty() && !m.fill) proofs_[m.mask] = proof;
     }
     if (!proof.error.empty()) return proof.error;

@@ -65,7 +65,9 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     those (not the tokens' positions); "scatter": the mask written into a fully masked
     [1, 1, n, n] buffer by ScatterND over the index grid built from Ranges (transformers 4.4x's
     exports); "scatter_swapped": the same with the grid's last two coordinates exchanged (a
-    transposed write)."""
+    transposed write); "per_layer": the scatter's mask sliced by each layer to its keys' length
+    (transformers' mask[:, :, :, :k_len], one value per layer), and the odd layers' slice
+    narrowed to the window (layers whose masks share most of their computation and differ)."""
     rng = np.random.default_rng(1412)
     inits, nodes = [], []
 
@@ -85,6 +87,7 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     weight("positions", POSITIONS, HIDDEN)
     const("zero", 0)
     const("one", 1)
+    const("two", 2)
     const("window", WINDOW)
     const("prefix", PREFIX)
     const("heads_shape", [0, 0, HEADS, HEAD])
@@ -141,7 +144,7 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
         mask = allowed  # boolean: True where attention is allowed
     else:
         mask = node("Where", [allowed, "float_zero", "float_min"], "mask/bias")
-    if softcap in ("scatter", "scatter_swapped"):
+    if softcap in ("scatter", "scatter_swapped", "per_layer"):
         bias = node("Unsqueeze", [mask, "axes01"], "mask/bias_4d")  # [1, 1, n, n]
         shape = node("Shape", [bias], "mask/shape_4d")
         full = node("Expand", ["float_min_4d", shape], "mask/full")
@@ -176,13 +179,22 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
 
             if softcap == "capped":
                 scores = cap(scores)
+            layer_mask = mask
+            if softcap == "per_layer":
+                k_len = node("Unsqueeze", [node("Gather", [node("Shape", [heads["k"]], f"{p}/k_shape"), "two"],
+                                                f"{p}/k_len", axis=0), "axis0"], f"{p}/k_len_1d")
+                layer_mask = node("Slice", [mask, "zero_1d", k_len, "axis_last"], f"{p}/mask")
+                if layer % 2:
+                    in_window = node("Greater", [k_pos, node("Sub", [q_pos, "window"], f"{p}/i_minus_w")],
+                                     f"{p}/in_window")
+                    layer_mask = node("Where", [in_window, layer_mask, "float_min"], f"{p}/window_mask")
             if softcap in ("alibi", "alibi_quadratic"):
                 keys = node("Cast", [k_pos], f"{p}/alibi_keys", to=TensorProto.FLOAT)  # [1, n]
                 if softcap == "alibi_quadratic":
                     keys = node("Mul", [keys, keys], f"{p}/alibi_keys_squared")
                 bias = node("Mul", ["slopes", keys], f"{p}/alibi_bias")  # [heads, 1, n]
                 scores = node("Add", [scores, bias], f"{p}/alibi")
-            masked = node("Add", [scores, mask], f"{p}/masked")
+            masked = node("Add", [scores, layer_mask], f"{p}/masked")
             if softcap == "mask_inside":
                 masked = cap(masked)
             probs = node("Softmax", [masked], f"{p}/softmax", axis=-1)
@@ -260,14 +272,15 @@ def main():
     args = parser.parse_args()
     check = Checks()
 
-    # (mask, opset-23 Attention, the window it must be recognized with or None: refused,
-    # soft-capping of the scores).
+    # (mask, opset-23 Attention, the window it must be recognized with (or one per layer) or
+    # None: refused, soft-capping of the scores or another variant of build()).
     cases = [("window", False, WINDOW, None), ("window", True, WINDOW, None), ("causal", False, 0, None),
              ("prefix_lm", False, None, None), ("from_end", False, None, None),
              ("window", False, WINDOW, "capped"), ("causal", False, None, "mask_inside"),
              ("causal", False, 0, "alibi"), ("causal", False, None, "alibi_quadratic"),
              ("causal", False, 0, "mask_positions"), ("causal", False, None, "mask_positions_doubled"),
-             ("causal", False, 0, "scatter"), ("causal", False, None, "scatter_swapped")]
+             ("causal", False, 0, "scatter"), ("causal", False, None, "scatter_swapped"),
+             ("causal", False, [0, WINDOW], "per_layer")]
     engines = {}  # (kind, opset-23 Attention) -> the recognized engine
     with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
         for kind, attention_op, window, softcap in cases:
@@ -277,7 +290,7 @@ def main():
             path = os.path.join(tmp, f"{kind}_{attention_op}_{softcap}.onnx")
             onnx.save(model, path)
             engine = path.replace(".onnx", ".engine")
-            verbose = ["--verbose"] if softcap == "scatter" else []  # for the mask proof's note
+            verbose = ["--verbose"] if softcap in ("scatter", "per_layer") else []  # the mask proof's note
             proc = run([args.llmc, "compile", path, "-o", engine, "--max-context", str(POSITIONS), *verbose])
             if proc.returncode != 0:
                 check(False, f"{label}: compile", proc.stderr.strip())
@@ -301,9 +314,10 @@ def main():
                       proc.stderr.strip().replace("\n", " | "))
             else:
                 windows = info["llm"]["attention_windows"] if recognized else None
-                check(recognized and windows == [window] * LAYERS, f"{label}: recognized with window {window}",
+                want = window if isinstance(window, list) else [window] * LAYERS
+                check(recognized and windows == want, f"{label}: recognized with windows {want}",
                       f"attention windows {windows}; {proc.stderr.strip()}")
-                if softcap == "scatter":
+                if softcap in ("scatter", "per_layer"):
                     # Its index grid proven from how it is built: never evaluated at the context.
                     check("note: mask proof: node 'mask/scatter' (ScatterND) writes at the origin: its "
                           "index grid proven from how it is built" in proc.stderr,
