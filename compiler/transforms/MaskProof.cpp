@@ -105,6 +105,18 @@ class SubgraphEvaluator {
     for (const std::optional<Tensor>& t : held) inputs.push_back(t ? &*t : nullptr);
     KernelParams params;
     LLMC_RETURN_IF_ERROR(paramsFromAttributes(op->getAttrs(), &params));
+    if (need_data && isOp(op, "nn.slice") && inputs[0]) {
+      // A Slice that keeps every element in order (a layer's slice of the model's mask to the
+      // keys' length, which is the mask's) is its input, not a copy of it.
+      KernelRun shape = evaluateKernel(*kernel, params, inputs, 1, nodeNameOf(op), true);
+      LLMC_RETURN_IF_ERROR(shape.status);
+      if (shape.outputs[0].shape() == inputs[0]->shape() && unitSteps(inputs)) {
+        values_[op->getResult(0)] = *inputs[0];
+        release(op);
+        *out = &values_[v];
+        return okStatus();
+      }
+    }
     KernelRun run = evaluateKernel(*kernel, params, inputs, op->getNumResults(), nodeNameOf(op),
                                    /*shape_only=*/!need_data && !sizes_only);
     LLMC_RETURN_IF_ERROR(run.status);
@@ -158,8 +170,8 @@ class SubgraphEvaluator {
  private:
   Status evaluatePaste(Operation* op, bool need_data, const Tensor** out) {
     const Tensor* data = nullptr;
-    LLMC_RETURN_IF_ERROR(evaluate(op->getOperand(0), need_data, &data));
-    const Tensor base = *data;  // held: evaluating the updates may release it from values_
+    LLMC_RETURN_IF_ERROR(evaluate(op->getOperand(0), false, &data));
+    Tensor base = *data;  // held: evaluating the updates may release it from values_
     Tensor result = Tensor::view(base.dtype(), base.shape(), static_cast<void*>(nullptr));
     if (need_data) {
       const Tensor* updates_value = nullptr;
@@ -172,6 +184,16 @@ class SubgraphEvaluator {
         if (updates.dim(a) > base.dim(a))
           return unimplemented(where(op) + ": updates " + shapeToString(updates.shape()) +
                                " do not fit data " + shapeToString(base.shape()));
+      if (updates.shape() == base.shape()) {
+        // The box is all of the data (a mask written over its whole buffer): nothing of the
+        // data survives, so it is never computed.
+        values_[op->getResult(0)] = updates;
+        release(op);
+        *out = &values_[op->getResult(0)];
+        return okStatus();
+      }
+      LLMC_RETURN_IF_ERROR(evaluate(op->getOperand(0), true, &data));
+      base = *data;
       result = base.clone();
       // Row by row of the last axis: row r of the updates (its multi-index over the leading
       // axes) lands on the row of `result` with the same multi-index.
@@ -194,6 +216,21 @@ class SubgraphEvaluator {
     release(op);
     *out = &values_[op->getResult(0)];
     return okStatus();
+  }
+
+  // Whether a Slice's steps (operand 4, 1 where absent) are all 1.
+  static bool unitSteps(const std::vector<const Tensor*>& inputs) {
+    if (inputs.size() < 5 || !inputs[4]) return true;
+    const Tensor& steps = *inputs[4];
+    if (!steps.hasData()) return false;
+    const int64_t count = steps.numElements();
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t step = steps.dtype() == DType::kInt64   ? steps.data<int64_t>()[i]
+                           : steps.dtype() == DType::kInt32 ? steps.data<int32_t>()[i]
+                                                            : 0;
+      if (step != 1) return false;
+    }
+    return true;
   }
 
   // Drops each operand of `op` (which has run) that every counted user has now read.
@@ -1031,6 +1068,27 @@ std::string identityGridError(Operation* op, const Tensor& indices_tensor) {
   return "";
 }
 
+// Whether `matrices` matrices of rows x cols elements at `data` see exactly what the window
+// allows (0: causal): sees(x) is 1 where x lets a query see a key, 0 where it masks it, -1
+// where it is neither.
+template <typename T, typename Sees>
+bool matchesWindow(const T* data, int64_t matrices, int64_t rows, int64_t cols, int64_t window,
+                   Sees sees) {
+  for (int64_t m = 0; m < matrices; ++m)
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* row = data + (m * rows + i) * cols;
+      // Query i sees keys [first, last).
+      const int64_t first = window == 0 ? 0 : std::max<int64_t>(0, i - window + 1);
+      const int64_t last = std::min(i + 1, cols);
+      bool ok = true;
+      for (int64_t j = 0; j < first; ++j) ok &= sees(row[j]) == 0;
+      for (int64_t j = first; j < last; ++j) ok &= sees(row[j]) == 1;
+      for (int64_t j = last; j < cols; ++j) ok &= sees(row[j]) == 0;
+      if (!ok) return false;
+    }
+  return true;
+}
+
 // The window of `mask` at length `seq`: 0 when causal, W when each query sees exactly its
 // own and the W - 1 keys before it; or an error naming the first element that is neither.
 std::string findWindow(const MaskSpec& spec, const Tensor& mask, int64_t seq, int64_t* window) {
@@ -1057,6 +1115,22 @@ std::string findWindow(const MaskSpec& spec, const Tensor& mask, int64_t seq, in
   }
   *window = first_seen > 0 ? seq - first_seen : 0;
   const int64_t matrices = mask.numElements() / (rows * cols);
+  // The common element types are checked without reading each element as a double; only a
+  // mask that fails is walked again below, for the message naming its first wrong element.
+  if (mask.dtype() == DType::kFloat32) {
+    const bool additive = spec.additive, on_false = spec.where_scores_on_false;
+    if (matchesWindow(mask.data<float>(), matrices, rows, cols, *window, [&](float x) {
+          if (std::isnan(x)) return -1;
+          if (additive) return x == 0 ? 1 : x <= kMaskedBias ? 0 : -1;
+          return (on_false ? x == 0 : x != 0) ? 1 : 0;
+        }))
+      return "";
+  } else if (mask.dtype() == DType::kBool && !spec.additive) {
+    const bool on_false = spec.where_scores_on_false;
+    if (matchesWindow(mask.data<uint8_t>(), matrices, rows, cols, *window,
+                      [&](uint8_t x) { return (on_false ? x == 0 : x != 0) ? 1 : 0; }))
+      return "";
+  }
   for (int64_t m = 0, e = 0; m < matrices; ++m)
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j, ++e) {
@@ -1237,6 +1311,16 @@ struct MaskProver::State {
   Prover prover;
   int64_t context;
   std::vector<Value> expected;
+  // The last mask checked at the proof length and what findWindow found; held, so that its
+  // storage (compared by address) is not reused while it is.
+  struct Checked {
+    Tensor mask;
+    bool additive, on_false;
+    int64_t length;
+    std::string error;
+    int64_t window;
+  };
+  std::optional<Checked> last_checked;
 };
 
 MaskProver::MaskProver(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
@@ -1332,7 +1416,19 @@ MaskProof MaskProver::prove(const MaskSpec& spec) {
     }
     proof.scale = divides ? proof.scale / value : proof.scale * value;
   }
-  proof.error = findWindow(spec, *values, length, &proof.window);
+  // Layers whose masks are one tensor (a Slice that keeps the whole mask is its input) are
+  // checked once.
+  std::optional<State::Checked>& last = state_->last_checked;
+  if (last && last->mask.data() == values->data() && last->mask.shape() == values->shape() &&
+      last->mask.dtype() == values->dtype() && last->additive == spec.additive &&
+      last->on_false == spec.where_scores_on_false && last->length == length) {
+    proof.error = last->error;
+    proof.window = last->window;
+  } else {
+    proof.error = findWindow(spec, *values, length, &proof.window);
+    last = State::Checked{*values, spec.additive, spec.where_scores_on_false,
+                          length,  proof.error,   proof.window};
+  }
   if (!proof.error.empty()) return proof;
   values.reset();
   // Rows of a batch are computed alike (the rules above mix no axes); one batch-2 evaluation

@@ -65,7 +65,8 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     those (not the tokens' positions); "scatter": the mask written into a fully masked
     [1, 1, n, n] buffer by ScatterND over the index grid built from Ranges (transformers 4.4x's
     exports); "scatter_swapped": the same with the grid's last two coordinates exchanged (a
-    transposed write); "per_layer": the scatter's mask sliced by each layer to its keys' length
+    transposed write); "scatter_partial": the mask's first n - 1 columns written by ScatterND
+    over the mask itself (a box smaller than the data); "per_layer": the scatter's mask sliced by each layer to its keys' length
     (transformers' mask[:, :, :, :k_len], one value per layer), and the odd layers' slice
     narrowed to the window (layers whose masks share most of their computation and differ)."""
     rng = np.random.default_rng(1412)
@@ -100,6 +101,7 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     const("softcap", SOFTCAP, np.float32)
     const("slopes", np.array(SLOPES).reshape(HEADS, 1, 1), np.float32)
     const("axes01", [0, 1])
+    const("axes01_ones", [1, 1])
     const("axis_last", [-1])
     const("zero_1d", [0])
     const("unit_4d", [1, 1, 1, 1])
@@ -144,19 +146,31 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
         mask = allowed  # boolean: True where attention is allowed
     else:
         mask = node("Where", [allowed, "float_zero", "float_min"], "mask/bias")
-    if softcap in ("scatter", "scatter_swapped", "per_layer"):
+    if softcap in ("scatter", "scatter_swapped", "per_layer", "scatter_partial"):
         bias = node("Unsqueeze", [mask, "axes01"], "mask/bias_4d")  # [1, 1, n, n]
         shape = node("Shape", [bias], "mask/shape_4d")
         full = node("Expand", ["float_min_4d", shape], "mask/full")
+        updates, keys = bias, pos
+        if softcap == "scatter_partial":
+            # The mask's first n - 1 columns written over the mask itself: a box smaller than
+            # the data, whose last column survives.
+            full = bias
+            n_minus_1 = node("Sub", [seq, "one"], "mask/n_minus_1")
+            ends = node("Unsqueeze", [n_minus_1, "axis0"], "mask/n_minus_1_1d")
+            updates = node("Slice", [bias, "zero_1d", ends, "axis_last"], "mask/updates")
+            # The box's shape from the sizes (a Shape of the sliced mask has no rule).
+            shape = node("Concat", ["axes01_ones", node("Unsqueeze", [seq, "axis0"], "mask/n_1d"), ends],
+                         "mask/shape_updates", axis=0)
+            keys = node("Range", ["zero", n_minus_1, "one"], "mask/keys")
 
         def coordinate(name, source, target):  # [1, 1, n, n, 1]: the index along one axis
             grid = node("Expand", [node("Reshape", [source, target], f"mask/{name}_r"), shape], f"mask/{name}_e")
             return node("Unsqueeze", [grid, "axis_last"], f"mask/{name}")
 
         b, h = coordinate("b", "zero_1d", "unit_4d"), coordinate("h", "zero_1d", "unit_4d")
-        i, j = coordinate("i", pos, "rows_4d"), coordinate("j", pos, "cols_4d")
+        i, j = coordinate("i", pos, "rows_4d"), coordinate("j", keys, "cols_4d")
         grid = node("Concat", [b, h, j, i] if softcap == "scatter_swapped" else [b, h, i, j], "mask/grid", axis=-1)
-        mask = node("ScatterND", [full, grid, bias], "mask/scatter")
+        mask = node("ScatterND", [full, grid, updates], "mask/scatter")
 
     for layer in range(LAYERS):
         p = f"layer{layer}"
@@ -280,7 +294,7 @@ def main():
              ("causal", False, 0, "alibi"), ("causal", False, None, "alibi_quadratic"),
              ("causal", False, 0, "mask_positions"), ("causal", False, None, "mask_positions_doubled"),
              ("causal", False, 0, "scatter"), ("causal", False, None, "scatter_swapped"),
-             ("causal", False, [0, WINDOW], "per_layer")]
+             ("causal", False, [0, WINDOW], "per_layer"), ("causal", False, 0, "scatter_partial")]
     engines = {}  # (kind, opset-23 Attention) -> the recognized engine
     with tempfile.TemporaryDirectory(prefix="llmc-mask-") as tmp:
         for kind, attention_op, window, softcap in cases:
@@ -290,7 +304,7 @@ def main():
             path = os.path.join(tmp, f"{kind}_{attention_op}_{softcap}.onnx")
             onnx.save(model, path)
             engine = path.replace(".onnx", ".engine")
-            verbose = ["--verbose"] if softcap in ("scatter", "per_layer") else []  # the mask proof's note
+            verbose = ["--verbose"] if softcap in ("scatter", "per_layer", "scatter_partial") else []
             proc = run([args.llmc, "compile", path, "-o", engine, "--max-context", str(POSITIONS), *verbose])
             if proc.returncode != 0:
                 check(False, f"{label}: compile", proc.stderr.strip())
@@ -317,7 +331,7 @@ def main():
                 want = window if isinstance(window, list) else [window] * LAYERS
                 check(recognized and windows == want, f"{label}: recognized with windows {want}",
                       f"attention windows {windows}; {proc.stderr.strip()}")
-                if softcap in ("scatter", "per_layer"):
+                if softcap in ("scatter", "per_layer", "scatter_partial"):
                     # Its index grid proven from how it is built: never evaluated at the context.
                     check("note: mask proof: node 'mask/scatter' (ScatterND) writes at the origin: its "
                           "index grid proven from how it is built" in proc.stderr,
