@@ -1332,11 +1332,6 @@ void MaskProver::expect(llvm::ArrayRef<Value> masks) {
   state_->expected.insert(state_->expected.end(), masks.begin(), masks.end());
 }
 
-MaskProof proveMask(func::FuncOp func, StringRef batch_symbol, StringRef seq_symbol,
-                    int64_t context, const MaskSpec& spec) {
-  return MaskProver(func, batch_symbol, seq_symbol, context).prove(spec);
-}
-
 MaskProof MaskProver::prove(const MaskSpec& spec) {
   MaskProof proof;
   Prover& prover = state_->prover;

@@ -42,7 +42,9 @@ struct MaskProof {
 // Proves masks of `func` for every sequence length 1..context, with input_ids [batch_symbol,
 // seq_symbol] (attention_mask all ones, position_ids 0..n-1). See MaskProof.cpp for the
 // argument. The proofs of one MaskProver share their analysis and evaluations: what several
-// masks compute in common (a model's one mask, sliced per layer) is evaluated once. Valid while
+// masks compute in common (a model's one mask, sliced per layer) is evaluated once, and the
+// lengths a model's own buffers allow, as far as its proofs so far have found them, bound the
+// proofs after (a cap that can only be lower than a proof of its own would find). Valid while
 // `func` is unchanged: a rewrite between proofs needs a new one.
 class MaskProver {
  public:
@@ -58,10 +60,6 @@ class MaskProver {
   std::unique_ptr<State> state_;
 };
 
-// One mask with a MaskProver of its own.
-MaskProof proveMask(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
-                    llvm::StringRef seq_symbol, int64_t context, const MaskSpec& spec);
-
 // An ALiBi bias as the recognizer found it: added to scores [batch, heads, q, k], or to
 // [batch x heads, q, k] when the model merged the heads into the batch axis (Bloom's baddbmm).
 struct AlibiSpec {
@@ -76,7 +74,7 @@ struct AlibiProof {
 };
 
 // Proves that `spec.bias` is, at every sequence length 1..context (with the inputs of
-// proveMask), slopes[h] * j for head h and key position j, whatever the query (ALiBi).
+// MaskProver), slopes[h] * j for head h and key position j, whatever the query (ALiBi).
 AlibiProof proveAlibi(mlir::func::FuncOp func, llvm::StringRef batch_symbol,
                       llvm::StringRef seq_symbol, int64_t context, const AlibiSpec& spec);
 
