@@ -274,6 +274,23 @@ class CliTest(unittest.TestCase):
         np.testing.assert_array_equal(np.load(self.path("typed_out/y.npy")),
                                       np.array([0.5 + 1.5 + 1, -2.0 - 3.0 + 2, 65504 + 0.25 + 3], np.float32))
 
+    def test_recognition_failures_said_once_per_reason(self):
+        # Past the mask proof's limit every layer is refused for the same reason: one line names
+        # the first and the last node and how many, instead of a line per layer.
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "llama_tiny", "model.onnx")
+        code, _, err = run("compile", model, "-o", self.path("past_limit.engine"), "--max-context", "16385")
+        self.assertEqual(code, 0, err)
+        lines = [line.strip() for line in err.splitlines() if "self_attn/Softmax" in line]
+        self.assertEqual(lines, ["attention at 2 nodes ('/model/model/layers.0/self_attn/Softmax' .. "
+                                 "'/model/model/layers.1/self_attn/Softmax'): proving the mask at a context of "
+                                 "16385 tokens is over the proof's limit of 16384 (compile with a smaller "
+                                 "--max-context)"], err)
+        self.assertIn("warning: not recognized as a decoder language model", err)
+        # At the limit it is recognized.
+        code, out, err = run("compile", model, "-o", self.path("at_limit.engine"), "--max-context", "16384")
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("not recognized", err)
+
     def test_tokenizer_in_engine(self):
         tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "tokenizers",
                                  "gpt2_bpe", "tokenizer.json")

@@ -50,6 +50,55 @@ void printFusionReport(const std::vector<FusionReport>& fusions) {
                   f.nodes.empty() ? "(unnamed nodes)" : f.nodes.c_str(), f.reason.c_str());
 }
 
+// Recognition's failures, one line per node, with the lines that say the same of several
+// nodes ("attention at node 'X': why", X every layer's) merged into one that names the first
+// and the last of them and how many there are.
+std::vector<std::string> groupedFailures(const std::vector<std::string>& failures) {
+  static const std::string kAt = " at node '";
+  // A line as it is (group < 0), or the place of the group it started.
+  struct Entry {
+    std::string line;
+    int group = -1;
+  };
+  struct Group {
+    std::string kind, reason;
+    std::vector<std::string> nodes;
+  };
+  std::vector<Entry> entries;
+  std::vector<Group> groups;
+  for (const std::string& failure : failures) {
+    const size_t at = failure.find(kAt);
+    const size_t end = at == std::string::npos ? at : failure.find("': ", at + kAt.size());
+    if (end == std::string::npos) {
+      entries.push_back({failure});
+      continue;
+    }
+    std::string kind = failure.substr(0, at), reason = failure.substr(end + 3);
+    std::string node = failure.substr(at + kAt.size(), end - at - kAt.size());
+    auto same = std::find_if(groups.begin(), groups.end(),
+                             [&](const Group& g) { return g.kind == kind && g.reason == reason; });
+    if (same != groups.end()) {
+      same->nodes.push_back(std::move(node));
+      continue;
+    }
+    entries.push_back({"", static_cast<int>(groups.size())});
+    groups.push_back({std::move(kind), std::move(reason), {std::move(node)}});
+  }
+  std::vector<std::string> lines;
+  for (const Entry& entry : entries) {
+    if (entry.group < 0) {
+      lines.push_back(entry.line);
+      continue;
+    }
+    const Group& g = groups[static_cast<size_t>(entry.group)];
+    lines.push_back(g.nodes.size() == 1
+                        ? g.kind + kAt + g.nodes[0] + "': " + g.reason
+                        : g.kind + " at " + std::to_string(g.nodes.size()) + " nodes ('" +
+                              g.nodes.front() + "' .. '" + g.nodes.back() + "'): " + g.reason);
+  }
+  return lines;
+}
+
 // --max-ppl-increase: the quantized or pruned engine against its float32 compile on `text`; when
 // the perplexity grows by more than `max_percent`, an error with the products whose float32
 // version (--keep-float) or whose unpruned version (--keep-dense) recovers the most, each tried
@@ -349,7 +398,7 @@ Status compileFromArgs(const std::vector<std::string>& args, const CompileProgre
                            ? "not recognized as a decoder language model; the engine runs the "
                              "graph as exported (full recomputation when generating):"
                            : "compiled as a graph, not as a decoder language model:";
-    for (const std::string& failure : stats.llm_failures) text += "\n  " + failure;
+    for (const std::string& failure : groupedFailures(stats.llm_failures)) text += "\n  " + failure;
     (stats.llm_expected ? run->warnings : run->notes).push_back(text);
   }
   for (const std::string& note : stats.llm_notes) run->notes.push_back(note);
