@@ -31,6 +31,11 @@ own reference evaluator (onnx.reference), which nobody here wrote.
   are not the tokens' (2 x (cumsum - 1)) are refused, naming the node.
 - ONNX Runtime's GroupQueryAttention with local_window_size (the GenAI test decoder with a
   window set): recognized with the matching window, verified, and equal to ONNX Runtime.
+- a mask written by ScatterND over the identity grid (transformers 4.4x-4.5x): the grid proven
+  from how it is built (a note under --verbose); with its last two coordinates exchanged,
+  refused; a box smaller than its data (the unwritten column kept); and sliced per layer to
+  the keys' length with every other layer narrowing its slice to the window (one prover for
+  masks that share their computation): recognized with each layer's own window.
 """
 import argparse
 import json
@@ -66,9 +71,10 @@ def build(mask_kind: str, use_attention_op: bool = False, softcap: str | None = 
     [1, 1, n, n] buffer by ScatterND over the index grid built from Ranges (transformers 4.4x's
     exports); "scatter_swapped": the same with the grid's last two coordinates exchanged (a
     transposed write); "scatter_partial": the mask's first n - 1 columns written by ScatterND
-    over the mask itself (a box smaller than the data); "per_layer": the scatter's mask sliced by each layer to its keys' length
-    (transformers' mask[:, :, :, :k_len], one value per layer), and the odd layers' slice
-    narrowed to the window (layers whose masks share most of their computation and differ)."""
+    over the mask itself (a box smaller than the data); "per_layer": the scatter's mask sliced
+    by each layer to its keys' length (transformers' mask[:, :, :, :k_len], one value per
+    layer), and the odd layers' slice narrowed to the window (layers whose masks share most of
+    their computation and differ)."""
     rng = np.random.default_rng(1412)
     inits, nodes = [], []
 
