@@ -221,16 +221,9 @@ class SubgraphEvaluator {
   // Whether a Slice's steps (operand 4, 1 where absent) are all 1.
   static bool unitSteps(const std::vector<const Tensor*>& inputs) {
     if (inputs.size() < 5 || !inputs[4]) return true;
-    const Tensor& steps = *inputs[4];
-    if (!steps.hasData()) return false;
-    const int64_t count = steps.numElements();
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t step = steps.dtype() == DType::kInt64   ? steps.data<int64_t>()[i]
-                           : steps.dtype() == DType::kInt32 ? steps.data<int32_t>()[i]
-                                                            : 0;
-      if (step != 1) return false;
-    }
-    return true;
+    std::vector<int64_t> steps;
+    return readInt64s(inputs[4], &steps).ok() &&
+           std::all_of(steps.begin(), steps.end(), [](int64_t step) { return step == 1; });
   }
 
   // Drops each operand of `op` (which has run) that every counted user has now read.
@@ -1068,6 +1061,14 @@ std::string identityGridError(Operation* op, const Tensor& indices_tensor) {
   return "";
 }
 
+// What a mask element `x` does under `spec`: 1 lets the query see the key, 0 masks it, -1 is
+// neither (a NaN, or an additive bias that is not 0 and not large and negative).
+int seesValue(const MaskSpec& spec, double x) {
+  if (std::isnan(x)) return -1;
+  if (spec.additive) return x == 0 ? 1 : x <= kMaskedBias ? 0 : -1;
+  return (spec.where_scores_on_false ? x == 0 : x != 0) ? 1 : 0;
+}
+
 // Whether `matrices` matrices of rows x cols elements at `data` see exactly what the window
 // allows (0: causal): sees(x) is 1 where x lets a query see a key, 0 where it masks it, -1
 // where it is neither.
@@ -1098,14 +1099,9 @@ std::string findWindow(const MaskSpec& spec, const Tensor& mask, int64_t seq, in
     return "the mask is " + shapeToString(mask.shape()) + " for " + std::to_string(seq) +
            " tokens, not [.., " + std::to_string(seq) + ", " + std::to_string(seq) + "]";
   auto allowed = [&](int64_t e, bool* ok) {
-    double value = elementAsDouble(mask, e);
-    *ok = !std::isnan(value);
-    if (spec.additive) {
-      if (value == 0) return true;
-      *ok = *ok && value <= kMaskedBias;
-      return false;
-    }
-    return spec.where_scores_on_false ? value == 0 : value != 0;
+    const int sees = seesValue(spec, elementAsDouble(mask, e));
+    *ok = sees >= 0;
+    return sees == 1;
   };
   // The last query row of the first matrix decides W; every element is then checked.
   int64_t last = (rows - 1) * cols, first_seen = -1;
@@ -1115,20 +1111,16 @@ std::string findWindow(const MaskSpec& spec, const Tensor& mask, int64_t seq, in
   }
   *window = first_seen > 0 ? seq - first_seen : 0;
   const int64_t matrices = mask.numElements() / (rows * cols);
-  // The common element types are checked without reading each element as a double; only a
-  // mask that fails is walked again below, for the message naming its first wrong element.
+  // The common element types are checked in typed loops, without elementAsDouble's dtype
+  // switch per element; only a mask that fails is walked again below, for the message naming
+  // its first wrong element.
   if (mask.dtype() == DType::kFloat32) {
-    const bool additive = spec.additive, on_false = spec.where_scores_on_false;
-    if (matchesWindow(mask.data<float>(), matrices, rows, cols, *window, [&](float x) {
-          if (std::isnan(x)) return -1;
-          if (additive) return x == 0 ? 1 : x <= kMaskedBias ? 0 : -1;
-          return (on_false ? x == 0 : x != 0) ? 1 : 0;
-        }))
+    if (matchesWindow(mask.data<float>(), matrices, rows, cols, *window,
+                      [&](float x) { return seesValue(spec, x); }))
       return "";
-  } else if (mask.dtype() == DType::kBool && !spec.additive) {
-    const bool on_false = spec.where_scores_on_false;
+  } else if (mask.dtype() == DType::kBool) {
     if (matchesWindow(mask.data<uint8_t>(), matrices, rows, cols, *window,
-                      [&](uint8_t x) { return (on_false ? x == 0 : x != 0) ? 1 : 0; }))
+                      [&](uint8_t x) { return seesValue(spec, x != 0 ? 1.0 : 0.0); }))
       return "";
   }
   for (int64_t m = 0, e = 0; m < matrices; ++m)
