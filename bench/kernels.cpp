@@ -267,6 +267,16 @@ int main(int argc, char** argv) {
               [&] { quantDotTileAmx(w, 0, n, amx_a, out.data(), n); });
       measure("amx", "w8a8",
               [&] { dotInt8TileAmx(a8.data(), rows, wq.data(), k, 0, n, sums.data(), n); });
+      // As LlmQuantMatMul runs them: 64 channels a call, from the pack an executor keeps.
+      const auto pack = packInt8PanelsVnni(wq.data(), n, k, nullptr);
+      measure("amx", "int8 weights, int16 activations, kept pack", [&] {
+        for (int64_t c = 0; c < n; c += 64)
+          quantDotTileAmx(w, c, c + 64, amx_a, out.data() + c, n, pack.get());
+      });
+      measure("amx", "w8a8, kept pack", [&] {
+        for (int64_t c = 0; c < n; c += 64)
+          dotInt8TileAmx(a8.data(), rows, wq.data(), k, c, c + 64, sums.data() + c, n, pack.get());
+      });
     }
   }
   setCpuIsaCapForTesting(kCpuIsaTop);

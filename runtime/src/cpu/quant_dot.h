@@ -224,8 +224,13 @@ void dotInt8PanelAvxVnni(const uint8_t* biased, int64_t rows, const int8_t* w, i
 
 // AMX (cpu/quant_dot_amx.cpp): prefill's integer products in 16-row x 16-channel tiles, where
 // cpuIsa() is kAmx and at least kAmxMinRows rows share the weights (fewer take the AVX-512
-// tiles above: the weights' repacking per call would not pay).
+// tiles above). With `pack` (packInt8PanelsVnni of the weight; n0 a multiple of 32) the tiles
+// read the weight from it, else they repack it per call: the same results.
 constexpr int64_t kAmxMinRows = 8;
+// w8a8 from 4 rows: from the kept pack its tiles ran 128 G multiply-adds/s at 4 rows x 768 x 768
+// against the AVX-512 VNNI panels' 41.5 (llmc_kernel_bench, Sapphire Rapids, 2026-12-06); int8
+// weights' split codes at 4 rows ran 26 against the AVX-512 tiles' 31, so they keep 8.
+constexpr int64_t kAmxInt8MinRows = 4;
 bool quantDotHasAmx();
 
 // int8 weights' int16 activation codes for the tiles: each code c split into a signed high and
@@ -249,11 +254,12 @@ void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out);
 // int8 weight (i < n1 - n0): quantDotScalar's integers per block, summed in float in another
 // order. Only where quantDotHasAmx().
 void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
-                     float* out, int64_t out_stride);
+                     float* out, int64_t out_stride, const Int8PanelPack* pack = nullptr);
 // w8a8: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, for r < rows; `a` is int8 [rows
 // padded to 16 (zeros), k], k a multiple of 64. Only where quantDotHasAmx().
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
-                    int64_t n1, int32_t* out, int64_t out_stride);
+                    int64_t n1, int32_t* out, int64_t out_stride,
+                    const Int8PanelPack* pack = nullptr);
 
 // Decode over a sparse int8 weight (core/sparse.h) with the weight read once in its compact
 // form: out[i] = the product of one row of int16 activation codes (quantizeActivations, 16 bits)

@@ -15,8 +15,10 @@
 //   is summed in the tile itself, 64 per instruction, 2 x 2 tiles of 16 rows x 16 channels
 //   sharing each load; the int32 sums leave once, exact.
 //
-// The weights are repacked per call into the tile layout, per 16 output channels (a 16 x 16
-// transpose of 32-bit elements per 64 K values), and serve every row tile of the call from cache.
+// The weights come in the tile layout (a 16 x 16 transpose of 32-bit elements per 64 K values,
+// per 16 output channels): read from the engine's pack, kept by the executor (the VNNI panels'
+// Int8PanelPack: a weight tile is a slab of it, its rows a panel's width apart), or else repacked
+// per call, each slab serving every row tile of the call from cache.
 // Kernels run only where cpuIsa() is kAmx: the CPU has AMX-INT8 and the OS granted this process the
 // tile state.
 #include <algorithm>
@@ -125,21 +127,40 @@ void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int8_
   asm volatile("" : : : "memory");
 }
 
+// The weight tiles of channels n..n+15: `base` holds the rows for K values 4q..4q+3 at base + q *
+// stride. From the pack where there is one (n0, and so n, a multiple of 32: the pack's panels of
+// 32 channels hold two slabs, 64 bytes each per four K values, or one in a last panel of 16 or
+// fewer channels), else repacked into `scratch` (k * 16 bytes).
+struct WeightSlab {
+  const int8_t* base;
+  int64_t stride;
+};
+WeightSlab weightSlab(const int8_t* w, int64_t k, int64_t n, int64_t n_end,
+                      const Int8PanelPack* pack, int8_t* scratch) {
+  if (!pack) {
+    packWeightSlab(w, k, n, n_end, scratch);
+    return {scratch, 64};
+  }
+  const int64_t panel = n / 32;
+  const int64_t slabs = pack->n - panel * 32 > 16 ? 2 : 1;
+  return {pack->codes.get() + panel * k * 32 + (n % 32) / 16 * 64, slabs * 64};
+}
+
 // The int8-weight / int16-activation product for one 16-row tile of activations and one slab
 // of 16 channels (packed with chunks of kQuantBlock): acc[r] += Σ_blocks float(Σcw) * scale.
 // Three stages in flight: block b's products (tiles 0/1 for even blocks, 2/3 for odd ones), block
 // b - 1's sums leaving the tiles for a buffer, and block b - 2's buffer scaled into the
 // accumulators (read right after the tile store it stalls). GCC's tile intrinsics paste the tile
 // number into the instruction: it must be a literal, hence macros rather than templates.
-#define LLMC_AMX_INT16_BLOCK(kHigh, kLow, block)                         \
-  do {                                                                   \
-    _tile_zero(kHigh);                                                   \
-    _tile_zero(kLow);                                                    \
-    _tile_loadd(4, a.high.data() + m * k + (block)*kQuantBlock, k);      \
-    _tile_loadd(5, a.low.data() + m * k + (block)*kQuantBlock, k);       \
-    _tile_loadd(6, packed.data() + (block)*kQuantBlock * kTileRows, 64); \
-    _tile_dpbssd(kHigh, 4, 6);                                           \
-    _tile_dpbusd(kLow, 5, 6);                                            \
+#define LLMC_AMX_INT16_BLOCK(kHigh, kLow, block)                                    \
+  do {                                                                              \
+    _tile_zero(kHigh);                                                              \
+    _tile_zero(kLow);                                                               \
+    _tile_loadd(4, a.high.data() + m * k + (block)*kQuantBlock, k);                 \
+    _tile_loadd(5, a.low.data() + m * k + (block)*kQuantBlock, k);                  \
+    _tile_loadd(6, slab.base + (block)*kQuantBlock / 4 * slab.stride, slab.stride); \
+    _tile_dpbssd(kHigh, 4, 6);                                                      \
+    _tile_dpbusd(kLow, 5, 6);                                                       \
   } while (0)
 #define LLMC_AMX_INT16_STORE(kHigh, kLow, buffer) \
   do {                                            \
@@ -164,14 +185,16 @@ inline void scaleBlock(const BlockSums& sums, const float* scales, int64_t strid
 }
 
 void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a, float* out,
-                int64_t out_stride) {
+                int64_t out_stride, const Int8PanelPack* pack) {
   const int64_t k = a.k, blocks = k / kQuantBlock;
-  std::vector<int8_t> packed(static_cast<size_t>(k * kTileRows));
+  if (pack && n0 % 32 != 0) pack = nullptr;
+  std::vector<int8_t> scratch(pack ? 0 : static_cast<size_t>(k * kTileRows));
   BlockSums sums[2];
   TileScope tiles(static_cast<int>(kQuantBlock));
   for (int64_t n = n0; n < n1; n += kTileRows) {
     const int64_t count = std::min(kTileRows, n1 - n);
-    packWeightSlab(static_cast<const int8_t*>(w.data), k, n, n1, packed.data());
+    const WeightSlab slab =
+        weightSlab(static_cast<const int8_t*>(w.data), k, n, n1, pack, scratch.data());
     alignas(64) float channel_scales[16] = {};
     for (int64_t c = 0; c < count; ++c) channel_scales[c] = w.scale(n + c, 0);
     const __m512 channel_scale = _mm512_load_ps(channel_scales);
@@ -204,18 +227,18 @@ void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivatio
 constexpr int64_t kInt8Chunk = 64;
 
 template <int kRowTiles, int kSlabs>
-void int8Tiles(const int8_t* a, int64_t k, int64_t m, const int8_t* packed0, const int8_t* packed1,
-               int32_t* sums /* [32 rows][32 channels] */) {
+void int8Tiles(const int8_t* a, int64_t k, int64_t m, const WeightSlab& slab0,
+               const WeightSlab& slab1, int32_t* sums /* [32 rows][32 channels] */) {
   _tile_zero(0);
   if (kSlabs > 1) _tile_zero(1);
   if (kRowTiles > 1) _tile_zero(2);
   if (kRowTiles > 1 && kSlabs > 1) _tile_zero(3);
   for (int64_t c = 0; c < k / kInt8Chunk; ++c) {
     _tile_loadd(4, a + m * k + c * kInt8Chunk, k);
-    _tile_loadd(6, packed0 + c * kInt8Chunk * kTileRows, 64);
+    _tile_loadd(6, slab0.base + c * kInt8Chunk / 4 * slab0.stride, slab0.stride);
     _tile_dpbssd(0, 4, 6);
     if (kSlabs > 1) {
-      _tile_loadd(7, packed1 + c * kInt8Chunk * kTileRows, 64);
+      _tile_loadd(7, slab1.base + c * kInt8Chunk / 4 * slab1.stride, slab1.stride);
       _tile_dpbssd(1, 4, 7);
     }
     if (kRowTiles > 1) {
@@ -232,27 +255,28 @@ void int8Tiles(const int8_t* a, int64_t k, int64_t m, const int8_t* packed0, con
 }
 
 void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
-                  int32_t* out, int64_t out_stride) {
-  std::vector<int8_t> packed(static_cast<size_t>(2 * k * kTileRows));
-  int8_t* packed0 = packed.data();
-  int8_t* packed1 = packed.data() + k * kTileRows;
+                  int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
+  if (pack && n0 % 32 != 0) pack = nullptr;
+  std::vector<int8_t> scratch(pack ? 0 : static_cast<size_t>(2 * k * kTileRows));
   alignas(64) int32_t sums[32 * 32];
   TileScope tiles(static_cast<int>(kInt8Chunk));
   for (int64_t n = n0; n < n1; n += 2 * kTileRows) {
     const bool two_slabs = n + kTileRows < n1;
-    packWeightSlab(w, k, n, n1, packed0);
-    if (two_slabs) packWeightSlab(w, k, n + kTileRows, n1, packed1);
+    const WeightSlab slab0 = weightSlab(w, k, n, n1, pack, scratch.data());
+    const WeightSlab slab1 =
+        two_slabs ? weightSlab(w, k, n + kTileRows, n1, pack, scratch.data() + k * kTileRows)
+                  : slab0;
     const int64_t channels = std::min(2 * kTileRows, n1 - n);
     for (int64_t m = 0; m < rows; m += 2 * kTileRows) {
       const bool two_tiles = m + kTileRows < rows;
       if (two_tiles && two_slabs)
-        int8Tiles<2, 2>(a, k, m, packed0, packed1, sums);
+        int8Tiles<2, 2>(a, k, m, slab0, slab1, sums);
       else if (two_tiles)
-        int8Tiles<2, 1>(a, k, m, packed0, packed1, sums);
+        int8Tiles<2, 1>(a, k, m, slab0, slab1, sums);
       else if (two_slabs)
-        int8Tiles<1, 2>(a, k, m, packed0, packed1, sums);
+        int8Tiles<1, 2>(a, k, m, slab0, slab1, sums);
       else
-        int8Tiles<1, 1>(a, k, m, packed0, packed1, sums);
+        int8Tiles<1, 1>(a, k, m, slab0, slab1, sums);
       for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r)
         std::memcpy(out + (m + r) * out_stride + (n - n0), sums + r * 32,
                     static_cast<size_t>(channels) * sizeof(int32_t));
@@ -292,20 +316,20 @@ void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out) {
 }
 
 void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
-                     float* out, int64_t out_stride) {
-  int16Tiles(w, n0, n1, a, out, out_stride);
+                     float* out, int64_t out_stride, const Int8PanelPack* pack) {
+  int16Tiles(w, n0, n1, a, out, out_stride, pack);
 }
 
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
-                    int64_t n1, int32_t* out, int64_t out_stride) {
-  int8Products(a, rows, w, k, n0, n1, out, out_stride);
+                    int64_t n1, int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
+  int8Products(a, rows, w, k, n0, n1, out, out_stride, pack);
 }
 #else
 bool quantDotHasAmx() { return false; }
-void quantDotTileAmx(const QuantWeight&, int64_t, int64_t, const AmxActivations&, float*, int64_t) {
-}
+void quantDotTileAmx(const QuantWeight&, int64_t, int64_t, const AmxActivations&, float*, int64_t,
+                     const Int8PanelPack*) {}
 void dotInt8TileAmx(const int8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*,
-                    int64_t) {}
+                    int64_t, const Int8PanelPack*) {}
 void quantizeAmxRow(const float*, int64_t, AmxActivations*) {}
 #endif
 

@@ -57,6 +57,20 @@ Status quantizeWeightKernel(KernelContext& ctx) {
   return okStatus();
 }
 
+// A dense int8 weight repacked for the VNNI panels and the AMX tiles (made with AVX-512 VNNI
+// where the CPU has it, else without: the same bytes), on the first call, kept by the executor;
+// null where it keeps nothing.
+std::shared_ptr<const void> int8PanelPack(KernelContext& ctx, const QuantWeight& w,
+                                          ThreadPool* pool) {
+  return ctx.derivedFromWeights({1}, "int8-panels", [&] {
+    const int8_t* codes = static_cast<const int8_t*>(w.data);
+    std::shared_ptr<const Int8PanelPack> made = quantDotHasVnniPanel()
+                                                    ? packInt8PanelsVnni(codes, w.n, w.k, pool)
+                                                    : packInt8PanelsPortable(codes, w.n, w.k, pool);
+    return KernelContext::Derived{made, made ? made->bytes() : 0};
+  });
+}
+
 // y = act(alpha * x·Wᵀ + bias) with W the quantized [N, K]; or, gated (N = 2F),
 // y = act(h[:, :F]) * h[:, F:] with h = x·Wᵀ. Inputs: x, data, scales, zeros, bias, input scales
 // and, for a sparse int8 weight, its mask (data then holds the packed values).
@@ -167,7 +181,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
     part.scales = static_cast<const float*>(w.scales) + n0 * w.groupsPerRow();
     return fn(part, int64_t{0}, n1 - n0);
   };
-  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once. Without
+  // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once (from
+  // kAmxMinRows rows for int8 weights, kAmxInt8MinRows for w8a8). Without
   // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
   // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI); without AVX-512, int8 weights take the
   // AVX2 panels from kInt16PanelMinRows rows, and w8a8 the AVX-VNNI ones from
@@ -217,7 +232,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
   } else if (traits->per_token_activations) {
     // w8a8: one int8 scale per row, exact int32 sums over K, two float multiplies per output.
     if (k > kMaxPerTokenK) return kernelError(ctx, "w8a8 takes K up to " + std::to_string(kMaxPerTokenK));
-    const bool tiled = amx && k % 64 == 0;
+    const bool tiled = quantDotHasAmx() && rows >= kAmxInt8MinRows && k % 64 == 0;
     // The AMX tiles read rows in sixteens: the padding rows stay zero.
     thread_local std::vector<int8_t> aq_scratch;
     std::vector<int8_t>& aq = aq_scratch;
@@ -237,17 +252,10 @@ Status quantMatMulKernel(KernelContext& ctx) {
         for (int64_t j = 0; j < k; ++j) codes[j] = static_cast<int8_t>(codes[j] ^ 0x80);
     });
     if (tiled || biased) {
-      // The VNNI panels read an engine's weight repacked once and kept by the executor.
+      // The VNNI panels and the AMX tiles read an engine's weight repacked once and kept by the
+      // executor (one layout for both).
       std::shared_ptr<const void> pack;
-      if (biased && !mask)
-        pack = ctx.derivedFromWeights(
-            {1}, wide_panels ? "w8a8-panels-avx512vnni" : "w8a8-panels-avxvnni", [&] {
-              const int8_t* codes = static_cast<const int8_t*>(w.data);
-              std::shared_ptr<const Int8PanelPack> made =
-                  wide_panels ? packInt8PanelsVnni(codes, w.n, k, pool)
-                              : packInt8PanelsPortable(codes, w.n, k, pool);
-              return KernelContext::Derived{made, made ? made->bytes() : 0};
-            });
+      if (!mask) pack = int8PanelPack(ctx, w, pool);
       for_each_task([&](int64_t n0, int64_t n1) {
         const int64_t stride = kChannelTile * kTaskTiles;
         thread_local std::vector<int32_t> sums;  // this task's thread's own
@@ -256,7 +264,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
         dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
           const int8_t* wq = static_cast<const int8_t*>(part.data);
           if (tiled)
-            dotInt8TileAmx(aq.data(), rows, wq, k, p0, p1, sums.data(), stride);
+            dotInt8TileAmx(aq.data(), rows, wq, k, p0, p1, sums.data(), stride,
+                           static_cast<const Int8PanelPack*>(pack.get()));
           else
             (wide_panels ? dotInt8PanelVnni : dotInt8PanelAvxVnni)(
                 reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, p0, p1, sums.data(),
@@ -292,9 +301,12 @@ Status quantMatMulKernel(KernelContext& ctx) {
     AmxActivations& codes = codes_scratch;
     resizeAmxActivations(rows, k, &codes);
     for_each_row([&](int64_t r, const float* row) { quantizeAmxRow(row, r, &codes); });
+    std::shared_ptr<const void> pack;
+    if (!mask) pack = int8PanelPack(ctx, w, pool);
     for_each_task([&](int64_t n0, int64_t n1) {
       dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
-        quantDotTileAmx(part, p0, p1, codes, h + n0, w.n);
+        quantDotTileAmx(part, p0, p1, codes, h + n0, w.n,
+                        static_cast<const Int8PanelPack*>(pack.get()));
       });
     });
   } else if ((panels || quantDotHasAvx2Panels()) && rows >= kInt16PanelMinRows &&

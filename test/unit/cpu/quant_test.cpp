@@ -776,11 +776,41 @@ class AmxTest : public ::testing::Test {
     quantDotTileAmx(w, n0, n1, codes, out, stride);
   }
   // The tiles read rows in sixteens: the padding rows zero.
+  static std::vector<int8_t> padded(const int8_t* a, int64_t rows, int64_t k) {
+    std::vector<int8_t> rows16(static_cast<size_t>((rows + 15) / 16 * 16 * k), 0);
+    std::copy(a, a + rows * k, rows16.begin());
+    return rows16;
+  }
   static void int8Tiles(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                         int64_t n1, int32_t* out, int64_t stride) {
-    std::vector<int8_t> padded(static_cast<size_t>((rows + 15) / 16 * 16 * k), 0);
-    std::copy(a, a + rows * k, padded.begin());
-    dotInt8TileAmx(padded.data(), rows, w, k, n0, n1, out, stride);
+    dotInt8TileAmx(padded(a, rows, k).data(), rows, w, k, n0, n1, out, stride);
+  }
+  // The same through the engine's kept pack (packInt8PanelsVnni, read from channel 0: its
+  // panels of 32 and a last one of fewer than 16, which holds one slab), the channels asked for
+  // copied out.
+  template <typename T, typename Run>
+  static void fromPack(int64_t rows, int64_t n0, int64_t n1, T* out, int64_t stride, Run run) {
+    std::vector<T> all(static_cast<size_t>(rows * n1));
+    run(all.data(), n1);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(all.begin() + r * n1 + n0, all.begin() + (r + 1) * n1, out + r * stride);
+  }
+  static void int16TilesPacked(const QuantWeight& w, int64_t n0, int64_t n1, const float* x,
+                               int64_t rows, float* out, int64_t stride) {
+    const auto pack = packInt8PanelsVnni(static_cast<const int8_t*>(w.data), w.n, w.k, nullptr);
+    AmxActivations codes;
+    resizeAmxActivations(rows, w.k, &codes);
+    for (int64_t r = 0; r < rows; ++r) quantizeAmxRow(x + r * w.k, r, &codes);
+    fromPack(rows, n0, n1, out, stride, [&](float* all, int64_t width) {
+      quantDotTileAmx(w, 0, n1, codes, all, width, pack.get());
+    });
+  }
+  static void int8TilesPacked(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                              int64_t n1, int32_t* out, int64_t stride) {
+    const auto pack = packInt8PanelsVnni(w, n1, k, nullptr);
+    fromPack(rows, n0, n1, out, stride, [&](int32_t* all, int64_t width) {
+      dotInt8TileAmx(padded(a, rows, k).data(), rows, w, k, 0, n1, all, width, pack.get());
+    });
   }
 };
 
@@ -817,6 +847,11 @@ TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
 
 TEST_F(AmxTest, Int8TilesAreExact) {
   expectInt8ProductsExact(int8Tiles, {{1, 64}, {16, 192}, {17, 64}, {50, 4096}});
+}
+
+TEST_F(AmxTest, TilesReadTheKeptPack) {
+  expectInt16ProductsMatchScalarDots(int16TilesPacked, {{1, 32}, {16, 96}, {17, 768}, {45, 64}});
+  expectInt8ProductsExact(int8TilesPacked, {{1, 64}, {16, 192}, {17, 64}, {50, 4096}});
 }
 
 // A 4-bit panel kernel (quantDotInt4PanelAvx512's signature).
@@ -1256,7 +1291,8 @@ void Avx2PanelTest::expectAvx2Int4PanelsGiveTheAvx512Bits() {
 // LlmQuantMatMul with its weights kept repacked (as an executor keeps an engine's) gives the bits
 // of repacking per product, on a first run that builds the pack and a second that reuses it,
 // for every format that has panels (K = 256, N = 70: three panels, the last of 6 channels;
-// 17 rows: every panel kernel). Where the host has the panels each pack is built exactly once.
+// 17 rows: every panel kernel, or the AMX tiles). Where the host has them each pack is built
+// exactly once.
 TEST(QuantMatMulTest, KeptPacksGiveTheBitsOfRepackingPerProduct) {
   for (const auto& [format, group] : {std::pair<const char*, int64_t>{"int8", 256},
                                       {"int4", 32},
@@ -1283,11 +1319,12 @@ TEST(QuantMatMulTest, KeptPacksGiveTheBitsOfRepackingPerProduct) {
           << "run " << run;
     }
     const bool four_bit = std::string(format).rfind("int4", 0) == 0;
+    // The AMX tiles read a pack too (17 rows, K a multiple of 64).
     const bool panels =
         four_bit ? quantDotHasAvx512() || quantDotHasAvx2Panels()
-                 : !quantDotHasAmx() && (std::string(format) == "w8a8"
-                                             ? quantDotHasVnniPanel() || quantDotHasAvxVnniPanel()
-                                             : quantDotHasAvx512() || quantDotHasAvx2Panels());
+                 : quantDotHasAmx() || (std::string(format) == "w8a8"
+                                            ? quantDotHasVnniPanel() || quantDotHasAvxVnniPanel()
+                                            : quantDotHasAvx512() || quantDotHasAvx2Panels());
     EXPECT_EQ(builds.size(), panels ? 1u : 0u);
     for (const auto& [key, count] : builds) EXPECT_EQ(count, 1) << key;
     for (const auto& [key, entry] : derived)
