@@ -786,8 +786,8 @@ class AmxTest : public ::testing::Test {
     dotInt8TileAmx(padded(a, rows, k).data(), rows, w, k, n0, n1, out, stride);
   }
   // The same through the engine's kept pack (packInt8PanelsVnni, read from channel 0: its
-  // panels of 32 and a last one of fewer than 16, which holds one slab), the channels asked for
-  // copied out.
+  // panels of 32 and a shorter last one, of 5 channels in one slab for the int16 products' N of
+  // 37 and of 21 in two for w8a8's 53), the channels asked for copied out.
   template <typename T, typename Run>
   static void fromPack(int64_t rows, int64_t n0, int64_t n1, T* out, int64_t stride, Run run) {
     std::vector<T> all(static_cast<size_t>(rows * n1));
