@@ -224,8 +224,8 @@ void dotInt8PanelAvxVnni(const uint8_t* biased, int64_t rows, const int8_t* w, i
 
 // AMX (cpu/quant_dot_amx.cpp): prefill's integer products in 16-row x 16-channel tiles, where
 // cpuIsa() is kAmx and at least kAmxMinRows rows share the weights (fewer take the AVX-512
-// tiles above). With `pack` (packInt8PanelsVnni of the weight; n0 a multiple of 32) the tiles
-// read the weight from it, else they repack it per call: the same results.
+// tiles above). With `pack` (packInt8PanelsVnni of the weight) the tiles read the weight from it
+// where n0 is a multiple of 16, else they repack it per call: the same results.
 constexpr int64_t kAmxMinRows = 8;
 // w8a8 from 4 rows: from the kept pack its tiles ran 128 G multiply-adds/s at 4 rows x 768 x 768
 // against the AVX-512 VNNI panels' 41.5 (llmc_kernel_bench, Sapphire Rapids, 2026-12-06); int8

@@ -128,16 +128,16 @@ void packWeightSlab(const int8_t* w, int64_t k, int64_t n0, int64_t n_end, int8_
 }
 
 // The weight tiles of channels n..n+15: `base` holds the rows for K values 4q..4q+3 at base + q *
-// stride. From the pack where there is one (n0, and so n, a multiple of 32: the pack's panels of
-// 32 channels hold two slabs, 64 bytes each per four K values, or one in a last panel of 16 or
-// fewer channels), else repacked into `scratch` (k * 16 bytes).
+// stride. From the pack where there is one and n starts one of its slabs (a multiple of 16: the
+// pack's panels of 32 channels hold two slabs, 64 bytes each per four K values, or one in a last
+// panel of 16 or fewer channels), else repacked into `scratch` (k * 16 bytes).
 struct WeightSlab {
   const int8_t* base;
   int64_t stride;
 };
 WeightSlab weightSlab(const int8_t* w, int64_t k, int64_t n, int64_t n_end,
                       const Int8PanelPack* pack, int8_t* scratch) {
-  if (!pack) {
+  if (!pack || n % 16 != 0) {
     packWeightSlab(w, k, n, n_end, scratch);
     return {scratch, 64};
   }
@@ -187,8 +187,7 @@ inline void scaleBlock(const BlockSums& sums, const float* scales, int64_t strid
 void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a, float* out,
                 int64_t out_stride, const Int8PanelPack* pack) {
   const int64_t k = a.k, blocks = k / kQuantBlock;
-  if (pack && n0 % 32 != 0) pack = nullptr;
-  std::vector<int8_t> scratch(pack ? 0 : static_cast<size_t>(k * kTileRows));
+  std::vector<int8_t> scratch(pack && n0 % 16 == 0 ? 0 : static_cast<size_t>(k * kTileRows));
   BlockSums sums[2];
   TileScope tiles(static_cast<int>(kQuantBlock));
   for (int64_t n = n0; n < n1; n += kTileRows) {
@@ -256,8 +255,7 @@ void int8Tiles(const int8_t* a, int64_t k, int64_t m, const WeightSlab& slab0,
 
 void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
                   int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
-  if (pack && n0 % 32 != 0) pack = nullptr;
-  std::vector<int8_t> scratch(pack ? 0 : static_cast<size_t>(2 * k * kTileRows));
+  std::vector<int8_t> scratch(pack && n0 % 16 == 0 ? 0 : static_cast<size_t>(2 * k * kTileRows));
   alignas(64) int32_t sums[32 * 32];
   TileScope tiles(static_cast<int>(kInt8Chunk));
   for (int64_t n = n0; n < n1; n += 2 * kTileRows) {

@@ -785,13 +785,16 @@ class AmxTest : public ::testing::Test {
                         int64_t n1, int32_t* out, int64_t stride) {
     dotInt8TileAmx(padded(a, rows, k).data(), rows, w, k, n0, n1, out, stride);
   }
-  // The same through the engine's kept pack (packInt8PanelsVnni, read from channel 0: its
-  // panels of 32 and a shorter last one, of 5 channels in one slab for the int16 products' N of
-  // 37 and of 21 in two for w8a8's 53), the channels asked for copied out.
+  // The same through the engine's kept pack (packInt8PanelsVnni: its panels of 32 and a shorter
+  // last one, of 5 channels in one slab for the int16 products' N of 37 and of 21 in two for
+  // w8a8's 53): channels 0-15 from a call at channel 0, the rest from one at channel 16 (a
+  // panel's second slab first, then slabs that straddle panels), those asked for copied out. The
+  // calls are handed zeroed weight codes beside the pack: only the pack's codes give the sums.
   template <typename T, typename Run>
   static void fromPack(int64_t rows, int64_t n0, int64_t n1, T* out, int64_t stride, Run run) {
     std::vector<T> all(static_cast<size_t>(rows * n1));
-    run(all.data(), n1);
+    run(int64_t{0}, int64_t{16}, all.data(), n1);
+    run(int64_t{16}, n1, all.data() + 16, n1);
     for (int64_t r = 0; r < rows; ++r)
       std::copy(all.begin() + r * n1 + n0, all.begin() + (r + 1) * n1, out + r * stride);
   }
@@ -801,16 +804,21 @@ class AmxTest : public ::testing::Test {
     AmxActivations codes;
     resizeAmxActivations(rows, w.k, &codes);
     for (int64_t r = 0; r < rows; ++r) quantizeAmxRow(x + r * w.k, r, &codes);
-    fromPack(rows, n0, n1, out, stride, [&](float* all, int64_t width) {
-      quantDotTileAmx(w, 0, n1, codes, all, width, pack.get());
+    const std::vector<int8_t> zeros(static_cast<size_t>(w.n * w.k), 0);
+    QuantWeight zeroed = w;
+    zeroed.data = zeros.data();
+    fromPack(rows, n0, n1, out, stride, [&](int64_t first, int64_t end, float* to, int64_t width) {
+      quantDotTileAmx(zeroed, first, end, codes, to, width, pack.get());
     });
   }
   static void int8TilesPacked(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                               int64_t n1, int32_t* out, int64_t stride) {
     const auto pack = packInt8PanelsVnni(w, n1, k, nullptr);
-    fromPack(rows, n0, n1, out, stride, [&](int32_t* all, int64_t width) {
-      dotInt8TileAmx(padded(a, rows, k).data(), rows, w, k, 0, n1, all, width, pack.get());
-    });
+    const std::vector<int8_t> a16 = padded(a, rows, k), zeros(static_cast<size_t>(n1 * k), 0);
+    fromPack(rows, n0, n1, out, stride,
+             [&](int64_t first, int64_t end, int32_t* to, int64_t width) {
+               dotInt8TileAmx(a16.data(), rows, zeros.data(), k, first, end, to, width, pack.get());
+             });
   }
 };
 
