@@ -456,6 +456,22 @@ Status moe(KernelContext& ctx) {
   return okStatus();
 }
 
+// Σ term(s[i]) in double, as eight interleaved partial sums added in a fixed order: one chain
+// of dependent adds held a 512-token prefill's norms to about 4 cycles an element (3% of the
+// 8-bit 110M Llama's first token on one thread, perf); the same order on every host.
+template <typename Term>
+double sumInDouble(const float* s, int64_t n, Term term) {
+  constexpr int64_t kLanes = 8;
+  double partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] += term(s[i + lane]);
+  for (; i < n; ++i) partial[i % kLanes] += term(s[i]);
+  double total = 0;
+  for (const double p : partial) total += p;
+  return total;
+}
+
 Status norm(KernelContext& ctx) {
   const Tensor* x = ctx.input(0);
   const Tensor* residual = ctx.input(1);
@@ -516,16 +532,13 @@ Status norm(KernelContext& ctx) {
         s = sr;
       }
       float mean = 0;
-      if (!rms) {
-        double total = 0;
-        for (int64_t i = 0; i < width; ++i) total += s[i];
-        mean = static_cast<float>(total / static_cast<double>(width));
-      }
-      double squares = 0;
-      for (int64_t i = 0; i < width; ++i) {
-        const float d = s[i] - mean;
-        squares += static_cast<double>(d) * d;
-      }
+      if (!rms)
+        mean = static_cast<float>(sumInDouble(s, width, [](float v) { return double{v}; }) /
+                                  static_cast<double>(width));
+      const double squares = sumInDouble(s, width, [mean](float v) {
+        const float d = v - mean;
+        return static_cast<double>(d) * d;
+      });
       const float inv =
           1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(width)) + epsilon);
       float* y = out->data<float>() + segment(r);
