@@ -234,14 +234,21 @@ constexpr int64_t kAmxInt8MinRows = 4;
 bool quantDotHasAmx();
 
 // int8 weights' int16 activation codes for the tiles: each code c split into a signed high and
-// an unsigned low byte (c = 256 * high + low), [rows padded to 16, K] with the padding zero, and
-// the per-block scales [padded rows, K / kQuantBlock].
+// an unsigned low byte (c = 256 * high + low), rows padded to 16 with the padding zero, in the
+// tiles' order (amxCodeAt), and the per-block scales [padded rows, K / kQuantBlock].
 struct AmxActivations {
   int64_t rows = 0, k = 0;
   std::vector<int8_t> high;
   std::vector<uint8_t> low;
   std::vector<float> scales;
 };
+// Where row r's code for K index i sits in `high` and `low`: one tile of 16 rows x one block
+// (512 contiguous bytes) after another, the blocks of a row tile in order, so that the tiles
+// read whole cache lines in memory order.
+inline int64_t amxCodeAt(int64_t r, int64_t i, int64_t k) {
+  return ((r / 16 * (k / kQuantBlock) + i / kQuantBlock) * 16 + r % 16) * kQuantBlock +
+         i % kQuantBlock;
+}
 // Sizes `out` for rows x k (keeping any larger capacity) and zeroes the padding rows; rows
 // 0..rows-1 are left to be set.
 void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out);

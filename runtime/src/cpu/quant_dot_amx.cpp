@@ -50,19 +50,18 @@ void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out) {
     if (v.size() < static_cast<size_t>(size)) v.resize(static_cast<size_t>(size));
     std::fill(v.begin() + from, v.begin() + size, 0);
   };
-  fit(out->high, padded * k, rows * k);
-  fit(out->low, padded * k, rows * k);
+  // The codes' padding rows share their tile with the last real rows: that tile is zeroed whole.
+  fit(out->high, padded * k, rows / kTileRows * kTileRows * k);
+  fit(out->low, padded * k, rows / kTileRows * kTileRows * k);
   fit(out->scales, padded * blocks, rows * blocks);
 }
 
 void setAmxActivationRow(const QuantizedActivations& a, int64_t r, AmxActivations* out) {
   const int64_t k = out->k, blocks = k / kQuantBlock;
-  int8_t* high = out->high.data() + r * k;
-  uint8_t* low = out->low.data() + r * k;
   for (int64_t i = 0; i < k; ++i) {
     const int32_t code = a.q16[static_cast<size_t>(i)];
-    high[i] = static_cast<int8_t>(code >> 8);  // arithmetic: floor(code / 256)
-    low[i] = static_cast<uint8_t>(code & 0xff);
+    out->high[amxCodeAt(r, i, k)] = static_cast<int8_t>(code >> 8);  // floor(code / 256)
+    out->low[amxCodeAt(r, i, k)] = static_cast<uint8_t>(code & 0xff);
   }
   std::memcpy(out->scales.data() + r * blocks, a.scales.data(),
               static_cast<size_t>(blocks) * sizeof(float));
@@ -152,15 +151,15 @@ WeightSlab weightSlab(const int8_t* w, int64_t k, int64_t n, int64_t n_end,
 // b - 1's sums leaving the tiles for a buffer, and block b - 2's buffer scaled into the
 // accumulators (read right after the tile store it stalls). GCC's tile intrinsics paste the tile
 // number into the instruction: it must be a literal, hence macros rather than templates.
-#define LLMC_AMX_INT16_BLOCK(kHigh, kLow, block)                                    \
-  do {                                                                              \
-    _tile_zero(kHigh);                                                              \
-    _tile_zero(kLow);                                                               \
-    _tile_loadd(4, a.high.data() + m * k + (block)*kQuantBlock, k);                 \
-    _tile_loadd(5, a.low.data() + m * k + (block)*kQuantBlock, k);                  \
-    _tile_loadd(6, slab.base + (block)*kQuantBlock / 4 * slab.stride, slab.stride); \
-    _tile_dpbssd(kHigh, 4, 6);                                                      \
-    _tile_dpbusd(kLow, 5, 6);                                                       \
+#define LLMC_AMX_INT16_BLOCK(kHigh, kLow, block)                                       \
+  do {                                                                                 \
+    _tile_zero(kHigh);                                                                 \
+    _tile_zero(kLow);                                                                  \
+    _tile_loadd(4, a.high.data() + amxCodeAt(m, (block)*kQuantBlock, k), kQuantBlock); \
+    _tile_loadd(5, a.low.data() + amxCodeAt(m, (block)*kQuantBlock, k), kQuantBlock);  \
+    _tile_loadd(6, slab.base + (block)*kQuantBlock / 4 * slab.stride, slab.stride);    \
+    _tile_dpbssd(kHigh, 4, 6);                                                         \
+    _tile_dpbusd(kLow, 5, 6);                                                          \
   } while (0)
 #define LLMC_AMX_INT16_STORE(kHigh, kLow, buffer) \
   do {                                            \
@@ -283,17 +282,19 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
 }
 
 // quantizeActivations' 16-bit codes of one row, 16 lanes at a time, written as high and low
-// bytes: per block of 32 the absmax, scale = absmax / 32767, and each x * (1 / scale) rounded
-// half away from zero and clamped to ±32767 (NaN to -32767), as roundClamped does.
+// bytes (block b's at b * block_stride): per block of 32 the absmax, scale = absmax / 32767, and
+// each x * (1 / scale) rounded half away from zero and clamped to ±32767 (NaN to -32767), as
+// roundClamped does.
 #include "cpu/quant_round_avx512.inc"
 
-void quantizeRowCodes(const float* x, int64_t k, int8_t* high, uint8_t* low, float* scales) {
+void quantizeRowCodes(const float* x, int64_t k, int8_t* high, uint8_t* low, int64_t block_stride,
+                      float* scales) {
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
     __m512i codes[2];
     scales[b] = int16BlockCodes(x + b * kQuantBlock, &codes[0], &codes[1]);
     for (int half_block = 0; half_block < 2; ++half_block) {
       const __m512i code = codes[half_block];
-      const int64_t at = b * kQuantBlock + half_block * 16;
+      const int64_t at = b * block_stride + half_block * 16;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(high + at),
                        _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(low + at),
@@ -309,8 +310,9 @@ LLMC_TARGET_END
 bool quantDotHasAmx() { return cpuIsa() >= CpuIsa::kAmx; }
 
 void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out) {
-  quantizeRowCodes(x, out->k, out->high.data() + r * out->k, out->low.data() + r * out->k,
-                   out->scales.data() + r * (out->k / kQuantBlock));
+  const int64_t first = amxCodeAt(r, 0, out->k);
+  quantizeRowCodes(x, out->k, out->high.data() + first, out->low.data() + first,
+                   kTileRows * kQuantBlock, out->scales.data() + r * (out->k / kQuantBlock));
 }
 
 void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,

@@ -836,7 +836,8 @@ TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
     setAmxActivationRow(a, r, &want);
     quantizeAmxRow(x.data() + r * k, r, &got);
     for (int64_t i = 0; i < k; ++i)
-      ASSERT_EQ(256 * want.high[r * k + i] + want.low[r * k + i], a.q16[i]) << r << " " << i;
+      ASSERT_EQ(256 * want.high[amxCodeAt(r, i, k)] + want.low[amxCodeAt(r, i, k)], a.q16[i])
+          << r << " " << i;
   }
   EXPECT_EQ(got.high, want.high);
   EXPECT_EQ(got.low, want.low);
