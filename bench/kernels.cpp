@@ -4,7 +4,9 @@
 // weights with int16 activations, and w8a8) at each integer level, in G multiply-adds/s; then
 // decode's int8 product (one row of activations) over a dense weight and over the same weight
 // pruned and stored sparse (core/sparse.h), and over a dense int4 weight, from cache and from
-// memory: ns per 64 weights and the weight bytes read per second (docs/pruning.md, Speed).
+// memory: ns per 64 weights and the weight bytes read per second (docs/pruning.md, Speed). First
+// of all, the rate at which one thread and all of the session's default threads read memory: the
+// roofline that decode's bytes per token are set against (docs/performance.md).
 //
 //   build/bench/llmc_kernel_bench [--rounds N]
 //
@@ -16,13 +18,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/sparse.h"
+#include "core/thread_pool.h"
 #include "cpu/gemm.h"
 #include "cpu/quant_dot.h"
 
@@ -91,6 +96,75 @@ Stat summarize(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
+// One buffer's 64-bit words summed with the widest loads the CPU has: the compiler's own 16-byte
+// vectorization of the same sum read 9.1-10.3 GB/s on one core of the Sapphire Rapids guest of
+// 2026-12-06, these 64-byte loads 15.2-15.5.
+__attribute__((target("avx2"))) uint64_t sumWordsAvx2(const uint64_t* words, size_t count) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+  for (size_t i = 0; i < count; i += 16) {
+    s0 = _mm256_add_epi64(s0, _mm256_load_si256(reinterpret_cast<const __m256i*>(words + i)));
+    s1 = _mm256_add_epi64(s1, _mm256_load_si256(reinterpret_cast<const __m256i*>(words + i + 4)));
+    s2 = _mm256_add_epi64(s2, _mm256_load_si256(reinterpret_cast<const __m256i*>(words + i + 8)));
+    s3 = _mm256_add_epi64(s3, _mm256_load_si256(reinterpret_cast<const __m256i*>(words + i + 12)));
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+__attribute__((target("avx512f"))) uint64_t sumWordsAvx512(const uint64_t* words, size_t count) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+  for (size_t i = 0; i < count; i += 32) {
+    s0 = _mm512_add_epi64(s0, _mm512_load_si512(words + i));
+    s1 = _mm512_add_epi64(s1, _mm512_load_si512(words + i + 8));
+    s2 = _mm512_add_epi64(s2, _mm512_load_si512(words + i + 16));
+    s3 = _mm512_add_epi64(s3, _mm512_load_si512(words + i + 24));
+  }
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+  uint64_t total = 0;
+  for (const uint64_t lane : lanes) total += lane;
+  return total;
+}
+
+// 64-byte aligned words, each 1.
+struct Words {
+  explicit Words(size_t count)
+      : count(count), data(static_cast<uint64_t*>(std::aligned_alloc(64, count * 8))) {
+    std::fill(data, data + count, uint64_t{1});
+  }
+  ~Words() { std::free(data); }
+  Words(const Words&) = delete;
+  Words& operator=(const Words&) = delete;
+  size_t count;
+  uint64_t* data;
+};
+
+// GB/s read by `threads` threads, each summing its own buffer (1 GiB over all of them, at least
+// 64 MiB each: far past any cache); the clock covers starting the threads to joining them.
+double memoryReadRate(int threads, bool avx512, std::vector<std::unique_ptr<Words>>* buffers) {
+  const size_t count = std::max<size_t>(size_t{1} << 23, (size_t{1} << 27) / threads);
+  if (buffers->size() != static_cast<size_t>(threads) || (*buffers)[0]->count != count) {
+    buffers->clear();
+    for (int t = 0; t < threads; ++t) buffers->push_back(std::make_unique<Words>(count));
+  }
+  std::vector<uint64_t> sums(static_cast<size_t>(threads));
+  const auto start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      const Words& words = *(*buffers)[static_cast<size_t>(t)];
+      sums[static_cast<size_t>(t)] =
+          avx512 ? sumWordsAvx512(words.data, words.count) : sumWordsAvx2(words.data, words.count);
+    });
+  for (std::thread& worker : workers) worker.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (const uint64_t sum : sums)
+    if (sum != count) std::abort();  // every word read once
+  return static_cast<double>(threads) * static_cast<double>(count * sizeof(uint64_t)) / seconds /
+         1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +186,20 @@ int main(int argc, char** argv) {
   if (levels.empty()) {
     std::printf("no AVX2: only the scalar kernels run here\n");
     return 0;
+  }
+  {
+    const bool avx512 = supported >= CpuIsa::kAvx512;
+    std::printf("\n| threads | memory read (GB/s) |\n|---|---|\n");
+    std::vector<std::unique_ptr<Words>> buffers;
+    std::vector<int> counts = {1};
+    if (defaultThreadCount() > 1) counts.push_back(defaultThreadCount());
+    for (const int threads : counts) {
+      std::vector<double> runs;
+      memoryReadRate(threads, avx512, &buffers);  // a first pass unmeasured
+      for (int r = 0; r < rounds; ++r) runs.push_back(memoryReadRate(threads, avx512, &buffers));
+      const Stat s = summarize(runs);
+      std::printf("| %d | %.1f [%.1f, %.1f] |\n", threads, s.median, s.low, s.high);
+    }
   }
   std::printf("\n| level | FMA peak, one core (GFLOP/s) |\n|---|---|\n");
   std::vector<double> peak(4, 0);
