@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -127,41 +126,33 @@ __attribute__((target("avx512f"))) uint64_t sumWordsAvx512(const uint64_t* words
   return total;
 }
 
-// 64-byte aligned words, each 1.
-struct Words {
-  explicit Words(size_t count)
-      : count(count), data(static_cast<uint64_t*>(std::aligned_alloc(64, count * 8))) {
-    std::fill(data, data + count, uint64_t{1});
-  }
-  ~Words() { std::free(data); }
-  Words(const Words&) = delete;
-  Words& operator=(const Words&) = delete;
-  size_t count;
-  uint64_t* data;
-};
-
-// GB/s read by `threads` threads, each summing its own buffer (1 GiB over all of them, at least
-// 64 MiB each: far past any cache); the clock covers starting the threads to joining them.
-double memoryReadRate(int threads, bool avx512, std::vector<std::unique_ptr<Words>>* buffers) {
-  const size_t count = std::max<size_t>(size_t{1} << 23, (size_t{1} << 27) / threads);
-  if (buffers->size() != static_cast<size_t>(threads) || (*buffers)[0]->count != count) {
+// GB/s read by `threads` threads, each summing its own buffer of ones (1 GiB over all of them,
+// at least 64 MiB each: far past any cache; Tensor storage is 64-byte aligned); the clock covers
+// starting the threads to joining them.
+double memoryReadRate(int threads, bool avx512, std::vector<llmc::Tensor>* buffers) {
+  const int64_t count = std::max<int64_t>(int64_t{1} << 23, (int64_t{1} << 27) / threads / 32 * 32);
+  if (buffers->size() != static_cast<size_t>(threads) || (*buffers)[0].numElements() != count) {
     buffers->clear();
-    for (int t = 0; t < threads; ++t) buffers->push_back(std::make_unique<Words>(count));
+    for (int t = 0; t < threads; ++t) {
+      buffers->push_back(llmc::Tensor::allocate(llmc::DType::kInt64, {count}));
+      std::fill_n(buffers->back().data<int64_t>(), count, int64_t{1});
+    }
   }
   std::vector<uint64_t> sums(static_cast<size_t>(threads));
   const auto start = Clock::now();
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t)
     workers.emplace_back([&, t] {
-      const Words& words = *(*buffers)[static_cast<size_t>(t)];
-      sums[static_cast<size_t>(t)] =
-          avx512 ? sumWordsAvx512(words.data, words.count) : sumWordsAvx2(words.data, words.count);
+      const auto* words =
+          reinterpret_cast<const uint64_t*>((*buffers)[static_cast<size_t>(t)].data<int64_t>());
+      sums[static_cast<size_t>(t)] = avx512 ? sumWordsAvx512(words, static_cast<size_t>(count))
+                                            : sumWordsAvx2(words, static_cast<size_t>(count));
     });
   for (std::thread& worker : workers) worker.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (const uint64_t sum : sums)
-    if (sum != count) std::abort();  // every word read once
-  return static_cast<double>(threads) * static_cast<double>(count * sizeof(uint64_t)) / seconds /
+    if (sum != static_cast<uint64_t>(count)) std::abort();  // every word read once
+  return static_cast<double>(threads) * static_cast<double>(count) * sizeof(uint64_t) / seconds /
          1e9;
 }
 
@@ -190,7 +181,7 @@ int main(int argc, char** argv) {
   {
     const bool avx512 = supported >= CpuIsa::kAvx512;
     std::printf("\n| threads | memory read (GB/s) |\n|---|---|\n");
-    std::vector<std::unique_ptr<Words>> buffers;
+    std::vector<Tensor> buffers;
     std::vector<int> counts = {1};
     if (defaultThreadCount() > 1) counts.push_back(defaultThreadCount());
     for (const int threads : counts) {
