@@ -134,9 +134,10 @@ struct WeightSlab {
   const int8_t* base;
   int64_t stride;
 };
+bool slabInPack(const Int8PanelPack* pack, int64_t n) { return pack && n % 16 == 0; }
 WeightSlab weightSlab(const int8_t* w, int64_t k, int64_t n, int64_t n_end,
                       const Int8PanelPack* pack, int8_t* scratch) {
-  if (!pack || n % 16 != 0) {
+  if (!slabInPack(pack, n)) {
     packWeightSlab(w, k, n, n_end, scratch);
     return {scratch, 64};
   }
@@ -186,7 +187,8 @@ inline void scaleBlock(const BlockSums& sums, const float* scales, int64_t strid
 void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a, float* out,
                 int64_t out_stride, const Int8PanelPack* pack) {
   const int64_t k = a.k, blocks = k / kQuantBlock;
-  std::vector<int8_t> scratch(pack && n0 % 16 == 0 ? 0 : static_cast<size_t>(k * kTileRows));
+  // n advances by 16s from n0: every slab comes from the pack, or none does.
+  std::vector<int8_t> scratch(slabInPack(pack, n0) ? 0 : static_cast<size_t>(k * kTileRows));
   BlockSums sums[2];
   TileScope tiles(static_cast<int>(kQuantBlock));
   for (int64_t n = n0; n < n1; n += kTileRows) {
@@ -254,7 +256,7 @@ void int8Tiles(const int8_t* a, int64_t k, int64_t m, const WeightSlab& slab0,
 
 void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
                   int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
-  std::vector<int8_t> scratch(pack && n0 % 16 == 0 ? 0 : static_cast<size_t>(2 * k * kTileRows));
+  std::vector<int8_t> scratch(slabInPack(pack, n0) ? 0 : static_cast<size_t>(2 * k * kTileRows));
   alignas(64) int32_t sums[32 * 32];
   TileScope tiles(static_cast<int>(kInt8Chunk));
   for (int64_t n = n0; n < n1; n += 2 * kTileRows) {
