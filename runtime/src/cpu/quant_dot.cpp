@@ -39,11 +39,15 @@ void quantizeBlocks(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q
     return;
   }
   const float levels = bits == 16 ? 32767.0f : 127.0f;
+  float row_amax = 0;
+  if (bits == 16)
+    for (int64_t i = 0; i < k; ++i) row_amax = std::max(row_amax, std::fabs(x[i]));
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
     const float* xb = x + b * kQuantBlock;
     float amax = 0;
     for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float scale = amax / levels;
+    const float scale =
+        bits == 16 ? int16BlockScale(row_amax, int16BlockHalvings(amax, row_amax)) : amax / levels;
     const float inverse = inverseScale(scale);
     int32_t sum = 0;
     for (int64_t i = 0; i < kQuantBlock; ++i) {

@@ -2,12 +2,14 @@
 // AVX2 path to the scalar one.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "core/quant.h"
 #include "core/sparse.h"
+#include "cpu/cache_line_vector.h"
 
 namespace llmc {
 
@@ -15,8 +17,8 @@ class ThreadPool;
 
 // One row of activations quantized to integers: int8 (`q`) for 4-bit weights, int16 (`q16`) for
 // int8 weights (int8 x int8 cost the demo model 0.3 points of top-1 agreement); one float scale
-// per block of kQuantBlock (absmax / 127 or / 32767, round to nearest), and per weight group the
-// sum of scale * Σq over its blocks (what a zero point multiplies).
+// per block of kQuantBlock (int8: absmax / 127; int16: int16BlockScale), round to nearest, and
+// per weight group the sum of scale * Σq over its blocks (what a zero point multiplies).
 struct QuantizedActivations {
   std::vector<int8_t> q;
   std::vector<int16_t> q16;
@@ -31,6 +33,28 @@ struct QuantizedActivations {
 };
 void quantizeActivations(const float* x, int64_t k, int64_t group, int bits,
                          QuantizedActivations* out);
+
+// int16 codes' block scales: the row's absmax / 32767 halved e times, e the most (up to
+// kInt16MaxHalvings) with block_absmax * 2^e <= row_absmax. Each block's codes keep at least
+// half of the 16 bits' range (one more bit lost than at its own absmax / 32767; a block below
+// 1/256 of its row's absmax reaches 2^23 * its absmax / the row's), and the scales of a row
+// differ by powers of two only, so that a row's codes shifted left by kInt16MaxHalvings - e are
+// 24-bit integers over one scale (the AMX tiles sum all of K at once that way;
+// cpu/quant_dot_amx.cpp). On the demo model top-1 agreement stayed 99.2% and KL divergence
+// 1.42e-4 (docs/quantization.md). Every level computes the same floats here.
+constexpr int kInt16MaxHalvings = 8;
+inline int int16BlockHalvings(float block_absmax, float row_absmax) {
+  // A row with an infinity has an infinite scale whatever the halvings: none, so that each
+  // block's scale still tells its halvings (setAmxActivationRow).
+  if (row_absmax == INFINITY) return 0;
+  int e = 0;
+  // Doubling is exact (or overflows to infinity, which is never <= a finite row absmax).
+  for (float m = block_absmax * 2.0f; e < kInt16MaxHalvings && m <= row_absmax; m *= 2.0f) ++e;
+  return e;
+}
+inline float int16BlockScale(float row_absmax, int halvings) {
+  return row_absmax / 32767.0f * (1.0f / static_cast<float>(1 << halvings));
+}
 // The activation bits a weight format's kernel uses: 16 for int8 weights, 8 for 4-bit.
 int activationBits(const QuantTraits& traits);
 // Σ over the blocks of output channel `row`: dot(a.q, wq) * a.scales[block] * weight scale, with
@@ -229,37 +253,47 @@ void dotInt8PanelAvxVnni(const uint8_t* biased, int64_t rows, const int8_t* w, i
 constexpr int64_t kAmxMinRows = 8;
 // w8a8 from 4 rows: from the kept pack its tiles ran 128 G multiply-adds/s at 4 rows x 768 x 768
 // against the AVX-512 VNNI panels' 41.5 (llmc_kernel_bench, Sapphire Rapids, 2026-12-06); int8
-// weights' split codes at 4 rows ran 26 against the AVX-512 tiles' 31, so they keep 8.
+// weights' codes at 4 rows ran 28 against the AVX-512 tiles' 31 (three byte planes, 2026-12-06; the
+// split codes before them 26), so they keep 8; at 8 rows 53 against 32.
 constexpr int64_t kAmxInt8MinRows = 4;
 bool quantDotHasAmx();
 
-// int8 weights' int16 activation codes for the tiles: each code c split into a signed high and
-// an unsigned low byte (c = 256 * high + low), rows padded to 16 with the padding zero, in the
-// tiles' order (amxCodeAt), and the per-block scales [padded rows, K / kQuantBlock].
+// int8 weights' int16 activation codes for the tiles, a row over one scale: code c of a block
+// halved e times (int16BlockHalvings) is c * 2^(kInt16MaxHalvings - e) over the row's absmax /
+// 32767 / 2^kInt16MaxHalvings, a 24-bit integer (|c'| < 2^23) held in three byte planes, c' =
+// 65536 * top + 256 * mid + low (top signed, the others unsigned), rows padded to 16 with the
+// padding zero, in the tiles' order (amxCodeAt); and per row its absmax / 32767 (the scale of
+// its blocks that are not halved).
 struct AmxActivations {
   int64_t rows = 0, k = 0;
-  std::vector<int8_t> high;
-  std::vector<uint8_t> low;
-  std::vector<float> scales;
+  CacheLineVector<int8_t> top;
+  CacheLineVector<uint8_t> mid, low;
+  std::vector<float> row_scales;
 };
-// Where row r's code for K index i sits in `high` and `low`: one tile of 16 rows x one block
-// (512 contiguous bytes) after another, the blocks of a row tile in order, so that the tiles
-// read whole cache lines in memory order.
+// K values per tile row (64 bytes), the depth the tiles sum in one instruction.
+constexpr int64_t kAmxChunk = 64;
+// The tiles take K a multiple of kAmxChunk and at most kAmxMaxK: each byte plane's sums are exact
+// in int32 up to there (|Σ low * w| <= 255 * 127 * K < 2^31).
+constexpr int64_t kAmxMaxK = 65536;
+inline bool amxTakesK(int64_t k) { return k % kAmxChunk == 0 && k <= kAmxMaxK; }
+// Where row r's code for K index i sits in each plane: one tile of 16 rows x kAmxChunk (1 KiB
+// contiguous) after another, the chunks of a row tile in order, so that the tiles read whole
+// cache lines in memory order.
 inline int64_t amxCodeAt(int64_t r, int64_t i, int64_t k) {
-  return ((r / 16 * (k / kQuantBlock) + i / kQuantBlock) * 16 + r % 16) * kQuantBlock +
-         i % kQuantBlock;
+  return ((r / 16 * (k / kAmxChunk) + i / kAmxChunk) * 16 + r % 16) * kAmxChunk + i % kAmxChunk;
 }
-// Sizes `out` for rows x k (keeping any larger capacity) and zeroes the padding rows; rows
-// 0..rows-1 are left to be set.
+// Sizes `out` for rows x k (amxTakesK; keeping any larger capacity) and zeroes the padding rows;
+// rows 0..rows-1 are left to be set.
 void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out);
 // Row r from its quantizeActivations(..., 16 bits, ...) form.
 void setAmxActivationRow(const QuantizedActivations& row, int64_t r, AmxActivations* out);
-// Row r quantized from x (K floats) straight into the split form: the same codes and scales as
+// Row r quantized from x (K floats) straight into the planes: the same codes and scales as
 // quantizeActivations then setAmxActivationRow, in 16 lanes. Only where quantDotHasAmx().
 void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out);
 // out[r * out_stride + i] = the product of row r (r < a.rows) with output channel n0 + i of an
-// int8 weight (i < n1 - n0): quantDotScalar's integers per block, summed in float in another
-// order. Only where quantDotHasAmx().
+// int8 weight (i < n1 - n0): quantDotScalar's value with its integers summed over all of K at
+// once (exact), then one rounding to float and the row's and the channel's scales. Only where
+// quantDotHasAmx().
 void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
                      float* out, int64_t out_stride, const Int8PanelPack* pack = nullptr);
 // w8a8: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, for r < rows; `a` is int8 [rows

@@ -3,14 +3,15 @@
 // 4k x 16 tile of weights (packed four consecutive K values per 32-bit column, the "VNNI" layout)
 // into a 16 x 16 int32 tile: 16 * 16 * 4k multiply-adds, exact.
 //
-// - int8 weights, int16 activations (`int8`): the AMX has no int16 product, so each activation
-//   code c (|c| <= 32767) is split into a signed high byte and an unsigned low byte, c = 256 * h
-//   + l, and a block of 32 (one activation scale) takes two products, h x w (tdpbssd) and l x w
-//   (tdpbusd), recombined in int32: 256 * Σhw + Σlw = Σcw exactly (|Σhw| <= 128 * 128 * 32), the
-//   same integer as every other level's. Each block's sum then leaves the tile for the vector
-//   registers: float, times the block's activation scale, added in float per lane (16 output
-//   channels per register, one register per row); the channel scale at the end. The float sum
-//   over blocks runs in another order than the other levels' (rounding only; the tests bound it).
+// - int8 weights, int16 activations (`int8`): the AMX has no int16 product, but the codes of a
+//   row are 24-bit integers over one scale (AmxActivations, cpu/quant_dot.h), held in three byte
+//   planes: per 64 K values three products, top x w (tdpbssd), mid x w and low x w (tdpbusd),
+//   each summed over all of K in its own tile (exact in int32 up to kAmxMaxK), then 65536 * top +
+//   256 * mid + low in double (exact: below 2^48) and one rounding to float. The value is the
+//   other levels' Σ_blocks float(Σcw) * block scale up to float rounding, summed once instead of
+//   per block (the tests bound it). Splitting the codes per block instead (two products per
+//   block of 32, each block's sums leaving the tiles to be scaled in vector registers) ran at a
+//   quarter of w8a8's tile rate, bounded by the tile stores and the scaling.
 // - w8a8 (int8 x int8, one scale per row; K a multiple of 64, else the AVX-512 kernels run): K
 //   is summed in the tile itself, 64 per instruction, 2 x 2 tiles of 16 rows x 16 channels
 //   sharing each load; the int32 sums leave once, exact.
@@ -42,7 +43,7 @@ constexpr int64_t kTileRows = 16;  // rows of a tile; output channels per tile (
 }  // namespace
 
 void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out) {
-  const int64_t padded = (rows + kTileRows - 1) / kTileRows * kTileRows, blocks = k / kQuantBlock;
+  const int64_t padded = (rows + kTileRows - 1) / kTileRows * kTileRows;
   out->rows = rows;
   out->k = k;
   // Capacity is kept (a caller may reuse one between calls); the padding rows are zeroed.
@@ -51,20 +52,33 @@ void resizeAmxActivations(int64_t rows, int64_t k, AmxActivations* out) {
     std::fill(v.begin() + from, v.begin() + size, 0);
   };
   // The codes' padding rows share their tile with the last real rows: that tile is zeroed whole.
-  fit(out->high, padded * k, rows / kTileRows * kTileRows * k);
-  fit(out->low, padded * k, rows / kTileRows * kTileRows * k);
-  fit(out->scales, padded * blocks, rows * blocks);
+  const int64_t last_tile = rows / kTileRows * kTileRows * k;
+  fit(out->top, padded * k, last_tile);
+  fit(out->mid, padded * k, last_tile);
+  fit(out->low, padded * k, last_tile);
+  fit(out->row_scales, padded, rows);
 }
 
 void setAmxActivationRow(const QuantizedActivations& a, int64_t r, AmxActivations* out) {
   const int64_t k = out->k, blocks = k / kQuantBlock;
-  for (int64_t i = 0; i < k; ++i) {
-    const int32_t code = a.q16[static_cast<size_t>(i)];
-    out->high[amxCodeAt(r, i, k)] = static_cast<int8_t>(code >> 8);  // floor(code / 256)
-    out->low[amxCodeAt(r, i, k)] = static_cast<uint8_t>(code & 0xff);
+  // The unhalved scale is the largest (the block that holds the row's absmax has it); each
+  // block's halvings are recovered from its scale (an all-zero row has codes 0 whatever they are).
+  // int16BlockScale is that times 2^-halvings.
+  const float row_scale = *std::max_element(a.scales.begin(), a.scales.begin() + blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    int halvings = 0;
+    while (halvings < kInt16MaxHalvings && row_scale * (1.0f / static_cast<float>(1 << halvings)) !=
+                                               a.scales[static_cast<size_t>(b)])
+      ++halvings;
+    for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i) {
+      const int32_t code = static_cast<int32_t>(a.q16[static_cast<size_t>(i)])
+                           << (kInt16MaxHalvings - halvings);
+      out->top[amxCodeAt(r, i, k)] = static_cast<int8_t>(code >> 16);  // floor(code / 65536)
+      out->mid[amxCodeAt(r, i, k)] = static_cast<uint8_t>((code >> 8) & 0xff);
+      out->low[amxCodeAt(r, i, k)] = static_cast<uint8_t>(code & 0xff);
+    }
   }
-  std::memcpy(out->scales.data() + r * blocks, a.scales.data(),
-              static_cast<size_t>(blocks) * sizeof(float));
+  out->row_scales[r] = row_scale;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -74,8 +88,9 @@ LLMC_TARGET_BEGIN("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma
 
 namespace {
 
-// The tile configuration (palette 1): tiles 0-3 are 16 x 16 int32 sums, 4-5 activations
-// (16 rows x `a_bytes`), 6-7 weights (a_bytes / 4 rows x 16 channels x 4 bytes).
+// The tile configuration (palette 1): all eight tiles 16 rows x 64 bytes, as int32 sums (16 x
+// 16), int8 activations (16 rows x 64 K values) or weights (16 rows of four K values x 16
+// channels).
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -88,18 +103,10 @@ struct alignas(64) TileConfig {
 // thread holding tile state is costlier to switch and keeps the core from deep idle states).
 class TileScope {
  public:
-  explicit TileScope(int a_bytes) {
+  TileScope() {
     TileConfig config;
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < 8; ++t) {
       config.rows[t] = kTileRows;
-      config.colsb[t] = 64;
-    }
-    for (int t = 4; t < 6; ++t) {
-      config.rows[t] = kTileRows;
-      config.colsb[t] = static_cast<uint16_t>(a_bytes);
-    }
-    for (int t = 6; t < 8; ++t) {
-      config.rows[t] = static_cast<uint8_t>(a_bytes / 4);
       config.colsb[t] = 64;
     }
     // GCC 12's _tile_loadconfig tells the compiler that ldtilecfg reads 8 bytes: without this
@@ -146,86 +153,78 @@ WeightSlab weightSlab(const int8_t* w, int64_t k, int64_t n, int64_t n_end,
   return {pack->codes.get() + panel * k * 32 + (n % 32) / 16 * 64, slabs * 64};
 }
 
-// The int8-weight / int16-activation product for one 16-row tile of activations and one slab
-// of 16 channels (packed with chunks of kQuantBlock): acc[r] += Σ_blocks float(Σcw) * scale.
-// Three stages in flight: block b's products (tiles 0/1 for even blocks, 2/3 for odd ones), block
-// b - 1's sums leaving the tiles for a buffer, and block b - 2's buffer scaled into the
-// accumulators (read right after the tile store it stalls). GCC's tile intrinsics paste the tile
-// number into the instruction: it must be a literal, hence macros rather than templates.
-#define LLMC_AMX_INT16_BLOCK(kHigh, kLow, block)                                       \
-  do {                                                                                 \
-    _tile_zero(kHigh);                                                                 \
-    _tile_zero(kLow);                                                                  \
-    _tile_loadd(4, a.high.data() + amxCodeAt(m, (block)*kQuantBlock, k), kQuantBlock); \
-    _tile_loadd(5, a.low.data() + amxCodeAt(m, (block)*kQuantBlock, k), kQuantBlock);  \
-    _tile_loadd(6, slab.base + (block)*kQuantBlock / 4 * slab.stride, slab.stride);    \
-    _tile_dpbssd(kHigh, 4, 6);                                                         \
-    _tile_dpbusd(kLow, 5, 6);                                                          \
-  } while (0)
-#define LLMC_AMX_INT16_STORE(kHigh, kLow, buffer) \
-  do {                                            \
-    _tile_stored(kHigh, (buffer).high, 64);       \
-    _tile_stored(kLow, (buffer).low, 64);         \
-  } while (0)
-
-struct alignas(64) BlockSums {
-  int32_t high[kTileRows * 16];
-  int32_t low[kTileRows * 16];
-};
-
-// acc[r] += float(256 * high[r] + low[r]) * scales[r * stride], per lane.
-inline void scaleBlock(const BlockSums& sums, const float* scales, int64_t stride, __m512* acc) {
-#pragma GCC unroll 16
-  for (int r = 0; r < kTileRows; ++r) {
-    const __m512i sum =
-        _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums.high + r * 16), 8),
-                         _mm512_load_si512(sums.low + r * 16));
-    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(scales[r * stride]), acc[r]);
-  }
-}
-
-void int16Tiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a, float* out,
+// The int8-weight / int16-activation product, one 16-row tile of activations by one slab of 16
+// channels at a time: tiles 0-2 sum the top, mid and low planes' products over all of K (tiles
+// 3-5 their activations, 6 the weights), stored once; then per row 65536 * top + 256 * mid + low
+// in double, one rounding to float, times 2^-kInt16MaxHalvings (exact), the row's scale and the
+// channel's.
+void planeTiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a, float* out,
                 int64_t out_stride, const Int8PanelPack* pack) {
-  const int64_t k = a.k, blocks = k / kQuantBlock;
+  const int64_t k = a.k;
+  // Slabs in groups of kGroup: a row tile's planes serve the group's slabs from L1 (3 x 16 x K
+  // bytes), the group's weights stay in L2 for every row tile.
+  constexpr int64_t kGroup = 8;
   // n advances by 16s from n0: every slab comes from the pack, or none does.
-  std::vector<int8_t> scratch(slabInPack(pack, n0) ? 0 : static_cast<size_t>(k * kTileRows));
-  BlockSums sums[2];
-  TileScope tiles(static_cast<int>(kQuantBlock));
-  for (int64_t n = n0; n < n1; n += kTileRows) {
-    const int64_t count = std::min(kTileRows, n1 - n);
-    const WeightSlab slab =
-        weightSlab(static_cast<const int8_t*>(w.data), k, n, n1, pack, scratch.data());
-    alignas(64) float channel_scales[16] = {};
-    for (int64_t c = 0; c < count; ++c) channel_scales[c] = w.scale(n + c, 0);
-    const __m512 channel_scale = _mm512_load_ps(channel_scales);
-    const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+  std::vector<int8_t> scratch(slabInPack(pack, n0) ? 0
+                                                   : static_cast<size_t>(kGroup * k * kTileRows));
+  alignas(64) int32_t sums[3][kTileRows * 16];
+  TileScope tiles;
+  const __m512d top_weight = _mm512_set1_pd(65536.0), mid_weight = _mm512_set1_pd(256.0);
+  const __m512 unshift = _mm512_set1_ps(1.0f / static_cast<float>(1 << kInt16MaxHalvings));
+  for (int64_t g = n0; g < n1; g += kGroup * kTileRows) {
+    const int64_t slabs = std::min(kGroup, (n1 - g + kTileRows - 1) / kTileRows);
+    WeightSlab slab[kGroup];
+    __m512 channel_scale[kGroup];
+    __mmask16 valid[kGroup];
+    for (int64_t s = 0; s < slabs; ++s) {
+      const int64_t n = g + s * kTileRows, count = std::min(kTileRows, n1 - n);
+      slab[s] = weightSlab(static_cast<const int8_t*>(w.data), k, n, n1, pack,
+                           scratch.data() + s * k * kTileRows);
+      alignas(64) float channel_scales[16] = {};
+      for (int64_t c = 0; c < count; ++c) channel_scales[c] = w.scale(n + c, 0);
+      channel_scale[s] = _mm512_mul_ps(_mm512_load_ps(channel_scales), unshift);
+      valid[s] = static_cast<__mmask16>((1u << count) - 1);
+    }
     for (int64_t m = 0; m < a.rows; m += kTileRows) {
-      __m512 acc[kTileRows];
-      for (__m512& v : acc) v = _mm512_setzero_ps();
-      const float* scales = a.scales.data() + m * blocks;
-      LLMC_AMX_INT16_BLOCK(0, 1, 0);
-      if (blocks > 1) LLMC_AMX_INT16_BLOCK(2, 3, 1);
-      LLMC_AMX_INT16_STORE(0, 1, sums[0]);
-      for (int64_t b = 2;; b += 2) {
-        if (b < blocks) LLMC_AMX_INT16_BLOCK(0, 1, b);
-        if (b - 1 < blocks) LLMC_AMX_INT16_STORE(2, 3, sums[1]);
-        scaleBlock(sums[0], scales + b - 2, blocks, acc);
-        if (b - 1 >= blocks) break;
-        if (b + 1 < blocks) LLMC_AMX_INT16_BLOCK(2, 3, b + 1);
-        if (b < blocks) LLMC_AMX_INT16_STORE(0, 1, sums[0]);
-        scaleBlock(sums[1], scales + b - 1, blocks, acc);
-        if (b >= blocks) break;
+      for (int64_t s = 0; s < slabs; ++s) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        for (int64_t c = 0; c < k / kAmxChunk; ++c) {
+          const int64_t at = amxCodeAt(m, c * kAmxChunk, k);
+          _tile_loadd(3, a.top.data() + at, kAmxChunk);
+          _tile_loadd(4, a.mid.data() + at, kAmxChunk);
+          _tile_loadd(5, a.low.data() + at, kAmxChunk);
+          _tile_loadd(6, slab[s].base + c * kAmxChunk / 4 * slab[s].stride, slab[s].stride);
+          _tile_dpbssd(0, 3, 6);
+          _tile_dpbusd(1, 4, 6);
+          _tile_dpbusd(2, 5, 6);
+        }
+        _tile_stored(0, sums[0], 64);
+        _tile_stored(1, sums[1], 64);
+        _tile_stored(2, sums[2], 64);
+        for (int64_t r = 0; r < std::min(kTileRows, a.rows - m); ++r) {
+          __m256 halves[2];
+          for (int h = 0; h < 2; ++h) {
+            auto plane = [&](int p) {
+              return _mm512_cvtepi32_pd(
+                  _mm256_load_si256(reinterpret_cast<const __m256i*>(sums[p] + r * 16 + h * 8)));
+            };
+            halves[h] = _mm512_cvtpd_ps(_mm512_fmadd_pd(
+                plane(0), top_weight, _mm512_fmadd_pd(plane(1), mid_weight, plane(2))));
+          }
+          const __m512 sum = _mm512_insertf32x8(_mm512_castps256_ps512(halves[0]), halves[1], 1);
+          _mm512_mask_storeu_ps(
+              out + (m + r) * out_stride + (g - n0) + s * kTileRows, valid[s],
+              _mm512_mul_ps(_mm512_mul_ps(sum, _mm512_set1_ps(a.row_scales[m + r])),
+                            channel_scale[s]));
+        }
       }
-      for (int64_t r = 0; r < std::min(kTileRows, a.rows - m); ++r)
-        _mm512_mask_storeu_ps(out + (m + r) * out_stride + (n - n0), valid,
-                              _mm512_mul_ps(acc[r], channel_scale));
     }
   }
 }
 
 // w8a8: rows m.. (kRowTiles tiles of 16) x slabs (kSlabs of 16 channels) of Σ_K a·w in int32.
-constexpr int64_t kInt8Chunk = 64;
-
 template <int kRowTiles, int kSlabs>
 void int8Tiles(const int8_t* a, int64_t k, int64_t m, const WeightSlab& slab0,
                const WeightSlab& slab1, int32_t* sums /* [32 rows][32 channels] */) {
@@ -233,16 +232,16 @@ void int8Tiles(const int8_t* a, int64_t k, int64_t m, const WeightSlab& slab0,
   if (kSlabs > 1) _tile_zero(1);
   if (kRowTiles > 1) _tile_zero(2);
   if (kRowTiles > 1 && kSlabs > 1) _tile_zero(3);
-  for (int64_t c = 0; c < k / kInt8Chunk; ++c) {
-    _tile_loadd(4, a + m * k + c * kInt8Chunk, k);
-    _tile_loadd(6, slab0.base + c * kInt8Chunk / 4 * slab0.stride, slab0.stride);
+  for (int64_t c = 0; c < k / kAmxChunk; ++c) {
+    _tile_loadd(4, a + m * k + c * kAmxChunk, k);
+    _tile_loadd(6, slab0.base + c * kAmxChunk / 4 * slab0.stride, slab0.stride);
     _tile_dpbssd(0, 4, 6);
     if (kSlabs > 1) {
-      _tile_loadd(7, slab1.base + c * kInt8Chunk / 4 * slab1.stride, slab1.stride);
+      _tile_loadd(7, slab1.base + c * kAmxChunk / 4 * slab1.stride, slab1.stride);
       _tile_dpbssd(1, 4, 7);
     }
     if (kRowTiles > 1) {
-      _tile_loadd(5, a + (m + kTileRows) * k + c * kInt8Chunk, k);
+      _tile_loadd(5, a + (m + kTileRows) * k + c * kAmxChunk, k);
       _tile_dpbssd(2, 5, 6);
       if (kSlabs > 1) _tile_dpbssd(3, 5, 7);
     }
@@ -258,7 +257,7 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
                   int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
   std::vector<int8_t> scratch(slabInPack(pack, n0) ? 0 : static_cast<size_t>(2 * k * kTileRows));
   alignas(64) int32_t sums[32 * 32];
-  TileScope tiles(static_cast<int>(kInt8Chunk));
+  TileScope tiles;
   for (int64_t n = n0; n < n1; n += 2 * kTileRows) {
     const bool two_slabs = n + kTileRows < n1;
     const WeightSlab slab0 = weightSlab(w, k, n, n1, pack, scratch.data());
@@ -283,26 +282,32 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
   }
 }
 
-// quantizeActivations' 16-bit codes of one row, 16 lanes at a time, written as high and low
-// bytes (block b's at b * block_stride): per block of 32 the absmax, scale = absmax / 32767, and
-// each x * (1 / scale) rounded half away from zero and clamped to ±32767 (NaN to -32767), as
-// roundClamped does.
+// quantizeActivations' 16-bit codes of one row (int16BlockCodes), 16 lanes at a time, each
+// shifted left by kInt16MaxHalvings less its block's halvings and written as its three bytes at
+// amxCodeAt(r, ·); the row's unhalved scale.
 #include "cpu/quant_round_avx512.inc"
 
-void quantizeRowCodes(const float* x, int64_t k, int8_t* high, uint8_t* low, int64_t block_stride,
-                      float* scales) {
+void quantizeRowPlanes(const float* x, int64_t r, AmxActivations* out) {
+  const int64_t k = out->k;
+  const float row_absmax = rowAbsmax(x, k);
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
     __m512i codes[2];
-    scales[b] = int16BlockCodes(x + b * kQuantBlock, &codes[0], &codes[1]);
+    float scale;
+    const int halvings =
+        int16BlockCodes(x + b * kQuantBlock, row_absmax, &scale, &codes[0], &codes[1]);
     for (int half_block = 0; half_block < 2; ++half_block) {
-      const __m512i code = codes[half_block];
-      const int64_t at = b * block_stride + half_block * 16;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(high + at),
-                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(low + at),
-                       _mm512_cvtepi32_epi8(_mm512_and_si512(code, _mm512_set1_epi32(0xff))));
+      const __m512i code = _mm512_slli_epi32(codes[half_block], kInt16MaxHalvings - halvings);
+      const int64_t at = amxCodeAt(r, b * kQuantBlock + half_block * 16, k);
+      const __m512i byte = _mm512_set1_epi32(0xff);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->top.data() + at),
+                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 16)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->mid.data() + at),
+                       _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srai_epi32(code, 8), byte)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->low.data() + at),
+                       _mm512_cvtepi32_epi8(_mm512_and_si512(code, byte)));
     }
   }
+  out->row_scales[r] = int16BlockScale(row_absmax, 0);
 }
 
 }  // namespace
@@ -312,14 +317,12 @@ LLMC_TARGET_END
 bool quantDotHasAmx() { return cpuIsa() >= CpuIsa::kAmx; }
 
 void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out) {
-  const int64_t first = amxCodeAt(r, 0, out->k);
-  quantizeRowCodes(x, out->k, out->high.data() + first, out->low.data() + first,
-                   kTileRows * kQuantBlock, out->scales.data() + r * (out->k / kQuantBlock));
+  quantizeRowPlanes(x, r, out);
 }
 
 void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
                      float* out, int64_t out_stride, const Int8PanelPack* pack) {
-  int16Tiles(w, n0, n1, a, out, out_stride, pack);
+  planeTiles(w, n0, n1, a, out, out_stride, pack);
 }
 
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,

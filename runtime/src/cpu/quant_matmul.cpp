@@ -183,9 +183,9 @@ Status quantMatMulKernel(KernelContext& ctx) {
   };
   // Prefill on a CPU with AMX: the tiles take all the rows of a task's channels at once (from
   // kAmxMinRows rows for int8 weights, kAmxInt8MinRows for w8a8). Without
-  // AMX, and for w8a8 where K is off the 64s, the AVX-512 panels do from kInt16PanelMinRows /
-  // kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI); without AVX-512, int8 weights take the
-  // AVX2 panels from kInt16PanelMinRows rows, and w8a8 the AVX-VNNI ones from
+  // AMX, and where K is off the 64s (or, int8 weights, past kAmxMaxK), the AVX-512 panels do from
+  // kInt16PanelMinRows / kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI); without AVX-512,
+  // int8 weights take the AVX2 panels from kInt16PanelMinRows rows, and w8a8 the AVX-VNNI ones from
   // kAvxVnniInt8PanelMinRows.
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   const bool panels = quantDotHasAvx512();
@@ -234,8 +234,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
     if (k > kMaxPerTokenK) return kernelError(ctx, "w8a8 takes K up to " + std::to_string(kMaxPerTokenK));
     const bool tiled = quantDotHasAmx() && rows >= kAmxInt8MinRows && k % 64 == 0;
     // The AMX tiles read rows in sixteens: the padding rows stay zero.
-    thread_local std::vector<int8_t> aq_scratch;
-    std::vector<int8_t>& aq = aq_scratch;
+    thread_local CacheLineVector<int8_t> aq_scratch;
+    CacheLineVector<int8_t>& aq = aq_scratch;
     const int64_t padded = tiled ? (rows + 15) / 16 * 16 : rows;
     if (aq.size() < static_cast<size_t>(padded * k)) aq.resize(static_cast<size_t>(padded * k));
     std::fill(aq.begin() + rows * k, aq.begin() + padded * k, int8_t{0});
@@ -295,8 +295,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
         }
       });
     }
-  } else if (amx && traits->bits == 8) {
-    // int8 weights: the int16 codes split into high and low bytes for the tiles.
+  } else if (amx && traits->bits == 8 && amxTakesK(k)) {
+    // int8 weights: the int16 codes as 24-bit integers over one scale per row, in byte planes.
     thread_local AmxActivations codes_scratch;
     AmxActivations& codes = codes_scratch;
     resizeAmxActivations(rows, k, &codes);

@@ -88,7 +88,9 @@ struct Exact {
 };
 
 // The block formats (int8 with 16-bit activations, int4, int4_zp): each block of kQuantBlock
-// activations gets scale absmax / L and codes per contractCode; each weight's integer code
+// activations gets a scale (int8 codes: absmax / 127; int16: the row's absmax / 32767 halved
+// as the block allows, int16BlockScale's rule written out again) and codes per contractCode;
+// each weight's integer code
 // c = q - zero comes from its dequantized value (pinned to the original weights by
 // DequantizedWeightsAreWithinHalfAStep). The exact product of row r and channel n is
 // sum_b s_a(b) s_w(n, b) sum_i a_i c_i, with the integer sums exact in int64. The kernel
@@ -113,12 +115,23 @@ std::vector<Exact> integerReference(const Tensor& x, const QuantWeight& w) {
   std::vector<float> a_scale(static_cast<size_t>(blocks));
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x.data<float>() + r * k;
+    float row_amax = 0;
+    for (int64_t i = 0; i < k; ++i) row_amax = std::max(row_amax, std::fabs(xr[i]));
     for (int64_t b = 0; b < blocks; ++b) {
       float amax = 0;
       for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xr[b * kQuantBlock + i]));
-      a_scale[static_cast<size_t>(b)] = amax / levels;
+      // int16 codes: the row's absmax / 32767 halved while the block's absmax, doubled, still
+      // fits under the row's (at most 8 times).
+      int halvings = 0;
+      while (levels == 32767.0f && halvings < 8 && std::isfinite(row_amax) &&
+             std::ldexp(amax, halvings + 1) <= row_amax)
+        ++halvings;
+      const float scale =
+          levels == 32767.0f ? row_amax / levels * std::ldexp(1.0f, -halvings) : amax / levels;
+      a_scale[static_cast<size_t>(b)] = scale;
       for (int64_t i = 0; i < kQuantBlock; ++i)
-        a[static_cast<size_t>(b * kQuantBlock + i)] = contractCode(xr[b * kQuantBlock + i], amax / levels, levels);
+        a[static_cast<size_t>(b * kQuantBlock + i)] =
+            contractCode(xr[b * kQuantBlock + i], scale, levels);
     }
     for (int64_t n = 0; n < w.n; ++n) {
       double value = 0, magnitude = 0;
@@ -569,8 +582,8 @@ TEST(W8A8Test, EqualsTheIntegerReference) {
 // Prefill's product kernels of int8 weights (the AMX tiles, the AVX-512 panels) against the
 // scalar reference, each through the same checks below.
 
-// Rows of floats whose int16 codes cover ties, clamping, zeros, infinities, NaN and subnormal
-// blocks: 3 rows of K = 256.
+// Rows of floats whose int16 codes cover ties, clamping, zeros, infinities, NaN, subnormal
+// blocks and blocks halved 0 to 8 times (int16BlockHalvings): 3 rows of K = 256.
 std::vector<float> awkwardRows(int64_t k) {
   std::mt19937 rng(95);
   std::normal_distribution<float> normal;
@@ -579,11 +592,19 @@ std::vector<float> awkwardRows(int64_t k) {
   float* row = x.data();
   row[0] = 32767.0f, row[1] = -0.5f, row[2] = 2.5f, row[3] = -32767.0f;  // block 0: ties at scale 1
   for (int64_t i = 32; i < 64; ++i) row[i] = 0;                          // block 1: all zero
-  row[64] = INFINITY;                                                    // block 2: inf, NaN
-  row[65] = NAN;
-  row[96] = NAN;  // block 3: NaN first
+  row[64] = NAN;                                                         // block 2: NaN first
   for (int64_t i = 128; i < 160; ++i) row[i] = 1e-42f * static_cast<float>(i - 140);  // subnormal
   for (int64_t i = 160; i < 192; ++i) row[i] = (i % 2 ? 0.5f : -1.5f) * 1e-3f;        // ties again
+  row[192] = 32767.0f / 256, row[193] = -32767.0f / 257;  // block 6: the most halvings, clamped
+  row += k;
+  row[64] = INFINITY;  // row 1, block 2: inf, NaN
+  row[65] = NAN;
+  row += k;
+  // Row 2: one block at each power of two below the row's absmax, 1 to 8 halvings and past.
+  for (int64_t b = 1; b < k / kQuantBlock; ++b)
+    for (int64_t i = 0; i < kQuantBlock; ++i)
+      row[b * kQuantBlock + i] = std::ldexp(row[b * kQuantBlock + i], -static_cast<int>(b) - 3);
+  row[0] = 100.0f;
   return x;
 }
 
@@ -660,10 +681,11 @@ void expectInt16ProductsMatchScalarDots(const Int16Kernel& kernel,
 
 // Where every float operation is exact, the results are the integers: activation scales of
 // 2^-10 (each block holds one code of 32767, against a weight of 1), the other codes within
-// ±1023, weight scales of 1, three blocks (every partial sum an integer times 2^-10 below 2^24
-// of them). A block sum off by one fails here, where the rounding bound above would hide it.
-void expectInt16ProductsExactWhereFloatIs(const Int16Kernel& kernel, int64_t rows) {
-  const int64_t k = 96, n = 19, blocks = k / kQuantBlock;
+// ±1023, weight scales of 1, three blocks (four where the kernel needs K a multiple of 64: every
+// partial sum an integer times 2^-10 below 2^24 of them). A block sum off by one fails here, where
+// the rounding bound above would hide it.
+void expectInt16ProductsExactWhereFloatIs(const Int16Kernel& kernel, int64_t rows, int64_t k = 96) {
+  const int64_t n = 19, blocks = k / kQuantBlock;
   std::mt19937 rng(99);
   std::uniform_int_distribution<int> code(-1023, 1023), weight(-127, 127);
   std::vector<float> x(static_cast<size_t>(rows * k));
@@ -822,8 +844,9 @@ class AmxTest : public ::testing::Test {
   }
 };
 
-// The split codes are quantizeActivations' codes bit for bit (high * 256 + low), with the
-// same scales.
+// The planes hold quantizeActivations' codes bit for bit, each shifted left by
+// kInt16MaxHalvings less its block's halvings (65536 * top + 256 * mid + low), with the row's
+// unhalved scale; every block's scale is that scale halved as int16BlockHalvings says.
 TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
   const int64_t k = 32 * 8;
   const std::vector<float> x = awkwardRows(k);
@@ -835,23 +858,65 @@ TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
     quantizeActivations(x.data() + r * k, k, k, 16, &a);
     setAmxActivationRow(a, r, &want);
     quantizeAmxRow(x.data() + r * k, r, &got);
-    for (int64_t i = 0; i < k; ++i)
-      ASSERT_EQ(256 * want.high[amxCodeAt(r, i, k)] + want.low[amxCodeAt(r, i, k)], a.q16[i])
-          << r << " " << i;
+    float row_absmax = 0;
+    for (int64_t i = 0; i < k; ++i) row_absmax = std::max(row_absmax, std::fabs(x[r * k + i]));
+    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+      float block_absmax = 0;
+      for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i)
+        block_absmax = std::max(block_absmax, std::fabs(x[r * k + i]));
+      const int halvings = int16BlockHalvings(block_absmax, row_absmax);
+      ASSERT_EQ(a.scales[b], int16BlockScale(row_absmax, halvings)) << r << " " << b;
+      for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i) {
+        const int64_t at = amxCodeAt(r, i, k);
+        ASSERT_EQ(65536 * want.top[at] + 256 * want.mid[at] + want.low[at],
+                  a.q16[i] * (1 << (kInt16MaxHalvings - halvings)))
+            << r << " " << i;
+      }
+    }
+    EXPECT_EQ(want.row_scales[r], int16BlockScale(row_absmax, 0));
   }
-  EXPECT_EQ(got.high, want.high);
+  EXPECT_EQ(got.top, want.top);
+  EXPECT_EQ(got.mid, want.mid);
   EXPECT_EQ(got.low, want.low);
-  ASSERT_EQ(got.scales.size(), want.scales.size());
-  for (size_t i = 0; i < got.scales.size(); ++i)
-    EXPECT_EQ(std::memcmp(&got.scales[i], &want.scales[i], sizeof(float)), 0) << i;
+  ASSERT_EQ(got.row_scales.size(), want.row_scales.size());
+  for (size_t i = 0; i < got.row_scales.size(); ++i)
+    EXPECT_EQ(std::memcmp(&got.row_scales[i], &want.row_scales[i], sizeof(float)), 0) << i;
+}
+
+// The halvings keep each block's codes in the upper half of the 16 bits' range (up to
+// kInt16MaxHalvings), over every power of two a block's absmax may sit below its row's, and
+// across binades of the row's absmax (the doubling is exact there).
+TEST(QuantizeActivationsTest, Int16BlockHalvingsUseTheRange) {
+  for (int row_exponent : {-120, -60, -1, 0, 1, 20, 100, 126})
+    for (int below = 0; below <= 40; ++below)
+      for (float mantissa : {1.0f, 1.25f, 1.5f, 1.999f}) {
+        const float row_absmax = std::ldexp(1.5f, row_exponent);
+        const float block_absmax = std::ldexp(mantissa, row_exponent - below);
+        if (block_absmax > row_absmax) continue;
+        const int e = int16BlockHalvings(block_absmax, row_absmax);
+        ASSERT_GE(e, 0);
+        ASSERT_LE(e, kInt16MaxHalvings);
+        ASSERT_LE(std::ldexp(block_absmax, e), row_absmax) << row_exponent << " " << below;
+        if (e < kInt16MaxHalvings) {
+          ASSERT_GT(std::ldexp(block_absmax, e + 1), row_absmax) << row_exponent << " " << below;
+        }
+        // The block's largest code: at least half the range where it was not capped.
+        const float scale = int16BlockScale(row_absmax, e);
+        if (scale >= FLT_MIN && e < kInt16MaxHalvings) {
+          ASSERT_GE(block_absmax / scale, 16383.0f) << row_exponent << " " << below;
+        }
+      }
+  EXPECT_EQ(int16BlockHalvings(0.0f, 0.0f), kInt16MaxHalvings);
+  EXPECT_EQ(int16BlockHalvings(1.0f, INFINITY), 0);
+  EXPECT_EQ(int16BlockHalvings(INFINITY, INFINITY), 0);
 }
 
 TEST_F(AmxTest, Int16TilesMatchTheScalarDots) {
-  expectInt16ProductsMatchScalarDots(int16Tiles, {{1, 32}, {16, 96}, {17, 768}, {45, 64}});
+  expectInt16ProductsMatchScalarDots(int16Tiles, {{1, 64}, {16, 128}, {17, 768}, {45, 64}});
 }
 
 TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
-  expectInt16ProductsExactWhereFloatIs(int16Tiles, 21);
+  expectInt16ProductsExactWhereFloatIs(int16Tiles, 21, 128);
 }
 
 TEST_F(AmxTest, Int8TilesAreExact) {
@@ -859,7 +924,7 @@ TEST_F(AmxTest, Int8TilesAreExact) {
 }
 
 TEST_F(AmxTest, TilesReadTheKeptPack) {
-  expectInt16ProductsMatchScalarDots(int16TilesPacked, {{1, 32}, {16, 96}, {17, 768}, {45, 64}});
+  expectInt16ProductsMatchScalarDots(int16TilesPacked, {{1, 64}, {16, 128}, {17, 768}, {45, 64}});
   expectInt8ProductsExact(int8TilesPacked, {{1, 64}, {16, 192}, {17, 64}, {50, 4096}});
 }
 
