@@ -236,7 +236,8 @@ TEST_P(QuantFormatTest, MatMulMatchesTheDequantizedProduct) {
 // on every path (tiled AVX2 channels, the pair kernel, single channels, prefill rows: the
 // AVX-512 register tiles, the AVX-512 panels (int8 weights from kInt16PanelMinRows rows, 4-bit
 // ones from kInt4PanelMinRows) and, from
-// kAmxMinRows rows, the AMX tiles) at every level the host has.
+// kAmxMinRows rows, the AMX tiles, where K is a multiple of 64 (8 x 96 takes the AVX-512 register
+// tiles there)) at every level the host has.
 TEST_P(QuantFormatTest, MatMulEqualsTheIntegerReference) {
   const auto [format, group_param] = GetParam();
   for (CpuIsa level : cpuIsaLevelsAllowed())
