@@ -920,6 +920,51 @@ TEST_F(AmxTest, Int16TilesAreExactWhereFloatIs) {
   expectInt16ProductsExactWhereFloatIs(int16Tiles, 21, 128);
 }
 
+// At the largest K the tiles take (kAmxMaxK), each plane's int32 sums at their extremes: rows
+// whose codes (after the halvings' shift) all have a low byte of 255 and a mid byte of 127,
+// and rows of -32767 * 256, whose top byte is -128, against channels of all +127 and all -127
+// (and random ones). Each output is the exact sum rounded once, then two scale products: within
+// 4 ulps of the value summed in double from the reference codes. An int32 sum that wrapped would
+// be off by 2^32 times the scales.
+TEST_F(AmxTest, Int16TilesAreExactAtTheirLargestK) {
+  const int64_t k = kAmxMaxK, rows = 16, n = 16;
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < k; ++i)
+      x[r * k + i] = r % 2 == 0 ? (i == 0 ? 32767.0f : 32767.0f / 256) : -32767.0f;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> weight(-127, 127);
+  std::vector<int8_t> wq(static_cast<size_t>(n * k));
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t i = 0; i < k; ++i)
+      wq[c * k + i] = static_cast<int8_t>(c == 0 ? 127 : c == 1 ? -127 : weight(rng));
+  std::vector<float> w_scales(static_cast<size_t>(n), 1.0f);
+  QuantWeight w;
+  w.traits = &quantTraits(QuantFormat::kInt8);
+  w.n = n, w.k = k, w.group = k, w.data = wq.data(), w.scales = w_scales.data();
+  std::vector<float> out(static_cast<size_t>(rows * n));
+  int16Tiles(w, 0, n, x.data(), rows, out.data(), n);
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizedActivations a;
+    quantizeActivations(x.data() + r * k, k, k, 16, &a);
+    if (r == 0) {  // the low-plane extreme: codes 32767 at 2^8 halvings, low byte 255
+      ASSERT_EQ(a.q16[kQuantBlock], 32767);
+      ASSERT_EQ(a.scales[1] * 256, a.scales[0]);
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      double exact = 0;
+      for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+        int64_t dot = 0;
+        for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i)
+          dot += int64_t{a.q16[i]} * wq[c * k + i];
+        exact += static_cast<double>(a.scales[b]) * static_cast<double>(dot);
+      }
+      ASSERT_NEAR(out[r * n + c], exact, std::fabs(exact) * std::ldexp(4.0, -24))
+          << "row " << r << " channel " << c;
+    }
+  }
+}
+
 TEST_F(AmxTest, Int8TilesAreExact) {
   expectInt8ProductsExact(int8Tiles, {{1, 64}, {16, 192}, {17, 64}, {50, 4096}});
 }
