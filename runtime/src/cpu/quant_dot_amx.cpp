@@ -71,8 +71,8 @@ void setAmxActivationRow(const QuantizedActivations& a, int64_t r, AmxActivation
                                                a.scales[static_cast<size_t>(b)])
       ++halvings;
     for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i) {
-      const int32_t code = static_cast<int32_t>(a.q16[static_cast<size_t>(i)])
-                           << (kInt16MaxHalvings - halvings);
+      const int32_t code = static_cast<int32_t>(a.q16[static_cast<size_t>(i)]) *
+                           (1 << (kInt16MaxHalvings - halvings));
       out->top[amxCodeAt(r, i, k)] = static_cast<int8_t>(code >> 16);  // floor(code / 65536)
       out->mid[amxCodeAt(r, i, k)] = static_cast<uint8_t>((code >> 8) & 0xff);
       out->low[amxCodeAt(r, i, k)] = static_cast<uint8_t>(code & 0xff);
