@@ -48,12 +48,6 @@ const QuantTraits* findQuantTraits(const std::string& name) {
   return nullptr;
 }
 
-float QuantWeight::scale(int64_t row, int64_t g) const {
-  const int64_t at = row * groupsPerRow() + g;
-  return traits->scale_dtype == DType::kFloat16 ? toFloat(static_cast<const Float16*>(scales)[at])
-                                                : static_cast<const float*>(scales)[at];
-}
-
 Status checkQuantGroup(const QuantTraits& traits, int64_t k, int64_t group) {
   if (k <= 0 || k % kQuantBlock != 0)
     return invalidArgument(std::string(traits.name) + " needs K to be a multiple of " +
