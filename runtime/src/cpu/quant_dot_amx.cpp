@@ -298,13 +298,13 @@ void quantizeRowPlanes(const float* x, int64_t r, AmxActivations* out) {
     for (int half_block = 0; half_block < 2; ++half_block) {
       const __m512i code = _mm512_slli_epi32(codes[half_block], kInt16MaxHalvings - halvings);
       const int64_t at = amxCodeAt(r, b * kQuantBlock + half_block * 16, k);
-      const __m512i byte = _mm512_set1_epi32(0xff);
+      // vpmovdb keeps each lane's low byte.
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out->top.data() + at),
                        _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 16)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out->mid.data() + at),
-                       _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srai_epi32(code, 8), byte)));
+                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out->low.data() + at),
-                       _mm512_cvtepi32_epi8(_mm512_and_si512(code, byte)));
+                       _mm512_cvtepi32_epi8(code));
     }
   }
   out->row_scales[r] = int16BlockScale(row_absmax, 0);
