@@ -680,6 +680,15 @@ void expectInt16ProductsMatchScalarDots(const Int16Kernel& kernel,
   }
 }
 
+// An int8 weight over codes `wq` [n, k] and channel scales `scales`, both borrowed.
+QuantWeight int8Weight(const std::vector<int8_t>& wq, const std::vector<float>& scales, int64_t n,
+                       int64_t k) {
+  QuantWeight w;
+  w.traits = &quantTraits(QuantFormat::kInt8);
+  w.n = n, w.k = k, w.group = k, w.data = wq.data(), w.scales = scales.data();
+  return w;
+}
+
 // Where every float operation is exact, the results are the integers: activation scales of
 // 2^-10 (each block holds one code of 32767, against a weight of 1), the other codes within
 // ±1023, weight scales of 1, three blocks (four where the kernel needs K a multiple of 64: every
@@ -698,10 +707,8 @@ void expectInt16ProductsExactWhereFloatIs(const Int16Kernel& kernel, int64_t row
   std::vector<int8_t> wq(static_cast<size_t>(n * k));
   for (int64_t i = 0; i < n * k; ++i)
     wq[i] = static_cast<int8_t>(i % kQuantBlock == 0 ? 1 : weight(rng));
-  std::vector<float> w_scales(static_cast<size_t>(n), 1.0f);
-  QuantWeight w;
-  w.traits = &quantTraits(QuantFormat::kInt8);
-  w.n = n, w.k = k, w.group = k, w.data = wq.data(), w.scales = w_scales.data();
+  const std::vector<float> w_scales(static_cast<size_t>(n), 1.0f);
+  const QuantWeight w = int8Weight(wq, w_scales, n, k);
   std::vector<float> out(static_cast<size_t>(rows * n));
   kernel(w, 0, n, x.data(), rows, out.data(), n);
   for (int64_t r = 0; r < rows; ++r)
@@ -938,10 +945,8 @@ TEST_F(AmxTest, Int16TilesAreExactAtTheirLargestK) {
   for (int64_t c = 0; c < n; ++c)
     for (int64_t i = 0; i < k; ++i)
       wq[c * k + i] = static_cast<int8_t>(c == 0 ? 127 : c == 1 ? -127 : weight(rng));
-  std::vector<float> w_scales(static_cast<size_t>(n), 1.0f);
-  QuantWeight w;
-  w.traits = &quantTraits(QuantFormat::kInt8);
-  w.n = n, w.k = k, w.group = k, w.data = wq.data(), w.scales = w_scales.data();
+  const std::vector<float> w_scales(static_cast<size_t>(n), 1.0f);
+  const QuantWeight w = int8Weight(wq, w_scales, n, k);
   std::vector<float> out(static_cast<size_t>(rows * n));
   int16Tiles(w, 0, n, x.data(), rows, out.data(), n);
   for (int64_t r = 0; r < rows; ++r) {
