@@ -81,22 +81,8 @@ float perTokenAvx512(const float* x, int64_t k, int8_t* q) {
   return scale;
 }
 
-// quantizeActivations' 16-bit codes: per block of 32 int16BlockScale, codes rounded and clamped
-// as roundClamped does.
-void int16CodesAvx512(const float* x, int64_t k, int16_t* codes, float* scales) {
-  const float row_absmax = rowAbsmax(x, k);
-  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
-    __m512i first, second;
-    int16BlockCodes(x + b * kQuantBlock, row_absmax, &scales[b], &first, &second);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kQuantBlock),
-                        _mm512_cvtepi32_epi16(first));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kQuantBlock + 16),
-                        _mm512_cvtepi32_epi16(second));
-  }
-}
-
 // quantizeActivations' codes of a whole row (16 or 8 bits), per block: codes, scale (int8: absmax /
-// 127; int16: int16BlockScale) and the integer sum of the codes.
+// 127; int16: int16BlockScale) and, where `sums` is given, the integer sum of the codes.
 void activationCodesAvx512(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8,
                            float* scales, int32_t* sums) {
   const float row_absmax = bits == 16 ? rowAbsmax(x, k) : 0.0f;
@@ -106,7 +92,7 @@ void activationCodesAvx512(const float* x, int64_t k, int bits, int16_t* q16, in
       int16BlockCodes(x + b * kQuantBlock, row_absmax, &scales[b], &first, &second);
     else
       scales[b] = int8BlockCodes(x + b * kQuantBlock, &first, &second);
-    sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(first, second));
+    if (sums) sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(first, second));
     if (bits == 16) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + b * kQuantBlock),
                           _mm512_cvtepi32_epi16(first));
@@ -198,7 +184,7 @@ float quantizeRowPerTokenAvx512(const float* x, int64_t k, int8_t* q) {
 }
 
 void quantizeInt16RowAvx512(const float* x, int64_t k, int16_t* codes, float* scales) {
-  int16CodesAvx512(x, k, codes, scales);
+  activationCodesAvx512(x, k, 16, codes, nullptr, scales, nullptr);
 }
 
 void quantizeBlocksAvx512(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8,

@@ -232,7 +232,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
   } else if (traits->per_token_activations) {
     // w8a8: one int8 scale per row, exact int32 sums over K, two float multiplies per output.
     if (k > kMaxPerTokenK) return kernelError(ctx, "w8a8 takes K up to " + std::to_string(kMaxPerTokenK));
-    const bool tiled = quantDotHasAmx() && rows >= kAmxInt8MinRows && k % 64 == 0;
+    const bool tiled = quantDotHasAmx() && rows >= kAmxInt8MinRows && k % kAmxChunk == 0;
     // The AMX tiles read rows in sixteens: the padding rows stay zero.
     thread_local CacheLineVector<int8_t> aq_scratch;
     CacheLineVector<int8_t>& aq = aq_scratch;

@@ -596,7 +596,7 @@ std::vector<float> awkwardRows(int64_t k) {
   row[64] = NAN;                                                         // block 2: NaN first
   for (int64_t i = 128; i < 160; ++i) row[i] = 1e-42f * static_cast<float>(i - 140);  // subnormal
   for (int64_t i = 160; i < 192; ++i) row[i] = (i % 2 ? 0.5f : -1.5f) * 1e-3f;        // ties again
-  row[192] = 32767.0f / 256, row[193] = -32767.0f / 257;  // block 6: the most halvings, clamped
+  row[192] = 32767.0f / 256, row[193] = -32767.0f / 257;  // block 6: 8 halvings, a code of 32767
   row += k;
   row[64] = INFINITY;  // row 1, block 2: inf, NaN
   row[65] = NAN;
