@@ -301,6 +301,11 @@ void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActi
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                     int64_t n1, int32_t* out, int64_t out_stride,
                     const Int8PanelPack* pack = nullptr);
+// w8a8 as quantMatMul outputs it: out[r * out_stride + i] = (float(Σ_K a[r] w[n0 + i]) *
+// row_scales[r]) * channel_scales[i], the sums leaving the tiles straight into the floats.
+void quantDotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                         int64_t n1, const float* row_scales, const float* channel_scales,
+                         float* out, int64_t out_stride, const Int8PanelPack* pack = nullptr);
 
 // Decode over a sparse int8 weight (core/sparse.h) with the weight read once in its compact
 // form: out[i] = the product of one row of int16 activation codes (quantizeActivations, 16 bits)

@@ -253,8 +253,11 @@ void int8Tiles(const int8_t* a, int64_t k, int64_t m, const WeightSlab& slab0,
   if (kRowTiles > 1 && kSlabs > 1) _tile_stored(3, sums + 16 * 32 + 16, kStride);
 }
 
+// The w8a8 products of rows 0..rows-1 with channels n0..n1-1, 2 x 2 tiles at a time; `sink(m,
+// n, sums)` takes each block's int32 sums (rows m.., channels n.., [32 rows][32 channels]).
+template <typename Sink>
 void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
-                  int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
+                  const Int8PanelPack* pack, Sink&& sink) {
   std::vector<int8_t> scratch(slabInPack(pack, n0) ? 0 : static_cast<size_t>(2 * k * kTileRows));
   alignas(64) int32_t sums[32 * 32];
   TileScope tiles;
@@ -264,7 +267,6 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
     const WeightSlab slab1 =
         two_slabs ? weightSlab(w, k, n + kTileRows, n1, pack, scratch.data() + k * kTileRows)
                   : slab0;
-    const int64_t channels = std::min(2 * kTileRows, n1 - n);
     for (int64_t m = 0; m < rows; m += 2 * kTileRows) {
       const bool two_tiles = m + kTileRows < rows;
       if (two_tiles && two_slabs)
@@ -275,11 +277,39 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
         int8Tiles<1, 2>(a, k, m, slab0, slab1, sums);
       else
         int8Tiles<1, 1>(a, k, m, slab0, slab1, sums);
-      for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r)
-        std::memcpy(out + (m + r) * out_stride + (n - n0), sums + r * 32,
-                    static_cast<size_t>(channels) * sizeof(int32_t));
+      sink(m, n, static_cast<const int32_t*>(sums));
     }
   }
+}
+
+void int8Sums(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
+              int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
+  int8Products(a, rows, w, k, n0, n1, pack, [&](int64_t m, int64_t n, const int32_t* sums) {
+    const int64_t channels = std::min(2 * kTileRows, n1 - n);
+    for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r)
+      std::memcpy(out + (m + r) * out_stride + (n - n0), sums + r * 32,
+                  static_cast<size_t>(channels) * sizeof(int32_t));
+  });
+}
+
+// The sums straight to floats in 16 lanes: (float(sum) * row scale) * channel scale, the order
+// of the other levels' w8a8 (quantMatMul), so the value is theirs bit for bit.
+void int8Scaled(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
+                const float* row_scales, const float* channel_scales, float* out,
+                int64_t out_stride, const Int8PanelPack* pack) {
+  int8Products(a, rows, w, k, n0, n1, pack, [&](int64_t m, int64_t n, const int32_t* sums) {
+    for (int64_t half = 0; half < 2 && n + half * kTileRows < n1; ++half) {
+      const int64_t c0 = n + half * kTileRows, count = std::min(kTileRows, n1 - c0);
+      const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+      const __m512 channel = _mm512_maskz_loadu_ps(valid, channel_scales + (c0 - n0));
+      for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r) {
+        const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(sums + r * 32 + half * kTileRows));
+        _mm512_mask_storeu_ps(
+            out + (m + r) * out_stride + (c0 - n0), valid,
+            _mm512_mul_ps(_mm512_mul_ps(sum, _mm512_set1_ps(row_scales[m + r])), channel));
+      }
+    }
+  });
 }
 
 // quantizeActivations' 16-bit codes of one row (int16BlockCodes), 16 lanes at a time, each
@@ -327,7 +357,13 @@ void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActi
 
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                     int64_t n1, int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
-  int8Products(a, rows, w, k, n0, n1, out, out_stride, pack);
+  int8Sums(a, rows, w, k, n0, n1, out, out_stride, pack);
+}
+
+void quantDotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
+                         int64_t n1, const float* row_scales, const float* channel_scales,
+                         float* out, int64_t out_stride, const Int8PanelPack* pack) {
+  int8Scaled(a, rows, w, k, n0, n1, row_scales, channel_scales, out, out_stride, pack);
 }
 #else
 bool quantDotHasAmx() { return false; }
@@ -335,6 +371,8 @@ void quantDotTileAmx(const QuantWeight&, int64_t, int64_t, const AmxActivations&
                      const Int8PanelPack*) {}
 void dotInt8TileAmx(const int8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*,
                     int64_t, const Int8PanelPack*) {}
+void quantDotInt8TileAmx(const int8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t,
+                         const float*, const float*, float*, int64_t, const Int8PanelPack*) {}
 void quantizeAmxRow(const float*, int64_t, AmxActivations*) {}
 #endif
 

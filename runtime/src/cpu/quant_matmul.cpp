@@ -257,22 +257,27 @@ Status quantMatMulKernel(KernelContext& ctx) {
       std::shared_ptr<const void> pack;
       if (!mask) pack = int8PanelPack(ctx, w, pool);
       for_each_task([&](int64_t n0, int64_t n1) {
+        float channel_scales[kChannelTile * kTaskTiles];
+        for (int64_t n = n0; n < n1; ++n) channel_scales[n - n0] = w.scale(n, 0);
+        if (tiled) {
+          // The tiles' sums go straight to the floats, in 16 lanes.
+          dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
+            quantDotInt8TileAmx(aq.data(), rows, static_cast<const int8_t*>(part.data), k, p0, p1,
+                                row_scales.data(), channel_scales, h + n0, w.n,
+                                static_cast<const Int8PanelPack*>(pack.get()));
+          });
+          return;
+        }
         const int64_t stride = kChannelTile * kTaskTiles;
         thread_local std::vector<int32_t> sums;  // this task's thread's own
         if (sums.size() < static_cast<size_t>(rows * stride))
           sums.resize(static_cast<size_t>(rows * stride));
         dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
-          const int8_t* wq = static_cast<const int8_t*>(part.data);
-          if (tiled)
-            dotInt8TileAmx(aq.data(), rows, wq, k, p0, p1, sums.data(), stride,
-                           static_cast<const Int8PanelPack*>(pack.get()));
-          else
-            (wide_panels ? dotInt8PanelVnni : dotInt8PanelAvxVnni)(
-                reinterpret_cast<const uint8_t*>(aq.data()), rows, wq, k, p0, p1, sums.data(),
-                stride, static_cast<const Int8PanelPack*>(pack.get()));
+          (wide_panels ? dotInt8PanelVnni : dotInt8PanelAvxVnni)(
+              reinterpret_cast<const uint8_t*>(aq.data()), rows,
+              static_cast<const int8_t*>(part.data), k, p0, p1, sums.data(), stride,
+              static_cast<const Int8PanelPack*>(pack.get()));
         });
-        float channel_scales[kChannelTile * kTaskTiles];
-        for (int64_t n = n0; n < n1; ++n) channel_scales[n - n0] = w.scale(n, 0);
         for (int64_t r = 0; r < rows; ++r) {
           const int32_t* sum = sums.data() + r * stride;
           float* row = h + r * w.n + n0;

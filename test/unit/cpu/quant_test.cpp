@@ -979,6 +979,44 @@ TEST_F(AmxTest, TilesReadTheKeptPack) {
   expectInt8ProductsExact(int8TilesPacked, {{1, 64}, {16, 192}, {17, 64}, {50, 4096}});
 }
 
+// w8a8's sums scaled as they leave the tiles: (float(Σ) * row scale) * channel scale, bit for bit
+// the value quantMatMul's other levels give; channels 1..52 of 53 (a partial last slab), rows
+// below, at and past two tiles, from the weight and from the kept pack; nothing outside written.
+TEST_F(AmxTest, Int8ScaledTilesAreTheScaledSums) {
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int> value(-127, 127);
+  std::uniform_real_distribution<float> scale(1e-4f, 2.0f);
+  for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{1, 64}, {17, 192}, {50, 128}})
+    for (bool kept_pack : {false, true}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows, K " + std::to_string(k) +
+                   (kept_pack ? ", kept pack" : ""));
+      const int64_t n = 53, stride = n + 2;
+      std::vector<int8_t> a(static_cast<size_t>(rows * k)), w(static_cast<size_t>(n * k));
+      for (int8_t& v : a) v = static_cast<int8_t>(value(rng));
+      for (int8_t& v : w) v = static_cast<int8_t>(value(rng));
+      std::vector<float> row_scales(static_cast<size_t>(rows)), channel_scales(n - 1);
+      for (float& v : row_scales) v = scale(rng);
+      for (float& v : channel_scales) v = scale(rng);
+      const std::vector<int8_t> a16 = padded(a.data(), rows, k);
+      const auto pack = kept_pack ? packInt8PanelsVnni(w.data(), n, k, nullptr) : nullptr;
+      std::vector<float> out(static_cast<size_t>((rows + 1) * stride), -1.0f);
+      quantDotInt8TileAmx(a16.data(), rows, w.data(), k, 1, n, row_scales.data(),
+                          channel_scales.data(), out.data() + 1, stride, pack.get());
+      for (int64_t r = 0; r <= rows; ++r)
+        for (int64_t c = 0; c < stride; ++c) {
+          const float got = out[static_cast<size_t>(r * stride + c)];
+          if (r == rows || c == 0 || c > n - 1) {
+            EXPECT_EQ(got, -1.0f) << "row " << r << " column " << c << " was written";
+            continue;
+          }
+          const float sum =
+              static_cast<float>(dotInt8Scalar(a.data() + r * k, w.data() + c * k, k));
+          ASSERT_EQ(got, sum * row_scales[r] * channel_scales[c - 1])
+              << "row " << r << " channel " << c;
+        }
+    }
+}
+
 // A 4-bit panel kernel (quantDotInt4PanelAvx512's signature).
 using Int4PanelKernel =
     std::function<void(const QuantWeight&, int64_t, int64_t, const QuantizedActivations*, int64_t,
