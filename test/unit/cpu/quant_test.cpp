@@ -914,6 +914,24 @@ TEST(QuantizeActivationsTest, Int16BlockHalvingsUseTheRange) {
           ASSERT_GE(block_absmax / scale, 16383.0f) << row_exponent << " " << below;
         }
       }
+  // At each boundary, a block exactly the row's absmax / 2^j and the floats either side of it,
+  // against the definition read as a loop that doubles until it passes the row's absmax.
+  auto doublings = [](float block_absmax, float row_absmax) {
+    int e = 0;
+    for (double m = double{block_absmax} * 2; e < kInt16MaxHalvings && m <= row_absmax; m *= 2) ++e;
+    return e;
+  };
+  for (int row_exponent : {-140, -126, -1, 0, 100, 127})
+    for (int j = 0; j <= kInt16MaxHalvings + 2; ++j) {
+      const float row_absmax = std::ldexp(1.5f, row_exponent);
+      const float at = std::ldexp(1.5f, row_exponent - j);
+      for (float block_absmax : {at, std::nextafter(at, 0.0f), std::nextafter(at, INFINITY)}) {
+        if (block_absmax > row_absmax) continue;
+        EXPECT_EQ(int16BlockHalvings(block_absmax, row_absmax), doublings(block_absmax, row_absmax))
+            << block_absmax << " in a row of " << row_absmax;
+      }
+    }
+  EXPECT_EQ(int16BlockHalvings(FLT_MAX, FLT_MAX), 0);
   EXPECT_EQ(int16BlockHalvings(0.0f, 0.0f), kInt16MaxHalvings);
   EXPECT_EQ(int16BlockHalvings(1.0f, INFINITY), 0);
   EXPECT_EQ(int16BlockHalvings(INFINITY, INFINITY), 0);
