@@ -1,15 +1,18 @@
 // The CUDA kernels against the CPU reference kernels on random data, odd and ragged sizes
 // included (kernels.h). Every test skips when no GPU is usable.
-#include <gtest/gtest.h>
-
-#include "cuda/flash_attention.h"
 #include "cuda/kernels.h"
-#include "core/half.h"
-#include "cuda_test_util.h"
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <tuple>
+
+#include "core/half.h"
+#include "cuda/cublas_status.h"
+#include "cuda/cublaslt_api.h"
+#include "cuda/flash_attention.h"
+#include "cuda_test_util.h"
 
 namespace llmc::testing {
 namespace {
@@ -109,17 +112,51 @@ TEST(DeviceTest, ProbeSaysWhyWhenThereIsNoGpu) {
   }
 }
 
+// cuBLASLt is loaded on first use (cuda/cublaslt_api.h), which needs no GPU: where the CUDA
+// backend is built, the library it was built against loads with every entry point, and a failed
+// call's status reads as cuBLASLt names it.
+TEST(CublasLtLoaderTest, LoadsEveryEntryPoint) {
+  const cuda::CublasLt* lt = nullptr;
+  const Status status = cuda::loadCublasLt(&lt);
+  ASSERT_TRUE(status.ok()) << status.message();
+  for (const void* entry :
+       {reinterpret_cast<const void*>(lt->create), reinterpret_cast<const void*>(lt->destroy),
+        reinterpret_cast<const void*>(lt->statusName),
+        reinterpret_cast<const void*>(lt->statusString),
+        reinterpret_cast<const void*>(lt->matmulDescCreate),
+        reinterpret_cast<const void*>(lt->matmulDescDestroy),
+        reinterpret_cast<const void*>(lt->matmulDescSetAttribute),
+        reinterpret_cast<const void*>(lt->matrixLayoutCreate),
+        reinterpret_cast<const void*>(lt->matrixLayoutDestroy),
+        reinterpret_cast<const void*>(lt->preferenceCreate),
+        reinterpret_cast<const void*>(lt->preferenceDestroy),
+        reinterpret_cast<const void*>(lt->preferenceSetAttribute),
+        reinterpret_cast<const void*>(lt->algoGetHeuristic),
+        reinterpret_cast<const void*>(lt->matmul)})
+    EXPECT_NE(entry, nullptr);
+  EXPECT_EQ(std::string(lt->statusName(CUBLAS_STATUS_SUCCESS)), "CUBLAS_STATUS_SUCCESS");
+  const Status invalid = cuda::cublasStatus(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul");
+  EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(invalid.message().find("cublasLtMatmul: CUBLAS_STATUS_INVALID_VALUE ("),
+            std::string::npos)
+      << invalid.message();
+  const cuda::CublasLt* again = nullptr;
+  ASSERT_TRUE(cuda::loadCublasLt(&again).ok());
+  EXPECT_EQ(again, lt);
+}
 
 class MatMulTest : public CudaTest {
  protected:
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped()) return;
-    ASSERT_EQ(cublasLtCreate(&handle_), CUBLAS_STATUS_SUCCESS);
+    const cuda::CublasLt* lt = nullptr;
+    ASSERT_TRUE(cuda::loadCublasLt(&lt).ok());
+    ASSERT_EQ(lt->create(&handle_), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cudaMalloc(&workspace_, cuda::matMulWorkspaceBytes()), cudaSuccess);
   }
   void TearDown() override {
-    if (handle_) cublasLtDestroy(handle_);
+    if (handle_) cuda::cublasLt().destroy(handle_);
     if (workspace_) cudaFree(workspace_);
   }
   cublasLtHandle_t handle_ = nullptr;

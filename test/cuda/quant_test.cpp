@@ -4,9 +4,11 @@
 // truth), w8a8 against the CPU kernel (both sum the same int8 products in int32). Decode row
 // counts take the matrix-vector kernel, larger ones the dequantize + cuBLASLt path. Skipped
 // without a GPU, except the argument checks.
+#include "core/quant.h"
+
 #include <gtest/gtest.h>
 
-#include "core/quant.h"
+#include "cuda/cublaslt_api.h"
 #include "cuda/kernels.h"
 #include "cuda_test_util.h"
 
@@ -61,12 +63,16 @@ struct LtRunner {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   LtRunner() {
-    EXPECT_EQ(cublasLtCreate(&handle), CUBLAS_STATUS_SUCCESS);
+    const cuda::CublasLt* lt = nullptr;
+    EXPECT_TRUE(cuda::loadCublasLt(&lt).ok());
+    if (lt) {
+      EXPECT_EQ(lt->create(&handle), CUBLAS_STATUS_SUCCESS);
+    }
     EXPECT_EQ(cudaMalloc(&workspace, cuda::matMulWorkspaceBytes()), cudaSuccess);
   }
   ~LtRunner() {
     cudaFree(workspace);
-    cublasLtDestroy(handle);
+    if (handle) cuda::cublasLt().destroy(handle);
   }
   // Runs the product on the device and returns y.
   Tensor product(cuda::QuantMatMulParams p, const Tensor& x, const Quantized& q, const Tensor* input_scales,

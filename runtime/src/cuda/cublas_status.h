@@ -5,14 +5,19 @@
 
 #include <string>
 
+#include "cuda/cublaslt_api.h"
 #include "llmc/status.h"
 
 namespace llmc::cuda {
 
 inline Status cublasStatus(cublasStatus_t status, const std::string& what) {
   if (status == CUBLAS_STATUS_SUCCESS) return okStatus();
-  std::string message = what + ": " + cublasLtGetStatusName(status) + " (" +
-                        cublasLtGetStatusString(status) + ")";
+  // A status comes from a call into the loaded library, so its names are there to read.
+  const CublasLt& api = cublasLt();
+  const std::string message =
+      what + ": " +
+      (api.statusName ? std::string(api.statusName(status)) + " (" + api.statusString(status) + ")"
+                      : "cuBLAS status " + std::to_string(static_cast<int>(status)));
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_ARCH_MISMATCH)
     return unimplemented(message);
   if (status == CUBLAS_STATUS_ALLOC_FAILED) return resourceExhausted(message);

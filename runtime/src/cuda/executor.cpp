@@ -299,7 +299,7 @@ struct Executor::Impl {
     if (key_pool) cudaFree(key_pool);
     if (value_pool) cudaFree(value_pool);
     if (workspace) cudaFree(workspace);
-    if (lt) cublasLtDestroy(lt);
+    if (lt) cublasLt().destroy(lt);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -1271,7 +1271,9 @@ Status Executor::create(std::shared_ptr<const Engine> engine, const ExecutorOpti
   LLMC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.device), "cudaSetDevice");
   LLMC_RETURN_IF_ERROR(sharedWeights(plan, options.weight_dtype, &impl.weights));
   LLMC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&impl.lt), "cublasLtCreate");
+  const CublasLt* lt_api = nullptr;
+  LLMC_RETURN_IF_ERROR(loadCublasLt(&lt_api));
+  LLMC_CUBLAS_RETURN_IF_ERROR(lt_api->create(&impl.lt), "cublasLtCreate");
   LLMC_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl.workspace, matMulWorkspaceBytes()), "cudaMalloc(cuBLASLt workspace)");
   LLMC_RETURN_IF_ERROR(impl.layout());
   *out = std::move(executor);

@@ -22,9 +22,9 @@ bool knownActivation(const char* name) {
 
 // RAII owners of cuBLASLt descriptors, so every early return releases them.
 struct DescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { cublasLtMatrixLayoutDestroy(d); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* d) const { cublasLtMatmulPreferenceDestroy(d); }
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLt().matmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { cublasLt().matrixLayoutDestroy(d); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* d) const { cublasLt().preferenceDestroy(d); }
 };
 
 }  // namespace
@@ -88,39 +88,46 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
                                                                      : CUDA_R_32F;
   cublasLtMatmulDesc_t raw_desc = nullptr;
   LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescCreate(&raw_desc, p.allow_tf32 && !half ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                               CUDA_R_32F),
+      cublasLt().matmulDescCreate(
+          &raw_desc, p.allow_tf32 && !half ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+          CUDA_R_32F),
       "cublasLtMatmulDescCreate");
   std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(raw_desc);
   // Column-major: A' = b viewed as [n, k] (transposed when b is [k, n] row-major), B' = a as [k, m].
   const cublasOperation_t op_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = CUBLAS_OP_N;
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLt().matmulDescSetAttribute(
+                                  desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
+                              "TRANSA");
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLt().matmulDescSetAttribute(
+                                  desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
+                              "TRANSB");
   LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "TRANSA");
-  LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "TRANSB");
-  LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+      cublasLt().matmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                        sizeof(epilogue)),
       "EPILOGUE");
   if (p.e4m3)  // our a is cuBLAS's B (the column-major view swaps the operands)
     LLMC_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.a_scale, sizeof(p.a_scale)),
+        cublasLt().matmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                          &p.a_scale, sizeof(p.a_scale)),
         "B_SCALE_POINTER");
   if (p.bias)
     LLMC_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)),
+        cublasLt().matmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                          sizeof(p.bias)),
         "BIAS_POINTER");
   cublasLtMatrixLayout_t raw_a = nullptr, raw_b = nullptr, raw_c = nullptr;
   // b row-major [k, n] is column-major [n, k] with ld n; row-major [n, k] is column-major [k, n], ld k.
   LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&raw_a, in_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n),
+      cublasLt().matrixLayoutCreate(&raw_a, in_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k,
+                                    p.trans_b ? p.k : p.n),
       "cublasLtMatrixLayoutCreate(b)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_a(raw_a);
-  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_b, in_type, p.k, p.m, p.k),
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLt().matrixLayoutCreate(&raw_b, in_type, p.k, p.m, p.k),
                               "cublasLtMatrixLayoutCreate(a)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_b(raw_b);
   const int64_t ldy = p.ldy != 0 ? p.ldy : p.n;
-  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw_c, CUDA_R_32F, p.n, p.m, ldy),
+  LLMC_CUBLAS_RETURN_IF_ERROR(cublasLt().matrixLayoutCreate(&raw_c, CUDA_R_32F, p.n, p.m, ldy),
                               "cublasLtMatrixLayoutCreate(y)");
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> layout_c(raw_c);
   // The operands' actual alignment, told to the heuristic (it assumes 256 bytes otherwise; arena
@@ -142,11 +149,12 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
     heuristic.algo = *cached;
   } else {
     cublasLtMatmulPreference_t raw_pref = nullptr;
-    LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate");
+    LLMC_CUBLAS_RETURN_IF_ERROR(cublasLt().preferenceCreate(&raw_pref),
+                                "cublasLtMatmulPreferenceCreate");
     std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(raw_pref);
     LLMC_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &p.workspace_bytes, sizeof(p.workspace_bytes)),
+        cublasLt().preferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                          &p.workspace_bytes, sizeof(p.workspace_bytes)),
         "MAX_WORKSPACE_BYTES");
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
@@ -154,12 +162,14 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}};
     for (const auto& [attribute, bytes] : alignments)
-      LLMC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &bytes, sizeof(bytes)),
-                                  "MIN_ALIGNMENT");
+      LLMC_CUBLAS_RETURN_IF_ERROR(
+          cublasLt().preferenceSetAttribute(pref.get(), attribute, &bytes, sizeof(bytes)),
+          "MIN_ALIGNMENT");
     int found = 0;
     LLMC_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulAlgoGetHeuristic(p.handle, desc.get(), layout_a.get(), layout_b.get(), layout_c.get(),
-                                       layout_c.get(), pref.get(), 1, &heuristic, &found),
+        cublasLt().algoGetHeuristic(p.handle, desc.get(), layout_a.get(), layout_b.get(),
+                                    layout_c.get(), layout_c.get(), pref.get(), 1, &heuristic,
+                                    &found),
         "cublasLtMatmulAlgoGetHeuristic");
     if (found == 0)
       return unimplemented("LlmFusedMatMul (CUDA): cuBLASLt has no algorithm for [" + std::to_string(p.m) +
@@ -169,9 +179,9 @@ Status launchMatMul(const MatMulParams& p, cudaStream_t stream) {
   }
   const float beta = 0.0f;
   LLMC_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmul(p.handle, desc.get(), &p.alpha, p.b, layout_a.get(), p.a, layout_b.get(), &beta, p.y,
-                     layout_c.get(), p.y, layout_c.get(), &heuristic.algo, p.workspace, p.workspace_bytes,
-                     stream),
+      cublasLt().matmul(p.handle, desc.get(), &p.alpha, p.b, layout_a.get(), p.a, layout_b.get(),
+                        &beta, p.y, layout_c.get(), p.y, layout_c.get(), &heuristic.algo,
+                        p.workspace, p.workspace_bytes, stream),
       "cublasLtMatmul");
   if (lt_epilogue) return okStatus();
   ActivationParams activation;
