@@ -156,12 +156,14 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
         mean_sq[j] =
             static_cast<float>((mean_sq[j] * seen + static_cast<double>(a) * a) / (seen + 1));
       }
-      if (gram)  // a rank-1 update per row, each gram row contiguous
+      // A rank-1 update per row, each gram row contiguous, of the upper triangle only (j >= i):
+      // XᵀX is symmetric, and the lower triangle is copied from it once the rows are in.
+      if (gram)
         for (int64_t i = 0; i < k; ++i) {
           const float xi = row[i];
           if (xi == 0) continue;
           float* g = gram + i * k;
-          for (int64_t j = 0; j < k; ++j) g[j] += xi * row[j];
+          for (int64_t j = i; j < k; ++j) g[j] += xi * row[j];
         }
       // Reservoir sampling: every row seen so far is kept with the same probability.
       const int64_t slot_index = s.rows_seen < kCalibrationRows ? s.rows_seen : slot(s.rows_seen);
@@ -226,9 +228,14 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
     }
     LLMC_RETURN_IF_ERROR(session->run(inputs, &outputs).withContext("calibration sample " + std::to_string(i + 1)));
   }
-  // Trim each sample to the rows it holds.
+  // Trim each sample to the rows it holds; fill each XᵀX's lower triangle from its upper.
   for (auto& [node, s] : *stats) {
     const int64_t rows = std::min(s.rows_seen, kCalibrationRows), k = s.absmax.dim(0);
+    if (s.gram.dtype() == DType::kFloat32) {
+      float* gram = s.gram.data<float>();
+      for (int64_t i = 1; i < k; ++i)
+        for (int64_t j = 0; j < i; ++j) gram[i * k + j] = gram[j * k + i];
+    }
     Tensor trimmed = Tensor::allocate(DType::kFloat32, {rows, k});
     std::memcpy(trimmed.data(), s.samples.data(), static_cast<size_t>(rows * k) * sizeof(float));
     s.samples = std::move(trimmed);
