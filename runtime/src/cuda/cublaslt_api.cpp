@@ -20,22 +20,19 @@ Status load() {
   // loader's search first (LD_LIBRARY_PATH, the system's cache), then the toolkit this build
   // used, where the linked library was found before (the build tree's run path).
   void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  std::string reason_first;
+  std::string reason;  // the search's, which names what it tried
   if (!library) {
-    const char* reason = dlerror();
-    reason_first = reason ? reason : "";
+    if (const char* error = dlerror()) reason = error;
 #ifdef LLMC_CUDA_LIBRARY_DIR
     library =
         dlopen((std::string(LLMC_CUDA_LIBRARY_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
 #endif
   }
-  if (!library) {
-    const char* reason = reason_first.empty() ? nullptr : reason_first.c_str();
+  if (!library)
     return unavailable("the CUDA backend needs cuBLASLt (" + name +
-                       "), which could not be loaded: " + (reason ? reason : "no reason given") +
-                       "; install the CUDA " + std::to_string(CUBLAS_VER_MAJOR) +
-                       " libraries or run on the CPU (--backend cpu)");
-  }
+                       "), which could not be loaded: " +
+                       (reason.empty() ? "no reason given" : reason) + "; install the CUDA " +
+                       std::to_string(CUBLAS_VER_MAJOR) + " libraries or use the CPU backend");
   Status missing = okStatus();
   auto resolve = [&](auto& entry, const char* symbol) {
     entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(library, symbol));
