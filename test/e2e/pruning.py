@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(MODELS, "demo"))
 from kjv import is_held_out, read_chapters  # noqa: E402
 
 sys.path.insert(0, HERE)
-from quantization import write_bert_files  # noqa: E402
+from quantization import write_bert_files, write_calibration  # noqa: E402
 from refit_test import write_safetensors  # noqa: E402
 
 TOKENIZER = os.path.join(MODELS, "demo", "tokenizer.json")
@@ -282,12 +282,7 @@ def main():
         text_path = os.path.join(tmp, "held_out.txt")
         with open(text_path, "w") as f:
             f.write("\n".join(c for i, c in enumerate(chapters) if is_held_out(i)))
-        # 32 chapters training saw, one per line; under sanitizers the first 4 (the calibrated
-        # compiles there took about 50 s each over 32, nearly all of it the calibration runs).
-        calibration = os.path.join(tmp, "calibration.txt")
-        seen = [c.replace("\n", " ") for i, c in enumerate(chapters[:40]) if not is_held_out(i)]
-        with open(calibration, "w") as f:
-            f.write("\n".join(seen[:4] if args.sanitized else seen))
+        calibration = write_calibration(tmp, chapters, args.sanitized)
 
         def compile_engine(name, flags, model=MODEL):
             engine = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name) + ".engine")

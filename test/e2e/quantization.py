@@ -67,6 +67,17 @@ def write_initializers(model_path, path):
     write_safetensors(path, {name: a for name, a in arrays.items() if a.dtype == np.float32})
 
 
+def write_calibration(directory, chapters, sanitized):
+    """Calibration prompts into DIRECTORY/calibration.txt: the 32 chapters among the first 40
+    that training saw, one per line; under sanitizers the first 4 (a calibrated compile of the
+    demo took about 50 s there over 32, nearly all of it the calibration runs). Returns the path."""
+    path = os.path.join(directory, "calibration.txt")
+    seen = [c.replace("\n", " ") for i, c in enumerate(chapters[:40]) if not is_held_out(i)]
+    with open(path, "w") as f:
+        f.write("\n".join(seen[:4] if sanitized else seen)[:200000])
+    return path
+
+
 def write_bert_files(directory):
     """For test/models/bert_tiny (vocabulary 512): a word-level tokenizer of a few English words
     (CLS/SEP around each sentence), four sentences to evaluate (and an empty line, skipped) and
@@ -122,13 +133,7 @@ def main():
         text_path = os.path.join(tmp, "held_out.txt")
         with open(text_path, "w") as f:
             f.write("\n".join(c for i, c in enumerate(chapters) if is_held_out(i)))
-        # Calibration prompts: 32 chapters training saw, one per line; under sanitizers the first
-        # 4 (a calibrated compile of the demo took about 50 s there over 32, nearly all of it the
-        # calibration runs).
-        calibration = os.path.join(tmp, "calibration.txt")
-        seen = [c.replace("\n", " ") for i, c in enumerate(chapters[:40]) if not is_held_out(i)]
-        with open(calibration, "w") as f:
-            f.write("\n".join(seen[:4] if args.sanitized else seen)[:200000])
+        calibration = write_calibration(tmp, chapters, args.sanitized)
         engines, rows = {}, []
         for name, flags, max_ratio, bound in modes:
             engine = os.path.join(tmp, name.replace(" ", "_") + ".engine")
