@@ -111,7 +111,7 @@ Value float32ConstantOp(OpBuilder& builder, Location loc, const Tensor& tensor, 
 
 SmallVector<Value> kernelConstants(OpBuilder& builder, Location loc, StringRef kernel,
                                    ArrayRef<NamedAttribute> params, ValueRange inputs,
-                                   unsigned num_outputs) {
+                                   unsigned num_outputs, std::string* error) {
   const KernelDef* def = KernelRegistry::cpuReference().find(kernel.str());
   KernelParams kernel_params;
   DictionaryAttr param_dict = builder.getDictionaryAttr(params);
@@ -126,7 +126,10 @@ SmallVector<Value> kernelConstants(OpBuilder& builder, Location loc, StringRef k
     pointers.push_back(&storage.back());
   }
   KernelRun run = evaluateKernel(*def, kernel_params, pointers, num_outputs, kernel.str(), false);
-  if (!run.status.ok() || run.outputs.size() != num_outputs) return {};
+  if (!run.status.ok() || run.outputs.size() != num_outputs) {
+    if (error) *error = run.status.message();
+    return {};
+  }
   OpBuilder::InsertionGuard guard(builder);
   hoistToBlockStart(builder);
   SmallVector<Value> results;

@@ -64,11 +64,13 @@ mlir::Value float32ConstantOp(mlir::OpBuilder& builder, mlir::Location loc, cons
 mlir::Value kernelConstant(mlir::OpBuilder& builder, mlir::Location loc, llvm::StringRef kernel,
                            llvm::ArrayRef<mlir::NamedAttribute> params, mlir::ValueRange inputs);
 // The same for a kernel with `num_outputs` results (e.g. LlmQuantizeWeight's data, scales and
-// zero points), each with its recipe; empty when the kernel fails.
+// zero points), each with its recipe; empty when the kernel fails (its message in *error when
+// given).
 llvm::SmallVector<mlir::Value> kernelConstants(mlir::OpBuilder& builder, mlir::Location loc,
                                                llvm::StringRef kernel,
                                                llvm::ArrayRef<mlir::NamedAttribute> params,
-                                               mlir::ValueRange inputs, unsigned num_outputs);
+                                               mlir::ValueRange inputs, unsigned num_outputs,
+                                               std::string* error = nullptr);
 // Slice(x, [start], [end], [axis], [step]) of x with one-element constant operands: the raw
 // start and end, the axis in [0, rank) and the step (1 when absent), or nullopt.
 struct ConstantSlice {

@@ -10,6 +10,8 @@
 
 #include "core/quant.h"
 #include "core/sparse.h"
+#include "core/thread_pool.h"
+#include "cpu/gemm.h"
 #include "pipeline/Calibration.h"
 #include "transforms/FusionUtil.h"
 #include "transforms/KernelEvaluator.h"
@@ -58,43 +60,50 @@ Tensor smoothingScales(const Tensor& w, bool trans_b, const ActivationStats& sta
   return s;
 }
 
+// sums [rows, n] = a [rows, k] x b [k, n], column ranges split over `pool`: packedGemm where this
+// CPU has it, else each sum in float in ascending k.
+void floatProduct(const float* a, int64_t rows, int64_t k, const float* b, int64_t n, float* sums,
+                  ThreadPool* pool) {
+  constexpr int64_t kColumns = 128;
+  parallelFor(pool, (n + kColumns - 1) / kColumns, [&](int64_t task) {
+    const int64_t n0 = task * kColumns, width = std::min(kColumns, n - n0);
+    if (packedGemmAvailable()) return packedGemm(a, rows, k, b + n0, n, width, sums + n0, n);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = n0; c < n0 + width; ++c) {
+        float sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += a[r * k + j] * b[j * n + c];
+        sums[r * n + c] = sum;
+      }
+  });
+}
+
 std::optional<AwqChoice> searchAwq(const Tensor& w, bool trans_b, const ActivationStats& stats,
                                    const QuantTraits& traits, int64_t group) {
   const int64_t k = trans_b ? w.dim(1) : w.dim(0), n = trans_b ? w.dim(0) : w.dim(1);
   const Tensor& x = stats.samples;
   const int64_t rows = x.dim(0);
   if (rows == 0 || x.dim(1) != k) return std::nullopt;
-  // W as [N, K] and the float reference y = x W.
+  ThreadPool* pool = sharedThreadPool();
+  // W as [N, K].
   std::vector<float> wt(static_cast<size_t>(n * k));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < k; ++j) wt[r * k + j] = trans_b ? w.data<float>()[r * k + j] : w.data<float>()[j * n + r];
-  auto product = [&](const std::vector<float>& a, const std::vector<float>& b, std::vector<double>* out) {
-    out->assign(static_cast<size_t>(rows * n), 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < n; ++c) {
-        double sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += static_cast<double>(a[r * k + j]) * b[c * k + j];
-        (*out)[r * n + c] = sum;
-      }
-  };
-  std::vector<float> xs(x.data<float>(), x.data<float>() + rows * k);
+  const float* xs = x.data<float>();
   std::vector<float> energy(static_cast<size_t>(k), 0.0f), importance(static_cast<size_t>(k));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < k; ++j) energy[j] += xs[r * k + j] * xs[r * k + j] / static_cast<float>(rows);
-  std::vector<double> reference, y;
-  product(xs, wt, &reference);
+    for (int64_t j = 0; j < k; ++j)
+      energy[j] += xs[r * k + j] * xs[r * k + j] / static_cast<float>(rows);
   std::optional<AwqChoice> best;
   double best_error = INFINITY, rtn_error = 0;
   std::vector<float> s(static_cast<size_t>(k)), scaled(static_cast<size_t>(n * k)), xd(static_cast<size_t>(rows * k));
+  std::vector<float> deviation(static_cast<size_t>(k * n)), y(static_cast<size_t>(rows * n));
   for (int step = 0; step <= 10; ++step) {
     const double alpha = step / 10.0;
-    double log_sum = 0, lo = INFINITY, hi = 0;
+    double log_sum = 0;
     for (int64_t j = 0; j < k; ++j) {
       s[j] = static_cast<float>(std::pow(std::max(stats.absmax.data<float>()[j], 1e-5f), alpha));
-      lo = std::min<double>(lo, s[j]), hi = std::max<double>(hi, s[j]);
       log_sum += std::log(s[j]);
     }
-    (void)lo, (void)hi;
     const float norm = static_cast<float>(std::exp(log_sum / static_cast<double>(k)));
     for (int64_t j = 0; j < k; ++j) s[j] /= norm;
     for (int64_t r = 0; r < n; ++r)
@@ -102,18 +111,28 @@ std::optional<AwqChoice> searchAwq(const Tensor& w, bool trans_b, const Activati
     for (int64_t j = 0; j < k; ++j) importance[j] = energy[j] / (s[j] * s[j]) + 1e-12f;
     Tensor data, qscales, zeros;
     Tensor view = Tensor::view(DType::kFloat32, {n, k}, scaled.data());
-    if (!quantizeWeight(view, /*transposed=*/true, traits, group, &data, &qscales, &zeros, importance.data()).ok())
+    if (!quantizeWeight(view, /*transposed=*/true, traits, group, &data, &qscales, &zeros,
+                        importance.data(), pool)
+             .ok())
       return std::nullopt;
     QuantWeight q;
     if (!makeQuantWeight(traits, k, group, data, qscales, traits.zero_points ? &zeros : nullptr, &q).ok())
       return std::nullopt;
-    std::vector<float> dequantized(static_cast<size_t>(n * k));
-    for (int64_t r = 0; r < n; ++r) dequantizeRow(q, r, dequantized.data() + r * k);
+    // The error of the quantized product, (x / s) Q - x W = (x / s)(Q - W s) with Q the
+    // dequantized weight: one product by the quantization's deviation, [K, N].
+    constexpr int64_t kRowsPerTask = 64;
+    parallelFor(pool, (n + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
+      std::vector<float> dequantized(static_cast<size_t>(k));
+      for (int64_t r = task * kRowsPerTask; r < std::min(n, (task + 1) * kRowsPerTask); ++r) {
+        dequantizeRow(q, r, dequantized.data());
+        for (int64_t j = 0; j < k; ++j) deviation[j * n + r] = dequantized[j] - scaled[r * k + j];
+      }
+    });
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < k; ++j) xd[r * k + j] = xs[r * k + j] / s[j];
-    product(xd, dequantized, &y);
+    floatProduct(xd.data(), rows, k, deviation.data(), n, y.data(), pool);
     double error = 0;
-    for (size_t i = 0; i < y.size(); ++i) error += (y[i] - reference[i]) * (y[i] - reference[i]);
+    for (float e : y) error += static_cast<double>(e) * e;
     if (step == 0) rtn_error = error;
     if (error < best_error) {
       best_error = error;
@@ -196,17 +215,18 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
   }
 
   // The weight quantized by the runtime's LlmQuantizeWeight (with its recipe): data, scales and
-  // zero points (nn.none for formats without); empty when the quantizer refuses it.
-  SmallVector<Value> quantizedWeight(OpBuilder& b, Location loc, const QuantTraits& traits, int64_t group_size,
-                                     int64_t trans_b, Value weight, Value importance = Value()) {
+  // zero points (nn.none for formats without); empty when the quantizer refuses it (why in *error).
+  SmallVector<Value> quantizedWeight(OpBuilder& b, Location loc, const QuantTraits& traits,
+                                     int64_t group_size, int64_t trans_b, Value weight,
+                                     Value importance, std::string* error) {
     SmallVector<Value> inputs{weight};
     if (importance) inputs.push_back(importance);
-    SmallVector<Value> parts = kernelConstants(
-        b, loc, "LlmQuantizeWeight",
-        {b.getNamedAttr("format", b.getStringAttr(traits.name)),
-         b.getNamedAttr("group", b.getI64IntegerAttr(group_size)),
-         b.getNamedAttr("trans_b", b.getI64IntegerAttr(trans_b))},
-        inputs, traits.zero_points ? 3 : 2);
+    SmallVector<Value> parts =
+        kernelConstants(b, loc, "LlmQuantizeWeight",
+                        {b.getNamedAttr("format", b.getStringAttr(traits.name)),
+                         b.getNamedAttr("group", b.getI64IntegerAttr(group_size)),
+                         b.getNamedAttr("trans_b", b.getI64IntegerAttr(trans_b))},
+                        inputs, traits.zero_points ? 3 : 2, error);
     if (!parts.empty() && !traits.zero_points) parts.push_back(noneValue(b, loc));
     return parts;
   }
@@ -226,8 +246,11 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
     if (group_size == 0) return;
     OpBuilder b(op);
     Location loc = op->getLoc();
-    SmallVector<Value> parts = quantizedWeight(b, loc, traits, group_size, /*trans_b=*/1, table);
-    if (parts.empty()) return skip("the quantizer refused the table; stays float32");
+    std::string refused;
+    SmallVector<Value> parts =
+        quantizedWeight(b, loc, traits, group_size, /*trans_b=*/1, table, Value(), &refused);
+    if (parts.empty())
+      return skip("the quantizer refused the table (" + refused + "); stays float32");
     Value y = createOp(b, loc, "llm.quant_gather", {op->getOperand(1), parts[0], parts[1], parts[2]},
                        op->getResult(0).getType(),
                        {b.getNamedAttr("format", b.getStringAttr(traits.name)),
@@ -336,8 +359,11 @@ class QuantizeWeightsPass : public impl::QuantizeWeightsBase<QuantizeWeightsPass
       input_scales = float32ConstantOp(b, loc, inverse, "");
     }
     Value importance_value = importance ? float32ConstantOp(b, loc, *importance, "") : Value();
-    SmallVector<Value> parts = quantizedWeight(b, loc, traits, group_size, trans_b, weight, importance_value);
-    if (parts.empty()) return skip("the quantizer refused the weight; stays float32");
+    std::string refused;
+    SmallVector<Value> parts =
+        quantizedWeight(b, loc, traits, group_size, trans_b, weight, importance_value, &refused);
+    if (parts.empty())
+      return skip("the quantizer refused the weight (" + refused + "); stays float32");
     Value zeros = parts[2];
     Value mask = sparseStorage(b, loc, op, traits, k, &parts[0], &detail);
     Value bias = gated || plain ? noneValue(b, loc) : op->getOperand(2);

@@ -309,6 +309,28 @@ def main():
         proc = run([args.llmc, "run", os.path.join(tmp, "odd.engine"), "--input", f"x={x}", "--output-dir", tmp])
         check(proc.returncode == 0, f"odd K: run {proc.stderr.strip()}")
 
+        # A weight holding an inf has no codes: its product stays float32, the warning names the
+        # node and the element; the other product is quantized.
+        w1 = rng.standard_normal((64, 64)).astype(np.float32)
+        w1[3, 7] = np.inf
+        graph = onnx.helper.make_graph(
+            [onnx.helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             onnx.helper.make_node("MatMul", ["h", "w2"], ["y"], name="fc2")],
+            "inf_weight",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 64])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 8])],
+            [numpy_helper.from_array(w1, "w1"),
+             numpy_helper.from_array(rng.standard_normal((64, 8)).astype(np.float32), "w2")])
+        infinite = os.path.join(tmp, "inf.onnx")
+        onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), infinite)
+        proc = run([args.llmc, "compile", infinite, "-o", os.path.join(tmp, "inf.engine"), "--quantize", "int8"])
+        warnings = [line for line in proc.stderr.splitlines() if "warning:" in line]
+        check(proc.returncode == 0 and len(warnings) == 1 and "fc1" in warnings[0] and "finite" in warnings[0]
+              and "inf" in warnings[0] and "stays float32" in warnings[0],
+              f"inf weight: one warning naming fc1 and the inf: {warnings} {proc.stderr.strip()[-300:]}")
+        inspect = run([args.llmc, "inspect", os.path.join(tmp, "inf.engine")]).stdout
+        check("LlmQuantMatMul" in inspect and "LlmFusedMatMul" in inspect, "inf weight: fc2 quantized, fc1 float32")
+
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
     return 1 if failures else 0
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/half.h"
+#include "core/thread_pool.h"
 
 namespace llmc {
 
@@ -179,6 +180,7 @@ class EvalContext : public KernelContext {
   const std::string& nodeName() const override { return node_; }
   bool shapeOnly() const override { return shape_only_; }
   LlmStepContext* llmStep() const override { return llm_step_; }
+  ThreadPool* threadPool() const override { return shape_only_ ? nullptr : sharedThreadPool(); }
   std::vector<Tensor> takeOutputs() { return std::move(outputs_); }
 
  private:

@@ -141,7 +141,8 @@ Status broadcastStrides(const KernelContext& ctx, const std::string& what, const
 // One kernel run outside a session: by the compiler (shape inference, constant folding) and
 // by `llmc refit` (weight recipes). Inputs may be null (absent); with shape_only the outputs
 // have dtypes and shapes but no data. `llm_step` is the language-model step the kernel belongs
-// to (the CUDA backend's shape queries and CPU fallbacks), or null.
+// to (the CUDA backend's shape queries and CPU fallbacks), or null. A full run splits its work
+// over sharedThreadPool() (core/thread_pool.h).
 struct KernelRun {
   Status status;
   std::vector<Tensor> outputs;

@@ -20,6 +20,8 @@
 
 namespace llmc {
 
+class ThreadPool;
+
 // Append-only: the engine records formats by name, tests and tables by this value.
 enum class QuantFormat : uint8_t {
   kInt8 = 0,    // symmetric int8, one float32 scale per output channel (group = K)
@@ -79,12 +81,15 @@ Status makeQuantWeight(const QuantTraits& traits, int64_t k, int64_t group, cons
 Status checkQuantGroup(const QuantTraits& traits, int64_t k, int64_t group);
 
 // Round-to-nearest quantization of a float32 weight (symmetric formats pick, per group, the
-// scale between 0.8x and 1x of the absmax one with the least squared error): `w` is [K, N] (a product's right operand)
-// or, with `transposed`, [N, K]. Outputs are allocated.
-// `importance` (optional, [K]): weights of the symmetric formats' clip search per input channel,
-// e.g. the mean square of the activations each channel multiplies (activation-aware).
+// scale between 0.8x and 1x of the absmax one with the least squared error): `w` is [K, N] (a
+// product's right operand) or, with `transposed`, [N, K]. Outputs are allocated. A weight with an
+// inf or NaN is refused (the message says where). Output channels are split over `pool` (may be
+// null); the result does not depend on it. `importance` (optional, [K]): weights of the symmetric
+// formats' clip search per input channel, e.g. the mean square of the activations each channel
+// multiplies (activation-aware).
 Status quantizeWeight(const Tensor& w, bool transposed, const QuantTraits& traits, int64_t group,
-                      Tensor* data, Tensor* scales, Tensor* zeros, const float* importance = nullptr);
+                      Tensor* data, Tensor* scales, Tensor* zeros,
+                      const float* importance = nullptr, ThreadPool* pool = nullptr);
 
 // Output channel `row` of `weight` as float32 [K]: the oracle of the quantized kernels.
 void dequantizeRow(const QuantWeight& weight, int64_t row, float* out);

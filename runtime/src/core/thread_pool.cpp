@@ -198,4 +198,10 @@ int defaultThreadCount() {
   return count;
 }
 
+ThreadPool* sharedThreadPool() {
+  // Never destroyed: a kernel may still run on it from another static's destructor.
+  static ThreadPool* const pool = new ThreadPool(defaultThreadCount());
+  return pool;
+}
+
 }  // namespace llmc

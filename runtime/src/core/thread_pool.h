@@ -65,8 +65,8 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-// parallelFor on `pool`, or on the caller alone when there is none (the compiler's kernel
-// runs, a plain call from a test).
+// parallelFor on `pool`, or on the caller alone when there is none (a plain call from a
+// test).
 template <typename Fn>
 void parallelFor(ThreadPool* pool, int64_t tasks, Fn&& fn) {
   if (pool && pool->threads() > 1 && tasks > 1) {
@@ -80,6 +80,11 @@ void parallelFor(ThreadPool* pool, int64_t tasks, Fn&& fn) {
 // process may run on (its affinity mask; SMT siblings count once), capped by the cgroup's CPU
 // quota (cgroup v2 cpu.max or v1 cpu.cfs_quota_us, rounded up) when one is set. At least 1.
 int defaultThreadCount();
+
+// defaultThreadCount() threads for the kernels run outside a session (evaluateKernel: the
+// compiler's constant folding and weight quantization, `llmc refit`), made on first use and
+// kept for the process.
+ThreadPool* sharedThreadPool();
 
 // The upper bound on SessionOptions::threads.
 constexpr int kMaxThreads = 256;

@@ -51,8 +51,9 @@ Status quantizeWeightKernel(KernelContext& ctx) {
   if (importance && (importance->dtype() != DType::kFloat32 || importance->numElements() != k))
     return kernelError(ctx, "importance must be float32 [K = " + std::to_string(k) + "]");
   Tensor parts[3];
-  LLMC_RETURN_IF_ERROR(quantizeWeight(*w, transposed, *traits, group, &parts[0], &parts[1], &parts[2],
-                                      importance ? importance->data<float>() : nullptr));
+  LLMC_RETURN_IF_ERROR(quantizeWeight(*w, transposed, *traits, group, &parts[0], &parts[1],
+                                      &parts[2], importance ? importance->data<float>() : nullptr,
+                                      ctx.threadPool()));
   for (size_t i = 0; i < ctx.numOutputs(); ++i) std::memcpy(outs[i]->data(), parts[i].data(), parts[i].sizeBytes());
   return okStatus();
 }

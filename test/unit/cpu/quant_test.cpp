@@ -12,11 +12,13 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 
 #include "core/cpu_features.h"
 #include "core/fp8.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "cpu/quant_dot.h"
 #include "kernel_test_util.h"
 
@@ -211,6 +213,137 @@ TEST_P(QuantFormatTest, DequantizedWeightsAreWithinHalfAStep) {
   EXPECT_LT(clipped, n * k / 20) << "clipping is for the few largest values";
   dequantizeRow(q.weight, 3, row.data());
   EXPECT_EQ(row[5], 0.0f);
+}
+
+// quantizeWeight's contract (core/quant.h) written out one value at a time, std::lround's ties
+// away from zero: the scale, zero point and dequantized value of every weight of `w` [N, K].
+struct ContractQuantization {
+  std::vector<float> scales, values;
+  std::vector<int> zeros;
+};
+ContractQuantization contractQuantization(const Tensor& w, const char* format, int64_t group,
+                                          const float* importance) {
+  const QuantTraits& traits = *findQuantTraits(format);
+  const int64_t n = w.dim(0), k = w.dim(1), groups = (k + group - 1) / group;
+  auto stored = [&](float s) {
+    return traits.scale_dtype == DType::kFloat16 ? toFloat(toFloat16(s)) : s;
+  };
+  auto inverse = [](float s) { return std::fabs(s) >= FLT_MIN ? 1.0f / s : 0.0f; };
+  ContractQuantization out;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* x = w.data<float>() + r * k + g * group;
+      const int64_t length = std::min(group, k - g * group);
+      float amax = 0, extreme = 0, lo = 0, hi = 0;
+      for (int64_t i = 0; i < length; ++i) {
+        if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), extreme = x[i];
+        lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+      }
+      float scale = 0;
+      long zero = 0, low = -8, high = 7;
+      if (traits.bits == 8) {
+        scale = stored(amax / 127.0f), low = -127, high = 127;
+      } else if (traits.zero_points) {
+        scale = stored((hi - lo) / 15.0f);
+        zero = scale > 0 ? std::clamp(std::lround(-lo / scale), 0L, 15L) : 0;
+        low = -zero, high = 15 - zero;
+      } else {
+        float best = INFINITY;
+        for (int step = 0; step <= 20; ++step) {
+          const float candidate =
+              stored(extreme / -8.0f * (1.0f - 0.01f * static_cast<float>(step)));
+          float error = 0;
+          for (int64_t i = 0; i < length; ++i) {
+            const float q =
+                static_cast<float>(std::clamp(std::lround(x[i] * inverse(candidate)), -8L, 7L));
+            error += (x[i] - q * candidate) * (x[i] - q * candidate) *
+                     (importance ? importance[g * group + i] : 1.0f);
+          }
+          if (error < best) best = error, scale = candidate;
+        }
+      }
+      out.scales.push_back(scale);
+      out.zeros.push_back(static_cast<int>(zero));
+      for (int64_t i = 0; i < length; ++i)
+        out.values.push_back(
+            static_cast<float>(std::clamp(std::lround(x[i] * inverse(scale)), low, high)) * scale);
+    }
+  return out;
+}
+
+// The quantizer gives its contract's scales, zero points and codes bit for bit, ties included
+// (the first row's groups hold halves of their step), at every level the host has and on any
+// number of threads, with and without the clip search's importance.
+TEST_P(QuantFormatTest, QuantizerFollowsItsContractOnEveryLevelAndThreadCount) {
+  const auto [format, group_param] = GetParam();
+  const int64_t k = 224, n = 37;
+  const int64_t group = std::string(format) == "int8" ? k : group_param;
+  const QuantTraits& traits = *findQuantTraits(format);
+  Tensor w = randomFloat({n, k}, 31);
+  std::mt19937 rng(5);
+  for (int64_t i = 0; i < k; ++i)  // steps of 1 at the absmax scale: x.5 are ties
+    w.data<float>()[i] = i % group == 0
+                             ? (traits.bits == 8     ? 127.0f
+                                : traits.zero_points ? 7.5f
+                                                     : -8.0f)
+                             : static_cast<float>(static_cast<int>(rng() % 31) - 15) * 0.5f;
+  w.data<float>()[1] = -7.5f;  // int4_zp: the range [-7.5, 7.5] gives a scale of exactly 1
+  std::vector<float> importance(static_cast<size_t>(k));
+  for (float& v : importance) v = static_cast<float>(rng() % 1000 + 1) / 100.0f;
+  ThreadPool pool(3);
+  for (const float* weights :
+       {static_cast<const float*>(nullptr), static_cast<const float*>(importance.data())}) {
+    const ContractQuantization want = contractQuantization(w, format, group, weights);
+    std::optional<Quantized> first;
+    for (CpuIsa level : cpuIsaLevelsAllowed())
+      for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        setCpuIsaCapForTesting(level);
+        Quantized q;
+        ASSERT_TRUE(
+            quantizeWeight(w, true, traits, group, &q.data, &q.scales, &q.zeros, weights, threads)
+                .ok());
+        setCpuIsaCapForTesting(kCpuIsaTop);
+        ASSERT_TRUE(makeQuantWeight(traits, k, group, q.data, q.scales,
+                                    traits.zero_points ? &q.zeros : nullptr, &q.weight)
+                        .ok());
+        const std::string where = std::string(format) + " level " + cpuIsaName(level) +
+                                  (threads ? ", 3 threads" : ", 1 thread") +
+                                  (weights ? ", importance" : "");
+        std::vector<float> row(static_cast<size_t>(k));
+        size_t at = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          dequantizeRow(q.weight, r, row.data());
+          for (int64_t g = 0; g < q.weight.groupsPerRow(); ++g) {
+            const size_t index = static_cast<size_t>(r * q.weight.groupsPerRow() + g);
+            ASSERT_EQ(q.weight.scale(r, g), want.scales[index])
+                << where << " row " << r << " group " << g;
+            if (q.weight.zeros) {
+              ASSERT_EQ(q.weight.zeros[index], want.zeros[index])
+                  << where << " row " << r << " group " << g;
+            }
+          }
+          for (int64_t i = 0; i < k; ++i, ++at)
+            ASSERT_EQ(row[i], want.values[at]) << where << " row " << r << " element " << i;
+        }
+        if (!first) {
+          first = std::move(q);
+          continue;
+        }
+        EXPECT_EQ(std::memcmp(q.data.data(), first->data.data(), q.data.sizeBytes()), 0) << where;
+      }
+  }
+}
+
+TEST(QuantizeWeightTest, RefusesNonFiniteWeights) {
+  for (float bad : {INFINITY, -INFINITY, std::nanf("")}) {
+    Tensor w = randomFloat({4, 64}, 3);
+    w.data<float>()[2 * 64 + 5] = bad;
+    Tensor data, scales, zeros;
+    const Status status =
+        quantizeWeight(w, true, quantTraits(QuantFormat::kInt4), 32, &data, &scales, &zeros);
+    ASSERT_FALSE(status.ok()) << bad;
+    EXPECT_NE(status.message().find("at [2, 5] of [4, 64]"), std::string::npos) << status.message();
+  }
 }
 
 // The kernel against the oracle: only the activations' int8 rounding separates them.
