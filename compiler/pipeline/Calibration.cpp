@@ -7,12 +7,15 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "core/engine_file.h"
 #include "core/file_io.h"
 #include "core/kernel.h"
+#include "core/thread_pool.h"
+#include "cpu/gemm.h"
 #include "llmc/engine.h"
 #include "llmc/refit.h"
 #include "llmc/tensor_io.h"
@@ -128,7 +131,10 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
   // The compiler already holds the model and this engine in memory: no third copy of the
   // weights in the kernels' layouts (a few percent of calibration's time).
   options.prepack_weights = false;
-  // Each row of `x` into the statistics `s` (absmax, means, XᵀX when allocated, and the row
+  // Σ|x| and Σx² per channel of each statistics entry, in double (the means at the end).
+  std::map<const ActivationStats*, std::pair<std::vector<double>, std::vector<double>>> sums;
+  std::vector<float> transposed, gram_part;
+  // The rows of `x` into the statistics `s` (absmax, sums, XᵀX when allocated, and the row
   // reservoir, whose slot for the n-th row `slot(n)` chooses).
   auto accumulate = [&](ActivationStats& s, const Tensor& x, bool gram_wanted, auto&& slot) {
     const int64_t k = x.dim(x.rank() - 1);
@@ -139,37 +145,37 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
       s.mean_sq = Tensor::allocate(DType::kFloat32, {k});
       s.samples = Tensor::allocate(DType::kFloat32, {kCalibrationRows, k});
       if (gram_wanted) s.gram = Tensor::allocate(DType::kFloat32, {k, k});
+      sums[&s] = {std::vector<double>(static_cast<size_t>(k)),
+                  std::vector<double>(static_cast<size_t>(k))};
     }
     if (s.absmax.dim(0) != k) return;  // the same node with another width: keep the first
     const int64_t rows = x.numElements() / k;
     float* absmax = s.absmax.data<float>();
-    float* mean_abs = s.mean_abs.data<float>();
-    float* mean_sq = s.mean_sq.data<float>();
-    float* gram = s.gram.dtype() == DType::kFloat32 ? s.gram.data<float>() : nullptr;
+    auto& [sum_abs, sum_sq] = sums[&s];
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = x.data<float>() + r * k;
-      const double seen = static_cast<double>(s.rows_seen);
       for (int64_t j = 0; j < k; ++j) {
         const float a = std::fabs(row[j]);
         absmax[j] = std::max(absmax[j], a);
-        mean_abs[j] = static_cast<float>((mean_abs[j] * seen + a) / (seen + 1));
-        mean_sq[j] =
-            static_cast<float>((mean_sq[j] * seen + static_cast<double>(a) * a) / (seen + 1));
+        sum_abs[j] += a;
+        sum_sq[j] += static_cast<double>(a) * a;
       }
-      // A rank-1 update per row, each gram row contiguous, of the upper triangle only (j >= i):
-      // XᵀX is symmetric, and the lower triangle is copied from it once the rows are in.
-      if (gram)
-        for (int64_t i = 0; i < k; ++i) {
-          const float xi = row[i];
-          if (xi == 0) continue;
-          float* g = gram + i * k;
-          for (int64_t j = i; j < k; ++j) g[j] += xi * row[j];
-        }
       // Reservoir sampling: every row seen so far is kept with the same probability.
       const int64_t slot_index = s.rows_seen < kCalibrationRows ? s.rows_seen : slot(s.rows_seen);
       if (slot_index < kCalibrationRows)
         std::memcpy(s.samples.data<float>() + slot_index * k, row, k * sizeof(float));
       ++s.rows_seen;
+    }
+    if (s.gram.dtype() == DType::kFloat32 && rows > 0) {
+      // XᵀX of this call's rows as one product (Xᵀ [K, rows] by X), added to the running sum.
+      transposed.resize(static_cast<size_t>(k * rows));
+      gram_part.resize(static_cast<size_t>(k * k));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < k; ++j) transposed[j * rows + r] = x.data<float>()[r * k + j];
+      floatGemm(transposed.data(), k, rows, x.data<float>(), k, gram_part.data(),
+                sharedThreadPool());
+      float* gram = s.gram.data<float>();
+      for (int64_t i = 0; i < k * k; ++i) gram[i] += gram_part[i];
     }
   };
   options.observer = [&](const StepObservation& step) {
@@ -228,13 +234,14 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
     }
     LLMC_RETURN_IF_ERROR(session->run(inputs, &outputs).withContext("calibration sample " + std::to_string(i + 1)));
   }
-  // Trim each sample to the rows it holds; fill each XᵀX's lower triangle from its upper.
+  // The means; trim each sample to the rows it holds.
   for (auto& [node, s] : *stats) {
     const int64_t rows = std::min(s.rows_seen, kCalibrationRows), k = s.absmax.dim(0);
-    if (s.gram.dtype() == DType::kFloat32) {
-      float* gram = s.gram.data<float>();
-      for (int64_t i = 1; i < k; ++i)
-        for (int64_t j = 0; j < i; ++j) gram[i * k + j] = gram[j * k + i];
+    const auto& [sum_abs, sum_sq] = sums[&s];
+    const double seen = static_cast<double>(std::max<int64_t>(s.rows_seen, 1));
+    for (int64_t j = 0; j < k; ++j) {
+      s.mean_abs.data<float>()[j] = static_cast<float>(sum_abs[j] / seen);
+      s.mean_sq.data<float>()[j] = static_cast<float>(sum_sq[j] / seen);
     }
     Tensor trimmed = Tensor::allocate(DType::kFloat32, {rows, k});
     std::memcpy(trimmed.data(), s.samples.data(), static_cast<size_t>(rows * k) * sizeof(float));

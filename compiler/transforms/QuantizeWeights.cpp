@@ -60,23 +60,6 @@ Tensor smoothingScales(const Tensor& w, bool trans_b, const ActivationStats& sta
   return s;
 }
 
-// sums [rows, n] = a [rows, k] x b [k, n], column ranges split over `pool`: packedGemm where this
-// CPU has it, else each sum in float in ascending k.
-void floatProduct(const float* a, int64_t rows, int64_t k, const float* b, int64_t n, float* sums,
-                  ThreadPool* pool) {
-  constexpr int64_t kColumns = 128;
-  parallelFor(pool, (n + kColumns - 1) / kColumns, [&](int64_t task) {
-    const int64_t n0 = task * kColumns, width = std::min(kColumns, n - n0);
-    if (packedGemmAvailable()) return packedGemm(a, rows, k, b + n0, n, width, sums + n0, n);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = n0; c < n0 + width; ++c) {
-        float sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += a[r * k + j] * b[j * n + c];
-        sums[r * n + c] = sum;
-      }
-  });
-}
-
 std::optional<AwqChoice> searchAwq(const Tensor& w, bool trans_b, const ActivationStats& stats,
                                    const QuantTraits& traits, int64_t group) {
   const int64_t k = trans_b ? w.dim(1) : w.dim(0), n = trans_b ? w.dim(0) : w.dim(1);
@@ -130,7 +113,7 @@ std::optional<AwqChoice> searchAwq(const Tensor& w, bool trans_b, const Activati
     });
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < k; ++j) xd[r * k + j] = xs[r * k + j] / s[j];
-    floatProduct(xd.data(), rows, k, deviation.data(), n, y.data(), pool);
+    floatGemm(xd.data(), rows, k, deviation.data(), n, y.data(), pool);
     double error = 0;
     for (float e : y) error += static_cast<double>(e) * e;
     if (step == 0) rtn_error = error;

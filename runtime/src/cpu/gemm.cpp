@@ -347,4 +347,19 @@ std::shared_ptr<const FloatStrips> packFloatStrips(const float*, int64_t, int64_
 void stripsGemm(const float*, int64_t, const FloatStrips&, int64_t, int64_t, float*, int64_t) {}
 #endif
 
+void floatGemm(const float* a, int64_t rows, int64_t k, const float* b, int64_t n, float* sums,
+               ThreadPool* pool) {
+  constexpr int64_t kColumns = 128;  // 4 strips of AVX-512 tiles, 8 of AVX2's
+  parallelFor(pool, (n + kColumns - 1) / kColumns, [&](int64_t task) {
+    const int64_t n0 = task * kColumns, width = std::min(kColumns, n - n0);
+    if (packedGemmAvailable()) return packedGemm(a, rows, k, b + n0, n, width, sums + n0, n);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = n0; c < n0 + width; ++c) {
+        float sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += a[r * k + j] * b[j * n + c];
+        sums[r * n + c] = sum;
+      }
+  });
+}
+
 }  // namespace llmc

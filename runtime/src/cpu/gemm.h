@@ -21,6 +21,12 @@ bool packedGemmAvailable();
 void packedGemm(const float* a, int64_t rows, int64_t k_size, const float* b, int64_t ldb,
                 int64_t n_size, float* sums, int64_t ldc);
 
+// sums [rows, n] = a [rows, k] x b [k, n] (b's rows n apart), column ranges split over `pool`
+// (may be null): packedGemm where the CPU has it, else each sum in float32 in ascending k. For
+// the compiler's statistics (calibration's XᵀX, AWQ's search), not the kernels.
+void floatGemm(const float* a, int64_t rows, int64_t k, const float* b, int64_t n, float* sums,
+               ThreadPool* pool);
+
 // A [K, N] weight repacked once into the layout packedGemm copies it into per call, for a whole
 // session (an engine's weight, kept by the executor): strips of packedGemmStrip() columns, each
 // K x strip floats contiguous, strips in column order, the last zero-padded. Read in order it

@@ -14,6 +14,7 @@
 
 #include "core/cpu_features.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "cpu/attend.h"
 #include "cpu/epilogue.h"
 #include "cpu/gemm.h"
@@ -131,6 +132,39 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   {
     IsaCap cap(CpuIsa::kScalar);
     EXPECT_FALSE(packedGemmAvailable());
+  }
+}
+
+// floatGemm (the compiler's statistics) on every level, the scalar one included, on one thread
+// and on three: within the same bound of the float64 product, and the same bits for any
+// thread count (its column ranges are packedGemm's calls, or independent sums).
+TEST(IsaKernelsTest, FloatGemmOnEveryLevelAndThreadCount) {
+  ThreadPool pool(3);
+  for (const auto& [rows, k, n] :
+       {std::tuple<int64_t, int64_t, int64_t>{13, 300, 70}, {64, 37, 300}, {1, 1, 1}}) {
+    Tensor a = randomFloat({rows, k}, 3), b = randomFloat({k, n}, 4);
+    for (CpuIsa level : cpuIsaLevelsAllowed()) {
+      IsaCap cap(level);
+      std::vector<float> one(static_cast<size_t>(rows * n), NAN), three(one);
+      floatGemm(a.data<float>(), rows, k, b.data<float>(), n, one.data(), nullptr);
+      floatGemm(a.data<float>(), rows, k, b.data<float>(), n, three.data(), &pool);
+      EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)), 0)
+          << cpuIsaName(level);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          double exact = 0, magnitude = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double p =
+                static_cast<double>(a.data<float>()[r * k + j]) * b.data<float>()[j * n + c];
+            exact += p;
+            magnitude += std::fabs(p);
+          }
+          ASSERT_LE(std::fabs(one[static_cast<size_t>(r * n + c)] - exact),
+                    static_cast<double>(k) * std::ldexp(1.0, -24) * magnitude)
+              << cpuIsaName(level) << " [" << rows << ", " << k << "] x [" << k << ", " << n
+              << "] at (" << r << ", " << c << ")";
+        }
+    }
   }
 }
 
