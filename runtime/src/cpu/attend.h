@@ -85,8 +85,9 @@ void kvRowsToFloatScalar(DType dtype, const void* rows, int64_t row_stride, cons
 // x <= 0) instead of libm's, and their sum runs in 16 interleaved partial sums; each output is
 // Σ_j p_j v_j accumulated in j order with fused multiply-adds. So a query's result does not
 // depend on which rows share its chunk; it can differ from attendOne's in the last bits.
-// Only where attendChunkSupported(head_dim) (AVX2/FMA or AVX-512, head_dim 64 or 128); the caller
-// runs attendOne elsewhere. Both levels give the same bits.
+// Only where attendChunkSupported(head_dim) (AVX2/FMA or AVX-512, head_dim a multiple of 8 up
+// to kChunkMaxHeadDim); the caller runs attendOne elsewhere. Both levels give the same bits.
+inline constexpr int64_t kChunkMaxHeadDim = 256;
 bool attendChunkSupported(int64_t head_dim);
 void attendChunk(const float* const* queries, const int64_t* counts, int64_t rows, int64_t head_dim,
                  float scale, const KvRows& kv, float* const* out, std::vector<float>& scratch);

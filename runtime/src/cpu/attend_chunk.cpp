@@ -242,31 +242,45 @@ void scoreQueriesAvx2(const float* const* q, int64_t n, int64_t head_dim, float 
   });
 }
 
-// out[r] += Σ_j p[r][j] row_j over j in [from, to) of one block (row j at block + (j - j0) *
-// stride), for kRows queries: 16 rows at a time, so that they stay in L1 while each 32 dimensions
-// of the outputs are in registers. Each output in j order, with fused multiply-adds from the
-// zeros the caller put there: weightedValues' arithmetic.
+// out[r][d, d + 8 kVectors) += Σ_j p[r][j] row_j over j in [from, to) of one block (row j at
+// block + (j - j0) * stride), for kRows queries: 16 rows at a time, so that they stay in L1 while
+// those dimensions of the outputs are in registers. Each output in j order, with fused
+// multiply-adds from the zeros the caller put there: weightedValues' arithmetic.
+template <int kRows, int kVectors>
+void addRowsSliceAvx2(const float* const* p, const float* block, int64_t stride, int64_t j0,
+                      int64_t from, int64_t to, int64_t d, float* const* out) {
+  for (int64_t a = from; a < to; a += 16) {
+    const int64_t b = std::min(to, a + 16);
+    __m256 acc[kRows][kVectors];
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm256_loadu_ps(out[r] + d + 8 * v);
+    for (int64_t j = a; j < b; ++j) {
+      const float* row = block + (j - j0) * stride + d;
+      __m256 values[kVectors];
+      for (int v = 0; v < kVectors; ++v) values[v] = _mm256_loadu_ps(row + 8 * v);
+      for (int r = 0; r < kRows; ++r) {
+        const __m256 weight = _mm256_set1_ps(p[r][j]);
+        for (int v = 0; v < kVectors; ++v)
+          acc[r][v] = _mm256_fmadd_ps(weight, values[v], acc[r][v]);
+      }
+    }
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out[r] + d + 8 * v, acc[r][v]);
+  }
+}
+
+// The same over all of head_dim (a multiple of 8): 32 dimensions at a time, then the 8-24 left.
 template <int kRows>
 void addRowsAvx2(const float* const* p, const float* block, int64_t stride, int64_t j0,
                  int64_t from, int64_t to, int64_t head_dim, float* const* out) {
-  for (int64_t a = from; a < to; a += 16) {
-    const int64_t b = std::min(to, a + 16);
-    for (int64_t d = 0; d < head_dim; d += 32) {
-      __m256 acc[kRows][4];
-      for (int r = 0; r < kRows; ++r)
-        for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_loadu_ps(out[r] + d + 8 * v);
-      for (int64_t j = a; j < b; ++j) {
-        const float* row = block + (j - j0) * stride + d;
-        __m256 values[4];
-        for (int v = 0; v < 4; ++v) values[v] = _mm256_loadu_ps(row + 8 * v);
-        for (int r = 0; r < kRows; ++r) {
-          const __m256 weight = _mm256_set1_ps(p[r][j]);
-          for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_fmadd_ps(weight, values[v], acc[r][v]);
-        }
-      }
-      for (int r = 0; r < kRows; ++r)
-        for (int v = 0; v < 4; ++v) _mm256_storeu_ps(out[r] + d + 8 * v, acc[r][v]);
-    }
+  int64_t d = 0;
+  for (; d + 32 <= head_dim; d += 32)
+    addRowsSliceAvx2<kRows, 4>(p, block, stride, j0, from, to, d, out);
+  switch ((head_dim - d) / 8) {
+    case 3: addRowsSliceAvx2<kRows, 3>(p, block, stride, j0, from, to, d, out); break;
+    case 2: addRowsSliceAvx2<kRows, 2>(p, block, stride, j0, from, to, d, out); break;
+    case 1: addRowsSliceAvx2<kRows, 1>(p, block, stride, j0, from, to, d, out); break;
+    default: break;
   }
 }
 
@@ -344,7 +358,7 @@ void scoreQueries(const float* const* q, int64_t n, int64_t head_dim, float scal
                   const BlockReader& reader, float* const* s) {
   const KvRows& kv = reader.kv();
   const __m256 scales = _mm256_set1_ps(scale);
-  alignas(64) float interleaved[kPairs][2 * 128];  // head_dim is 64 or 128 (attendChunkSupported)
+  alignas(64) float interleaved[kPairs][2 * kChunkMaxHeadDim];
   const float* pairs[kPairs];
   for (int p = 0; p < kPairs; ++p) {
     for (int64_t d = 0; d < head_dim; d += 8) {
@@ -430,7 +444,8 @@ LLMC_TARGET_END
 }  // namespace
 
 bool attendChunkSupported(int64_t head_dim) {
-  return cpuIsa() >= CpuIsa::kAvx2 && (head_dim == 64 || head_dim == 128);
+  return cpuIsa() >= CpuIsa::kAvx2 && head_dim > 0 && head_dim % 8 == 0 &&
+         head_dim <= kChunkMaxHeadDim;
 }
 
 void attendChunk(const float* const* queries, const int64_t* counts, int64_t rows, int64_t head_dim,
@@ -463,7 +478,9 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
     (wide ? softmaxRow : softmaxRowAvx2)(scratch.data() + i * stride, counts[i]);
     p[static_cast<size_t>(i)] = scratch.data() + i * stride;
   }
-  if (!wide) {
+  // AVX-512's value tiles hold a whole output row of 64 or 128 in registers; other sizes take
+  // the AVX2 loops (the same bits) on every level.
+  if (!wide || (head_dim != 64 && head_dim != 128)) {
     for (i = 0; i + 2 <= rows; i += 2)
       weightedValuesAvx2<2>(p.data() + i, counts + i, reader, head_dim, out + i);
     if (i < rows) weightedValuesAvx2<1>(p.data() + i, counts + i, reader, head_dim, out + i);

@@ -424,19 +424,20 @@ TEST(IsaKernelsTest, ActivationsGiveTheScalarBitsAndStayNearDouble) {
   }
 }
 
-// attendChunk against softmax attention in double, for both head sizes, keys in blocks of 16
-// and of 5 (tiles of eight and four keys crossing nothing, and remainders), rows inside a block one
-// head_dim apart or spread (a token-major tensor), chunks of 1 to 33 queries with counts that
-// rise, repeat and fall (every query finishes its own rows after the shared ones). The bound:
-// float32's rounding of the scores, carried through exp, plus that of the weighted sum. Every
-// level the host runs it at gives the first level's bits, and each query alone the bits it gets
-// in the chunk.
+// attendChunk against softmax attention in double, for head sizes from 8 to 256 (the AVX-512 value
+// tiles of 64 and 128, the AVX2 loops' 32-dimension slices and the 8-24 left after them), keys in
+// blocks of 16 and of 5 (tiles of eight and four keys crossing nothing, and remainders), rows
+// inside a block one head_dim apart or spread (a token-major tensor), chunks of 1 to 33 queries
+// with counts that rise, repeat and fall (every query finishes its own rows after the shared ones).
+// The bound: float32's rounding of the scores, carried through exp, plus that of the weighted sum.
+// Every level the host runs it at gives the first level's bits, and each query alone the bits it
+// gets in the chunk.
 TEST(IsaKernelsTest, ChunkedAttentionAgainstDouble) {
   const std::vector<CpuIsa> levels = chunkLevels();
   if (levels.empty()) GTEST_SKIP() << "attendChunk needs AVX2";
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t head_dim : {64, 128})
+  for (int64_t head_dim : {8, 32, 64, 80, 96, 128, 256})
     for (int64_t block_rows : {16, 5})
       for (int64_t spread : {1, 3})
         for (int64_t rows : {1, 2, 7, 33}) {
@@ -582,7 +583,7 @@ TEST(IsaKernelsTest, ChunkedAttentionOverStoredCodes) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8})
-    for (int64_t head_dim : {64, 128})
+    for (int64_t head_dim : {32, 64, 80, 128})
       for (int64_t block_rows : {16, 5})
         for (int64_t rows : {1, 2, 7}) {
           SCOPED_TRACE(std::string(dtypeName(dtype)) + ", head_dim " + std::to_string(head_dim) +
