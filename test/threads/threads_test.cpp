@@ -121,6 +121,12 @@ void expectSameOnEveryPool(const std::string& kernel, std::vector<std::optional<
       const Tensor& want = serial.outputs[i];
       const Tensor& got = threaded.outputs[i];
       ASSERT_EQ(got.shape(), want.shape()) << what;
+      ASSERT_EQ(got.dtype(), want.dtype()) << what;
+      if (want.dtype() != DType::kFloat32) {
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.sizeBytes()), 0)
+            << what << " on " << threads << " threads: output " << i;
+        continue;
+      }
       for (int64_t e = 0; e < want.numElements(); ++e)
         ASSERT_EQ(std::memcmp(&got.data<float>()[e], &want.data<float>()[e], sizeof(float)), 0)
             << what << " on " << threads << " threads: output " << i << " element " << e << " is "
@@ -164,6 +170,14 @@ TEST(ThreadedKernels, QuantizedProductsInEveryFormat) {
         Tensor w = randomFloat({n, k}, seed++);
         Tensor data, scales, zeros;
         ASSERT_TRUE(quantizeWeight(w, true, traits, group, &data, &scales, &zeros).ok()) << format;
+        // The quantizer's output channels split over the pool: the same codes and scales.
+        expectSameOnEveryPool(
+            "LlmQuantizeWeight", {w},
+            params({{"format", stringParam(format)},
+                    {"group", intParam(group)},
+                    {"trans_b", intParam(1)}}),
+            std::string("quantizer ") + format + " [" + std::to_string(n) + ", 128]",
+            traits.zero_points ? 3 : 2);
         std::optional<Tensor> zero_points;
         if (traits.zero_points) zero_points = zeros;
         Tensor x = randomFloat({shape[0], shape[1], k}, seed++);
