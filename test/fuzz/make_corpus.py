@@ -148,7 +148,26 @@ def cli_files_corpus():
         "w": ("F32", np.arange(6, dtype=np.float32).reshape(3, 2)), "b": ("F16", np.ones(3, np.float16))}))
 
 
+# fuzz_openai_request.cpp: the first byte picks the parser (0 completions, 1 chat completions,
+# 2 tokenizer_config.json, 3 generation_config.json); the JSON follows.
+def openai_request_corpus():
+    def request(name, selector, body):
+        write("openai_request", name, bytes([selector]) + json.dumps(body).encode())
+    request("completion_text.json", 0, {"model": "fuzz", "prompt": "Hello world", "max_tokens": 8,
+                                        "temperature": 0.7, "top_p": 0.9, "stop": ["wor", "\n"], "n": 2})
+    request("completion_ids.json", 0, {"prompt": [[1, 2, 3], [4, 5]], "logprobs": 2, "seed": 7,
+                                       "stream": True, "stream_options": {"include_usage": True},
+                                       "logit_bias": {"5": -100}, "stop_token_ids": [3]})
+    request("chat.json", 1, {"messages": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "Hi \u00e9"}],
+                             "max_completion_tokens": 4, "logprobs": True, "top_logprobs": 3})
+    request("tokenizer_config.json", 2, {"bos_token": "<s>", "eos_token": {"content": "</s>"},
+                                         "chat_template": "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"})
+    request("generation_config.json", 3, {"temperature": 0.6, "top_p": 0.9, "eos_token_id": [1, 2]})
+
+
 def main():
+    openai_request_corpus()
     npy_corpus()
     tensor_proto_corpus()
     safetensors_corpus()
