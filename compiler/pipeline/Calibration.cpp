@@ -145,13 +145,12 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
       s.mean_sq = Tensor::allocate(DType::kFloat32, {k});
       s.samples = Tensor::allocate(DType::kFloat32, {kCalibrationRows, k});
       if (gram_wanted) s.gram = Tensor::allocate(DType::kFloat32, {k, k});
-      sums[&s] = {std::vector<double>(static_cast<size_t>(k)),
-                  std::vector<double>(static_cast<size_t>(k))};
     }
     if (s.absmax.dim(0) != k) return;  // the same node with another width: keep the first
     const int64_t rows = x.numElements() / k;
     float* absmax = s.absmax.data<float>();
     auto& [sum_abs, sum_sq] = sums[&s];
+    sum_abs.resize(static_cast<size_t>(k)), sum_sq.resize(static_cast<size_t>(k));
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = x.data<float>() + r * k;
       for (int64_t j = 0; j < k; ++j) {
@@ -239,7 +238,7 @@ Status collectCalibrationStats(const std::vector<uint8_t>& float_engine,
     const int64_t rows = std::min(s.rows_seen, kCalibrationRows), k = s.absmax.dim(0);
     const auto& [sum_abs, sum_sq] = sums[&s];
     const double seen = static_cast<double>(std::max<int64_t>(s.rows_seen, 1));
-    for (int64_t j = 0; j < k; ++j) {
+    for (int64_t j = 0; j < static_cast<int64_t>(sum_abs.size()); ++j) {
       s.mean_abs.data<float>()[j] = static_cast<float>(sum_abs[j] / seen);
       s.mean_sq.data<float>()[j] = static_cast<float>(sum_sq[j] / seen);
     }
