@@ -30,6 +30,26 @@ class IsaCap {
   ~IsaCap() { setCpuIsaCapForTesting(kCpuIsaTop); }
 };
 
+// Every element of `got` [rows, n] within float32's rounding of its sum, K * 2^-24 * Σ|a_k b_k|,
+// of the float64 product a [rows, k] x b [k, n] (the products of float32 values are exact in
+// float64, and the bound holds for any summation order); the first element beyond it fails.
+void expectWithinSumRounding(const float* a, const float* b, int64_t rows, int64_t k, int64_t n,
+                             const float* got, CpuIsa level) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double exact = 0, magnitude = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double p = static_cast<double>(a[r * k + j]) * b[j * n + c];
+        exact += p;
+        magnitude += std::fabs(p);
+      }
+      ASSERT_LE(std::fabs(got[r * n + c] - exact),
+                static_cast<double>(k) * std::ldexp(1.0, -24) * magnitude)
+          << cpuIsaName(level) << " [" << rows << ", " << k << "] x [" << k << ", " << n << "] at ("
+          << r << ", " << c << ")";
+    }
+}
+
 // The levels of attendChunk's two forms that the host supports: AVX2 and AVX-512 (the levels
 // above AVX-512 run its AVX-512 form).
 std::vector<CpuIsa> chunkLevels() {
@@ -90,9 +110,7 @@ TEST(CpuFeaturesTest, LevelsFollowTheFeaturesAndTheCap) {
   EXPECT_FALSE(parseCpuIsa("sse4", &parsed));
 }
 
-// packedGemm on every level against float64: the products of float32 values are exact in
-// float64, so the only error is float32's rounding of each fused multiply-add, at most
-// K * 2^-24 * Σ|a_k b_k| (a bound that holds for any summation order); AVX2 and AVX-512 add
+// packedGemm on every level against float64 (expectWithinSumRounding); AVX2 and AVX-512 add
 // each sum in the same order with the same fused operations, so they agree bit for bit.
 TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   struct Case {
@@ -108,20 +126,9 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
       ASSERT_TRUE(packedGemmAvailable());
       std::vector<float> sums(static_cast<size_t>(c.rows * c.n), NAN);
       packedGemm(a.data<float>(), c.rows, c.k, b.data<float>(), c.n, c.n, sums.data(), c.n);
-      for (int64_t r = 0; r < c.rows; ++r)
-        for (int64_t n = 0; n < c.n; ++n) {
-          double exact = 0, magnitude = 0;
-          for (int64_t k = 0; k < c.k; ++k) {
-            const double p =
-                static_cast<double>(a.data<float>()[r * c.k + k]) * b.data<float>()[k * c.n + n];
-            exact += p;
-            magnitude += std::fabs(p);
-          }
-          const double bound = static_cast<double>(c.k) * std::ldexp(1.0, -24) * magnitude;
-          ASSERT_LE(std::fabs(sums[static_cast<size_t>(r * c.n + n)] - exact), bound)
-              << cpuIsaName(level) << " [" << c.rows << ", " << c.k << "] x [" << c.k << ", " << c.n
-              << "] at (" << r << ", " << n << ")";
-        }
+      expectWithinSumRounding(a.data<float>(), b.data<float>(), c.rows, c.k, c.n, sums.data(),
+                              level);
+      if (HasFatalFailure()) return;
       results.push_back(std::move(sums));
     }
     for (size_t i = 1; i < results.size(); ++i)
@@ -150,20 +157,8 @@ TEST(IsaKernelsTest, FloatGemmOnEveryLevelAndThreadCount) {
       floatGemm(a.data<float>(), rows, k, b.data<float>(), n, three.data(), &pool);
       EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)), 0)
           << cpuIsaName(level);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < n; ++c) {
-          double exact = 0, magnitude = 0;
-          for (int64_t j = 0; j < k; ++j) {
-            const double p =
-                static_cast<double>(a.data<float>()[r * k + j]) * b.data<float>()[j * n + c];
-            exact += p;
-            magnitude += std::fabs(p);
-          }
-          ASSERT_LE(std::fabs(one[static_cast<size_t>(r * n + c)] - exact),
-                    static_cast<double>(k) * std::ldexp(1.0, -24) * magnitude)
-              << cpuIsaName(level) << " [" << rows << ", " << k << "] x [" << k << ", " << n
-              << "] at (" << r << ", " << c << ")";
-        }
+      expectWithinSumRounding(a.data<float>(), b.data<float>(), rows, k, n, one.data(), level);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -238,20 +233,9 @@ TEST(IsaKernelsTest, DecodeProductsOnEveryLevel) {
     for (CpuIsa level : cpuIsaLevelsAllowed()) {
       IsaCap cap(level);
       Tensor got = runKernel("LlmFusedMatMul", {a, b});
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < n; ++c) {
-          double exact = 0, magnitude = 0;
-          for (int64_t i = 0; i < k; ++i) {
-            const double p =
-                static_cast<double>(a.data<float>()[r * k + i]) * b.data<float>()[i * n + c];
-            exact += p;
-            magnitude += std::fabs(p);
-          }
-          ASSERT_LE(std::fabs(got.data<float>()[r * n + c] - exact),
-                    static_cast<double>(k) * std::ldexp(1.0, -24) * magnitude)
-              << cpuIsaName(level) << " [" << rows << ", " << k << "] x [" << k << ", " << n
-              << "] at (" << r << ", " << c << ")";
-        }
+      expectWithinSumRounding(a.data<float>(), b.data<float>(), rows, k, n, got.data<float>(),
+                              level);
+      if (HasFatalFailure()) return;
       results.push_back(std::move(got));
       levels.push_back(level);
     }
