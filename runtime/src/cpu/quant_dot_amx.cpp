@@ -346,29 +346,37 @@ void int8Scaled(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64
   });
 }
 
-// quantizeActivations' 16-bit codes of one row (int16BlockCodes), 16 lanes at a time, each
+// quantizeActivations' 16-bit codes of one row (int16BlockScales), 16 lanes at a time, each
 // shifted left by kInt16MaxHalvings less its block's halvings and written as its three bytes at
 // amxCodeAt(r, ·); the row's unhalved scale.
 #include "cpu/quant_round_avx512.inc"
 
 void quantizeRowPlanes(const float* x, int64_t r, AmxActivations* out) {
-  const int64_t k = out->k;
+  const int64_t k = out->k, blocks = k / kQuantBlock;
   const float row_absmax = rowAbsmax(x, k);
-  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
-    __m512i codes[2];
-    float scale;
-    const int halvings =
-        int16BlockCodes(x + b * kQuantBlock, row_absmax, &scale, &codes[0], &codes[1]);
-    for (int half_block = 0; half_block < 2; ++half_block) {
-      const __m512i code = _mm512_slli_epi32(codes[half_block], kInt16MaxHalvings - halvings);
-      const int64_t at = amxCodeAt(r, b * kQuantBlock + half_block * 16, k);
-      // vpmovdb keeps each lane's low byte.
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->top.data() + at),
-                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 16)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->mid.data() + at),
-                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->low.data() + at),
-                       _mm512_cvtepi32_epi8(code));
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int64_t count = std::min<int64_t>(16, blocks - b0);
+    const Int16BlockScales group = int16BlockScales(x + b0 * kQuantBlock, count, row_absmax);
+    alignas(64) int32_t shifts[16];
+    alignas(64) float inverses[16];
+    _mm512_store_si512(shifts,
+                       _mm512_sub_epi32(_mm512_set1_epi32(kInt16MaxHalvings), group.halvings));
+    _mm512_store_ps(inverses, group.inverses);
+    for (int64_t b = b0; b < b0 + count; ++b) {
+      __m512i codes[2];
+      scaledBlockCodes(x + b * kQuantBlock, _mm512_set1_ps(inverses[b - b0]), 32767.0f, &codes[0],
+                       &codes[1]);
+      for (int half_block = 0; half_block < 2; ++half_block) {
+        const __m512i code = _mm512_sll_epi32(codes[half_block], _mm_cvtsi32_si128(shifts[b - b0]));
+        const int64_t at = amxCodeAt(r, b * kQuantBlock + half_block * 16, k);
+        // vpmovdb keeps each lane's low byte.
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out->top.data() + at),
+                         _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 16)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out->mid.data() + at),
+                         _mm512_cvtepi32_epi8(_mm512_srai_epi32(code, 8)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out->low.data() + at),
+                         _mm512_cvtepi32_epi8(code));
+      }
     }
   }
   out->row_scales[r] = int16BlockScale(row_absmax, 0);

@@ -85,11 +85,20 @@ float perTokenAvx512(const float* x, int64_t k, int8_t* q) {
 // 127; int16: int16BlockScale) and, where `sums` is given, the integer sum of the codes.
 void activationCodesAvx512(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8,
                            float* scales, int32_t* sums) {
+  const int64_t blocks = k / kQuantBlock;
   const float row_absmax = bits == 16 ? rowAbsmax(x, k) : 0.0f;
-  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+  alignas(64) float inverses[16];
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (bits == 16 && b % 16 == 0) {
+      const int64_t count = std::min<int64_t>(16, blocks - b);
+      const Int16BlockScales group = int16BlockScales(x + b * kQuantBlock, count, row_absmax);
+      _mm512_mask_storeu_ps(scales + b, static_cast<__mmask16>((1u << count) - 1), group.scales);
+      _mm512_store_ps(inverses, group.inverses);
+    }
     __m512i first, second;
     if (bits == 16)
-      int16BlockCodes(x + b * kQuantBlock, row_absmax, &scales[b], &first, &second);
+      scaledBlockCodes(x + b * kQuantBlock, _mm512_set1_ps(inverses[b % 16]), 32767.0f, &first,
+                       &second);
     else
       scales[b] = int8BlockCodes(x + b * kQuantBlock, &first, &second);
     if (sums) sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(first, second));

@@ -746,33 +746,36 @@ std::vector<float> awkwardRows(int64_t k) {
 // pair layout bit for bit (the AVX-512 quantizer below), for both code widths, on rows with
 // ties, zeros, infinities, NaN and subnormals.
 TEST(QuantizeActivationsTest, EveryLevelGivesTheScalarBits) {
-  const int64_t k = 32 * 8;
-  const std::vector<float> x = awkwardRows(k);
-  const auto same = [](const auto& a, const auto& b) {
-    return a.size() == b.size() &&
-           (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
-  };
-  for (int bits : {8, 16})
-    for (int64_t r = 0; r < 3; ++r) {
-      setCpuIsaCapForTesting(CpuIsa::kAvx2);
-      QuantizedActivations want;
-      quantizeActivations(x.data() + r * k, k, 64, bits, &want);
-      for (CpuIsa level : cpuIsaLevelsAllowed()) {
-        SCOPED_TRACE(std::string(cpuIsaName(level)) + ", " + std::to_string(bits) + " bits, row " +
-                     std::to_string(r));
-        setCpuIsaCapForTesting(level);
-        QuantizedActivations got;
-        quantizeActivations(x.data() + r * k, k, 64, bits, &got);
-        EXPECT_TRUE(same(got.q, want.q));
-        EXPECT_TRUE(same(got.q16, want.q16));
-        EXPECT_TRUE(same(got.scales, want.scales));
-        EXPECT_TRUE(same(got.group_sums, want.group_sums));
-        EXPECT_TRUE(same(got.q_pairs, want.q_pairs));
-        EXPECT_TRUE(same(got.pair_scales, want.pair_scales));
-        EXPECT_TRUE(same(got.pair_block_sums, want.pair_block_sums));
+  // One group of 16 blocks and less, one and a part, two and a part (the quantizers take
+  // the blocks' scales 16 at a time).
+  for (const int64_t k : {int64_t{32 * 8}, int64_t{32 * 17}, int64_t{32 * 40}}) {
+    const std::vector<float> x = awkwardRows(k);
+    const auto same = [](const auto& a, const auto& b) {
+      return a.size() == b.size() &&
+             (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
+    };
+    for (int bits : {8, 16})
+      for (int64_t r = 0; r < 3; ++r) {
+        setCpuIsaCapForTesting(CpuIsa::kAvx2);
+        QuantizedActivations want;
+        quantizeActivations(x.data() + r * k, k, 64, bits, &want);
+        for (CpuIsa level : cpuIsaLevelsAllowed()) {
+          SCOPED_TRACE(std::string(cpuIsaName(level)) + ", " + std::to_string(bits) +
+                       " bits, row " + std::to_string(r));
+          setCpuIsaCapForTesting(level);
+          QuantizedActivations got;
+          quantizeActivations(x.data() + r * k, k, 64, bits, &got);
+          EXPECT_TRUE(same(got.q, want.q));
+          EXPECT_TRUE(same(got.q16, want.q16));
+          EXPECT_TRUE(same(got.scales, want.scales));
+          EXPECT_TRUE(same(got.group_sums, want.group_sums));
+          EXPECT_TRUE(same(got.q_pairs, want.q_pairs));
+          EXPECT_TRUE(same(got.pair_scales, want.pair_scales));
+          EXPECT_TRUE(same(got.pair_block_sums, want.pair_block_sums));
+        }
       }
-    }
-  setCpuIsaCapForTesting(kCpuIsaTop);
+    setCpuIsaCapForTesting(kCpuIsaTop);
+  }
 }
 
 // An int16-activation product kernel: out[r * stride + i] for rows x channels [n0, n1) of w,
@@ -989,39 +992,42 @@ class AmxTest : public ::testing::Test {
 // kInt16MaxHalvings less its block's halvings (65536 * top + 256 * mid + low), with the row's
 // unhalved scale; every block's scale is that scale halved as int16BlockHalvings says.
 TEST_F(AmxTest, QuantizedRowsAreTheReferenceCodes) {
-  const int64_t k = 32 * 8;
-  const std::vector<float> x = awkwardRows(k);
-  AmxActivations got, want;
-  resizeAmxActivations(3, k, &got);
-  resizeAmxActivations(3, k, &want);
-  for (int64_t r = 0; r < 3; ++r) {
-    QuantizedActivations a;
-    quantizeActivations(x.data() + r * k, k, k, 16, &a);
-    setAmxActivationRow(a, r, &want);
-    quantizeAmxRow(x.data() + r * k, r, &got);
-    float row_absmax = 0;
-    for (int64_t i = 0; i < k; ++i) row_absmax = std::max(row_absmax, std::fabs(x[r * k + i]));
-    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
-      float block_absmax = 0;
-      for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i)
-        block_absmax = std::max(block_absmax, std::fabs(x[r * k + i]));
-      const int halvings = int16BlockHalvings(block_absmax, row_absmax);
-      ASSERT_EQ(a.scales[b], int16BlockScale(row_absmax, halvings)) << r << " " << b;
-      for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i) {
-        const int64_t at = amxCodeAt(r, i, k);
-        ASSERT_EQ(65536 * want.top[at] + 256 * want.mid[at] + want.low[at],
-                  a.q16[i] * (1 << (kInt16MaxHalvings - halvings)))
-            << r << " " << i;
+  // One group of 16 blocks and less, one and a part, two and a part (the quantizers take
+  // the blocks' scales 16 at a time).
+  for (const int64_t k : {int64_t{32 * 8}, int64_t{32 * 17}, int64_t{32 * 40}}) {
+    const std::vector<float> x = awkwardRows(k);
+    AmxActivations got, want;
+    resizeAmxActivations(3, k, &got);
+    resizeAmxActivations(3, k, &want);
+    for (int64_t r = 0; r < 3; ++r) {
+      QuantizedActivations a;
+      quantizeActivations(x.data() + r * k, k, k, 16, &a);
+      setAmxActivationRow(a, r, &want);
+      quantizeAmxRow(x.data() + r * k, r, &got);
+      float row_absmax = 0;
+      for (int64_t i = 0; i < k; ++i) row_absmax = std::max(row_absmax, std::fabs(x[r * k + i]));
+      for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+        float block_absmax = 0;
+        for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i)
+          block_absmax = std::max(block_absmax, std::fabs(x[r * k + i]));
+        const int halvings = int16BlockHalvings(block_absmax, row_absmax);
+        ASSERT_EQ(a.scales[b], int16BlockScale(row_absmax, halvings)) << r << " " << b;
+        for (int64_t i = b * kQuantBlock; i < (b + 1) * kQuantBlock; ++i) {
+          const int64_t at = amxCodeAt(r, i, k);
+          ASSERT_EQ(65536 * want.top[at] + 256 * want.mid[at] + want.low[at],
+                    a.q16[i] * (1 << (kInt16MaxHalvings - halvings)))
+              << r << " " << i;
+        }
       }
+      EXPECT_EQ(want.row_scales[r], int16BlockScale(row_absmax, 0));
     }
-    EXPECT_EQ(want.row_scales[r], int16BlockScale(row_absmax, 0));
+    EXPECT_EQ(got.top, want.top);
+    EXPECT_EQ(got.mid, want.mid);
+    EXPECT_EQ(got.low, want.low);
+    ASSERT_EQ(got.row_scales.size(), want.row_scales.size());
+    for (size_t i = 0; i < got.row_scales.size(); ++i)
+      EXPECT_EQ(std::memcmp(&got.row_scales[i], &want.row_scales[i], sizeof(float)), 0) << i;
   }
-  EXPECT_EQ(got.top, want.top);
-  EXPECT_EQ(got.mid, want.mid);
-  EXPECT_EQ(got.low, want.low);
-  ASSERT_EQ(got.row_scales.size(), want.row_scales.size());
-  for (size_t i = 0; i < got.row_scales.size(); ++i)
-    EXPECT_EQ(std::memcmp(&got.row_scales[i], &want.row_scales[i], sizeof(float)), 0) << i;
 }
 
 // The halvings keep each block's codes in the upper half of the 16 bits' range (up to
@@ -1282,19 +1288,22 @@ class PanelTest : public ::testing::Test {
 
 // quantizeActivations' int16 codes and scales, bit for bit.
 TEST_F(PanelTest, Int16CodesAreTheReference) {
-  const int64_t k = 32 * 8;
-  const std::vector<float> x = awkwardRows(k);
-  for (int64_t r = 0; r < 3; ++r) {
-    QuantizedActivations want;  // the scalar loop's
-    setCpuIsaCapForTesting(CpuIsa::kAvx2);
-    quantizeActivations(x.data() + r * k, k, k, 16, &want);
-    setCpuIsaCapForTesting(kCpuIsaTop);
-    std::vector<int16_t> codes(static_cast<size_t>(k));
-    std::vector<float> scales(static_cast<size_t>(k / kQuantBlock));
-    quantizeInt16RowAvx512(x.data() + r * k, k, codes.data(), scales.data());
-    EXPECT_EQ(codes, want.q16) << "row " << r;
-    for (size_t i = 0; i < scales.size(); ++i)
-      EXPECT_EQ(std::memcmp(&scales[i], &want.scales[i], sizeof(float)), 0) << r << " " << i;
+  // One group of 16 blocks and less, one and a part, two and a part (the quantizers take
+  // the blocks' scales 16 at a time).
+  for (const int64_t k : {int64_t{32 * 8}, int64_t{32 * 17}, int64_t{32 * 40}}) {
+    const std::vector<float> x = awkwardRows(k);
+    for (int64_t r = 0; r < 3; ++r) {
+      QuantizedActivations want;  // the scalar loop's
+      setCpuIsaCapForTesting(CpuIsa::kAvx2);
+      quantizeActivations(x.data() + r * k, k, k, 16, &want);
+      setCpuIsaCapForTesting(kCpuIsaTop);
+      std::vector<int16_t> codes(static_cast<size_t>(k));
+      std::vector<float> scales(static_cast<size_t>(k / kQuantBlock));
+      quantizeInt16RowAvx512(x.data() + r * k, k, codes.data(), scales.data());
+      EXPECT_EQ(codes, want.q16) << "row " << r;
+      for (size_t i = 0; i < scales.size(); ++i)
+        EXPECT_EQ(std::memcmp(&scales[i], &want.scales[i], sizeof(float)), 0) << r << " " << i;
+    }
   }
 }
 
@@ -1428,18 +1437,21 @@ class Avx2PanelTest : public ::testing::Test {
 
 // quantizeInt16Row at the avx2 level is quantizeActivations' codes and scales, bit for bit.
 TEST_F(Avx2PanelTest, Int16CodesAreTheReference) {
-  const int64_t k = 32 * 8;
-  const std::vector<float> x = awkwardRows(k);
-  std::vector<int16_t> codes;
-  std::vector<float> scales;
-  codesOf(x.data(), 3, k, &codes, &scales);
-  for (int64_t r = 0; r < 3; ++r) {
-    QuantizedActivations want;
-    quantizeActivations(x.data() + r * k, k, k, 16, &want);
-    EXPECT_TRUE(std::equal(want.q16.begin(), want.q16.end(), codes.begin() + r * k)) << r;
-    EXPECT_EQ(0, std::memcmp(want.scales.data(), scales.data() + r * (k / kQuantBlock),
-                             want.scales.size() * sizeof(float)))
-        << r;
+  // One group of 16 blocks and less, one and a part, two and a part (the quantizers take
+  // the blocks' scales 16 at a time).
+  for (const int64_t k : {int64_t{32 * 8}, int64_t{32 * 17}, int64_t{32 * 40}}) {
+    const std::vector<float> x = awkwardRows(k);
+    std::vector<int16_t> codes;
+    std::vector<float> scales;
+    codesOf(x.data(), 3, k, &codes, &scales);
+    for (int64_t r = 0; r < 3; ++r) {
+      QuantizedActivations want;
+      quantizeActivations(x.data() + r * k, k, k, 16, &want);
+      EXPECT_TRUE(std::equal(want.q16.begin(), want.q16.end(), codes.begin() + r * k)) << r;
+      EXPECT_EQ(0, std::memcmp(want.scales.data(), scales.data() + r * (k / kQuantBlock),
+                               want.scales.size() * sizeof(float)))
+          << r;
+    }
   }
 }
 
