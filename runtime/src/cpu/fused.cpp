@@ -20,6 +20,7 @@
 #include "cpu/gemm.h"
 #include "cpu/head_layout.h"
 #include "cpu/isa.h"
+#include "cpu/norm_row.h"
 
 namespace llmc {
 namespace {
@@ -456,22 +457,6 @@ Status moe(KernelContext& ctx) {
   return okStatus();
 }
 
-// Σ term(s[i]) in double, as eight interleaved partial sums added in a fixed order: one chain
-// of dependent adds held a 512-token prefill's norms to about 4 cycles an element (3% of the
-// 8-bit 110M Llama's first token on one thread, perf); the same order on every host.
-template <typename Term>
-double sumInDouble(const float* s, int64_t n, Term term) {
-  constexpr int64_t kLanes = 8;
-  double partial[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] += term(s[i + lane]);
-  for (; i < n; ++i) partial[i % kLanes] += term(s[i]);
-  double total = 0;
-  for (const double p : partial) total += p;
-  return total;
-}
-
 Status norm(KernelContext& ctx) {
   const Tensor* x = ctx.input(0);
   const Tensor* residual = ctx.input(1);
@@ -523,27 +508,10 @@ Status norm(KernelContext& ctx) {
     for (int64_t r = task * kNormRows; r < std::min(rows, (task + 1) * kNormRows); ++r) {
       const float* gamma = scale->data<float>() + r % groups * width;
       const float* beta = bias ? bias->data<float>() + r % groups * width : nullptr;
-      const float* xr = x->data<float>() + segment(r);
-      const float* s = xr;
-      if (residual) {
-        const float* rr = residual->data<float>() + r * width;
-        float* sr = sum ? sum->data<float>() + r * width : row_sum.data();
-        for (int64_t i = 0; i < width; ++i) sr[i] = xr[i] + rr[i];
-        s = sr;
-      }
-      float mean = 0;
-      if (!rms)
-        mean = static_cast<float>(sumInDouble(s, width, [](float v) { return double{v}; }) /
-                                  static_cast<double>(width));
-      const double squares = sumInDouble(s, width, [mean](float v) {
-        const float d = v - mean;
-        return static_cast<double>(d) * d;
-      });
-      const float inv =
-          1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(width)) + epsilon);
-      float* y = out->data<float>() + segment(r);
-      for (int64_t i = 0; i < width; ++i)
-        y[i] = (s[i] - mean) * inv * gamma[i] + (beta ? beta[i] : 0.0f);
+      const float* rr = residual ? residual->data<float>() + r * width : nullptr;
+      float* sr = sum ? sum->data<float>() + r * width : row_sum.data();
+      normRow(x->data<float>() + segment(r), rr, sr, width, rms, epsilon, gamma, beta,
+              out->data<float>() + segment(r));
     }
   });
   return okStatus();

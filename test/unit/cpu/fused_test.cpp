@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <utility>
 
+#include "core/cpu_features.h"
 #include "kernel_test_util.h"
 
 namespace llmc::testing {
@@ -167,6 +169,48 @@ TEST(NormTest, GroupedIsThePlainNormOfEachGroup) {
     ctx.kernel_params = p;
     EXPECT_FALSE(ctx.run("LlmNorm").ok()) << residual << " " << scale_width;
   }
+}
+
+// Every ISA level the host has gives the baseline loops' bits (cpu/norm_row.cpp): rms and
+// layer, with and without a residual (its sum an output or not) and a bias, at widths around
+// the 8- and 16-lane steps, with values far apart in magnitude so that the order of the double
+// sums and every float rounding shows.
+TEST(NormTest, EveryLevelGivesTheBaselineBits) {
+  uint32_t seed = 400;
+  for (const char* kind : {"rms", "layer"})
+    for (int64_t width : {1, 7, 8, 9, 15, 16, 17, 31, 33, 200, 771})
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool with_residual = variant & 1, with_bias = variant & 2;
+        Tensor x = randomFloat({3, width}, seed++), r = randomFloat({3, width}, seed++);
+        Tensor gamma = randomFloat({width}, seed++), beta = randomFloat({width}, seed++);
+        for (int64_t i = 0; i < x.numElements(); i += 5) x.data<float>()[i] *= 1e4f;
+        for (int64_t i = 1; i < x.numElements(); i += 7) x.data<float>()[i] *= 1e-4f;
+        KernelParams p = params({{"kind", stringParam(kind)}});
+        p.set("epsilon", floatParam(1e-6));
+        const std::vector<std::optional<Tensor>> inputs = {
+            x, with_residual ? std::optional<Tensor>(r) : std::nullopt, gamma,
+            with_bias ? std::optional<Tensor>(beta) : std::nullopt};
+        auto run = [&](CpuIsa level, int outputs, int which) {
+          setCpuIsaCapForTesting(level);
+          Tensor t = runKernel("LlmNorm", inputs, p, outputs, which);
+          setCpuIsaCapForTesting(kCpuIsaTop);
+          return t;
+        };
+        for (int outputs : {1, 2}) {
+          if (outputs == 2 && !with_residual) continue;
+          for (int which = 0; which < outputs; ++which) {
+            const Tensor want = run(CpuIsa::kScalar, outputs, which);
+            for (CpuIsa level : cpuIsaLevelsAllowed()) {
+              const Tensor got = run(level, outputs, which);
+              ASSERT_EQ(std::memcmp(got.data<float>(), want.data<float>(),
+                                    static_cast<size_t>(want.numElements()) * sizeof(float)),
+                        0)
+                  << cpuIsaName(level) << " " << kind << " width " << width << " variant "
+                  << variant << " output " << which << " of " << outputs;
+            }
+          }
+        }
+      }
 }
 
 TEST(NormTest, RmsMatchesFormula) {
