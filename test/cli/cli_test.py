@@ -618,6 +618,32 @@ class CliTest(unittest.TestCase):
         self.assert_one_error(code, err, 2, "token_type_ids", "the model also has 'x'")
         self.assertFalse(os.path.exists(engine))
 
+    def test_threads(self):
+        # --threads N is the process's thread count for everything compile and verify run
+        # (calibration, quantization, engines); the engine is the same bytes at any count. A
+        # count out of [0, 256] is refused by name, before anything is written.
+        model = self.save(micro_decoder())
+        engines = []
+        for threads in ("1", "2", "0"):
+            engine = self.path(f"t{threads}.engine")
+            code, _, err = run("compile", model, "-o", engine, "--threads", threads, "-v")
+            self.assertEqual(code, 0, err)
+            if threads != "0":
+                want = f"{threads} thread{'s' if threads != '1' else ''} for calibration"
+                self.assertIn(want, err)
+            with open(engine, "rb") as f:
+                engines.append(f.read())
+        self.assertEqual(engines[0], engines[1])
+        self.assertEqual(engines[0], engines[2])
+        for bad in ("257", "-1", "two"):
+            code, _, err = run("compile", model, "-o", self.path("bad.engine"), "--threads", bad)
+            self.assert_one_error(code, err, 2, "--threads")
+            self.assertFalse(os.path.exists(self.path("bad.engine")))
+        code, _, err = run("verify", model, "--threads", "1", "--length", "6")
+        self.assertEqual(code, 0, err)
+        code, _, err = run("verify", model, "--threads", "x")
+        self.assert_one_error(code, err, 2, "--threads")
+
     def test_language_model_recognition(self):
         model = self.save(micro_decoder())
         code, out, err = run("compile", model, "-o", self.path("lm.engine"))

@@ -92,6 +92,19 @@ TEST(ThreadPoolTest, DefaultCountIsWithinTheCpusThisProcessMayUse) {
   EXPECT_LE(defaultThreadCount(), CPU_COUNT(&set));
 }
 
+// setDefaultThreadCount takes a count in [1, kMaxThreads] until the shared pool exists, and
+// after that only the pool's own size: the pool is never resized under running kernels.
+TEST(ThreadPoolTest, DefaultCountIsSetOnlyBeforeTheSharedPool) {
+  EXPECT_FALSE(setDefaultThreadCount(0));
+  EXPECT_FALSE(setDefaultThreadCount(kMaxThreads + 1));
+  const int before = sharedThreadPool()->threads();
+  EXPECT_EQ(before, defaultThreadCount());
+  EXPECT_TRUE(setDefaultThreadCount(before));
+  EXPECT_FALSE(setDefaultThreadCount(before + 1));
+  EXPECT_EQ(defaultThreadCount(), before);
+  EXPECT_EQ(sharedThreadPool()->threads(), before);
+}
+
 // ---- Kernels: the same bits on every pool ------------------------------------------------
 
 // Runs `kernel` on one thread and on pools of 2, 3 and 7; every output must be bit-identical.

@@ -13,6 +13,7 @@
 #include "compile_flags.h"
 #include "core/engine_file.h"
 #include "core/file_io.h"
+#include "core/thread_pool.h"
 #include "eval.h"
 #include "llmc/compiler.h"
 #include "llmc/drift.h"
@@ -253,6 +254,15 @@ Status parseCompileFlag(const std::vector<std::string>& args, size_t& i, Compile
     options.strip_weights = true;
   } else if (arg == "--report" && report) {
     *report = true;
+  } else if (arg == "--threads") {
+    // The process's: calibration, quantization and every engine the command runs (0: every
+    // physical core this process may use, the default).
+    int threads = 0;
+    if (Status s = intOption(args, &i, 0, kMaxThreads, &threads); !s.ok()) return s;
+    if (threads > 0 && !setDefaultThreadCount(threads))
+      return failedPrecondition("--threads " + std::to_string(threads) +
+                                ": this process's threads were already started with " +
+                                std::to_string(defaultThreadCount()));
   } else if (arg == "--verbose" || arg == "-v") {
     options.pass_timing = true;
   } else if (arg == "--dump-ir-after") {
@@ -402,6 +412,9 @@ Status compileFromArgs(const std::vector<std::string>& args, const CompileProgre
     (stats.llm_expected ? run->warnings : run->notes).push_back(text);
   }
   for (const std::string& note : stats.llm_notes) run->notes.push_back(note);
+  const int threads = defaultThreadCount();
+  run->notes.push_back(std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+                       " for calibration, quantization and the engines run (--threads)");
   for (const FusionReport& record : stats.fusions)
     if (record.pass == "shape-inference") run->warnings.push_back(record.reason);
   for (const FusionReport& record : stats.fusions)

@@ -188,7 +188,13 @@ int cgroupCpus() {
 
 }  // namespace
 
+namespace {
+std::atomic<int> default_override{0};  // setDefaultThreadCount's count; 0: none
+std::atomic<bool> shared_pool_made{false};
+}  // namespace
+
 int defaultThreadCount() {
+  if (const int chosen = default_override.load(); chosen > 0) return chosen;
   static const int count = [] {
     int threads = affinityCores();
     const int quota = cgroupCpus();
@@ -200,8 +206,18 @@ int defaultThreadCount() {
 
 ThreadPool* sharedThreadPool() {
   // Never destroyed: a kernel may still run on it from another static's destructor.
-  static ThreadPool* const pool = new ThreadPool(defaultThreadCount());
+  static ThreadPool* const pool = [] {
+    shared_pool_made = true;
+    return new ThreadPool(defaultThreadCount());
+  }();
   return pool;
+}
+
+bool setDefaultThreadCount(int threads) {
+  if (threads < 1 || threads > kMaxThreads) return false;
+  if (shared_pool_made.load()) return sharedThreadPool()->threads() == threads;
+  default_override = threads;
+  return true;
 }
 
 }  // namespace llmc

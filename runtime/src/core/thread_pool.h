@@ -86,6 +86,12 @@ int defaultThreadCount();
 // kept for the process.
 ThreadPool* sharedThreadPool();
 
+// Makes defaultThreadCount() return `threads` (1..kMaxThreads) from now on, for the shared pool
+// and every session that asks for the default: `--threads N` of `llmc compile` and `llmc
+// verify`, whose calibration, quantization and engines all run in the process. Only before
+// the shared pool is first made (it is never resized): false after, unless it has that size.
+bool setDefaultThreadCount(int threads);
+
 // The upper bound on SessionOptions::threads.
 constexpr int kMaxThreads = 256;
 
