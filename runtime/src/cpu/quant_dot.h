@@ -293,19 +293,24 @@ void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out);
 // out[r * out_stride + i] = the product of row r (r < a.rows) with output channel n0 + i of an
 // int8 weight (i < n1 - n0): quantDotScalar's value with its integers summed over all of K at
 // once (exact), then one rounding to float and the row's and the channel's scales. Only where
-// quantDotHasAmx().
+// quantDotHasAmx(). With a pack, the weights of the call `ahead` calls on (channels n1 + (ahead -
+// 1) * (n1 - n0) on: this thread's next task where `ahead` threads claim tasks in turn) are asked
+// into L2 while this one computes.
 void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
-                     float* out, int64_t out_stride, const Int8PanelPack* pack = nullptr);
+                     float* out, int64_t out_stride, const Int8PanelPack* pack = nullptr,
+                     int ahead = 1);
 // w8a8: out[r * out_stride + i] = Σ_K a[r] w[n0 + i], exact, for r < rows; `a` is int8 [rows
 // padded to 16 (zeros), k], k a multiple of 64. Only where quantDotHasAmx().
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                     int64_t n1, int32_t* out, int64_t out_stride,
                     const Int8PanelPack* pack = nullptr);
 // w8a8 as quantMatMul outputs it: out[r * out_stride + i] = (float(Σ_K a[r] w[n0 + i]) *
-// row_scales[r]) * channel_scales[i], the sums leaving the tiles straight into the floats.
+// row_scales[r]) * channel_scales[i], the sums leaving the tiles straight into the floats;
+// `ahead` as quantDotTileAmx's.
 void quantDotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                          int64_t n1, const float* row_scales, const float* channel_scales,
-                         float* out, int64_t out_stride, const Int8PanelPack* pack = nullptr);
+                         float* out, int64_t out_stride, const Int8PanelPack* pack = nullptr,
+                         int ahead = 1);
 
 // Decode over a sparse int8 weight (core/sparse.h) with the weight read once in its compact
 // form: out[i] = the product of one row of int16 activation codes (quantizeActivations, 16 bits)

@@ -153,16 +153,21 @@ WeightSlab weightSlab(const int8_t* w, int64_t k, int64_t n, int64_t n_end,
   return {pack->codes.get() + panel * k * 32 + (n % 32) / 16 * 64, slabs * 64};
 }
 
-// The weights of the pack's channels after a call's own (the next task's, LlmQuantMatMul's
-// tasks being claimed in order), asked into L2 a few lines per 16 x 16 x 64 block while the
-// call computes: a call's first row tile otherwise waits on memory for every weight tile. On
-// the 110M Llama's 8-bit 64-token prefill (one thread, Sapphire Rapids guest) it took the
-// first token from 31.6-35.0 to 28.9-31.0 ms in five alternated pairs.
+// The weights of the pack's channels of this thread's next call (LlmQuantMatMul's tasks are
+// claimed in order, so with `ahead` threads the one `ahead` calls on), asked into L2 a few
+// lines per 16 x 16 x 64 block while the call computes: a call's first row tile otherwise
+// waits on memory for every weight tile. On the 110M Llama's 8-bit 64-token prefill (one
+// thread, Sapphire Rapids guest) it took the first token from 31.6-35.0 to 28.9-31.0 ms in
+// five alternated pairs.
 class PackAhead {
  public:
-  PackAhead(const Int8PanelPack* pack, int64_t k, int64_t n0, int64_t n1, int64_t blocks) {
-    if (!slabInPack(pack, n0) || n1 % 32 != 0) return;
-    const int64_t from = n1 / 32 * k * 32, pack_end = (pack->n + 31) / 32 * k * 32;
+  PackAhead(const Int8PanelPack* pack, int64_t k, int64_t n0, int64_t n1, int ahead,
+            int64_t blocks) {
+    if (!slabInPack(pack, n0) || n1 % 32 != 0 || ahead < 1) return;
+    const int64_t first = n1 + (ahead - 1) * (n1 - n0);
+    if (first % 32 != 0) return;
+    const int64_t from = first / 32 * k * 32, pack_end = (pack->n + 31) / 32 * k * 32;
+    if (from >= pack_end) return;
     next_ = pack->codes.get() + from;
     end_ = pack->codes.get() + std::min(pack_end, from + (n1 - n0) * k);
     per_block_ = (end_ - next_ + 63) / 64 / std::max<int64_t>(blocks, 1) + 1;
@@ -184,7 +189,7 @@ class PackAhead {
 // in double, one rounding to float, times 2^-kInt16MaxHalvings (exact), the row's scale and the
 // channel's.
 void planeTiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a, float* out,
-                int64_t out_stride, const Int8PanelPack* pack) {
+                int64_t out_stride, const Int8PanelPack* pack, int ahead_calls) {
   const int64_t k = a.k;
   // Slabs in groups of kGroup: a row tile's planes serve the group's slabs from L1 (3 x 16 x K
   // bytes), the group's weights stay in L2 for every row tile.
@@ -196,7 +201,7 @@ void planeTiles(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivatio
   TileScope tiles;
   const __m512d top_weight = _mm512_set1_pd(65536.0), mid_weight = _mm512_set1_pd(256.0);
   const __m512 unshift = _mm512_set1_ps(1.0f / static_cast<float>(1 << kInt16MaxHalvings));
-  PackAhead ahead(pack, k, n0, n1,
+  PackAhead ahead(pack, k, n0, n1, ahead_calls,
                   (a.rows + kTileRows - 1) / kTileRows * ((n1 - n0 + kTileRows - 1) / kTileRows) *
                       (k / kAmxChunk));
   for (int64_t g = n0; g < n1; g += kGroup * kTileRows) {
@@ -288,11 +293,11 @@ void int8Tiles(const int8_t* a, int64_t k, int64_t m, const WeightSlab& slab0,
 // n, sums)` takes each block's int32 sums (rows m.., channels n.., [32 rows][32 channels]).
 template <typename Sink>
 void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
-                  const Int8PanelPack* pack, Sink&& sink) {
+                  const Int8PanelPack* pack, int ahead_calls, Sink&& sink) {
   std::vector<int8_t> scratch(slabInPack(pack, n0) ? 0 : static_cast<size_t>(2 * k * kTileRows));
   alignas(64) int32_t sums[32 * 32];
   TileScope tiles;
-  PackAhead ahead(pack, k, n0, n1,
+  PackAhead ahead(pack, k, n0, n1, ahead_calls,
                   (rows + 2 * kTileRows - 1) / (2 * kTileRows) *
                       ((n1 - n0 + 2 * kTileRows - 1) / (2 * kTileRows)) * (k / kAmxChunk));
   for (int64_t n = n0; n < n1; n += 2 * kTileRows) {
@@ -318,7 +323,7 @@ void int8Products(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int
 
 void int8Sums(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
               int32_t* out, int64_t out_stride, const Int8PanelPack* pack) {
-  int8Products(a, rows, w, k, n0, n1, pack, [&](int64_t m, int64_t n, const int32_t* sums) {
+  int8Products(a, rows, w, k, n0, n1, pack, 1, [&](int64_t m, int64_t n, const int32_t* sums) {
     const int64_t channels = std::min(2 * kTileRows, n1 - n);
     for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r)
       std::memcpy(out + (m + r) * out_stride + (n - n0), sums + r * 32,
@@ -330,20 +335,22 @@ void int8Sums(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t
 // of the other levels' w8a8 (quantMatMul), so the value is theirs bit for bit.
 void int8Scaled(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0, int64_t n1,
                 const float* row_scales, const float* channel_scales, float* out,
-                int64_t out_stride, const Int8PanelPack* pack) {
-  int8Products(a, rows, w, k, n0, n1, pack, [&](int64_t m, int64_t n, const int32_t* sums) {
-    for (int64_t half = 0; half < 2 && n + half * kTileRows < n1; ++half) {
-      const int64_t c0 = n + half * kTileRows, count = std::min(kTileRows, n1 - c0);
-      const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
-      const __m512 channel = _mm512_maskz_loadu_ps(valid, channel_scales + (c0 - n0));
-      for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r) {
-        const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(sums + r * 32 + half * kTileRows));
-        _mm512_mask_storeu_ps(
-            out + (m + r) * out_stride + (c0 - n0), valid,
-            _mm512_mul_ps(_mm512_mul_ps(sum, _mm512_set1_ps(row_scales[m + r])), channel));
-      }
-    }
-  });
+                int64_t out_stride, const Int8PanelPack* pack, int ahead_calls) {
+  int8Products(
+      a, rows, w, k, n0, n1, pack, ahead_calls, [&](int64_t m, int64_t n, const int32_t* sums) {
+        for (int64_t half = 0; half < 2 && n + half * kTileRows < n1; ++half) {
+          const int64_t c0 = n + half * kTileRows, count = std::min(kTileRows, n1 - c0);
+          const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+          const __m512 channel = _mm512_maskz_loadu_ps(valid, channel_scales + (c0 - n0));
+          for (int64_t r = 0; r < std::min(2 * kTileRows, rows - m); ++r) {
+            const __m512 sum =
+                _mm512_cvtepi32_ps(_mm512_load_si512(sums + r * 32 + half * kTileRows));
+            _mm512_mask_storeu_ps(
+                out + (m + r) * out_stride + (c0 - n0), valid,
+                _mm512_mul_ps(_mm512_mul_ps(sum, _mm512_set1_ps(row_scales[m + r])), channel));
+          }
+        }
+      });
 }
 
 // quantizeActivations' 16-bit codes of one row (int16BlockScales), 16 lanes at a time, each
@@ -393,8 +400,8 @@ void quantizeAmxRow(const float* x, int64_t r, AmxActivations* out) {
 }
 
 void quantDotTileAmx(const QuantWeight& w, int64_t n0, int64_t n1, const AmxActivations& a,
-                     float* out, int64_t out_stride, const Int8PanelPack* pack) {
-  planeTiles(w, n0, n1, a, out, out_stride, pack);
+                     float* out, int64_t out_stride, const Int8PanelPack* pack, int ahead) {
+  planeTiles(w, n0, n1, a, out, out_stride, pack, ahead);
 }
 
 void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
@@ -404,17 +411,17 @@ void dotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, i
 
 void quantDotInt8TileAmx(const int8_t* a, int64_t rows, const int8_t* w, int64_t k, int64_t n0,
                          int64_t n1, const float* row_scales, const float* channel_scales,
-                         float* out, int64_t out_stride, const Int8PanelPack* pack) {
-  int8Scaled(a, rows, w, k, n0, n1, row_scales, channel_scales, out, out_stride, pack);
+                         float* out, int64_t out_stride, const Int8PanelPack* pack, int ahead) {
+  int8Scaled(a, rows, w, k, n0, n1, row_scales, channel_scales, out, out_stride, pack, ahead);
 }
 #else
 bool quantDotHasAmx() { return false; }
 void quantDotTileAmx(const QuantWeight&, int64_t, int64_t, const AmxActivations&, float*, int64_t,
-                     const Int8PanelPack*) {}
+                     const Int8PanelPack*, int) {}
 void dotInt8TileAmx(const int8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*,
                     int64_t, const Int8PanelPack*) {}
 void quantDotInt8TileAmx(const int8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t,
-                         const float*, const float*, float*, int64_t, const Int8PanelPack*) {}
+                         const float*, const float*, float*, int64_t, const Int8PanelPack*, int) {}
 void quantizeAmxRow(const float*, int64_t, AmxActivations*) {}
 #endif
 

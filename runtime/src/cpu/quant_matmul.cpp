@@ -189,6 +189,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
   // int8 weights take the AVX2 panels from kInt16PanelMinRows rows, and w8a8 the AVX-VNNI ones from
   // kAvxVnniInt8PanelMinRows.
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
+  // Tasks go to the pool's threads in turn: a thread's next one is this many tasks on.
+  const int pool_threads = pool ? pool->threads() : 1;
   const bool panels = quantDotHasAvx512();
   // Rows quantized in parallel, tasks of kRowTask rows, each with its own scratch.
   constexpr int64_t kRowTask = 8;
@@ -265,7 +267,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
           dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
             quantDotInt8TileAmx(aq.data(), rows, static_cast<const int8_t*>(part.data), k, p0, p1,
                                 row_scales.data(), channel_scales, h + n0, w.n,
-                                static_cast<const Int8PanelPack*>(pack.get()));
+                                static_cast<const Int8PanelPack*>(pack.get()), pool_threads);
           });
           return;
         }
@@ -312,7 +314,7 @@ Status quantMatMulKernel(KernelContext& ctx) {
     for_each_task([&](int64_t n0, int64_t n1) {
       dense_rows(n0, n1, [&](const QuantWeight& part, int64_t p0, int64_t p1) {
         quantDotTileAmx(part, p0, p1, codes, h + n0, w.n,
-                        static_cast<const Int8PanelPack*>(pack.get()));
+                        static_cast<const Int8PanelPack*>(pack.get()), pool_threads);
       });
     });
   } else if ((panels || quantDotHasAvx2Panels()) && rows >= kInt16PanelMinRows &&
