@@ -9,8 +9,9 @@
 // 2. softmax per query: max, the exponentials (a polynomial, cpu/exp_poly.h), their sum in 16 lanes
 //    (two 8-lane registers on AVX2) added in one fixed tree;
 // 3. the weighted sum of the values, each output accumulated in key order with fused
-//    multiply-adds: four queries (two for head_dim 128) x the whole row per tile on AVX-512, two
-//    queries x 32 dimensions per tile over 16 rows at a time on AVX2.
+//    multiply-adds: on AVX-512 (head_dim a multiple of 16) four queries x up to 64 dimensions or
+//    two x up to 128 per tile, in slices of 128; two queries x 32 dimensions per tile over 16
+//    rows at a time on AVX2.
 // Each step is the same arithmetic in the same order on both levels, so AVX2 and AVX-512 give
 // the same bits (test/unit/cpu/isa_test.cpp).
 // For one or two queries, or queries that all see the same positions (a decode step's query
@@ -404,11 +405,11 @@ void softmaxRow(float* s, int64_t n) {
   }
 }
 
-// out[r] = Σ_j p[r][j] v_j over j < counts[r], for kRows rows, head_dim = 16 * kVectors: the
-// rows share the value loads for the keys they all see, then each finishes its own.
+// out[r][dim0, dim0 + 16 kVectors) = Σ_j p[r][j] v_j there, over j < counts[r], for kRows rows:
+// the rows share the value loads for the keys they all see, then each finishes its own.
 template <int kRows, int kVectors>
 void weightedValues(const float* const* p, const int64_t* counts, const BlockReader& reader,
-                    float* const* out) {
+                    int64_t dim0, float* const* out) {
   const KvRows& kv = reader.kv();
   __m512 acc[kRows][kVectors];
   for (int r = 0; r < kRows; ++r)
@@ -421,7 +422,7 @@ void weightedValues(const float* const* p, const int64_t* counts, const BlockRea
       const float* block = reader.rows(kv.value_blocks, j0 / kv.block_rows,
                                        std::min(kv.block_rows, to - j0));
       for (int64_t j = std::max(j0, from); j < std::min(j0 + kv.block_rows, to); ++j) {
-        const float* row = block + (j - j0) * kv.row_stride;
+        const float* row = block + (j - j0) * kv.row_stride + dim0;
         __m512 values[kVectors];
         for (int v = 0; v < kVectors; ++v) values[v] = _mm512_loadu_ps(row + 16 * v);
         for (int r = r0; r < r1; ++r) {
@@ -435,7 +436,20 @@ void weightedValues(const float* const* p, const int64_t* counts, const BlockRea
   add_rows(0, kRows, 0, shared);
   for (int r = 0; r < kRows; ++r) add_rows(r, r + 1, shared, counts[r]);
   for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(out[r] + 16 * v, acc[r][v]);
+    for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(out[r] + dim0 + 16 * v, acc[r][v]);
+}
+
+// weightedValues over every query, for dimensions [dim0, dim0 + 16 kVectors): four queries a
+// tile up to 64 dimensions, two up to 128, so that the tile's sums and a value row's slice stay
+// in registers.
+template <int kVectors>
+void weightedValuesSlice(const float* const* p, const int64_t* counts, int64_t rows,
+                         const BlockReader& reader, int64_t dim0, float* const* out) {
+  constexpr int kRows = kVectors <= 4 ? 4 : 2;
+  int64_t i = 0;
+  for (; i + kRows <= rows; i += kRows)
+    weightedValues<kRows, kVectors>(p + i, counts + i, reader, dim0, out + i);
+  for (; i < rows; ++i) weightedValues<1, kVectors>(p + i, counts + i, reader, dim0, out + i);
 }
 
 float expOne(float x) { return _mm512_cvtss_f32(expNonPositive16(_mm512_set1_ps(x))); }
@@ -478,26 +492,23 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
     (wide ? softmaxRow : softmaxRowAvx2)(scratch.data() + i * stride, counts[i]);
     p[static_cast<size_t>(i)] = scratch.data() + i * stride;
   }
-  // AVX-512's value tiles hold a whole output row of 64 or 128 in registers; other sizes take
-  // the AVX2 loops (the same bits) on every level.
-  if (!wide || (head_dim != 64 && head_dim != 128)) {
+  // AVX-512's value tiles take head_dim in slices of up to 128 dimensions (a multiple of 16);
+  // head sizes off the 16s take the AVX2 loops (the same bits) on every level.
+  if (!wide || head_dim % 16 != 0) {
     for (i = 0; i + 2 <= rows; i += 2)
       weightedValuesAvx2<2>(p.data() + i, counts + i, reader, head_dim, out + i);
     if (i < rows) weightedValuesAvx2<1>(p.data() + i, counts + i, reader, head_dim, out + i);
     return;
   }
-  const int tile = head_dim == 64 ? 4 : 2;
-  for (i = 0; i + tile <= rows; i += tile) {
-    if (head_dim == 64)
-      weightedValues<4, 4>(p.data() + i, counts + i, reader, out + i);
-    else
-      weightedValues<2, 8>(p.data() + i, counts + i, reader, out + i);
-  }
-  for (; i < rows; ++i) {
-    if (head_dim == 64)
-      weightedValues<1, 4>(p.data() + i, counts + i, reader, out + i);
-    else
-      weightedValues<1, 8>(p.data() + i, counts + i, reader, out + i);
+  for (int64_t dim0 = 0; dim0 < head_dim; dim0 += 128) {
+    using Slice = void (*)(const float* const*, const int64_t*, int64_t, const BlockReader&,
+                           int64_t, float* const*);
+    static constexpr Slice kSlices[] = {weightedValuesSlice<1>, weightedValuesSlice<2>,
+                                        weightedValuesSlice<3>, weightedValuesSlice<4>,
+                                        weightedValuesSlice<5>, weightedValuesSlice<6>,
+                                        weightedValuesSlice<7>, weightedValuesSlice<8>};
+    const int64_t vectors = std::min<int64_t>(8, (head_dim - dim0) / 16);
+    kSlices[vectors - 1](p.data(), counts, rows, reader, dim0, out);
   }
 }
 
