@@ -221,6 +221,21 @@ TEST(ThreadedKernels, NormsElementwiseAndAttention) {
     expectSameOnEveryPool("LlmNorm", {x, residual, gamma}, params({{"kind", stringParam("rms")}}),
                           "rms norm without the sum");
   }
+  // Rotary embeddings over 70 tokens (tasks of 16), token-major with a pass-through tail (the
+  // V columns of a fused QKV row), and head-major from a position cache.
+  {
+    Tensor x = randomFloat({1, 70, 3 * 32 + 17}, seed++);
+    Tensor cos = randomFloat({1, 70, 1, 16}, seed++), sin = randomFloat({1, 70, 1, 16}, seed++);
+    expectSameOnEveryPool("LlmRope", {x, std::nullopt, cos, sin},
+                          params({{"num_heads", intParam(3)}, {"head_dim", intParam(32)}}),
+                          "rope, token-major, partial");
+    Tensor heads = randomFloat({2, 3, 37, 16}, seed++);
+    Tensor positions = Tensor::allocate(DType::kInt64, {37});
+    for (int64_t t = 0; t < 37; ++t) positions.data<int64_t>()[t] = 36 - t;
+    Tensor cache_cos = randomFloat({40, 8}, seed++), cache_sin = randomFloat({40, 8}, seed++);
+    expectSameOnEveryPool("LlmRope", {heads, positions, cache_cos, cache_sin}, {},
+                          "rope, head-major, positions");
+  }
   // 40,000 elements: several tasks of 32 chunks of 256; x * sigmoid(y) + 2 with y broadcast.
   Tensor big = randomFloat({8, 5000}, seed++), row = randomFloat({5000}, seed++);
   expectSameOnEveryPool("LlmElementwise", {big, row},

@@ -500,10 +500,22 @@ Status llmRope(KernelContext& ctx) {
                                     " is outside the rotary cache of " + std::to_string(cos->dim(0)) +
                                     " positions");
   }
-  std::memcpy(out->data<float>(), x->data<float>(), x->numElements() * sizeof(float));
+  // x copied, then each head's rotary values rotated in place, both in tasks on the pool (each
+  // value computed alone, so any split gives the same bits).
+  const float* xd = x->data<float>();
   float* y = out->data<float>();
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t t = 0; t < tokens; ++t) {
+  const int64_t elements = x->numElements();
+  constexpr int64_t kCopyChunk = 1 << 16;
+  parallelFor(ctx.threadPool(), (elements + kCopyChunk - 1) / kCopyChunk, [&](int64_t chunk) {
+    const int64_t from = chunk * kCopyChunk;
+    std::memcpy(y + from, xd + from,
+                static_cast<size_t>(std::min(kCopyChunk, elements - from)) * sizeof(float));
+  });
+  constexpr int64_t kRopeRows = 16;  // (batch row, token) pairs a task
+  const int64_t rows = batch * tokens;
+  parallelFor(ctx.threadPool(), (rows + kRopeRows - 1) / kRopeRows, [&](int64_t task) {
+    for (int64_t row = task * kRopeRows; row < std::min(rows, (task + 1) * kRopeRows); ++row) {
+      const int64_t b = row / tokens, t = row % tokens;
       const int64_t table_row =
           tables ? ((cos->dim(0) == batch ? b : 0) * tokens + t) * cos->dim(3) : 0;
       for (int64_t h = 0; h < heads; ++h) {
@@ -514,12 +526,14 @@ Status llmRope(KernelContext& ctx) {
           rotatePairsByTable(head, cos->data<float>() + table_row, sin->data<float>() + table_row,
                              half);
         else if (tables)
-          rotateHalvesByTable(head, cos->data<float>() + table_row, sin->data<float>() + table_row, half);
+          rotateHalvesByTable(head, cos->data<float>() + table_row, sin->data<float>() + table_row,
+                              half);
         else
           rotateHead(head, cos->data<float>() + pos[t] * half, sin->data<float>() + pos[t] * half,
                      half, interleaved);
       }
     }
+  });
   return okStatus();
 }
 
