@@ -440,6 +440,49 @@ TEST(SamplerLogprobs, GreedyUsesTemperatureOne) {
   EXPECT_EQ(token.top_logprobs[0].first, 1);
 }
 
+// Over a vocabulary of 100,003 (the eight-lane loops' tail included) whose logits cover the
+// normalizer's exp from 0 down past where it counts as 0 (-87 after the shift), with bans and two
+// equal maxima: the greedy id is the first maximum and every logprob is within 1e-6 of
+// log-softmax in double, greedy and at temperature 0.7. A NaN or +inf anywhere is named by index.
+TEST(SamplerLogprobs, LargeVocabMatchesLogSoftmax) {
+  const int32_t vocab = 100003;
+  std::vector<float> logits(vocab);
+  for (int32_t i = 0; i < vocab; ++i)
+    logits[static_cast<size_t>(i)] =
+        20.0f - 130.0f * static_cast<float>((i * 7919) % vocab) / vocab;
+  logits[77777] = logits[99999] = 25.0f;  // two maxima: the lower id wins
+  for (float temperature : {0.0f, 0.7f}) {
+    SCOPED_TRACE("temperature " + std::to_string(temperature));
+    SamplingParams params;
+    params.temperature = temperature;
+    params.num_logprobs = 3;
+    params.logit_bias = {{5, kNegInf}, {vocab - 1, kNegInf}};
+    auto sampler = makeSampler(params, vocab);
+    std::vector<float> biased = logits;
+    biased[5] = biased[static_cast<size_t>(vocab - 1)] = kNegInf;
+    const std::vector<double> want = logSoftmax(biased, temperature == 0 ? 1 : temperature);
+    SampledToken token;
+    ASSERT_OK(sampler->sample(logits, &token));
+    if (temperature == 0) {
+      EXPECT_EQ(token.id, 77777);
+    }
+    EXPECT_NEAR(token.logprob, want[static_cast<size_t>(token.id)], 1e-6);
+    ASSERT_EQ(token.top_logprobs.size(), 3u);
+    EXPECT_EQ(token.top_logprobs[0].first, 77777);
+    EXPECT_EQ(token.top_logprobs[1].first, 99999);
+    for (const auto& [id, logprob] : token.top_logprobs)
+      EXPECT_NEAR(logprob, want[static_cast<size_t>(id)], 1e-6) << id;
+    for (size_t bad : {size_t{0}, size_t{50000}, static_cast<size_t>(vocab - 1)}) {
+      std::vector<float> broken = logits;
+      broken[bad] = std::nanf("");
+      const Status status = sampler->sample(broken, &token);
+      EXPECT_NE(status.message().find("index " + std::to_string(bad) + " is NaN"),
+                std::string::npos)
+          << status.message();
+    }
+  }
+}
+
 TEST(SamplerLogits, RejectsNanInfAndWrongLength) {
   for (float temperature : {0.0f, 1.0f}) {
     SamplingParams params;
