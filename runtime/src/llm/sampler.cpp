@@ -358,10 +358,10 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
   applyBiasAndPenalties();
 
   // Max with ties to the lowest id: the greedy answer, and the shift for exp(). The maximum
-  // first (no NaN here, so the order of the comparisons does not matter and the compiler keeps
-  // them in vector lanes), then its first index.
+  // first (exact, so the order of the comparisons does not matter and the compiler keeps them in
+  // vector lanes; a NaN that penalties made is passed over, as before), then its first index.
   float lane_max[8];
-  for (float& m : lane_max) m = copy[0];
+  for (float& m : lane_max) m = -kInf;
   size_t at = 0;
   for (; at + 8 <= vocab; at += 8)
     for (size_t lane = 0; lane < 8; ++lane)
@@ -370,7 +370,8 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
   float max_logit = lane_max[0];
   for (float m : lane_max) max_logit = m > max_logit ? m : max_logit;
   size_t argmax = 0;
-  while (copy[argmax] != max_logit) ++argmax;
+  while (argmax < vocab && copy[argmax] != max_logit) ++argmax;
+  if (argmax == vocab) argmax = 0;  // nothing but NaN: refused below as masked
   if (max_logit == kInf) {
     return invalidArgument("Sampler::sample: logit at index " + std::to_string(argmax) +
                            " overflowed to +inf after logit bias and penalties");

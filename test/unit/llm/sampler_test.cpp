@@ -483,6 +483,23 @@ TEST(SamplerLogprobs, LargeVocabMatchesLogSoftmax) {
   }
 }
 
+// Penalties can turn a logit into NaN (+inf from a tiny repetition penalty, minus an infinite
+// frequency term): greedy passes over it and takes the best finite one, whatever its index, and
+// a vocabulary of nothing but such logits is refused as masked.
+TEST(SamplerPenalties, NanFromPenaltiesIsPassedOver) {
+  const float huge = std::numeric_limits<float>::max();
+  SamplingParams params;
+  params.repetition_penalty = 1e-38f;
+  params.frequency_penalty = huge;
+  auto sampler = makeSampler(params, 2);
+  EXPECT_EQ(sampleId(*sampler, {10.0f, 0.0f}), 0);  // id 0 seen once
+  EXPECT_EQ(sampleId(*sampler, {0.0f, -huge}), 0);  // -max each: the tie goes to id 0
+  SampledToken token;
+  ASSERT_OK(sampler->sample(std::vector<float>{10.0f, 0.0f}, &token));  // id 0: inf - inf
+  EXPECT_EQ(token.id, 1);
+  EXPECT_TRUE(std::isfinite(token.logprob)) << token.logprob;
+}
+
 TEST(SamplerLogits, RejectsNanInfAndWrongLength) {
   for (float temperature : {0.0f, 1.0f}) {
     SamplingParams params;
