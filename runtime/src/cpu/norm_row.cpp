@@ -22,32 +22,29 @@ namespace {
 // norms of the 110M Llama's 64-token prefill took 2.7% of its first token (perf, one thread).
 constexpr int64_t kLanes = 8;
 
+// One term of the two sums: s, or (s - mean)² (exact in double).
+inline double rowTerm(float v, float mean, bool squares) {
+  if (!squares) return double{v};
+  const float d = v - mean;
+  return static_cast<double>(d) * d;
+}
+
 // The partial sums' tail (elements from `i` on, into partial i % 8) and their total in order.
-template <typename Term>
-double finishSum(double* partial, const float* s, int64_t i, int64_t n, Term term) {
-  for (; i < n; ++i) partial[i % kLanes] += term(s[i]);
+double finishRowSum(double* partial, const float* s, int64_t i, int64_t n, float mean,
+                    bool squares) {
+  for (; i < n; ++i) partial[i % kLanes] += rowTerm(s[i], mean, squares);
   double total = 0;
   for (int64_t lane = 0; lane < kLanes; ++lane) total += partial[lane];
   return total;
 }
 
-// The vector forms' tail and total: Σ s or Σ (s - mean)², as sumScalar's terms.
-double finishRowSum(double* partial, const float* s, int64_t i, int64_t n, float mean,
-                    bool squares) {
-  if (!squares) return finishSum(partial, s, i, n, [](float v) { return double{v}; });
-  return finishSum(partial, s, i, n, [mean](float v) {
-    const float d = v - mean;
-    return static_cast<double>(d) * d;
-  });
-}
-
-template <typename Term>
-double sumScalar(const float* s, int64_t n, Term term) {
+double sumScalar(const float* s, int64_t n, float mean, bool squares) {
   double partial[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] += term(s[i + lane]);
-  return finishSum(partial, s, i, n, term);
+    for (int64_t lane = 0; lane < kLanes; ++lane)
+      partial[lane] += rowTerm(s[i + lane], mean, squares);
+  return finishRowSum(partial, s, i, n, mean, squares);
 }
 
 float inverseRms(double squares, int64_t width, float epsilon) {
@@ -61,15 +58,10 @@ void normRowScalar(const float* x, const float* residual, float* sum, int64_t wi
     for (int64_t i = 0; i < width; ++i) sum[i] = x[i] + residual[i];
     s = sum;
   }
-  float mean = 0;
-  if (!rms)
-    mean = static_cast<float>(sumScalar(s, width, [](float v) { return double{v}; }) /
-                              static_cast<double>(width));
-  const double squares = sumScalar(s, width, [mean](float v) {
-    const float d = v - mean;
-    return static_cast<double>(d) * d;
-  });
-  const float inv = inverseRms(squares, width, epsilon);
+  const float mean =
+      rms ? 0.0f
+          : static_cast<float>(sumScalar(s, width, 0.0f, false) / static_cast<double>(width));
+  const float inv = inverseRms(sumScalar(s, width, mean, true), width, epsilon);
   for (int64_t i = 0; i < width; ++i)
     y[i] = (s[i] - mean) * inv * gamma[i] + (beta ? beta[i] : 0.0f);
 }

@@ -47,7 +47,9 @@ double expWeight(float logit) { return static_cast<double>(std::exp(logit)); }
 // 1.5 x 2^23 rounding, r = x - n ln 2 in two steps, p of degree 7: within a few ulp of exp), so
 // the same bits on every CPU and in however many lanes the compiler gives the loop (this file
 // is compiled with -ffp-contract=off). Below -87 (exp < 1.7e-38, nothing beside the largest
-// weight, 1) it gives 0.
+// weight, 1) it gives 0. cpu/exp_poly.h's exp, the same polynomial, rounds with fused
+// multiply-adds to match its AVX2 and AVX-512 forms, which a plain loop on the baseline ISA has
+// not; and it is the CPU backend's.
 float expNonPositive(float x) {
   const float clamped = x >= -87.0f ? x : -87.0f;  // -inf too
   const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -65,14 +67,15 @@ float expNonPositive(float x) {
   return x >= -87.0f ? p * power : 0.0f;
 }
 
-// Σ exp(x) over the processed logits (all <= 0), in double: the weights computed into `scratch`
+// Σ exp(x) over the processed logits (all <= 0), in double: the weights computed into a buffer
 // (a loop of float operations alone, which the compiler vectorizes), then summed as eight
 // interleaved partial sums (element i in sum i % 8) added in a fixed order. A libm exp per
 // element with one chain of adds took 180 us a token over a 16,000-token vocab and 1.4 ms over
 // 128,256 (a greedy decode step of the 110M Llama at 8 bits takes about 8 ms).
-double sumOfWeights(const float* x, size_t n, std::vector<float>* scratch) {
-  if (scratch->size() < n) scratch->resize(n);
-  float* w = scratch->data();
+double sumOfWeights(const float* x, size_t n) {
+  thread_local std::vector<float> scratch;  // the calling thread's, for any sampler it runs
+  if (scratch.size() < n) scratch.resize(n);
+  float* w = scratch.data();
   for (size_t i = 0; i < n; ++i) w[i] = expNonPositive(x[i]);
   constexpr size_t kLanes = 8;
   double partial[kLanes] = {};
@@ -387,7 +390,7 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
   const bool greedy = params_.temperature == 0;
   const float temperature = greedy ? 1.0f : params_.temperature;
   for (size_t i = 0; i < vocab; ++i) processed_[i] = (processed_[i] - max_logit) / temperature;
-  const double log_normalizer = std::log(sumOfWeights(processed_.data(), vocab, &exp_scratch_));
+  const double log_normalizer = std::log(sumOfWeights(processed_.data(), vocab));
   auto logprobOf = [&](size_t id) {
     return static_cast<float>(static_cast<double>(processed_[id]) - log_normalizer);
   };

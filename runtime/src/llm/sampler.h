@@ -102,7 +102,6 @@ class Sampler {
   std::vector<int32_t> candidates_;     // [vocab] ids not masked to -inf, then the kept set
   std::vector<double> weights_;         // [vocab] exp(logit - max) of the kept set
   std::vector<int32_t> logprob_order_;  // [vocab] ids, partially sorted for top_logprobs
-  std::vector<float> exp_scratch_;      // [vocab] exp of processed_, for the log normalizer
 };
 
 }  // namespace llmc
