@@ -10,9 +10,9 @@
 #endif
 
 #include "core/cpu_features.h"
+#include "core/isa.h"
 #include "cpu/epilogue.h"
 #include "cpu/exp_poly.h"
-#include "cpu/isa.h"
 
 namespace llmc {
 

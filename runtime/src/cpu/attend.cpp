@@ -11,7 +11,7 @@
 
 #include "core/fp8.h"
 #include "core/half.h"
-#include "cpu/isa.h"
+#include "core/isa.h"
 
 namespace llmc {
 

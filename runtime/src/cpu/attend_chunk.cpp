@@ -27,9 +27,9 @@
 #endif
 
 #include "core/cpu_features.h"
+#include "core/isa.h"
 #include "cpu/attend.h"
 #include "cpu/exp_poly.h"
-#include "cpu/isa.h"
 
 namespace llmc {
 

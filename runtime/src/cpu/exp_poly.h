@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-#include "cpu/isa.h"
+#include "core/isa.h"
 
 namespace llmc {
 

@@ -13,13 +13,13 @@
 #include <immintrin.h>
 #endif
 
+#include "core/isa.h"
 #include "core/kernel.h"
 #include "core/thread_pool.h"
 #include "cpu/attend.h"
 #include "cpu/epilogue.h"
 #include "cpu/gemm.h"
 #include "cpu/head_layout.h"
-#include "cpu/isa.h"
 #include "cpu/norm_row.h"
 
 namespace llmc {

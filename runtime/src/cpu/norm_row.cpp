@@ -9,7 +9,7 @@
 #endif
 
 #include "core/cpu_features.h"
-#include "cpu/isa.h"
+#include "core/isa.h"
 
 namespace llmc {
 

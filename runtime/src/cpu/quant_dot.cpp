@@ -11,9 +11,9 @@
 #endif
 
 #include "core/cpu_features.h"
+#include "core/isa.h"
 #include "core/quant.h"
 #include "core/scale.h"
-#include "cpu/isa.h"
 #include "cpu/quant_dot.h"
 
 namespace llmc {

@@ -31,7 +31,7 @@
 #endif
 
 #include "core/cpu_features.h"
-#include "cpu/isa.h"
+#include "core/isa.h"
 #include "core/quant.h"
 #include "core/scale.h"
 #include "cpu/quant_dot.h"

@@ -10,9 +10,9 @@
 #endif
 
 #include "core/cpu_features.h"
+#include "core/isa.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
-#include "cpu/isa.h"
 #include "cpu/kept_buffer.h"
 #include "cpu/quant_dot.h"
 

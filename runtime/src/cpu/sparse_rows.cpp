@@ -9,8 +9,8 @@
 #include <immintrin.h>
 #endif
 
+#include "core/isa.h"
 #include "core/sparse.h"
-#include "cpu/isa.h"
 #include "cpu/quant_dot.h"
 
 namespace llmc {

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
+
+#include "core/isa.h"
 
 namespace llmc {
 namespace {
@@ -16,9 +19,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Cumulative mass within this of top_p counts as reaching it, so that a boundary that is exact
 // in real arithmetic (0.5 + 0.25 == 0.75) is not missed by float rounding of exp().
 constexpr double kTopPSlack = 1e-6;
-
-// Smallest chunk top-p sorts at a time: real distributions put most mass in few tokens.
-constexpr size_t kTopPFirstChunk = 64;
 
 uint64_t splitmix64(uint64_t* state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -50,7 +50,7 @@ double expWeight(float logit) { return static_cast<double>(std::exp(logit)); }
 // weight, 1) it gives 0. cpu/exp_poly.h's exp, the same polynomial, rounds with fused
 // multiply-adds to match its AVX2 and AVX-512 forms, which a plain loop on the baseline ISA has
 // not; and it is the CPU backend's.
-float expNonPositive(float x) {
+LLMC_ISA_INLINE float expNonPositive(float x) {
   const float clamped = x >= -87.0f ? x : -87.0f;  // -inf too
   const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = clamped - n * 0.693359375f;  // n * 0.693359375 is exact
@@ -67,25 +67,357 @@ float expNonPositive(float x) {
   return x >= -87.0f ? p * power : 0.0f;
 }
 
-// Σ exp(x) over the processed logits (all <= 0), in double: the weights computed into a buffer
-// (a loop of float operations alone, which the compiler vectorizes), then summed as eight
-// interleaved partial sums (element i in sum i % 8) added in a fixed order. A libm exp per
-// element with one chain of adds took 180 us a token over a 16,000-token vocab and 1.4 ms over
-// 128,256 (a greedy decode step of the 110M Llama at 8 bits takes about 8 ms).
-double sumOfWeights(const float* x, size_t n) {
-  thread_local std::vector<float> scratch;  // the calling thread's, for any sampler it runs
-  if (scratch.size() < n) scratch.resize(n);
-  float* w = scratch.data();
-  for (size_t i = 0; i < n; ++i) w[i] = expNonPositive(x[i]);
-  constexpr size_t kLanes = 8;
+// ---- The passes over the vocabulary, built for the baseline, AVX2 and AVX-512 (core/isa.h) and
+// chosen by cpuIsa(). Each level does the same float operations per element in the same order
+// and sums in the same order (element i into partial sum i % 8), so the level changes no bit.
+// Compiled for the baseline alone (four lanes), with the argmax searched one id at a time, a
+// greedy token took 310 us over a 128,256-id vocabulary.
+
+constexpr size_t kLanes = 8;
+
+// Sixteen lanes in GCC's vector extensions, which every level compiles to its own registers (four
+// SSE, two AVX2 or one AVX-512): the compiler's vectorizer left the maximum and the argmax search
+// one element at a time.
+using F16 = float __attribute__((vector_size(64)));
+using I16 = int32_t __attribute__((vector_size(64)));
+constexpr size_t kWide = 16;
+// The helpers below pass these by value, always inlined: GCC's note that a 64-byte vector
+// argument's ABI depends on AVX-512 concerns calls that never happen.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+LLMC_ISA_INLINE F16 loadWide(const float* p) {
+  F16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename V, typename T>
+LLMC_ISA_INLINE V splat(T value) {
+  V v;
+  for (size_t lane = 0; lane < kWide; ++lane) v[lane] = value;
+  return v;
+}
+// a where the mask is set, b elsewhere (masks are all ones or zeros per lane).
+LLMC_ISA_INLINE F16 select(I16 mask, F16 a, F16 b) {
+  return reinterpret_cast<F16>((reinterpret_cast<I16>(a) & mask) |
+                               (reinterpret_cast<I16>(b) & ~mask));
+}
+LLMC_ISA_INLINE bool anyLane(I16 mask) {
+  uint64_t words[8];
+  std::memcpy(words, &mask, sizeof words);
+  return ((words[0] | words[1]) | (words[2] | words[3]) | (words[4] | words[5]) |
+          (words[6] | words[7])) != 0;
+}
+// Copies the logits; nonzero if any is NaN or +inf (the index is found after, off the hot path).
+LLMC_ISA_INLINE int32_t copyCheckedLoop(const float* in, float* out, size_t n) {
+  int32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = in[i];
+    bad |= in[i] < kInf ? 0 : 1;
+  }
+  return bad;
+}
+
+struct Weighed {
+  float max_logit = -kInf;
+  size_t argmax = 0;  // the maximum's first index; n when every value is NaN
+  double total = 0;   // Σ w, where max_logit is finite
+};
+
+// The maximum with ties to the lowest index: the exact maximum first (in lanes, a NaN passed
+// over), then its first index, sixteen ids a step. Where it is finite, x = (x - max) / t (every
+// value <= 0, the maximum 0) and w = exp(x) by expNonPositive, and Σ w in double.
+LLMC_ISA_INLINE Weighed weighLoop(float* x, float* w, size_t n, float temperature) {
+  Weighed out;
+  F16 wide_max = splat<F16>(-kInf);
+  size_t at = 0;
+  for (; at + kWide <= n; at += kWide) {
+    const F16 v = loadWide(x + at);
+    wide_max = select(v > wide_max, v, wide_max);
+  }
+  for (size_t lane = 0; lane < kWide; ++lane)
+    out.max_logit = wide_max[lane] > out.max_logit ? wide_max[lane] : out.max_logit;
+  for (; at < n; ++at) out.max_logit = x[at] > out.max_logit ? x[at] : out.max_logit;
+  const float max_logit = out.max_logit;
+  const F16 wide_target = splat<F16>(max_logit);
+  at = 0;
+  for (; at + kWide <= n; at += kWide)
+    if (anyLane(loadWide(x + at) == wide_target)) break;
+  while (at < n && x[at] != max_logit) ++at;
+  out.argmax = at;
+  if (!(max_logit > -kInf && max_logit < kInf)) return out;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = (x[i] - max_logit) / temperature;
+    w[i] = expNonPositive(x[i]);
+  }
   double partial[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (size_t lane = 0; lane < kLanes; ++lane) partial[lane] += static_cast<double>(w[i + lane]);
   for (; i < n; ++i) partial[i % kLanes] += static_cast<double>(w[i]);
-  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-         ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  out.total = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+              ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  return out;
 }
+
+// The order truncation keeps a prefix of: x descending, then id ascending. Every processed
+// logit is <= 0, so x descending is |x|'s bits ascending (-0 and +0 alike): the order is the
+// 64-bit key (|x| bits, id) ascending.
+LLMC_ISA_INLINE uint32_t magnitudeBits(float x) { return std::bit_cast<uint32_t>(x) & 0x7fffffffu; }
+uint64_t orderKey(uint32_t magnitude, uint32_t id) {
+  return (static_cast<uint64_t>(magnitude) << 32) | id;
+}
+
+// The draw's weight of id i: w if truncation kept it (its key at most `last`, w >= min_weight).
+LLMC_ISA_INLINE float keptWeight(const float* x, const float* w, size_t i, const Truncation& kept) {
+  const uint32_t m = magnitudeBits(x[i]);
+  const uint32_t id = static_cast<uint32_t>(i);
+  const bool in =
+      ((m < kept.last_magnitude) | ((m == kept.last_magnitude) & (id <= kept.last_id))) &
+      (w[i] >= kept.min_weight);
+  return in ? w[i] : 0.0f;
+}
+
+// The draw's blocks: ids [b * kDrawBlock, (b + 1) * kDrawBlock).
+constexpr size_t kDrawBlock = 256;
+
+// Σ of the kept weights of each block (element i into partial i % 8, added in order).
+LLMC_ISA_INLINE void keptBlockSumsLoop(const float* x, const float* w, size_t n,
+                                       const Truncation& kept, double* sums) {
+  for (size_t block = 0; block * kDrawBlock < n; ++block) {
+    const size_t begin = block * kDrawBlock, end = std::min(n, begin + kDrawBlock);
+    float kept_weights[kDrawBlock];
+    for (size_t i = begin; i < end; ++i) kept_weights[i - begin] = keptWeight(x, w, i, kept);
+    double partial[kLanes] = {};
+    const size_t count = end - begin;
+    size_t i = 0;
+    for (; i + kLanes <= count; i += kLanes)
+      for (size_t lane = 0; lane < kLanes; ++lane)
+        partial[lane] += static_cast<double>(kept_weights[i + lane]);
+    for (; i < count; ++i) partial[i % kLanes] += static_cast<double>(kept_weights[i]);
+    sums[block] = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                  ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  }
+}
+
+int32_t copyCheckedBase(const float* in, float* out, size_t n) {
+  return copyCheckedLoop(in, out, n);
+}
+Weighed weighBase(float* x, float* w, size_t n, float t) { return weighLoop(x, w, n, t); }
+void keptBlockSumsBase(const float* x, const float* w, size_t n, const Truncation& kept,
+                       double* sums) {
+  keptBlockSumsLoop(x, w, n, kept, sums);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+LLMC_TARGET_AVX2 int32_t copyCheckedAvx2(const float* in, float* out, size_t n) {
+  return copyCheckedLoop(in, out, n);
+}
+LLMC_TARGET_AVX2 Weighed weighAvx2(float* x, float* w, size_t n, float t) {
+  return weighLoop(x, w, n, t);
+}
+LLMC_TARGET_AVX2 void keptBlockSumsAvx2(const float* x, const float* w, size_t n,
+                                        const Truncation& kept, double* sums) {
+  keptBlockSumsLoop(x, w, n, kept, sums);
+}
+LLMC_TARGET_AVX512_WIDE int32_t copyCheckedAvx512(const float* in, float* out, size_t n) {
+  return copyCheckedLoop(in, out, n);
+}
+LLMC_TARGET_AVX512_WIDE Weighed weighAvx512(float* x, float* w, size_t n, float t) {
+  return weighLoop(x, w, n, t);
+}
+LLMC_TARGET_AVX512_WIDE void keptBlockSumsAvx512(const float* x, const float* w, size_t n,
+                                                 const Truncation& kept, double* sums) {
+  keptBlockSumsLoop(x, w, n, kept, sums);
+}
+#endif
+
+int32_t copyChecked(const float* in, float* out, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpuIsa() >= CpuIsa::kAvx512) return copyCheckedAvx512(in, out, n);
+  if (cpuIsa() >= CpuIsa::kAvx2) return copyCheckedAvx2(in, out, n);
+#endif
+  return copyCheckedBase(in, out, n);
+}
+
+Weighed weigh(float* x, float* w, size_t n, float temperature) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpuIsa() >= CpuIsa::kAvx512) return weighAvx512(x, w, n, temperature);
+  if (cpuIsa() >= CpuIsa::kAvx2) return weighAvx2(x, w, n, temperature);
+#endif
+  return weighBase(x, w, n, temperature);
+}
+
+void keptBlockSums(const float* x, const float* w, size_t n, const Truncation& kept, double* sums) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpuIsa() >= CpuIsa::kAvx512) return keptBlockSumsAvx512(x, w, n, kept, sums);
+  if (cpuIsa() >= CpuIsa::kAvx2) return keptBlockSumsAvx2(x, w, n, kept, sums);
+#endif
+  keptBlockSumsBase(x, w, n, kept, sums);
+}
+
+// ---- Truncation without sorting the vocabulary. The kept prefix's end is found by a radix
+// walk over the keys: counts and weights per bin of |x|'s top 12 bits over every id (bins in
+// key order), the bin where the running count reaches k (top-k) or the running mass reaches the
+// target (top-p); that bin's ids gathered (in id order) and binned by the next 12 bits, then by
+// the last 7; a few hundred ids or fewer are sorted by key instead, and the ids that share all
+// 31 bits are in id order already. The mass before an id is that sum of bins, sub-bins and then
+// the ids one at a time, in that fixed order: the sorted prefix sum up to rounding. Sorting a
+// 128,256-id vocabulary in chunks took 2.4-17 ms a token for top-p 0.95 (peaked to flat
+// distributions) and 2 ms for top-k 50.
+
+// The bits of |x| each level bins by: the top 12, the next 12, the last 7.
+constexpr int kLevelShift[] = {19, 7, 0};
+constexpr uint32_t kLevelBins[] = {4096, 4096, 128};
+constexpr int kLevels = 3;
+// A bin's ids are sorted by key from this many down instead of binned again.
+constexpr size_t kSortDirectly = 512;
+
+size_t levelBin(uint32_t magnitude, int level) {
+  return (magnitude >> kLevelShift[level]) & (kLevelBins[level] - 1);
+}
+
+struct Item {
+  uint64_t key;
+  float w;
+};
+
+struct Scratch {
+  std::vector<float> weights;      // [vocab] exp(x) of this token's processed logits
+  std::vector<double> block_sums;  // the draw's, per kDrawBlock ids
+  std::vector<int64_t> counts;     // per bin of one level
+  std::vector<double> masses;
+  std::vector<Item> items[kLevels];  // the ids of the bin each level reached
+};
+// The calling thread's, for any sampler it runs: nothing in it outlives one sample() call.
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// What a walk is after: the id at which the running count reaches `need` (by_mass false) or
+// the running mass reaches `target`; `count` and `mass` are what came before.
+struct Walk {
+  bool by_mass = false;
+  int64_t need = 0;
+  double target = 0;
+  int64_t count = 0;
+  double mass = 0;
+};
+
+// The first of `bins` bins where the walk's goal is reached, adding the bins before it to the
+// walk; `bins` when they end short of it (a mass's rounding, or fewer ids than wanted).
+size_t reachBin(Walk* walk, const Scratch& s, size_t bins) {
+  for (size_t b = 0; b < bins; ++b) {
+    if (s.counts[b] == 0) continue;
+    const bool reached = walk->by_mass ? walk->mass + s.masses[b] >= walk->target
+                                       : walk->count + s.counts[b] >= walk->need;
+    if (reached) return b;
+    walk->count += s.counts[b];
+    walk->mass += s.masses[b];
+  }
+  return bins;
+}
+
+// Walks `items` in key order (sorting them first where `sort`) to the key at which the goal is
+// reached; the last key when they end short.
+uint64_t walkInOrder(Walk* walk, std::vector<Item>* items, bool sort) {
+  if (sort)
+    std::sort(items->begin(), items->end(),
+              [](const Item& a, const Item& b) { return a.key < b.key; });
+  for (const Item& item : *items) {
+    ++walk->count;
+    walk->mass += static_cast<double>(item.w);
+    if (walk->by_mass ? walk->mass >= walk->target : walk->count >= walk->need) return item.key;
+  }
+  return items->back().key;
+}
+
+// Levels 1 and 2, over the ids (in id order) of the bin the level before reached.
+uint64_t walkLevel(Walk* walk, int level, Scratch& s) {
+  std::vector<Item>& items = s.items[level - 1];
+  if (items.size() <= kSortDirectly) return walkInOrder(walk, &items, true);
+  if (level == kLevels) return walkInOrder(walk, &items, false);  // all of |x| alike
+  const size_t bins = kLevelBins[level];
+  std::fill(s.counts.begin(), s.counts.begin() + static_cast<std::ptrdiff_t>(bins), 0);
+  std::fill(s.masses.begin(), s.masses.begin() + static_cast<std::ptrdiff_t>(bins), 0.0);
+  for (const Item& item : items) {
+    const size_t b = levelBin(static_cast<uint32_t>(item.key >> 32), level);
+    ++s.counts[b];
+    s.masses[b] += static_cast<double>(item.w);
+  }
+  const size_t reached = reachBin(walk, s, bins);
+  if (reached == bins) {  // short by rounding: the bin's last key
+    uint64_t last = 0;
+    for (const Item& item : items) last = std::max(last, item.key);
+    return last;
+  }
+  std::vector<Item>& next = s.items[level];
+  next.clear();
+  for (const Item& item : items)
+    if (levelBin(static_cast<uint32_t>(item.key >> 32), level) == reached) next.push_back(item);
+  return walkLevel(walk, level + 1, s);
+}
+
+// The last key of the kept prefix of the ids whose key is at most `limit` and whose x is
+// neither -inf nor NaN: the first `need` of them, or (by mass, `target` a fraction of their
+// total) the shortest prefix whose mass reaches the target. `limit` when that takes them all.
+uint64_t prefixEnd(const float* x, const float* w, size_t n, uint64_t limit, Walk walk,
+                   Scratch& s) {
+  const size_t bins = kLevelBins[0];
+  auto kept = [&](size_t i, uint32_t magnitude) {
+    return x[i] > -kInf && orderKey(magnitude, static_cast<uint32_t>(i)) <= limit;
+  };
+  s.counts.assign(bins, 0);
+  s.masses.assign(bins, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t m = magnitudeBits(x[i]);
+    if (!kept(i, m)) continue;
+    ++s.counts[levelBin(m, 0)];
+    s.masses[levelBin(m, 0)] += static_cast<double>(w[i]);
+  }
+  if (walk.by_mass) {
+    double total = 0;
+    for (size_t b = 0; b < bins; ++b) total += s.masses[b];
+    walk.target *= total;
+  }
+  const size_t reached = reachBin(&walk, s, bins);
+  if (reached == bins) return limit;
+  std::vector<Item>& items = s.items[0];
+  items.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t m = magnitudeBits(x[i]);
+    if (levelBin(m, 0) == reached && kept(i, m))
+      items.push_back({orderKey(m, static_cast<uint32_t>(i)), w[i]});
+  }
+  return walkLevel(&walk, 1, s);
+}
+
+}  // namespace
+
+Truncation truncation(const SamplingParams& params, std::span<const float> x,
+                      std::span<const float> w) {
+  Scratch& s = scratch();
+  uint64_t limit = ~uint64_t{0};
+  if (params.top_k > 0) {
+    Walk walk;
+    walk.need = params.top_k;
+    limit = prefixEnd(x.data(), w.data(), x.size(), limit, walk, s);
+  }
+  if (params.top_p < 1) {
+    Walk walk;
+    walk.by_mass = true;
+    walk.target = static_cast<double>(params.top_p) - kTopPSlack;
+    limit = prefixEnd(x.data(), w.data(), x.size(), limit, walk, s);
+  }
+  Truncation kept;
+  kept.last_magnitude = static_cast<uint32_t>(limit >> 32);
+  kept.last_id = static_cast<uint32_t>(limit);
+  kept.min_weight = params.min_p;
+  return kept;
+}
+
+namespace {
 
 // Entropy (nats) and log normalizer of softmax(logits); -inf logits carry no mass. The caller
 // has checked that no logit is NaN or +inf.
@@ -202,10 +534,6 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
       output_counts_(static_cast<size_t>(vocab_size), 0),
       seen_(static_cast<size_t>(vocab_size), 0),
       processed_(static_cast<size_t>(vocab_size)) {
-  if (params.temperature > 0) {
-    candidates_.resize(static_cast<size_t>(vocab_size));
-    weights_.resize(static_cast<size_t>(vocab_size));
-  }
   if (params.num_logprobs > 0) logprob_order_.resize(static_cast<size_t>(vocab_size));
 }
 
@@ -268,62 +596,6 @@ void Sampler::applyBiasAndPenalties() {
   }
 }
 
-void Sampler::sortLeading(size_t sorted, size_t want, size_t count) {
-  if (want <= sorted) return;
-  const auto better = byLogitDescending(processed_);
-  auto first = candidates_.begin() + static_cast<std::ptrdiff_t>(sorted);
-  auto middle = candidates_.begin() + static_cast<std::ptrdiff_t>(want);
-  auto last = candidates_.begin() + static_cast<std::ptrdiff_t>(count);
-  if (middle < last) std::nth_element(first, middle, last, better);
-  std::sort(first, middle, better);
-}
-
-size_t Sampler::truncate(size_t count) {
-  size_t sorted = 0;  // candidates_[0, sorted) are the best, in descending order
-
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < count) {
-    sortLeading(0, static_cast<size_t>(params_.top_k), count);
-    count = sorted = static_cast<size_t>(params_.top_k);
-  }
-
-  if (params_.top_p < 1 && count > 1) {
-    // Logits are shifted so the max is 0: every weight is in (0, 1] and the total is >= 1.
-    double total = 0;
-    for (size_t i = 0; i < count; ++i) {
-      total += expWeight(processed_[static_cast<size_t>(candidates_[i])]);
-    }
-    const double target = (static_cast<double>(params_.top_p) - kTopPSlack) * total;
-    double cumulative = 0;
-    size_t kept = 0;
-    size_t chunk = kTopPFirstChunk;
-    while (kept < count && (kept == 0 || cumulative < target)) {
-      if (kept == sorted) {
-        // Sort the next chunk only when the walk reaches it: O(V) per chunk, not O(V log V).
-        sortLeading(sorted, std::min(count, sorted + chunk), count);
-        sorted = std::min(count, sorted + chunk);
-        chunk *= 2;
-      }
-      cumulative += expWeight(processed_[static_cast<size_t>(candidates_[kept])]);
-      ++kept;
-    }
-    count = kept;
-  }
-
-  if (params_.min_p > 0) {
-    // p / p_max = exp(logit - max_logit) and the max logit is 0 after the shift.
-    const double min_ratio = params_.min_p;
-    size_t kept = 0;
-    for (size_t i = 0; i < count; ++i) {
-      const int32_t id = candidates_[i];
-      if (std::exp(static_cast<double>(processed_[static_cast<size_t>(id)])) >= min_ratio) {
-        candidates_[kept++] = id;
-      }
-    }
-    count = kept;
-  }
-  return count;
-}
-
 void Sampler::recordToken(int32_t id) {
   const size_t index = static_cast<size_t>(id);
   ++output_counts_[index];
@@ -340,15 +612,7 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
                            " logits for a vocab of " + std::to_string(vocab_size_));
   }
   const size_t vocab = logits.size();
-  // Copied with one flag for NaN or +inf (a loop the compiler vectorizes), the index found after.
-  const float* given = logits.data();
-  float* copy = processed_.data();
-  int32_t bad = 0;
-  for (size_t i = 0; i < vocab; ++i) {
-    copy[i] = given[i];
-    bad |= given[i] < kInf ? 0 : 1;
-  }
-  if (bad)
+  if (copyChecked(logits.data(), processed_.data(), vocab))
     for (size_t i = 0; i < vocab; ++i)
       if (!(logits[i] < kInf))
         return invalidArgument("Sampler::sample: logit at index " + std::to_string(i) + " is " +
@@ -360,63 +624,55 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
 
   applyBiasAndPenalties();
 
-  // Max with ties to the lowest id: the greedy answer, and the shift for exp(). The maximum
-  // first (exact, so the order of the comparisons does not matter and the compiler keeps them in
-  // vector lanes; a NaN that penalties made is passed over, as before), then its first index.
-  float lane_max[8];
-  for (float& m : lane_max) m = -kInf;
-  size_t at = 0;
-  for (; at + 8 <= vocab; at += 8)
-    for (size_t lane = 0; lane < 8; ++lane)
-      lane_max[lane] = copy[at + lane] > lane_max[lane] ? copy[at + lane] : lane_max[lane];
-  for (; at < vocab; ++at) lane_max[0] = copy[at] > lane_max[0] ? copy[at] : lane_max[0];
-  float max_logit = lane_max[0];
-  for (float m : lane_max) max_logit = m > max_logit ? m : max_logit;
-  size_t argmax = 0;
-  while (argmax < vocab && copy[argmax] != max_logit) ++argmax;
-  if (argmax == vocab) argmax = 0;  // nothing but NaN: refused below as masked
-  if (max_logit == kInf) {
+  // The maximum with ties to the lowest id (the greedy answer, and the shift for exp(): exp()
+  // cannot overflow, and (x - max) / T cannot reach +inf), then temperature and the weights
+  // exp(x). Log-softmax is unchanged by the shift.
+  const bool greedy = params_.temperature == 0;
+  Scratch& s = scratch();
+  if (s.weights.size() < vocab) s.weights.resize(vocab);
+  const float* x = processed_.data();
+  const float* w = s.weights.data();
+  const Weighed weighed =
+      weigh(processed_.data(), s.weights.data(), vocab, greedy ? 1.0f : params_.temperature);
+  const size_t argmax = weighed.argmax < vocab ? weighed.argmax : 0;  // nothing but NaN: masked
+  if (weighed.max_logit == kInf) {
     return invalidArgument("Sampler::sample: logit at index " + std::to_string(argmax) +
                            " overflowed to +inf after logit bias and penalties");
   }
-  if (max_logit == -kInf) {
+  if (weighed.max_logit == -kInf) {
     return invalidArgument(
         "Sampler::sample: every token is masked (all logits are -inf after logit bias, "
         "penalties and the ids the tokenizer cannot decode)");
   }
-
-  // Shift so the max is 0 (exp() cannot overflow, and (x - max) / T cannot reach +inf), then
-  // apply temperature. Log-softmax is unchanged by the shift.
-  const bool greedy = params_.temperature == 0;
-  const float temperature = greedy ? 1.0f : params_.temperature;
-  for (size_t i = 0; i < vocab; ++i) processed_[i] = (processed_[i] - max_logit) / temperature;
-  const double log_normalizer = std::log(sumOfWeights(processed_.data(), vocab));
+  const double log_normalizer = std::log(weighed.total);
   auto logprobOf = [&](size_t id) {
     return static_cast<float>(static_cast<double>(processed_[id]) - log_normalizer);
   };
 
   size_t chosen = argmax;
   if (!greedy) {
-    size_t count = 0;
-    for (size_t i = 0; i < vocab; ++i) {
-      if (processed_[i] != -kInf) candidates_[count++] = static_cast<int32_t>(i);
-    }
-    count = truncate(count);
+    // Steps 5-7, then the draw over the kept ids in id order: the blocks' sums first, then
+    // one block's ids. The argmax is always kept (weight 1), so the total is >= 1.
+    const Truncation kept = truncation(params_, {x, vocab}, {w, vocab});
+    const size_t blocks = (vocab + kDrawBlock - 1) / kDrawBlock;
+    if (s.block_sums.size() < blocks) s.block_sums.resize(blocks);
+    keptBlockSums(x, w, vocab, kept, s.block_sums.data());
     double total = 0;
-    for (size_t i = 0; i < count; ++i) {
-      weights_[i] = expWeight(processed_[static_cast<size_t>(candidates_[i])]);
-      total += weights_[i];
-    }
-    // truncate() always keeps the argmax (weight 1), so total >= 1.
+    for (size_t b = 0; b < blocks; ++b) total += s.block_sums[b];
     const double threshold = rng_.nextDouble() * total;
     double cumulative = 0;
-    chosen = static_cast<size_t>(candidates_[count - 1]);
-    for (size_t i = 0; i < count; ++i) {
-      cumulative += weights_[i];
-      if (threshold < cumulative) {
-        chosen = static_cast<size_t>(candidates_[i]);
-        break;
-      }
+    size_t block = 0;
+    while (block < blocks && !(threshold < cumulative + s.block_sums[block]))
+      cumulative += s.block_sums[block++];
+    // Past the end only when rounding makes the threshold the total: the last kept id.
+    const size_t begin = block < blocks ? block * kDrawBlock : 0;
+    const size_t end = block < blocks ? std::min(vocab, begin + kDrawBlock) : vocab;
+    for (size_t i = begin; i < end; ++i) {
+      const float weight = keptWeight(x, w, i, kept);
+      if (weight == 0) continue;
+      chosen = i;
+      cumulative += static_cast<double>(weight);
+      if (threshold < cumulative && block < blocks) break;
     }
   }
 

@@ -13,7 +13,13 @@
 //   6. top-p                 keep the smallest most-probable prefix whose mass >= top_p,
 //                            probabilities renormalized over what top-k kept
 //   7. min-p                 keep p >= min_p * p_max
-//   8. draw one token from the kept set, proportional to exp(logit)
+//   8. draw one token from the kept set, proportional to exp(logit): a uniform u in [0, 1)
+//      times the kept weights' total, against their running sum in id order
+//
+// exp() is the sampler's own (float multiplies and adds: the same bits on every CPU, 0 below
+// e^-87 of the maximum); top-k and top-p find the kept prefix's end without sorting the
+// vocabulary (sampler.cpp), so a token costs a few passes over the vocabulary whatever the
+// truncation.
 //
 // Logprobs (SampledToken::logprob and top_logprobs) are the log-softmax over the whole vocab
 // of the logits after steps 1, 2 and 4 (temperature 1 when greedy), before any truncation:
@@ -55,6 +61,20 @@ class Xoshiro256 {
 Status undecodableIds(const Tokenizer* tokenizer, int64_t vocab,
                       std::shared_ptr<const std::vector<int32_t>>* out);
 
+// Steps 5-7's result over one token: an id is kept when its (|x|'s bits, id), x its processed
+// logit (<= 0 after the shift), is at most (last_magnitude, last_id) -- the order x descending,
+// then id ascending -- and its weight exp(x) is at least min_weight.
+struct Truncation {
+  uint32_t last_magnitude = UINT32_MAX;
+  uint32_t last_id = UINT32_MAX;
+  float min_weight = 0;
+};
+
+// Steps 5-7 as the sampler takes them, over processed logits `x` (the maximum 0, -inf for a
+// masked id) and their weights `w` = exp(x); exposed for the tests.
+Truncation truncation(const SamplingParams& params, std::span<const float> x,
+                      std::span<const float> w);
+
 // One per sequence: holds the RNG state and the token counts the penalties need.
 // Not thread-safe; sample() reuses scratch buffers so it allocates nothing per token
 // beyond SampledToken::top_logprobs.
@@ -80,11 +100,6 @@ class Sampler {
 
   // Steps 1 and 2 on processed_.
   void applyBiasAndPenalties();
-  // Ensures candidates_[0, want) are the `want` best of candidates_[0, count) in descending
-  // order, given that candidates_[0, sorted) already are.
-  void sortLeading(size_t sorted, size_t want, size_t count);
-  // Steps 5-7: shrinks candidates_[0, count) to the kept set and returns its size.
-  size_t truncate(size_t count);
   void recordToken(int32_t id);
 
   SamplingParams params_;
@@ -97,10 +112,8 @@ class Sampler {
   std::vector<uint8_t> seen_;           // [vocab] 1 if the id is in the prompt or output
   std::vector<int32_t> seen_ids_;       // the ids with seen_ == 1, so penalties are O(seen)
 
-  // Scratch reused across tokens.
+  // Scratch reused across tokens (the weights and truncation's are per thread, sampler.cpp).
   std::vector<float> processed_;        // [vocab] logits after each step
-  std::vector<int32_t> candidates_;     // [vocab] ids not masked to -inf, then the kept set
-  std::vector<double> weights_;         // [vocab] exp(logit - max) of the kept set
   std::vector<int32_t> logprob_order_;  // [vocab] ids, partially sorted for top_logprobs
 };
 

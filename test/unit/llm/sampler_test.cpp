@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "status_test_util.h"
 
 namespace llmc {
@@ -237,6 +241,180 @@ TEST(SamplerTruncation, TopPOverALargeVocabSortsInChunks) {
   const std::set<int32_t> drawn = drawnIds(params, logits, 40000);
   for (int32_t id : drawn) EXPECT_TRUE(expected.count(id)) << "token " << id << " was cut";
   EXPECT_GT(drawn.size(), expected.size() * 9 / 10);
+}
+
+// The ids steps 5-7 keep, by their definition: sorted by x descending then id ascending, the
+// first top_k, then the shortest prefix of those whose weights (summed in that order, in double)
+// reach (top_p - 1e-6) of theirs, then those whose weight is at least min_p.
+// `sorted` is every unmasked id in that order.
+std::vector<int32_t> sortedIds(const std::vector<float>& x) {
+  std::vector<int32_t> order;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] > kNegInf) order.push_back(static_cast<int32_t>(i));
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const float xa = x[static_cast<size_t>(a)], xb = x[static_cast<size_t>(b)];
+    return xa > xb || (xa == xb && a < b);
+  });
+  return order;
+}
+std::vector<uint8_t> keptByDefinition(const SamplingParams& params, std::vector<int32_t> order,
+                                      const std::vector<float>& w) {
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < order.size())
+    order.resize(static_cast<size_t>(params.top_k));
+  if (params.top_p < 1) {
+    double total = 0;
+    for (int32_t id : order) total += w[static_cast<size_t>(id)];
+    const double target = (params.top_p - 1e-6) * total;
+    double cumulative = 0;
+    size_t kept = 0;
+    while (kept < order.size() && (kept == 0 || cumulative < target))
+      cumulative += w[static_cast<size_t>(order[kept++])];
+    order.resize(kept);
+  }
+  std::vector<uint8_t> kept(w.size(), 0);
+  for (int32_t id : order)
+    if (w[static_cast<size_t>(id)] >= params.min_p) kept[static_cast<size_t>(id)] = 1;
+  return kept;
+}
+
+// truncation() (a radix walk over |x|'s bits, no sort of the vocabulary) keeps exactly the ids
+// of the definition above, over distributions that send its walk down every level: flat and
+// peaked logits over 200,003 ids (thousands in the boundary's first bins), logits that differ
+// only in their last mantissa bits (a bin of the second level holding hundreds), a whole
+// vocabulary of equal logits (ties to the lowest ids, the third level in id order), masked ids
+// and weights that reach 0 below e^-87. Weights are exp(x) in float here; the walk takes any.
+TEST(SamplerTruncation, RadixWalkKeepsTheSortedPrefix) {
+  struct Case {
+    const char* name;
+    std::vector<float> x;
+  };
+  std::vector<Case> cases;
+  std::mt19937 rng(17);
+  for (float sd : {0.3f, 1.0f, 4.0f, 30.0f}) {
+    std::normal_distribution<float> normal(0, sd);
+    std::vector<float> x(200003);
+    for (float& v : x) v = normal(rng);
+    cases.push_back({"normal", x});
+  }
+  {
+    std::vector<float> x(5000);
+    std::uniform_int_distribution<int> ulps(0, 400);
+    for (float& v : x) v = std::bit_cast<float>(std::bit_cast<uint32_t>(-1.5f) + ulps(rng));
+    x[4321] = 0;
+    cases.push_back({"last bits", x});
+  }
+  cases.push_back({"all equal", std::vector<float>(70000, -2.0f)});
+  {
+    std::vector<float> x(3000);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = i % 7 == 0 ? kNegInf : -static_cast<float>((i * 37) % 3000) * 0.05f;
+    cases.push_back({"masked, past e^-87", x});
+  }
+  int checked = 0;
+  for (Case& c : cases) {
+    // The sampler's processed logits: the maximum 0, every other below it.
+    float max_x = kNegInf;
+    for (float v : c.x) max_x = std::max(max_x, v);
+    std::vector<float> w(c.x.size());
+    for (size_t i = 0; i < c.x.size(); ++i) {
+      c.x[i] -= max_x;
+      w[i] = std::exp(c.x[i]);
+    }
+    const std::vector<int32_t> sorted = sortedIds(c.x);
+    for (int32_t top_k : {0, 1, 2, 50, 2500, 60000})
+      for (float top_p : {1.0f, 1e-7f, 0.3f, 0.9f, 0.999f})
+        for (float min_p : {0.0f, 0.05f}) {
+          SamplingParams params;
+          params.temperature = 1;
+          params.top_k = top_k;
+          params.top_p = top_p;
+          params.min_p = min_p;
+          const Truncation kept = truncation(params, c.x, w);
+          const std::vector<uint8_t> want = keptByDefinition(params, sorted, w);
+          size_t wrong = 0, count = 0, first_wrong = 0;
+          for (size_t i = 0; i < c.x.size(); ++i) {
+            const uint32_t m = std::bit_cast<uint32_t>(c.x[i]) & 0x7fffffffu;
+            const uint32_t id = static_cast<uint32_t>(i);
+            const bool got =
+                c.x[i] > kNegInf &&
+                (m < kept.last_magnitude || (m == kept.last_magnitude && id <= kept.last_id)) &&
+                w[i] >= kept.min_weight;
+            count += want[i];
+            if (got != static_cast<bool>(want[i]) && wrong++ == 0) first_wrong = i;
+          }
+          EXPECT_EQ(wrong, 0u) << c.name << " top_k " << top_k << " top_p " << top_p << " min_p "
+                               << min_p << ": " << count << " kept, first wrong id " << first_wrong;
+          EXPECT_GT(count, 0u);
+          ++checked;
+        }
+  }
+  EXPECT_EQ(checked, 7 * 6 * 5 * 2);
+}
+
+// Over 1,024 ids (four of the draw's blocks of 256), most of the mass on eight ids spread
+// over the blocks and the rest on the others: the draw's frequencies match softmax.
+TEST(SamplerRandom, EmpiricalDistributionAcrossTheDrawsBlocks) {
+  const std::vector<int32_t> heavy = {3, 255, 256, 300, 517, 770, 1000, 1023};
+  std::vector<float> logits(1024, 0.0f);
+  for (size_t j = 0; j < heavy.size(); ++j)
+    logits[static_cast<size_t>(heavy[j])] = 4.0f + 0.25f * static_cast<float>(j);
+  std::vector<double> p;
+  for (double lp : logSoftmax(logits)) p.push_back(std::exp(lp));
+  SamplingParams params;
+  params.temperature = 1;
+  params.seed = 5;
+  auto sampler = makeSampler(params, 1024);
+  const int draws = 40000;
+  std::vector<int> counts(heavy.size() + 1, 0);
+  for (int i = 0; i < draws; ++i) {
+    const int32_t id = sampleId(*sampler, logits);
+    const auto it = std::find(heavy.begin(), heavy.end(), id);
+    ++counts[static_cast<size_t>(it - heavy.begin())];
+  }
+  double rest = 1, chi = 0;
+  for (size_t j = 0; j <= heavy.size(); ++j) {
+    const double prob = j < heavy.size() ? p[static_cast<size_t>(heavy[j])] : rest;
+    if (j < heavy.size()) rest -= prob;
+    const double want = prob * draws;
+    chi += (counts[j] - want) * (counts[j] - want) / want;
+  }
+  EXPECT_LT(chi, 27.9);  // 8 dof, p = 0.001
+}
+
+// Every ISA level the host has draws the same tokens with the same logprobs (the vocabulary
+// passes are built per level, sampler.cpp), with and without truncation.
+TEST(SamplerRandom, EveryIsaLevelDrawsTheSameTokens) {
+  const int32_t vocab = 50021;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0, 2);
+  std::vector<std::vector<float>> steps(20, std::vector<float>(vocab));
+  for (auto& logits : steps)
+    for (float& v : logits) v = normal(rng);
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams params;
+    params.temperature = 0.9f;
+    params.seed = 11;
+    params.top_k = variant == 1 ? 40 : 0;
+    params.top_p = variant == 2 ? 0.9f : 1.0f;
+    params.repetition_penalty = 1.2f;
+    auto draw = [&](CpuIsa level) {
+      setCpuIsaCapForTesting(level);
+      auto sampler = makeSampler(params, vocab, {1, 2, 3});
+      std::vector<std::pair<int32_t, float>> tokens;
+      for (const auto& logits : steps) {
+        SampledToken token;
+        EXPECT_TRUE(sampler->sample(logits, &token).ok());
+        tokens.emplace_back(token.id, token.logprob);
+      }
+      setCpuIsaCapForTesting(kCpuIsaTop);
+      return tokens;
+    };
+    const auto baseline = draw(CpuIsa::kScalar);
+    for (CpuIsa level : kCpuIsaLevels) {
+      if (level > cpuIsaSupported()) continue;
+      EXPECT_EQ(draw(level), baseline) << cpuIsaName(level) << " variant " << variant;
+    }
+  }
 }
 
 TEST(SamplerTruncation, MinPKeepsTokensAboveTheFractionOfTheMax) {

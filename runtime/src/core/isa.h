@@ -45,7 +45,7 @@
 // -Wuninitialized and -Wmaybe-uninitialized report at every inlined use: files of such kernels
 // say LLMC_ALLOW_UNDEFINED_VECTORS once at the top.
 #if defined(__GNUC__) && !defined(__clang__)
-#define LLMC_ALLOW_UNDEFINED_VECTORS                  \
+#define LLMC_ALLOW_UNDEFINED_VECTORS                    \
   _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
       _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #else
