@@ -1,7 +1,7 @@
 // The sampler's time per token (llm/sampler.h) over a 16,000- and a 128,256-id vocabulary
-// (the 110M Llama's and Llama 3's), greedy and with each truncation, on logits drawn from
-// normal distributions whose spread sets how wide the top-p nucleus is: N(0, 1) keeps most of the
-// vocabulary at top-p 0.95, N(0, 5) a few hundred ids.
+// (the 110M Llama's and Llama 3's), greedy, with each truncation and with top_logprobs, on logits
+// drawn from normal distributions whose spread sets how wide the top-p nucleus is: N(0, 1) keeps
+// most of the vocabulary at top-p 0.95, N(0, 5) a few hundred ids.
 //
 //   build/bench/llmc_sampler_bench [--rounds N]
 //
@@ -35,13 +35,14 @@ int main(int argc, char** argv) {
   struct Mode {
     const char* name;
     float temperature, top_p, min_p;
-    int32_t top_k;
+    int32_t top_k, num_logprobs = 0;
   };
   const Mode modes[] = {{"greedy", 0, 1, 0, 0},
                         {"T 1", 1, 1, 0, 0},
                         {"T 0.8, top-k 50", 0.8f, 1, 0, 50},
                         {"T 0.8, top-p 0.95", 0.8f, 0.95f, 0, 0},
-                        {"T 0.8, min-p 0.05", 0.8f, 1, 0.05f, 0}};
+                        {"T 0.8, min-p 0.05", 0.8f, 1, 0.05f, 0},
+                        {"T 1, top_logprobs 20", 1, 1, 0, 0, 20}};
   std::printf("| vocab | logits | sampling | us per token |\n|---|---|---|---|\n");
   for (int32_t vocab : {16000, 128256})
     for (float spread : {1.0f, 3.0f, 5.0f}) {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
         params.top_k = mode.top_k;
         params.top_p = mode.top_p;
         params.min_p = mode.min_p;
+        params.num_logprobs = mode.num_logprobs;
         std::unique_ptr<Sampler> sampler;
         const std::vector<int32_t> prompt = {1, 2, 3};
         if (!Sampler::create(params, vocab, prompt, &sampler).ok()) return 1;

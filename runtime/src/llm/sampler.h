@@ -112,9 +112,9 @@ class Sampler {
   std::vector<uint8_t> seen_;           // [vocab] 1 if the id is in the prompt or output
   std::vector<int32_t> seen_ids_;       // the ids with seen_ == 1, so penalties are O(seen)
 
-  // Scratch reused across tokens (the weights and truncation's are per thread, sampler.cpp).
-  std::vector<float> processed_;        // [vocab] logits after each step
-  std::vector<int32_t> logprob_order_;  // [vocab] ids, partially sorted for top_logprobs
+  // Scratch reused across tokens (the weights, truncation's and top_logprobs' are per thread,
+  // sampler.cpp).
+  std::vector<float> processed_;  // [vocab] logits after each step
 };
 
 }  // namespace llmc

@@ -661,6 +661,44 @@ TEST(SamplerLogprobs, LargeVocabMatchesLogSoftmax) {
   }
 }
 
+// top_logprobs are the num_logprobs best ids, best first, ties to the lowest id and banned ids
+// (-inf) last in id order, over 70,001 ids whose logits tie in hundreds of places: the same ids in
+// the same order as sorting the whole vocabulary, for counts from 1 to all of it.
+TEST(SamplerLogprobs, TopLogprobsAreTheBestIdsInOrder) {
+  const int32_t vocab = 70001;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0, 3);
+  std::vector<float> logits(vocab);
+  for (float& v : logits) v = std::round(normal(rng) * 8) / 8;  // steps of 1/8: many ties
+  std::vector<std::pair<int32_t, float>> bans;
+  for (int32_t id = 5; id < vocab; id += 997) bans.emplace_back(id, kNegInf);
+  std::vector<float> biased = logits;
+  for (const auto& [id, bias] : bans) biased[static_cast<size_t>(id)] = kNegInf;
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return biased[static_cast<size_t>(a)] > biased[static_cast<size_t>(b)];
+  });
+  const std::vector<double> want = logSoftmax(biased);
+  for (int32_t count : {1, 7, 20, 300, vocab}) {
+    SamplingParams params;
+    params.num_logprobs = count;
+    params.logit_bias = bans;
+    auto sampler = makeSampler(params, vocab);
+    SampledToken token;
+    ASSERT_OK(sampler->sample(logits, &token));
+    ASSERT_EQ(token.top_logprobs.size(), static_cast<size_t>(count));
+    for (int32_t i = 0; i < count; ++i) {
+      const auto& [id, logprob] = token.top_logprobs[static_cast<size_t>(i)];
+      ASSERT_EQ(id, order[static_cast<size_t>(i)]) << "count " << count << " place " << i;
+      if (std::isinf(want[static_cast<size_t>(id)]))
+        EXPECT_EQ(logprob, kNegInf) << id;
+      else
+        EXPECT_NEAR(logprob, want[static_cast<size_t>(id)], 1e-6) << id;
+    }
+  }
+}
+
 // Penalties can turn a logit into NaN (+inf from a tiny repetition penalty, minus an infinite
 // frequency term): greedy passes over it and takes the best finite one, whatever its index, and
 // a vocabulary of nothing but such logits is refused as masked.
