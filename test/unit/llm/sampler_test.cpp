@@ -277,13 +277,15 @@ std::vector<uint8_t> keptByDefinition(const SamplingParams& params, std::vector<
   return kept;
 }
 
-// truncation() (a radix walk over |x|'s bits, no sort of the vocabulary) keeps exactly the ids
-// of the definition above, over distributions that send its walk down every level: flat and
-// peaked logits over 200,003 ids (thousands in the boundary's first bins), logits that differ
-// only in their last mantissa bits (a bin of the second level holding hundreds), a whole
-// vocabulary of equal logits (ties to the lowest ids, the third level in id order), masked ids
-// and weights that reach 0 below e^-87. Weights are exp(x) in float here; the walk takes any.
-TEST(SamplerTruncation, RadixWalkKeepsTheSortedPrefix) {
+// truncation() (a heap of the best for top-k up to 1,024, a radix walk over |x|'s bits
+// otherwise; no sort of the vocabulary) keeps exactly the ids of the definition above, top-k by
+// either path (1, 2, 50 by the heap; 2,500 and 60,000 by the walk), over distributions that send
+// its walk down every level: flat and peaked logits over 200,003 ids (thousands in the boundary's
+// first bins), logits that differ only in their last mantissa bits (a bin of the second level
+// holding hundreds), a whole vocabulary of equal logits (ties to the lowest ids, the third level in
+// id order), masked ids and weights that reach 0 below e^-87. Weights are exp(x) in float here; the
+// walk takes any.
+TEST(SamplerTruncation, KeepsTheSortedPrefix) {
   struct Case {
     const char* name;
     std::vector<float> x;
