@@ -277,7 +277,7 @@ struct Scratch {
   std::vector<int64_t> counts;     // per bin of one level
   std::vector<double> masses;
   std::vector<Item> items[kLevels];  // the ids of the bin each level reached
-  std::vector<uint64_t> best;        // top_logprobs' keys
+  std::vector<uint64_t> best;        // bestKeys' heap: top-k's (up to kHeapTopK), top_logprobs'
 };
 // The calling thread's, for any sampler it runs: nothing in it outlives one sample() call.
 Scratch& scratch() {
