@@ -218,28 +218,24 @@ LLMC_TARGET_AVX512_WIDE void keptBlockSumsAvx512(const float* x, const float* w,
 }
 #endif
 
-int32_t copyChecked(const float* in, float* out, size_t n) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (cpuIsa() >= CpuIsa::kAvx512) return copyCheckedAvx512(in, out, n);
-  if (cpuIsa() >= CpuIsa::kAvx2) return copyCheckedAvx2(in, out, n);
-#endif
-  return copyCheckedBase(in, out, n);
-}
+// The passes at one ISA level.
+struct Passes {
+  int32_t (*copy_checked)(const float* in, float* out, size_t n);
+  Weighed (*weigh)(float* x, float* w, size_t n, float temperature);
+  void (*kept_block_sums)(const float* x, const float* w, size_t n, const Truncation& kept,
+                          double* sums);
+};
 
-Weighed weigh(float* x, float* w, size_t n, float temperature) {
+// The passes of the level cpuIsa() chose.
+const Passes& passes() {
+  static constexpr Passes base = {copyCheckedBase, weighBase, keptBlockSumsBase};
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (cpuIsa() >= CpuIsa::kAvx512) return weighAvx512(x, w, n, temperature);
-  if (cpuIsa() >= CpuIsa::kAvx2) return weighAvx2(x, w, n, temperature);
+  static constexpr Passes avx2 = {copyCheckedAvx2, weighAvx2, keptBlockSumsAvx2};
+  static constexpr Passes avx512 = {copyCheckedAvx512, weighAvx512, keptBlockSumsAvx512};
+  if (cpuIsa() >= CpuIsa::kAvx512) return avx512;
+  if (cpuIsa() >= CpuIsa::kAvx2) return avx2;
 #endif
-  return weighBase(x, w, n, temperature);
-}
-
-void keptBlockSums(const float* x, const float* w, size_t n, const Truncation& kept, double* sums) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (cpuIsa() >= CpuIsa::kAvx512) return keptBlockSumsAvx512(x, w, n, kept, sums);
-  if (cpuIsa() >= CpuIsa::kAvx2) return keptBlockSumsAvx2(x, w, n, kept, sums);
-#endif
-  keptBlockSumsBase(x, w, n, kept, sums);
+  return base;
 }
 
 // ---- Truncation without sorting the vocabulary. The kept prefix's end is found by a radix
@@ -667,7 +663,8 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
                            " logits for a vocab of " + std::to_string(vocab_size_));
   }
   const size_t vocab = logits.size();
-  if (copyChecked(logits.data(), processed_.data(), vocab))
+  const Passes& level = passes();
+  if (level.copy_checked(logits.data(), processed_.data(), vocab))
     for (size_t i = 0; i < vocab; ++i)
       if (!(logits[i] < kInf))
         return invalidArgument("Sampler::sample: logit at index " + std::to_string(i) + " is " +
@@ -688,7 +685,7 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
   const float* x = processed_.data();
   const float* w = s.weights.data();
   const Weighed weighed =
-      weigh(processed_.data(), s.weights.data(), vocab, greedy ? 1.0f : params_.temperature);
+      level.weigh(processed_.data(), s.weights.data(), vocab, greedy ? 1.0f : params_.temperature);
   const size_t argmax = weighed.argmax < vocab ? weighed.argmax : 0;  // nothing but NaN: masked
   if (weighed.max_logit == kInf) {
     return invalidArgument("Sampler::sample: logit at index " + std::to_string(argmax) +
@@ -711,7 +708,7 @@ Status Sampler::sample(std::span<const float> logits, SampledToken* out) {
     const Truncation kept = truncation(params_, {x, vocab}, {w, vocab});
     const size_t blocks = (vocab + kDrawBlock - 1) / kDrawBlock;
     if (s.block_sums.size() < blocks) s.block_sums.resize(blocks);
-    keptBlockSums(x, w, vocab, kept, s.block_sums.data());
+    level.kept_block_sums(x, w, vocab, kept, s.block_sums.data());
     double total = 0;
     for (size_t b = 0; b < blocks; ++b) total += s.block_sums[b];
     const double threshold = rng_.nextDouble() * total;
