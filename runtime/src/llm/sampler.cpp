@@ -443,7 +443,6 @@ Truncation truncation(const SamplingParams& params, std::span<const float> x,
   // last, weighs 0). Alone, or after a larger top-k: the radix walk. (Top-p alone over a heap of
   // the 1,024 best first, the walk only where their mass fell short, took 330-400 us a token
   // over 16,000 ids against the walk's 60-100: a heap that large keeps taking ids.)
-  bool reached = false;
   if (params.top_p < 1 && heap) {
     auto weight = [&](uint64_t key) { return static_cast<double>(w[static_cast<uint32_t>(key)]); };
     double total = 0;
@@ -455,9 +454,7 @@ Truncation truncation(const SamplingParams& params, std::span<const float> x,
       limit = key;
       if (cumulative >= target) break;
     }
-    reached = true;
-  }
-  if (params.top_p < 1 && !reached) {
+  } else if (params.top_p < 1) {
     Walk walk;
     walk.by_mass = true;
     walk.target = static_cast<double>(params.top_p) - kTopPSlack;
