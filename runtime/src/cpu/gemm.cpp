@@ -14,6 +14,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "cpu/columns_avx2.h"
 #include "cpu/kept_buffer.h"
 #include "cpu/prefetch_ahead.h"
 
@@ -65,11 +66,12 @@ __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, c
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols)), lane);
   const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols) - 8), lane);
+  const bool full0 = cols >= 8, full1 = cols >= 16;
   __m256 c[kRows][2];
   for (int r = 0; r < kRows; ++r) {
     if (accumulate) {
-      c[r][0] = _mm256_maskload_ps(sums + r * ldc, m0);
-      c[r][1] = _mm256_maskload_ps(sums + r * ldc + 8, m1);
+      c[r][0] = loadColumns(sums + r * ldc, m0, full0);
+      c[r][1] = loadColumns(sums + r * ldc + 8, m1, full1);
     } else {
       c[r][0] = c[r][1] = _mm256_setzero_ps();
     }
@@ -85,8 +87,8 @@ __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, c
     }
   }
   for (int r = 0; r < kRows; ++r) {
-    _mm256_maskstore_ps(sums + r * ldc, m0, c[r][0]);
-    _mm256_maskstore_ps(sums + r * ldc + 8, m1, c[r][1]);
+    storeColumns(sums + r * ldc, m0, full0, c[r][0]);
+    storeColumns(sums + r * ldc + 8, m1, full1, c[r][1]);
   }
 }
 

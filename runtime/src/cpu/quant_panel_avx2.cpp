@@ -13,6 +13,7 @@
 #include "core/isa.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
+#include "cpu/columns_avx2.h"
 #include "cpu/kept_buffer.h"
 #include "cpu/quant_dot.h"
 

@@ -28,8 +28,9 @@ uint64_t splitmix64(uint64_t* state) {
 
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-// exp() in float, summed by the callers in double: the float exp is several times faster over a
-// 150k vocab and its 1-ulp error is far below what a logprob or a top-p boundary can resolve.
+// exp() in float, summed in double by modelStatistics (the entropy and model logprob that the
+// drift monitor reads): the float exp is several times faster over a 150k vocab and its 1-ulp
+// error is far below what those statistics can resolve.
 double expWeight(float logit) { return static_cast<double>(std::exp(logit)); }
 
 // exp(x) for x <= 0 from float multiplies and adds alone (2^n p(r), n = round(x / ln 2) by the

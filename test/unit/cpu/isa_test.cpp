@@ -116,8 +116,10 @@ TEST(IsaKernelsTest, PackedGemmOnEveryLevel) {
   struct Case {
     int64_t rows, k, n;
   };
-  // Rows not a multiple of either tile (6, 12), K across panels of 256, N with partial strips.
-  for (const Case& c : {Case{13, 300, 70}, Case{4, 256, 16}, Case{37, 513, 257}, Case{1, 1, 1}}) {
+  // Rows not a multiple of either tile (6, 12), K across panels of 256, N with partial strips:
+  // the last strip's first 8 lanes partial (70, 257), full with the next 8 partial (29), full.
+  for (const Case& c :
+       {Case{13, 300, 70}, Case{4, 256, 16}, Case{37, 513, 257}, Case{1, 1, 1}, Case{7, 300, 29}}) {
     Tensor a = randomFloat({c.rows, c.k}, 1), b = randomFloat({c.k, c.n}, 2);
     std::vector<std::vector<float>> results;
     for (CpuIsa level : cpuIsaLevelsAllowed()) {

@@ -1464,6 +1464,44 @@ TEST_F(Avx2PanelTest, Int16PanelsMatchTheScalarDots) {
   });
 }
 
+// Every width of a panel's last slab, 1 to 32 channels: the full 8-lane halves are stored
+// plainly and the partial ones through their masks (cpu/columns_avx2.h), so every width writes
+// its channels and nothing past them.
+TEST_F(Avx2PanelTest, PanelsWriteEveryWidthAndNothingPast) {
+  eachVariant([] {
+    const int64_t rows = 5, k = 64, n = 34;
+    Tensor w = randomFloat({n, k}, 90), x = randomFloat({rows, k}, 91);
+    for (const char* format : {"int8", "int4"}) {
+      const bool int8 = std::string(format) == "int8";
+      Quantized q = quantize(w, true, format, int8 ? k : 32);
+      std::vector<QuantizedActivations> a(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r)
+        quantizeActivations(x.data<float>() + r * k, k, int8 ? k : 32, int8 ? 16 : 8, &a[r]);
+      for (int64_t width = 1; width <= 32; ++width) {
+        SCOPED_TRACE(std::string(format) + ", " + std::to_string(width) + " channels");
+        const int64_t stride = n;
+        std::vector<float> out(static_cast<size_t>(rows * stride), -1.0f);
+        if (int8)
+          int16Panels(q.weight, 1, 1 + width, x.data<float>(), rows, out.data() + 1, stride);
+        else
+          quantDotInt4PanelAvx2(q.weight, 1, 1 + width, a.data(), rows, out.data() + 1, stride,
+                                nullptr);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < n; ++c) {
+            const float got = out[static_cast<size_t>(r * stride + c)];
+            if (c == 0 || c > width) {
+              ASSERT_EQ(got, -1.0f) << "row " << r << " column " << c << " was written";
+              continue;
+            }
+            const float want = quantDotScalar(q.weight, c, a[static_cast<size_t>(r)]);
+            ASSERT_NEAR(got, want, 1e-4f * (1.0f + std::fabs(want)))
+                << "row " << r << " channel " << c;
+          }
+      }
+    }
+  });
+}
+
 TEST_F(Avx2PanelTest, Int16PanelsAreExactWhereFloatIs) {
   eachVariant([] {
     for (int64_t rows : {1, 4, 5, 21}) {
