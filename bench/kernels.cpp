@@ -267,6 +267,20 @@ int main(int argc, char** argv) {
       quantizeRowPerToken(x.data() + r * k, k, a8.data() + r * k);
     }
     for (size_t i = 0; i < biased.size(); ++i) biased[i] = static_cast<uint8_t>(a8[i] ^ 0x80);
+    // The same weight at 4 bits in groups of 32 (Q4_0's block), the rows' int8 codes per block.
+    const QuantTraits& int4_traits = quantTraits(QuantFormat::kInt4);
+    Tensor wf = Tensor::allocate(DType::kFloat32, {n, k}), w4_data, w4_scales, w4_zeros;
+    for (int64_t i = 0; i < n * k; ++i) wf.data<float>()[i] = wq[static_cast<size_t>(i)] * 0.01f;
+    QuantWeight w4;
+    if (!quantizeWeight(wf, true, int4_traits, kQuantBlock, &w4_data, &w4_scales, &w4_zeros).ok() ||
+        !makeQuantWeight(int4_traits, k, kQuantBlock, w4_data, w4_scales, nullptr, &w4).ok())
+      return 1;
+    // Packed once, as an engine's product keeps it (the int8 rows above repack per call).
+    const std::shared_ptr<const Int4PanelPack> w4_pack = packInt4Panels(w4, nullptr);
+    std::vector<QuantizedActivations> a4(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      quantizeActivations(x.data() + r * k, k, kQuantBlock, activationBits(int4_traits),
+                          &a4[static_cast<size_t>(r)]);
     std::vector<float> out(static_cast<size_t>(rows * n));
     std::vector<int32_t> sums(static_cast<size_t>(rows * n));
     std::printf("\n| level | product, %lld x %lld x %lld | G multiply-adds/s |\n|---|---|---|\n",
@@ -295,6 +309,16 @@ int main(int argc, char** argv) {
                                       out.data() + c, n);
                 });
       }
+      for (bool vnni : {false, true}) {
+        if (vnni && !cpuFeatures().avxvnni) continue;
+        setAvxVnniForTesting(vnni);
+        measure(vnni ? "avx2 with avx_vnni" : "avx2", "int4 weights, int8 activations, panels",
+                [&] {
+                  for (int64_t c = 0; c < n; c += 64)
+                    quantDotInt4PanelAvx2(w4, c, c + 64, a4.data(), rows, out.data() + c, n,
+                                          w4_pack.get());
+                });
+      }
       setAvxVnniForTesting(true);
       measure("avx2", "int8 weights, int16 activations", [&] {
         for (int64_t c = 0; c < n; c += 16)
@@ -321,6 +345,10 @@ int main(int argc, char** argv) {
         for (int64_t c = 0; c < n; c += 64)
           quantDotPanelAvx512(w, c, c + 64, codes.data(), block_scales.data(), rows, out.data() + c,
                               n);
+      });
+      measure(cpuIsaName(level), "int4 weights, int8 activations, panels", [&] {
+        for (int64_t c = 0; c < n; c += 64)
+          quantDotInt4PanelAvx512(w4, c, c + 64, a4.data(), rows, out.data() + c, n, w4_pack.get());
       });
       if (level == CpuIsa::kAvx512Vnni)
         measure(cpuIsaName(level), "w8a8, panels", [&] {

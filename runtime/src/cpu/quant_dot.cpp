@@ -30,14 +30,93 @@ inline int32_t roundClamped(float v, float levels) {
   return truncated + (fraction >= 0.5f ? 1 : 0) - (fraction <= -0.5f ? 1 : 0);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// The largest |x[i]| of 8 * n floats in 8 lanes, NaN dropped as std::max(amax, |x|) drops it
+// (maxps returns its second operand where either is NaN).
+__attribute__((target("avx2"))) inline __m256 absmaxLanes(const float* x, int64_t n, __m256 amax) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t i = 0; i < n; i += 8)
+    amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude), amax);
+  return amax;
+}
+
+__attribute__((target("avx2"))) inline float maxOfLanes(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// roundClamped in 8 lanes: truncated, plus or minus one where the fraction reaches a half (exact:
+// |v| < 2^23 wherever the clamp does not decide), then clamped, NaN to -levels (maxps gives its
+// second operand for a NaN first), and converted exactly.
+__attribute__((target("avx2"))) inline __m256i roundClampedLanes(__m256 v, float levels) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 truncated = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 fraction = _mm256_sub_ps(v, truncated);
+  __m256 r = _mm256_add_ps(
+      truncated, _mm256_and_ps(_mm256_cmp_ps(fraction, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one));
+  r = _mm256_sub_ps(r,
+                    _mm256_and_ps(_mm256_cmp_ps(fraction, _mm256_set1_ps(-0.5f), _CMP_LE_OQ), one));
+  r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-levels)), _mm256_set1_ps(levels));
+  return _mm256_cvtps_epi32(r);
+}
+
+// quantizeBlocks' codes, scales and sums on AVX2, bit for bit: the absolute maxima and codes in 8
+// lanes, each block's scale by the same scalar functions. Was scalar code: 8% of an 8-bit
+// engine's 64-token first token on an AVX2-only EPYC (perf).
+__attribute__((target("avx2"))) void quantizeBlocksAvx2(const float* x, int64_t k, int bits,
+                                                        int16_t* q16, int8_t* q8, float* scales,
+                                                        int32_t* sums) {
+  const float levels = bits == 16 ? 32767.0f : 127.0f;
+  float row_amax = 0;
+  if (bits == 16) {
+    row_amax = maxOfLanes(absmaxLanes(x, k / 8 * 8, _mm256_setzero_ps()));
+    for (int64_t i = k / 8 * 8; i < k; ++i) row_amax = std::max(row_amax, std::fabs(x[i]));
+  }
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    const float amax = maxOfLanes(absmaxLanes(xb, kQuantBlock, _mm256_setzero_ps()));
+    const float scale =
+        bits == 16 ? int16BlockScale(row_amax, int16BlockHalvings(amax, row_amax)) : amax / levels;
+    const __m256 inverse = _mm256_set1_ps(inverseScale(scale));
+    __m256i codes[4], sum = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      codes[j] = roundClampedLanes(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * j), inverse), levels);
+      sum = _mm256_add_epi32(sum, codes[j]);
+    }
+    // packs interleaves its operands' 128-bit halves; the permutes put K's order back.
+    const __m256i low = _mm256_permute4x64_epi64(_mm256_packs_epi32(codes[0], codes[1]), 0xd8);
+    const __m256i high = _mm256_permute4x64_epi64(_mm256_packs_epi32(codes[2], codes[3]), 0xd8);
+    if (bits == 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + b * kQuantBlock), low);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + b * kQuantBlock + 16), high);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q8 + b * kQuantBlock),
+                          _mm256_permute4x64_epi64(_mm256_packs_epi16(low, high), 0xd8));
+    }
+    __m128i total = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    total = _mm_add_epi32(total, _mm_shuffle_epi32(total, 0x4e));
+    total = _mm_add_epi32(total, _mm_shuffle_epi32(total, 0xb1));
+    scales[b] = scale;
+    sums[b] = _mm_cvtsi128_si32(total);
+  }
+}
+#endif
+
 // Each block's codes (int16 into q16 for bits 16, else int8 into q8), scale and integer sum:
-// in 16 lanes where the CPU has AVX-512 (the same bits), else here.
+// in 16 lanes where the CPU has AVX-512, in 8 on AVX2 (the same bits), else here.
 void quantizeBlocks(const float* x, int64_t k, int bits, int16_t* q16, int8_t* q8, float* scales,
                     int32_t* sums) {
   if (quantDotHasAvx512()) {
     quantizeBlocksAvx512(x, k, bits, q16, q8, scales, sums);
     return;
   }
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpuIsa() >= CpuIsa::kAvx2) {
+    quantizeBlocksAvx2(x, k, bits, q16, q8, scales, sums);
+    return;
+  }
+#endif
   const float levels = bits == 16 ? 32767.0f : 127.0f;
   float row_amax = 0;
   if (bits == 16)

@@ -725,6 +725,7 @@ std::vector<float> awkwardRows(int64_t k) {
   for (float& v : x) v = normal(rng) * 3;
   float* row = x.data();
   row[0] = 32767.0f, row[1] = -0.5f, row[2] = 2.5f, row[3] = -32767.0f;  // block 0: ties at scale 1
+  row[4] = 32766.5f, row[5] = -32766.5f, row[6] = 16383.5f;              // ties next to the clamp
   for (int64_t i = 32; i < 64; ++i) row[i] = 0;                          // block 1: all zero
   row[64] = NAN;                                                         // block 2: NaN first
   for (int64_t i = 128; i < 160; ++i) row[i] = 1e-42f * static_cast<float>(i - 140);  // subnormal
@@ -733,6 +734,7 @@ std::vector<float> awkwardRows(int64_t k) {
   row += k;
   row[64] = INFINITY;  // row 1, block 2: inf, NaN
   row[65] = NAN;
+  row[66] = -INFINITY;
   row += k;
   // Row 2: one block at each power of two below the row's absmax, 1 to 8 halvings and past.
   for (int64_t b = 1; b < k / kQuantBlock; ++b)
@@ -743,7 +745,7 @@ std::vector<float> awkwardRows(int64_t k) {
 }
 
 // quantizeActivations at every level the host has gives the scalar loop's codes, scales, sums and
-// pair layout bit for bit (the AVX-512 quantizer below), for both code widths, on rows with
+// pair layout bit for bit (the AVX2 and AVX-512 quantizers), for both code widths, on rows with
 // ties, zeros, infinities, NaN and subnormals.
 TEST(QuantizeActivationsTest, EveryLevelGivesTheScalarBits) {
   // One group of 16 blocks and less, one and a part, two and a part (the quantizers take
@@ -756,7 +758,7 @@ TEST(QuantizeActivationsTest, EveryLevelGivesTheScalarBits) {
     };
     for (int bits : {8, 16})
       for (int64_t r = 0; r < 3; ++r) {
-        setCpuIsaCapForTesting(CpuIsa::kAvx2);
+        setCpuIsaCapForTesting(CpuIsa::kScalar);
         QuantizedActivations want;
         quantizeActivations(x.data() + r * k, k, 64, bits, &want);
         for (CpuIsa level : cpuIsaLevelsAllowed()) {
@@ -1294,7 +1296,7 @@ TEST_F(PanelTest, Int16CodesAreTheReference) {
     const std::vector<float> x = awkwardRows(k);
     for (int64_t r = 0; r < 3; ++r) {
       QuantizedActivations want;  // the scalar loop's
-      setCpuIsaCapForTesting(CpuIsa::kAvx2);
+      setCpuIsaCapForTesting(CpuIsa::kScalar);
       quantizeActivations(x.data() + r * k, k, k, 16, &want);
       setCpuIsaCapForTesting(kCpuIsaTop);
       std::vector<int16_t> codes(static_cast<size_t>(k));
