@@ -1,7 +1,7 @@
-// Loads and stores of the first columns of an 8-lane float row for the AVX2 register tiles. AMD's
-// Zen cores run vmaskmovps as a store in microcode, tens of micro-ops (Zen 3: the int8 panels at
-// 25 G multiply-adds/s with a masked store per row and block, docs/cpu.md), so a full row of the
-// tile is read and written plainly and only a partial one through the mask.
+// Loads and stores of the first columns of 8 lanes (float or int32) of an AVX2 register tile's
+// row. AMD's Zen cores run vmaskmovps as a store in microcode, tens of micro-ops (Zen 3: the int8
+// panels at 25 G multiply-adds/s with a masked store per row and block, docs/cpu.md), so 8 full
+// lanes are read and written plainly and only a partial 8 through the mask.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__)

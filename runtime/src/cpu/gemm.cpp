@@ -56,7 +56,8 @@ using TileFn = void (*)(const float* a, int64_t lda, const float* strip, int64_t
 
 // The sums live in registers across the loop: an earlier form staged partial strips through a
 // stack array, and GCC 12 then kept every accumulator in memory too, storing all twelve on
-// each step of k (half of the FMA peak; masked loads and stores keep them in registers).
+// each step of k (half of the FMA peak). Loading and storing the rows in place, plainly or
+// through the column masks (cpu/columns_avx2.h), keeps them in registers.
 template <int kRows>
 __attribute__((target("avx2,fma"))) void tileAvx2(const float* a, int64_t lda, const float* strip,
                                                   int64_t kc, float* sums, int64_t ldc,
