@@ -302,22 +302,16 @@ int main(int argc, char** argv) {
       for (bool vnni : {false, true}) {
         if (vnni && !cpuFeatures().avxvnni) continue;
         setAvxVnniForTesting(vnni);
-        measure(vnni ? "avx2 with avx_vnni" : "avx2", "int8 weights, int16 activations, panels",
-                [&] {
-                  for (int64_t c = 0; c < n; c += 64)
-                    quantDotPanelAvx2(w, c, c + 64, codes.data(), block_scales.data(), rows,
-                                      out.data() + c, n);
-                });
-      }
-      for (bool vnni : {false, true}) {
-        if (vnni && !cpuFeatures().avxvnni) continue;
-        setAvxVnniForTesting(vnni);
-        measure(vnni ? "avx2 with avx_vnni" : "avx2", "int4 weights, int8 activations, panels",
-                [&] {
-                  for (int64_t c = 0; c < n; c += 64)
-                    quantDotInt4PanelAvx2(w4, c, c + 64, a4.data(), rows, out.data() + c, n,
-                                          w4_pack.get());
-                });
+        const char* variant = vnni ? "avx2 with avx_vnni" : "avx2";
+        measure(variant, "int8 weights, int16 activations, panels", [&] {
+          for (int64_t c = 0; c < n; c += 64)
+            quantDotPanelAvx2(w, c, c + 64, codes.data(), block_scales.data(), rows, out.data() + c,
+                              n);
+        });
+        measure(variant, "int4 weights, int8 activations, panels", [&] {
+          for (int64_t c = 0; c < n; c += 64)
+            quantDotInt4PanelAvx2(w4, c, c + 64, a4.data(), rows, out.data() + c, n, w4_pack.get());
+        });
       }
       setAvxVnniForTesting(true);
       measure("avx2", "int8 weights, int16 activations", [&] {
