@@ -6,7 +6,8 @@
 // pruned and stored sparse (core/sparse.h), and over a dense int4 weight, from cache and from
 // memory: ns per 64 weights and the weight bytes read per second (docs/pruning.md, Speed). First
 // of all, the rate at which one thread and all of the session's default threads read memory: the
-// roofline that decode's bytes per token are set against (docs/performance.md).
+// roofline that decode's bytes per token are set against (docs/performance.md); and next to it
+// the rate at which decode's attention reads a long paged cache in each stored format.
 //
 //   build/bench/llmc_kernel_bench [--rounds N]
 //
@@ -18,7 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,8 +30,10 @@
 #include "core/quant.h"
 #include "core/sparse.h"
 #include "core/thread_pool.h"
+#include "cpu/attend.h"
 #include "cpu/gemm.h"
 #include "cpu/quant_dot.h"
+#include "llm/kv_cache.h"
 
 namespace {
 
@@ -156,6 +161,47 @@ double memoryReadRate(int threads, bool avx512, std::vector<llmc::Tensor>* buffe
          1e9;
 }
 
+// Decode's attention over a paged cache as the 110M Llama's step reads it (12 layers, 12 KV
+// heads of 64, blocks of 16 positions, one query per head over `positions` of them): every layer's
+// heads split across `pool`'s threads, one attendChunk call per head. Returns GB/s of the cache's
+// stored bytes (K, V and the 8-bit formats' scales) read per second.
+double decodeAttentionRate(llmc::ThreadPool* pool, const llmc::KvCache& cache,
+                           std::span<const int32_t> table, int64_t positions,
+                           const std::vector<float>& queries, std::vector<float>* out) {
+  using namespace llmc;
+  const KvCacheSpec& spec = cache.spec();
+  const int64_t heads = spec.num_kv_heads, dim = spec.head_dim, block = spec.block_size;
+  const int64_t element = static_cast<int64_t>(dtypeSize(spec.dtype));
+  const int64_t blocks = (positions + block - 1) / block;
+  const auto start = Clock::now();
+  for (int32_t layer = 0; layer < spec.num_layers; ++layer)
+    parallelFor(pool, heads, [&](int64_t h) {
+      std::vector<const void*> keys, values;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int32_t id = table[static_cast<size_t>(b)];
+        keys.push_back(static_cast<const char*>(cache.keyData(id, layer)) +
+                       h * block * dim * element);
+        values.push_back(static_cast<const char*>(cache.valueData(id, layer)) +
+                         h * block * dim * element);
+      }
+      KvRows rows{keys.data(), values.data(), block, dim};
+      if (spec.dtype != DType::kFloat32) {
+        rows.dtype = spec.dtype;
+        rows.scale_offset = spec.kvScaleOffset() + h * block * (4 - dim * element);
+      }
+      const float* q = queries.data() + (layer * heads + h) * dim;
+      float* o = out->data() + (layer * heads + h) * dim;
+      thread_local std::vector<float> scores;
+      attendChunk(&q, &positions, 1, dim, 0.125f, rows, &o, scores);
+    });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double bytes =
+      static_cast<double>(spec.num_layers) * 2 * static_cast<double>(positions) *
+      static_cast<double>(heads) *
+      static_cast<double>(dim * element + (isQuantizedKvDType(spec.dtype) ? 4 : 0));
+  return bytes / seconds / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +236,58 @@ int main(int argc, char** argv) {
       for (int r = 0; r < rounds; ++r) runs.push_back(memoryReadRate(threads, avx512, &buffers));
       const Stat s = summarize(runs);
       std::printf("| %d | %.1f [%.1f, %.1f] |\n", threads, s.median, s.low, s.high);
+    }
+  }
+  {
+    // The cache filled with random codes of each storage format: attention's speed does not
+    // depend on the values, and every code of the 8-bit formats is finite.
+    std::printf(
+        "\n| KV cache | positions | threads | decode attention, cache read (GB/s) |\n"
+        "|---|---|---|---|\n");
+    constexpr int64_t kPositions = 2048;
+    for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kInt8}) {
+      KvCacheSpec spec;
+      spec.num_layers = 12;
+      spec.num_kv_heads = 12;
+      spec.head_dim = 64;
+      spec.dtype = dtype;
+      spec.num_blocks = kPositions / spec.block_size;
+      std::unique_ptr<KvCache> cache;
+      int64_t cached = 0;
+      std::span<const int32_t> table;
+      const std::vector<int32_t> tokens(kPositions, 1);
+      if (!KvCache::create(spec, &cache).ok() || !cache->addSequence(0, tokens, &cached).ok() ||
+          !cache->blockTable(0, &table).ok())
+        std::abort();
+      std::mt19937_64 words(3);
+      const uint64_t mask = dtype == DType::kFloat32 ? 0xbfbfbfbfbfbfbfbf : 0x3f3f3f3f3f3f3f3f;
+      auto* storage = static_cast<uint64_t*>(cache->storage());
+      for (int64_t i = 0; i < cache->storageBytes() / 8; ++i) storage[i] = words() & mask;
+      if (isQuantizedKvDType(dtype))
+        for (int32_t b = 0; b < spec.num_blocks; ++b)
+          for (int32_t layer = 0; layer < spec.num_layers; ++layer)
+            for (void* codes : {cache->keyData(b, layer), cache->valueData(b, layer)}) {
+              auto* scales =
+                  reinterpret_cast<float*>(static_cast<uint8_t*>(codes) + spec.kvScaleOffset());
+              std::fill_n(scales, spec.num_kv_heads * spec.block_size, 0.01f);
+            }
+      std::vector<float> queries(static_cast<size_t>(spec.num_layers * spec.num_kv_heads * 64)),
+          out(queries.size());
+      std::mt19937 rng(3);
+      std::normal_distribution<float> normal;
+      for (float& x : queries) x = normal(rng);
+      std::vector<int> counts = {1};
+      if (defaultThreadCount() > 1) counts.push_back(defaultThreadCount());
+      for (const int threads : counts) {
+        ThreadPool pool(threads);
+        std::vector<double> runs;
+        decodeAttentionRate(&pool, *cache, table, kPositions, queries, &out);  // unmeasured
+        for (int r = 0; r < rounds; ++r)
+          runs.push_back(decodeAttentionRate(&pool, *cache, table, kPositions, queries, &out));
+        const Stat s = summarize(runs);
+        std::printf("| %s | %lld | %d | %.1f [%.1f, %.1f] |\n", kvDTypeName(dtype),
+                    static_cast<long long>(kPositions), threads, s.median, s.low, s.high);
+      }
     }
   }
   std::printf("\n| level | FMA peak, one core (GFLOP/s) |\n|---|---|\n");

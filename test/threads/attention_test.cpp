@@ -212,50 +212,56 @@ TEST(LlmAttention, WideHeadsOverTheCacheEqualWholeSequenceAttention) {
 // chunked kernel convert each block as it reads it, a longer one converts its rows into scratch
 // once. Both give the same floats, so a token's result must be the same bits whichever way: a
 // 37-token prefill in one step (tasks of 32 and 5 tokens), then the last token alone and the
-// last two again, over the same cache, for every stored dtype and head size.
+// last two again, over the same cache, for every stored dtype and head size. With one query
+// head per KV head, the last token alone is a lone query, which converts each row in registers
+// as it reads it (attendLoneStored), and its bits must be the same again.
 TEST(LlmAttention, DecodeReadsTheStoredCacheAsPrefillDoes) {
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8})
-    for (int64_t dim : {64, 128, 8}) {
-      SCOPED_TRACE(std::string(kvDTypeName(dtype)) + ", head_dim " + std::to_string(dim));
-      std::mt19937 rng(3);
-      constexpr int64_t kLength = 37;
-      Tensor q = makeFloat({1, kHeads, kLength, dim}, randomValues(kHeads * kLength * dim, rng));
-      Tensor k = makeFloat({1, kKvHeads, kLength, dim}, randomValues(kKvHeads * kLength * dim, rng));
-      Tensor v = makeFloat({1, kKvHeads, kLength, dim}, randomValues(kKvHeads * kLength * dim, rng));
-      std::unique_ptr<KvCache> cache;
-      ASSERT_OK(KvCache::create(floatSpec(1, 8, dtype, dim), &cache));
-      std::vector<int32_t> tokens(kLength);
-      for (int64_t p = 0; p < kLength; ++p) tokens[p] = static_cast<int32_t>(100 + p);
-      int64_t cached = 0;
-      ASSERT_OK(cache->addSequence(1, tokens, &cached));
-      std::span<const int32_t> table;
-      ASSERT_OK(cache->blockTable(1, &table));
-      // A step of positions [first, kLength) of the sequence.
-      auto run = [&](int64_t first, Status* status) {
-        LlmStepContext ctx;
-        ctx.cache = cache.get();
-        ctx.block_tables.emplace_back(table.begin(), table.end());
-        for (int64_t p = first; p < kLength; ++p) {
-          KvSlot slot;
-          EXPECT_TRUE(cache->slotFor(1, p, &slot).ok());
-          ctx.token_sequence.push_back(0);
-          ctx.token_position.push_back(p);
-          ctx.token_slot.push_back(slot);
-        }
-        return attend(rows(q, first, kLength - first), rows(k, first, kLength - first),
-                      rows(v, first, kLength - first), &ctx, 0, status);
-      };
-      Status status;
-      const Tensor prefill = run(0, &status);
-      ASSERT_OK(status);
-      for (int64_t first : {kLength - 1, kLength - 2}) {
-        const Tensor decode = run(first, &status);
+    for (int64_t dim : {64, 128, 8, 40, 256})
+      for (int64_t heads : {kHeads, kKvHeads}) {
+        SCOPED_TRACE(std::string(kvDTypeName(dtype)) + ", head_dim " + std::to_string(dim) + ", " +
+                     std::to_string(heads) + " query heads");
+        std::mt19937 rng(3);
+        constexpr int64_t kLength = 37;
+        Tensor q = makeFloat({1, heads, kLength, dim}, randomValues(heads * kLength * dim, rng));
+        Tensor k =
+            makeFloat({1, kKvHeads, kLength, dim}, randomValues(kKvHeads * kLength * dim, rng));
+        Tensor v =
+            makeFloat({1, kKvHeads, kLength, dim}, randomValues(kKvHeads * kLength * dim, rng));
+        std::unique_ptr<KvCache> cache;
+        ASSERT_OK(KvCache::create(floatSpec(1, 8, dtype, dim), &cache));
+        std::vector<int32_t> tokens(kLength);
+        for (int64_t p = 0; p < kLength; ++p) tokens[p] = static_cast<int32_t>(100 + p);
+        int64_t cached = 0;
+        ASSERT_OK(cache->addSequence(1, tokens, &cached));
+        std::span<const int32_t> table;
+        ASSERT_OK(cache->blockTable(1, &table));
+        // A step of positions [first, kLength) of the sequence.
+        auto run = [&](int64_t first, Status* status) {
+          LlmStepContext ctx;
+          ctx.cache = cache.get();
+          ctx.block_tables.emplace_back(table.begin(), table.end());
+          for (int64_t p = first; p < kLength; ++p) {
+            KvSlot slot;
+            EXPECT_TRUE(cache->slotFor(1, p, &slot).ok());
+            ctx.token_sequence.push_back(0);
+            ctx.token_position.push_back(p);
+            ctx.token_slot.push_back(slot);
+          }
+          return attend(rows(q, first, kLength - first), rows(k, first, kLength - first),
+                        rows(v, first, kLength - first), &ctx, 0, status);
+        };
+        Status status;
+        const Tensor prefill = run(0, &status);
         ASSERT_OK(status);
-        const Tensor want = rows(prefill, first, kLength - first);
-        EXPECT_EQ(std::memcmp(decode.data(), want.data(), want.sizeBytes()), 0)
-            << "positions from " << first;
+        for (int64_t first : {kLength - 1, kLength - 2}) {
+          const Tensor decode = run(first, &status);
+          ASSERT_OK(status);
+          const Tensor want = rows(prefill, first, kLength - first);
+          EXPECT_EQ(std::memcmp(decode.data(), want.data(), want.sizeBytes()), 0)
+              << "positions from " << first;
+        }
       }
-    }
 }
 
 // Half-precision storage: K/V rounded to 11 (float16) or 8 (bfloat16) significant bits.

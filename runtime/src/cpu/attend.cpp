@@ -12,8 +12,18 @@
 #include "core/fp8.h"
 #include "core/half.h"
 #include "core/isa.h"
+#include "cpu/kv_load_avx2.h"
 
 namespace llmc {
+
+const float* e4m3Values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = e4m3ToFloat(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table.data();
+}
 
 namespace {
 
@@ -43,16 +53,6 @@ void addScaledRowBaseline(float* out, float p, const float* v, int64_t n) {
   addScaledRowBody(out, p, v, n);
 }
 
-// The float value of each FP8 E4M3 code.
-const std::array<float, 256>& e4m3Table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[c] = e4m3ToFloat(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return table;
-}
-
 void rowToFloatScalar(DType dtype, const void* row, float scale, int64_t dim, float* dst) {
   switch (dtype) {
     case DType::kFloat16:
@@ -66,7 +66,7 @@ void rowToFloatScalar(DType dtype, const void* row, float scale, int64_t dim, fl
         dst[d] = static_cast<float>(static_cast<const int8_t*>(row)[d]) * scale;
       break;
     case DType::kUInt8: {
-      const std::array<float, 256>& table = e4m3Table();
+      const float* table = e4m3Values();
       for (int64_t d = 0; d < dim; ++d) dst[d] = table[static_cast<const uint8_t*>(row)[d]] * scale;
       break;
     }
@@ -76,48 +76,39 @@ void rowToFloatScalar(DType dtype, const void* row, float scale, int64_t dim, fl
 }
 
 #if defined(__x86_64__)
-// Eight values at a time; the tail (dim % 8) through the scalar loop.
-LLMC_TARGET_AVX2 void rowToFloatAvx2(DType dtype, const void* row, float scale, int64_t dim,
-                                     float* dst) {
+// Eight values at a time (kvLoad8); the tail (dim % 8) through the scalar loop.
+template <DType kFormat>
+LLMC_ISA_INLINE LLMC_TARGET_AVX2 void rowToFloatAvx2As(const void* row, float scale, int64_t dim,
+                                                       float* dst) {
+  for (int64_t d = 0; d + 8 <= dim; d += 8)
+    _mm256_storeu_ps(dst + d, kvLoad8<kFormat>(row, d, &scale));
+}
+LLMC_TARGET_AVX2 __attribute__((always_inline)) inline void rowToFloatAvx2(DType dtype,
+                                                                           const void* row,
+                                                                           float scale, int64_t dim,
+                                                                           float* dst) {
   const int64_t whole = dim / 8 * 8;
-  const __m256 scales = _mm256_set1_ps(scale);
   switch (dtype) {
-    case DType::kFloat16:
-      for (int64_t d = 0; d < whole; d += 8)
-        _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128(
-                                      reinterpret_cast<const __m128i*>(
-                                          static_cast<const uint16_t*>(row) + d))));
-      break;
-    case DType::kBFloat16:
-      for (int64_t d = 0; d < whole; d += 8) {
-        const __m256i wide = _mm256_cvtepu16_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + d)));
-        _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
-      }
-      break;
-    case DType::kInt8:
-      for (int64_t d = 0; d < whole; d += 8) {
-        const __m256i wide = _mm256_cvtepi8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row) + d)));
-        _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_cvtepi32_ps(wide), scales));
-      }
-      break;
-    case DType::kUInt8: {
-      const float* table = e4m3Table().data();
-      for (int64_t d = 0; d < whole; d += 8) {
-        const __m256i codes = _mm256_cvtepu8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(row) + d)));
-        _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_i32gather_ps(table, codes, 4), scales));
-      }
-      break;
-    }
-    default:
-      std::memcpy(dst, row, static_cast<size_t>(whole) * sizeof(float));
+    case DType::kFloat16: rowToFloatAvx2As<DType::kFloat16>(row, scale, whole, dst); break;
+    case DType::kBFloat16: rowToFloatAvx2As<DType::kBFloat16>(row, scale, whole, dst); break;
+    case DType::kInt8: rowToFloatAvx2As<DType::kInt8>(row, scale, whole, dst); break;
+    case DType::kUInt8: rowToFloatAvx2As<DType::kUInt8>(row, scale, whole, dst); break;
+    default: std::memcpy(dst, row, static_cast<size_t>(whole) * sizeof(float));
   }
   if (whole < dim) {
     rowToFloatScalar(dtype, static_cast<const uint8_t*>(row) + whole * dtypeSize(dtype), scale,
                      dim - whole, dst + whole);
   }
+}
+
+// `count` rows with the row conversion inlined, as rowsToFloatAvx512 (below) for the same reason.
+LLMC_TARGET_AVX2 void rowsToFloatAvx2(DType dtype, const void* rows, int64_t row_stride,
+                                      const float* scales, int64_t count, int64_t dim, float* dst) {
+  const bool scaled = dtype == DType::kInt8 || dtype == DType::kUInt8;
+  const size_t row_bytes = static_cast<size_t>(row_stride) * dtypeSize(dtype);
+  for (int64_t r = 0; r < count; ++r)
+    rowToFloatAvx2(dtype, static_cast<const uint8_t*>(rows) + r * row_bytes,
+                   scaled ? scales[r] : 1.0f, dim, dst + r * dim);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -206,7 +197,7 @@ void kvRowsToFloat(DType dtype, const void* rows, int64_t row_stride, const floa
     return;
   }
   if (cpuIsa() >= CpuIsa::kAvx2) {
-    rowsToFloat(rowToFloatAvx2, dtype, rows, row_stride, scales, count, dim, dst);
+    rowsToFloatAvx2(dtype, rows, row_stride, scales, count, dim, dst);
     return;
   }
 #endif

@@ -14,6 +14,8 @@
 //    rows at a time on AVX2.
 // Each step is the same arithmetic in the same order on both levels, so AVX2 and AVX-512 give
 // the same bits (test/unit/cpu/isa_test.cpp).
+// A lone query over a stored (not float32) cache converts each row in registers as it reads it
+// (attendLoneStored) rather than a block at a time into a buffer; both give the same floats.
 // For one or two queries, or queries that all see the same positions (a decode step's query
 // heads of one KV head), a paged cache's block two ahead is asked for (into L2) while the
 // current one is read: 1.5x decode after 2,048 tokens on an AVX-512 EPYC over asking for the
@@ -30,13 +32,14 @@
 #include "core/isa.h"
 #include "cpu/attend.h"
 #include "cpu/exp_poly.h"
+#include "cpu/kv_load_avx2.h"
 
 namespace llmc {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 LLMC_ALLOW_UNDEFINED_VECTORS
 namespace {
-LLMC_TARGET_BEGIN("avx2,fma")
+LLMC_TARGET_BEGIN("avx2,fma,f16c")
 // The sums of eight 8-lane accumulators, each ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)) as attendOne's
 // dot products add their lanes, returned in the order a[0], a[2], a[4], a[6], a[1], a[3], a[5],
 // a[7].
@@ -312,6 +315,117 @@ void weightedValuesAvx2(const float* const* p, const int64_t* counts, const Bloc
       addValuesAvx2<1>(p + r, reader, shared, counts[r], head_dim, out + r);
 }
 
+// A lone query (a decode step's head over its own KV head) against a stored (not float32)
+// cache, each row converted in registers as the products use it (kvLoad8: the floats
+// kvRowsToFloat gives) instead of a block at a time into a buffer that the products then read
+// again: scoreOne's tiles and order, then addRowsSliceAvx2's for one query, so the same bits as
+// the converted path. rowBytes: a row's stored bytes; the 8-bit formats' row scales lie
+// scale_offset bytes after each block's first row.
+template <DType kFormat>
+class StoredRows {
+ public:
+  explicit StoredRows(const KvRows& kv)
+      : kv_(kv), row_bytes_(kv.row_stride * static_cast<int64_t>(dtypeSize(kFormat))) {}
+  const char* row(const void* block, int64_t r) const {
+    return static_cast<const char*>(block) + r * row_bytes_;
+  }
+  // Row r's scale (a pointer that the 16-bit formats never read).
+  const float* scale(const void* block, int64_t r) const {
+    return reinterpret_cast<const float*>(static_cast<const char*>(block) + kv_.scale_offset) + r;
+  }
+
+ private:
+  const KvRows& kv_;
+  int64_t row_bytes_;
+};
+
+template <DType kFormat>
+void scoreOneStored(const float* q, int64_t n, int64_t head_dim, float scale,
+                    const BlockReader& reader, float* s) {
+  const KvRows& kv = reader.kv();
+  const StoredRows<kFormat> stored(kv);
+  const __m256 scales = _mm256_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
+    reader.askAhead(kv.key_blocks, j0, n);
+    const void* block = kv.key_blocks[j0 / kv.block_rows];
+    const int64_t rows = std::min(kv.block_rows, n - j0);
+    int64_t j = 0;
+    for (; j + 8 <= rows; j += 8) {
+      __m256 acc[8];  // as scoreOne's
+      for (__m256& a : acc) a = _mm256_setzero_ps();
+      for (int64_t d = 0; d < head_dim; d += 8) {
+        const __m256 a = _mm256_loadu_ps(q + d);
+        for (int i = 0; i < 8; ++i) {
+          const int at = i < 4 ? 2 * i : 2 * (i - 4) + 1;
+          acc[at] = _mm256_fmadd_ps(
+              a, kvLoad8<kFormat>(stored.row(block, j + i), d, stored.scale(block, j + i)),
+              acc[at]);
+        }
+      }
+      _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
+    }
+    for (; j < rows; ++j) {  // dot()'s order
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < head_dim; d += 8)
+        acc =
+            _mm256_fmadd_ps(_mm256_loadu_ps(q + d),
+                            kvLoad8<kFormat>(stored.row(block, j), d, stored.scale(block, j)), acc);
+      const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+      const __m128 h = _mm_hadd_ps(t, t);
+      s[j0 + j] = _mm_cvtss_f32(_mm_hadd_ps(h, h)) * scale;
+    }
+  }
+}
+
+// out[d, d + 8 kVectors) += Σ_j p[j] value_j over rows [j0, end) of one block, converted as they
+// are read: addRowsSliceAvx2<1, kVectors>'s arithmetic (16 rows per pass of the sums through
+// registers).
+template <DType kFormat, int kVectors>
+void addStoredSlice(const float* p, const StoredRows<kFormat>& stored, const void* block,
+                    int64_t j0, int64_t end, int64_t d, float* out) {
+  for (int64_t a = j0; a < end; a += 16) {
+    const int64_t b = std::min(end, a + 16);
+    __m256 acc[kVectors];
+    for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_loadu_ps(out + d + 8 * v);
+    for (int64_t j = a; j < b; ++j) {
+      const char* row = stored.row(block, j - j0);
+      const float* row_scale = stored.scale(block, j - j0);
+      const __m256 weight = _mm256_set1_ps(p[j]);
+      for (int v = 0; v < kVectors; ++v)
+        acc[v] = _mm256_fmadd_ps(weight, kvLoad8<kFormat>(row, d + 8 * v, row_scale), acc[v]);
+    }
+    for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out + d + 8 * v, acc[v]);
+  }
+}
+
+// The lone query's whole attention over a stored cache: scores, softmaxRow (`softmax`: the
+// level's), then the weighted values a block at a time, 32 dimensions at a time and the 8-24
+// left (addRowsAvx2's walk).
+template <DType kFormat>
+void attendLoneStored(const float* q, int64_t count, int64_t head_dim, float scale,
+                      const BlockReader& reader, void (*softmax)(float*, int64_t), float* scores,
+                      float* out) {
+  scoreOneStored<kFormat>(q, count, head_dim, scale, reader, scores);
+  softmax(scores, count);
+  std::fill(out, out + head_dim, 0.0f);
+  const KvRows& kv = reader.kv();
+  const StoredRows<kFormat> stored(kv);
+  for (int64_t j0 = 0; j0 < count; j0 += kv.block_rows) {
+    reader.askAhead(kv.value_blocks, j0, count);
+    const void* block = kv.value_blocks[j0 / kv.block_rows];
+    const int64_t end = std::min(count, j0 + kv.block_rows);
+    int64_t d = 0;
+    for (; d + 32 <= head_dim; d += 32)
+      addStoredSlice<kFormat, 4>(scores, stored, block, j0, end, d, out);
+    switch ((head_dim - d) / 8) {
+      case 3: addStoredSlice<kFormat, 3>(scores, stored, block, j0, end, d, out); break;
+      case 2: addStoredSlice<kFormat, 2>(scores, stored, block, j0, end, d, out); break;
+      case 1: addStoredSlice<kFormat, 1>(scores, stored, block, j0, end, d, out); break;
+      default: break;
+    }
+  }
+}
+
 float expOneAvx2(float x) { return _mm256_cvtss_f32(expNonPositive8(_mm256_set1_ps(x))); }
 
 LLMC_TARGET_END
@@ -478,6 +592,21 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   std::vector<float*> scores(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) scores[static_cast<size_t>(i)] = scratch.data() + i * stride;
   const bool wide = cpuIsa() >= CpuIsa::kAvx512;
+  // A lone query reads each stored row once, converting it in registers (attendLoneStored): the
+  // same bits as converting its block first; AVX2 loops on every level, as the value walks off
+  // the 16s take.
+  using Lone = void (*)(const float*, int64_t, int64_t, float, const BlockReader&,
+                        void (*)(float*, int64_t), float*, float*);
+  const Lone lone = kv.dtype == DType::kFloat16    ? attendLoneStored<DType::kFloat16>
+                    : kv.dtype == DType::kBFloat16 ? attendLoneStored<DType::kBFloat16>
+                    : kv.dtype == DType::kInt8     ? attendLoneStored<DType::kInt8>
+                    : kv.dtype == DType::kUInt8    ? attendLoneStored<DType::kUInt8>
+                                                   : nullptr;
+  if (rows == 1 && lone) {
+    lone(queries[0], counts[0], head_dim, scale, reader, wide ? softmaxRow : softmaxRowAvx2,
+         scores[0], out[0]);
+    return;
+  }
   int64_t i = 0;
   if (wide)
     for (; i + 4 <= rows; i += 4)
