@@ -319,8 +319,8 @@ void weightedValuesAvx2(const float* const* p, const int64_t* counts, const Bloc
 // cache, each row converted in registers as the products use it (kvLoad8: the floats
 // kvRowsToFloat gives) instead of a block at a time into a buffer that the products then read
 // again: scoreOne's tiles and order, then addRowsSliceAvx2's for one query, so the same bits as
-// the converted path. rowBytes: a row's stored bytes; the 8-bit formats' row scales lie
-// scale_offset bytes after each block's first row.
+// the converted path. StoredRows finds a block's row r (row_stride elements of kFormat apart)
+// and, for the 8-bit formats, its scale (scale_offset bytes after the block's first row).
 template <DType kFormat>
 class StoredRows {
  public:
