@@ -1584,6 +1584,82 @@ TEST_F(Avx2PanelTest, Int4PanelsGiveTheAvx512Bits) {
   eachVariant([] { expectAvx2Int4PanelsGiveTheAvx512Bits(); });
 }
 
+// The portable setups' bytes are the packs' layouts (cpu/quant_dot.h), written out here byte by
+// byte, on the levels that run them (avx2 takes the transposes, scalar the loops): int16 pairs
+// for K of 416 and of 40 (four pairs past the transposes' eights; the quantizer's K is a multiple
+// of 32, so that weight is read as 40 of its 64 columns), 4-bit step pairs for K of 128; N = 37
+// and 70, so panels of two full slabs and of 5 and 6 channels, whose missing channels are zeros.
+TEST(PortablePanelSetupTest, BytesAreThePacksLayout) {
+  for (CpuIsa level : cpuIsaLevelsAllowed()) {
+    if (level > CpuIsa::kAvx2) continue;
+    SCOPED_TRACE(cpuIsaName(level));
+    setCpuIsaCapForTesting(level);
+    for (int64_t n : {37, 70}) {
+      SCOPED_TRACE("N " + std::to_string(n));
+      Quantized int8 = quantize(randomFloat({n, 416}, 71), true, "int8", 416);
+      Quantized narrow = quantize(randomFloat({n, 64}, 72), true, "int8", 64);
+      QuantWeight short_k = narrow.weight;
+      short_k.k = 40;  // its bytes read as rows of 40 codes, each with its own scale
+      for (const QuantWeight& w : {int8.weight, short_k}) {
+        const int64_t k = w.k, pairs = k / 2;
+        const auto* codes = static_cast<const int8_t*>(w.data);
+        for (int64_t p = 0; p < n; p += 32) {
+          const int slabs = n - p > 16 ? 2 : 1;
+          std::vector<int8_t> packed(static_cast<size_t>(pairs * slabs * 32), 0x5a);
+          std::vector<float> scales(32, -1.0f);
+          int16PanelSetupPortable(w, p, n, slabs, packed.data(), scales.data());
+          int wrong = 0;
+          for (int64_t q = 0; q < pairs; ++q)
+            for (int s = 0; s < slabs; ++s)
+              for (int c = 0; c < 16; ++c)
+                for (int j = 0; j < 2; ++j) {
+                  const int64_t channel = p + 16 * s + c;
+                  const int8_t want = channel < n ? codes[channel * k + 2 * q + j] : int8_t{0};
+                  wrong += packed[static_cast<size_t>((q * slabs + s) * 32 + 2 * c + j)] != want;
+                }
+          EXPECT_EQ(wrong, 0) << "K " << k << ", panel at " << p;
+          for (int c = 0; c < 16 * slabs; ++c)
+            EXPECT_EQ(scales[static_cast<size_t>(c)], p + c < n ? w.scale(p + c, 0) : 0.0f);
+        }
+      }
+      Quantized int4 = quantize(randomFloat({n, 128}, 73), true, "int4", 32);
+      const QuantWeight& w = int4.weight;
+      const int64_t k = w.k, blocks = k / kQuantBlock, groups = w.groupsPerRow();
+      const auto* bytes = static_cast<const uint8_t*>(w.data);
+      for (int64_t p = 0; p < n; p += 32) {
+        const int slabs = n - p > 16 ? 2 : 1;
+        std::vector<uint8_t> packed(static_cast<size_t>(k * slabs * 8), 0x5a);
+        std::vector<float> scales(static_cast<size_t>(groups * slabs * 16), -1.0f), zeros = scales;
+        int4PanelSetupPortable(w, p, n, slabs, packed.data(), scales.data(), zeros.data());
+        int wrong = 0;
+        for (int64_t b = 0; b < blocks; ++b)
+          for (int t = 0; t < kQuantBlock / 8; ++t)
+            for (int s = 0; s < slabs; ++s)
+              for (int c = 0; c < 16; ++c)
+                for (int j = 0; j < 4; ++j) {
+                  const int64_t channel = p + 16 * s + c;
+                  // Element i of block b: byte i's low nibble (i < 16) or byte i - 16's high one.
+                  const auto element = [&](int i) {
+                    const uint8_t byte = bytes[channel * (k / 2) + b * 16 + i % 16];
+                    return i < 16 ? byte & 0x0f : byte >> 4;
+                  };
+                  const int want =
+                      channel < n ? element(8 * t + j) | element(8 * t + 4 + j) << 4 : 0;
+                  wrong +=
+                      packed[static_cast<size_t>(((b * 4 + t) * slabs + s) * 64 + 4 * c + j)] !=
+                      want;
+                }
+        EXPECT_EQ(wrong, 0) << "4-bit, panel at " << p;
+        for (int64_t g = 0; g < groups; ++g)
+          for (int c = 0; c < 16 * slabs; ++c)
+            EXPECT_EQ(scales[static_cast<size_t>(g * slabs * 16 + c)],
+                      p + c < n ? w.scale(p + c, g) : 0.0f);
+      }
+    }
+  }
+  setCpuIsaCapForTesting(kCpuIsaTop);
+}
+
 void Avx2PanelTest::expectAvx2Int16PackBits() {
   for (int64_t n : {37, 70}) {
     SCOPED_TRACE("N " + std::to_string(n));
