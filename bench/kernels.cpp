@@ -338,7 +338,7 @@ int main(int argc, char** argv) {
   // Integer products, rows x K 768 x N 768 (one projection of the 110M Llama at a 512-token
   // prefill, a 64-token one, and eight sequences' decode step): the AVX-512 tiles
   // (quantDotRowBlock, dotInt8Rows) against the AVX-512 panels and the AMX tiles.
-  for (const int64_t rows : {512, 64, 16, 8, 4}) {
+  for (const int64_t rows : {512, 64, 16, 12, 8, 4, 2}) {
     const int64_t k = 768, n = 768;
     std::mt19937 rng(2);
     std::uniform_int_distribution<int> code(-127, 127);
@@ -379,8 +379,10 @@ int main(int argc, char** argv) {
     if (!quantizeWeight(wf, true, int4_traits, kQuantBlock, &w4_data, &w4_scales, &w4_zeros).ok() ||
         !makeQuantWeight(int4_traits, k, kQuantBlock, w4_data, w4_scales, nullptr, &w4).ok())
       return 1;
-    // Packed once, as an engine's product keeps it (the int8 rows above repack per call).
+    // The panels' packs made once, as an engine's product keeps them (the w8a8 panels repack
+    // per call).
     const std::shared_ptr<const Int4PanelPack> w4_pack = packInt4Panels(w4, nullptr);
+    const std::shared_ptr<const Int16PanelPack> w_pack = packInt16Panels(w, nullptr);
     std::vector<QuantizedActivations> a4(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r)
       quantizeActivations(x.data() + r * k, k, kQuantBlock, activationBits(int4_traits),
@@ -410,7 +412,7 @@ int main(int argc, char** argv) {
         measure(variant, "int8 weights, int16 activations, panels", [&] {
           for (int64_t c = 0; c < n; c += 64)
             quantDotPanelAvx2(w, c, c + 64, codes.data(), block_scales.data(), rows, out.data() + c,
-                              n);
+                              n, w_pack.get());
         });
         measure(variant, "int4 weights, int8 activations, panels", [&] {
           for (int64_t c = 0; c < n; c += 64)
@@ -442,7 +444,7 @@ int main(int argc, char** argv) {
       measure(cpuIsaName(level), "int8 weights, int16 activations, panels", [&] {
         for (int64_t c = 0; c < n; c += 64)
           quantDotPanelAvx512(w, c, c + 64, codes.data(), block_scales.data(), rows, out.data() + c,
-                              n);
+                              n, w_pack.get());
       });
       measure(cpuIsaName(level), "int4 weights, int8 activations, panels", [&] {
         for (int64_t c = 0; c < n; c += 64)

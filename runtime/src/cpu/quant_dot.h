@@ -163,6 +163,12 @@ void quantizeInt16Row(const float* x, int64_t k, int16_t* codes, float* scales);
 // and per output the same operations in the same order, so the AVX-512 panels' bits; tiles of
 // 4 rows x 16 channels, the float sums in `out` between blocks. Where quantDotHasAvx2Panels().
 bool quantDotHasAvx2Panels();
+// Without AVX-512 the panels take an engine's int8 weights (their pack kept) from 2 rows: in
+// llmc_kernel_bench on the AVX2 EPYC (Zen 3) of 2026-12-07, 768 x 768 with the pack kept, they
+// ran at 40-61 G multiply-adds/s from 2 to 512 rows against the row tiles' 21-37 (at 2 rows 40-47
+// against 27, at 8 rows 39-55 against 23-30). A sparse weight takes them from as many rows (its
+// product has the dense weight's bits), each call repacking its expanded rows.
+constexpr int64_t kAvx2Int16PanelMinRows = 2;
 void quantDotPanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1, const int16_t* codes,
                        const float* scales, int64_t rows, float* out, int64_t out_stride,
                        const Int16PanelPack* pack = nullptr);

@@ -186,8 +186,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
   // kAmxMinRows rows for int8 weights, kAmxInt8MinRows for w8a8). Without
   // AMX, and where K is off the 64s (or, int8 weights, past kAmxMaxK), the AVX-512 panels do from
   // kInt16PanelMinRows / kInt8PanelMinRows rows (int8 weights; w8a8 with VNNI); without AVX-512,
-  // int8 weights take the AVX2 panels from kInt16PanelMinRows rows, and w8a8 the AVX-VNNI ones from
-  // kAvxVnniInt8PanelMinRows.
+  // int8 weights take the AVX2 panels from kAvx2Int16PanelMinRows rows, and w8a8 the AVX-VNNI ones
+  // from kAvxVnniInt8PanelMinRows.
   const bool amx = quantDotHasAmx() && rows >= kAmxMinRows;
   // Tasks go to the pool's threads in turn: a thread's next one is this many tasks on.
   const int pool_threads = pool ? pool->threads() : 1;
@@ -317,7 +317,8 @@ Status quantMatMulKernel(KernelContext& ctx) {
                         static_cast<const Int8PanelPack*>(pack.get()), pool_threads);
       });
     });
-  } else if ((panels || quantDotHasAvx2Panels()) && rows >= kInt16PanelMinRows &&
+  } else if ((panels ? rows >= kInt16PanelMinRows
+                     : quantDotHasAvx2Panels() && rows >= kAvx2Int16PanelMinRows) &&
              traits->bits == 8) {
     // int8 weights: the int16 codes of all rows, [rows, K], and their block scales.
     thread_local std::vector<int16_t> codes_scratch;
