@@ -51,14 +51,30 @@ inline __m256 sumLanes8(const __m256* a) {
   return _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
 }
 
-// One key's dot product in the same order: for the keys left after the tiles.
-inline float dot(const float* q, const float* k, int64_t head_dim) {
+// The rows of one block as the AVX2 loops read them, eight values at a time: float rows `stride`
+// apart (the cache's float32 rows in place, or a block converted into a buffer), or a stored
+// block's rows converted in registers (StoredBlock, below). Both give the same floats, so the
+// loops over either give the same bits.
+struct FloatRows {
+  const float* first;
+  int64_t stride;
+  LLMC_ISA_INLINE __m256 load8(int64_t r, int64_t d) const {
+    return _mm256_loadu_ps(first + r * stride + d);
+  }
+};
+
+// One key's dot product in the same order (row r of `rows`): for the keys left after the tiles.
+template <typename Rows>
+inline float dotRow(const float* q, const Rows& rows, int64_t r, int64_t head_dim) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t d = 0; d < head_dim; d += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), rows.load8(r, d), acc);
   const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   const __m128 h = _mm_hadd_ps(t, t);
   return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+inline float dot(const float* q, const float* k, int64_t head_dim) {
+  return dotRow(q, FloatRows{k, 0}, 0, head_dim);
 }
 
 // The rows of the block kPrefetchBlocks after the one at j0 (if it holds any of rows [0, n)),
@@ -134,29 +150,35 @@ inline void forEachKeyBlock(const BlockReader& reader, int64_t n, Tile&& tile) {
   }
 }
 
-// Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s: eight
-// keys per tile, each product computed as in scoreTile (the same bits).
+// Scores of one query against `count` rows of one block, times `scale`, into s: eight keys per
+// tile, each product computed as in scoreTile (the same bits), then dotRow's for the rest.
+template <typename Rows>
+inline void scoreRows(const float* q, const Rows& rows, int64_t count, int64_t head_dim,
+                      float scale, float* s) {
+  const __m256 scales = _mm256_set1_ps(scale);
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) {
+    // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
+    __m256 acc[8];
+    for (__m256& a : acc) a = _mm256_setzero_ps();
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const __m256 a = _mm256_loadu_ps(q + d);
+      for (int i = 0; i < 8; ++i) {
+        const int at = i < 4 ? 2 * i : 2 * (i - 4) + 1;
+        acc[at] = _mm256_fmadd_ps(a, rows.load8(j + i, d), acc[at]);
+      }
+    }
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(sumLanes8(acc), scales));
+  }
+  for (; j < count; ++j) s[j] = dotRow(q, rows, j, head_dim) * scale;
+}
+
+// Scores of one query (decode) against rows [0, n) of the keys, times `scale`, into s.
 void scoreOne(const float* q, int64_t n, int64_t head_dim, float scale, const BlockReader& reader,
               float* s) {
-  const KvRows& kv = reader.kv();
-  const __m256 scales = _mm256_set1_ps(scale);
+  const int64_t stride = reader.kv().row_stride;
   forEachKeyBlock(reader, n, [&](const float* block, int64_t j0, int64_t rows) {
-    int64_t j = 0;
-    for (; j + 8 <= rows; j += 8) {
-      // Key i of the eight into acc[i < 4 ? 2i : 2(i - 4) + 1]: sumLanes8 returns them in order.
-      __m256 acc[8];
-      for (__m256& a : acc) a = _mm256_setzero_ps();
-      const float* k = block + j * kv.row_stride;
-      for (int64_t d = 0; d < head_dim; d += 8) {
-        const __m256 a = _mm256_loadu_ps(q + d);
-        for (int i = 0; i < 8; ++i) {
-          const int at = i < 4 ? 2 * i : 2 * (i - 4) + 1;
-          acc[at] = _mm256_fmadd_ps(a, _mm256_loadu_ps(k + i * kv.row_stride + d), acc[at]);
-        }
-      }
-      _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
-    }
-    for (; j < rows; ++j) s[j0 + j] = dot(q, block + j * kv.row_stride, head_dim) * scale;
+    scoreRows(q, FloatRows{block, stride}, rows, head_dim, scale, s + j0);
   });
 }
 
@@ -246,22 +268,21 @@ void scoreQueriesAvx2(const float* const* q, int64_t n, int64_t head_dim, float 
   });
 }
 
-// out[r][d, d + 8 kVectors) += Σ_j p[r][j] row_j over j in [from, to) of one block (row j at
-// block + (j - j0) * stride), for kRows queries: 16 rows at a time, so that they stay in L1 while
+// out[r][d, d + 8 kVectors) += Σ_j p[r][j] row_j over j in [from, to) of one block (row j is
+// block's row j - j0), for kRows queries: 16 rows at a time, so that they stay in L1 while
 // those dimensions of the outputs are in registers. Each output in j order, with fused
 // multiply-adds from the zeros the caller put there: weightedValues' arithmetic.
-template <int kRows, int kVectors>
-void addRowsSliceAvx2(const float* const* p, const float* block, int64_t stride, int64_t j0,
-                      int64_t from, int64_t to, int64_t d, float* const* out) {
+template <int kRows, int kVectors, typename Rows>
+void addRowsSliceAvx2(const float* const* p, const Rows& block, int64_t j0, int64_t from,
+                      int64_t to, int64_t d, float* const* out) {
   for (int64_t a = from; a < to; a += 16) {
     const int64_t b = std::min(to, a + 16);
     __m256 acc[kRows][kVectors];
     for (int r = 0; r < kRows; ++r)
       for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm256_loadu_ps(out[r] + d + 8 * v);
     for (int64_t j = a; j < b; ++j) {
-      const float* row = block + (j - j0) * stride + d;
       __m256 values[kVectors];
-      for (int v = 0; v < kVectors; ++v) values[v] = _mm256_loadu_ps(row + 8 * v);
+      for (int v = 0; v < kVectors; ++v) values[v] = block.load8(j - j0, d + 8 * v);
       for (int r = 0; r < kRows; ++r) {
         const __m256 weight = _mm256_set1_ps(p[r][j]);
         for (int v = 0; v < kVectors; ++v)
@@ -274,16 +295,15 @@ void addRowsSliceAvx2(const float* const* p, const float* block, int64_t stride,
 }
 
 // The same over all of head_dim (a multiple of 8): 32 dimensions at a time, then the 8-24 left.
-template <int kRows>
-void addRowsAvx2(const float* const* p, const float* block, int64_t stride, int64_t j0,
-                 int64_t from, int64_t to, int64_t head_dim, float* const* out) {
+template <int kRows, typename Rows>
+void addRowsAvx2(const float* const* p, const Rows& block, int64_t j0, int64_t from, int64_t to,
+                 int64_t head_dim, float* const* out) {
   int64_t d = 0;
-  for (; d + 32 <= head_dim; d += 32)
-    addRowsSliceAvx2<kRows, 4>(p, block, stride, j0, from, to, d, out);
+  for (; d + 32 <= head_dim; d += 32) addRowsSliceAvx2<kRows, 4>(p, block, j0, from, to, d, out);
   switch ((head_dim - d) / 8) {
-    case 3: addRowsSliceAvx2<kRows, 3>(p, block, stride, j0, from, to, d, out); break;
-    case 2: addRowsSliceAvx2<kRows, 2>(p, block, stride, j0, from, to, d, out); break;
-    case 1: addRowsSliceAvx2<kRows, 1>(p, block, stride, j0, from, to, d, out); break;
+    case 3: addRowsSliceAvx2<kRows, 3>(p, block, j0, from, to, d, out); break;
+    case 2: addRowsSliceAvx2<kRows, 2>(p, block, j0, from, to, d, out); break;
+    case 1: addRowsSliceAvx2<kRows, 1>(p, block, j0, from, to, d, out); break;
     default: break;
   }
 }
@@ -297,7 +317,7 @@ void addValuesAvx2(const float* const* p, const BlockReader& reader, int64_t fro
     reader.askAhead(kv.value_blocks, j0, to);
     const float* block =
         reader.rows(kv.value_blocks, j0 / kv.block_rows, std::min(kv.block_rows, to - j0));
-    addRowsAvx2<kRows>(p, block, kv.row_stride, j0, std::max(j0, from),
+    addRowsAvx2<kRows>(p, FloatRows{block, kv.row_stride}, j0, std::max(j0, from),
                        std::min(j0 + kv.block_rows, to), head_dim, out);
   }
 }
@@ -318,111 +338,46 @@ void weightedValuesAvx2(const float* const* p, const int64_t* counts, const Bloc
 // A lone query (a decode step's head over its own KV head) against a stored (not float32)
 // cache, each row converted in registers as the products use it (kvLoad8: the floats
 // kvRowsToFloat gives) instead of a block at a time into a buffer that the products then read
-// again: scoreOne's tiles and order, then addRowsSliceAvx2's for one query, so the same bits as
-// the converted path. StoredRows finds a block's row r (row_stride elements of kFormat apart)
-// and, for the 8-bit formats, its scale (scale_offset bytes after the block's first row).
+// again: scoreRows' tiles and order, then addRowsAvx2's for one query, over a StoredBlock, so the
+// same bits as the converted path. A StoredBlock's row r lies row_stride elements of kFormat
+// after row r - 1 and, for the 8-bit formats, its scale scale_offset bytes after the block's first
+// row.
 template <DType kFormat>
-class StoredRows {
- public:
-  explicit StoredRows(const KvRows& kv)
-      : kv_(kv), row_bytes_(kv.row_stride * static_cast<int64_t>(dtypeSize(kFormat))) {}
-  const char* row(const void* block, int64_t r) const {
-    return static_cast<const char*>(block) + r * row_bytes_;
+struct StoredBlock {
+  const char* first;
+  int64_t row_bytes, scale_offset;
+  // Bytes per element: the 16-bit formats' 2, the 8-bit ones' 1.
+  static constexpr int64_t kElement =
+      kFormat == DType::kFloat16 || kFormat == DType::kBFloat16 ? 2 : 1;
+  StoredBlock(const KvRows& kv, const void* block)
+      : first(static_cast<const char*>(block)),
+        row_bytes(kv.row_stride * kElement),
+        scale_offset(kv.scale_offset) {}
+  LLMC_ISA_INLINE __m256 load8(int64_t r, int64_t d) const {
+    // The scale pointer is read only by the 8-bit formats.
+    return kvLoad8<kFormat>(first + r * row_bytes, d,
+                            reinterpret_cast<const float*>(first + scale_offset) + r);
   }
-  // Row r's scale (a pointer that the 16-bit formats never read).
-  const float* scale(const void* block, int64_t r) const {
-    return reinterpret_cast<const float*>(static_cast<const char*>(block) + kv_.scale_offset) + r;
-  }
-
- private:
-  const KvRows& kv_;
-  int64_t row_bytes_;
 };
 
-template <DType kFormat>
-void scoreOneStored(const float* q, int64_t n, int64_t head_dim, float scale,
-                    const BlockReader& reader, float* s) {
-  const KvRows& kv = reader.kv();
-  const StoredRows<kFormat> stored(kv);
-  const __m256 scales = _mm256_set1_ps(scale);
-  for (int64_t j0 = 0; j0 < n; j0 += kv.block_rows) {
-    reader.askAhead(kv.key_blocks, j0, n);
-    const void* block = kv.key_blocks[j0 / kv.block_rows];
-    const int64_t rows = std::min(kv.block_rows, n - j0);
-    int64_t j = 0;
-    for (; j + 8 <= rows; j += 8) {
-      __m256 acc[8];  // as scoreOne's
-      for (__m256& a : acc) a = _mm256_setzero_ps();
-      for (int64_t d = 0; d < head_dim; d += 8) {
-        const __m256 a = _mm256_loadu_ps(q + d);
-        for (int i = 0; i < 8; ++i) {
-          const int at = i < 4 ? 2 * i : 2 * (i - 4) + 1;
-          acc[at] = _mm256_fmadd_ps(
-              a, kvLoad8<kFormat>(stored.row(block, j + i), d, stored.scale(block, j + i)),
-              acc[at]);
-        }
-      }
-      _mm256_storeu_ps(s + j0 + j, _mm256_mul_ps(sumLanes8(acc), scales));
-    }
-    for (; j < rows; ++j) {  // dot()'s order
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t d = 0; d < head_dim; d += 8)
-        acc =
-            _mm256_fmadd_ps(_mm256_loadu_ps(q + d),
-                            kvLoad8<kFormat>(stored.row(block, j), d, stored.scale(block, j)), acc);
-      const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-      const __m128 h = _mm_hadd_ps(t, t);
-      s[j0 + j] = _mm_cvtss_f32(_mm_hadd_ps(h, h)) * scale;
-    }
-  }
-}
-
-// out[d, d + 8 kVectors) += Σ_j p[j] value_j over rows [j0, end) of one block, converted as they
-// are read: addRowsSliceAvx2<1, kVectors>'s arithmetic (16 rows per pass of the sums through
-// registers).
-template <DType kFormat, int kVectors>
-void addStoredSlice(const float* p, const StoredRows<kFormat>& stored, const void* block,
-                    int64_t j0, int64_t end, int64_t d, float* out) {
-  for (int64_t a = j0; a < end; a += 16) {
-    const int64_t b = std::min(end, a + 16);
-    __m256 acc[kVectors];
-    for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_loadu_ps(out + d + 8 * v);
-    for (int64_t j = a; j < b; ++j) {
-      const char* row = stored.row(block, j - j0);
-      const float* row_scale = stored.scale(block, j - j0);
-      const __m256 weight = _mm256_set1_ps(p[j]);
-      for (int v = 0; v < kVectors; ++v)
-        acc[v] = _mm256_fmadd_ps(weight, kvLoad8<kFormat>(row, d + 8 * v, row_scale), acc[v]);
-    }
-    for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out + d + 8 * v, acc[v]);
-  }
-}
-
-// The lone query's whole attention over a stored cache: scores, softmaxRow (`softmax`: the
-// level's), then the weighted values a block at a time, 32 dimensions at a time and the 8-24
-// left (addRowsAvx2's walk).
+// The lone query's whole attention over a stored cache: scores a block at a time, softmaxRow
+// (`softmax`: the level's), then the weighted values a block at a time.
 template <DType kFormat>
 void attendLoneStored(const float* q, int64_t count, int64_t head_dim, float scale,
                       const BlockReader& reader, void (*softmax)(float*, int64_t), float* scores,
                       float* out) {
-  scoreOneStored<kFormat>(q, count, head_dim, scale, reader, scores);
+  const KvRows& kv = reader.kv();
+  for (int64_t j0 = 0; j0 < count; j0 += kv.block_rows) {
+    reader.askAhead(kv.key_blocks, j0, count);
+    scoreRows(q, StoredBlock<kFormat>(kv, kv.key_blocks[j0 / kv.block_rows]),
+              std::min(kv.block_rows, count - j0), head_dim, scale, scores + j0);
+  }
   softmax(scores, count);
   std::fill(out, out + head_dim, 0.0f);
-  const KvRows& kv = reader.kv();
-  const StoredRows<kFormat> stored(kv);
   for (int64_t j0 = 0; j0 < count; j0 += kv.block_rows) {
     reader.askAhead(kv.value_blocks, j0, count);
-    const void* block = kv.value_blocks[j0 / kv.block_rows];
-    const int64_t end = std::min(count, j0 + kv.block_rows);
-    int64_t d = 0;
-    for (; d + 32 <= head_dim; d += 32)
-      addStoredSlice<kFormat, 4>(scores, stored, block, j0, end, d, out);
-    switch ((head_dim - d) / 8) {
-      case 3: addStoredSlice<kFormat, 3>(scores, stored, block, j0, end, d, out); break;
-      case 2: addStoredSlice<kFormat, 2>(scores, stored, block, j0, end, d, out); break;
-      case 1: addStoredSlice<kFormat, 1>(scores, stored, block, j0, end, d, out); break;
-      default: break;
-    }
+    addRowsAvx2<1>(&scores, StoredBlock<kFormat>(kv, kv.value_blocks[j0 / kv.block_rows]), j0, j0,
+                   std::min(count, j0 + kv.block_rows), head_dim, &out);
   }
 }
 
