@@ -83,10 +83,8 @@ LLMC_ISA_INLINE LLMC_TARGET_AVX2 void rowToFloatAvx2As(const void* row, float sc
   for (int64_t d = 0; d + 8 <= dim; d += 8)
     _mm256_storeu_ps(dst + d, kvLoad8<kFormat>(row, d, &scale));
 }
-LLMC_TARGET_AVX2 __attribute__((always_inline)) inline void rowToFloatAvx2(DType dtype,
-                                                                           const void* row,
-                                                                           float scale, int64_t dim,
-                                                                           float* dst) {
+LLMC_TARGET_AVX2 LLMC_ISA_INLINE void rowToFloatAvx2(DType dtype, const void* row, float scale,
+                                                     int64_t dim, float* dst) {
   const int64_t whole = dim / 8 * 8;
   switch (dtype) {
     case DType::kFloat16: rowToFloatAvx2As<DType::kFloat16>(row, scale, whole, dst); break;
@@ -121,8 +119,8 @@ LLMC_TARGET_AVX2 void rowsToFloatAvx2(DType dtype, const void* rows, int64_t row
 // tail through the scalar loop. What attendChunk converts each block of a stored cache with.
 #define LLMC_ATTEND_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-LLMC_ATTEND_AVX512 __attribute__((always_inline)) inline void rowToFloatAvx512(
-    DType dtype, const void* row, float scale, int64_t dim, float* dst) {
+LLMC_ATTEND_AVX512 LLMC_ISA_INLINE void rowToFloatAvx512(DType dtype, const void* row, float scale,
+                                                         int64_t dim, float* dst) {
   const int64_t whole = dim / 16 * 16;
   const auto* h = static_cast<const uint16_t*>(row);
   switch (dtype) {
