@@ -402,7 +402,8 @@ int main(int argc, char** argv) {
       const Stat s = summarize(runs);
       std::printf("| %s | %s | %.1f [%.1f, %.1f] |\n", level, what, s.median, s.low, s.high);
     };
-    // The AVX2 level: the panels and the row-by-row tiles they replace from 16 rows.
+    // The AVX2 level: the panels and the row-by-row tiles they replace (int8 weights from
+    // kAvx2Int16PanelMinRows rows, 4-bit from kInt4PanelMinRows).
     if (supported >= CpuIsa::kAvx2) {
       setCpuIsaCapForTesting(CpuIsa::kAvx2);
       for (bool vnni : {false, true}) {
@@ -423,6 +424,10 @@ int main(int argc, char** argv) {
       measure("avx2", "int8 weights, int16 activations", [&] {
         for (int64_t c = 0; c < n; c += 16)
           quantDotRowBlock(w, c, c + 16, a.data(), rows, out.data() + c, n, 4);
+      });
+      measure("avx2", "int4 weights, int8 activations", [&] {
+        for (int64_t c = 0; c < n; c += 16)
+          quantDotRowBlock(w4, c, c + 16, a4.data(), rows, out.data() + c, n, 4);
       });
       // w8a8: the AVX-VNNI panels against the row-by-row tiles (AVX2's only w8a8 kernel without
       // it).

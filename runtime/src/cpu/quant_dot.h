@@ -180,6 +180,12 @@ void quantDotPanelAvx2(const QuantWeight& w, int64_t n0, int64_t n1, const int16
 // as the register tiles subtract it; quantDotScalar's value within float32's rounding. Only where
 // quantDotHasAvx512().
 constexpr int64_t kInt4PanelMinRows = 4;
+// The AVX2 4-bit panels take the same threshold. At 2 rows llmc_kernel_bench has them ahead of
+// the row tiles (AVX2 EPYC, 2026-12-07, 768 x 768: 40-43 against 28 G multiply-adds/s), but
+// two sequences decoding at once ran slower with them (the 110M Llama's 4-bit engine, `llmc
+// bench --batch 2`, one thread, 5 rounds alternated: 125-131 against 141-150 new tokens/s):
+// two rows are bound by the bytes read, and the pack's float scales and zero points make it
+// a third larger than the weight's codes and half-precision scales.
 // A 4-bit weight repacked once for those panels (an engine's weight, kept by the executor: at 8
 // rows repacking per call cost as much as the products): per 32 output channels, the codes in
 // the panels' order two to a byte (k * 16 bytes; k * 8 for a last panel of 16 channels or
