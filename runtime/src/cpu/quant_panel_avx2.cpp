@@ -21,14 +21,23 @@ namespace llmc {
 
 namespace {
 
+// One slab's codes as the int16 panels want them, from pair q0 of K on: `rows` the slab's 16
+// channels' rows of codes (k apart; rows at or past `count` read as zeros), `to` pair q's 32
+// bytes (channels 0-15, two codes each) at q * pair_stride.
+void int16SlabCodes(const int8_t* rows, int64_t k, int count, int8_t* to, int64_t pair_stride,
+                    int64_t q0) {
+  for (int64_t q = q0; q < k / 2; ++q)
+    for (int c = 0; c < 16; ++c)
+      for (int j = 0; j < 2; ++j)
+        to[q * pair_stride + 2 * c + j] = c < count ? rows[c * k + 2 * q + j] : int8_t{0};
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 LLMC_TARGET_BEGIN("avx2")
 
-// One slab's codes as the int16 panels want them: `rows` the slab's 16 channels' rows of codes
-// (k apart; rows at or past `count` read as zeros), `to` pair q's 32 bytes (channels 0-15, two
-// codes each) at q * pair_stride. Eight pairs at a time: rows c and c + 8 in the two lanes of
-// one register, then an 8 x 8 transpose of 16-bit elements in each lane, so that result j is
-// pair j's 32 bytes (channels 0-7, then 8-15). The scalar loop's bytes, which the tests check.
+// int16SlabCodes eight pairs at a time: rows c and c + 8 in the two lanes of one register, then
+// an 8 x 8 transpose of 16-bit elements in each lane, so that result j is pair j's 32 bytes
+// (channels 0-7, then 8-15); the pairs past the last eight through int16SlabCodes itself.
 void int16SlabCodesAvx2(const int8_t* rows, int64_t k, int count, int8_t* to, int64_t pair_stride) {
   const int64_t pairs = k / 2;
   int64_t q = 0;
@@ -60,10 +69,7 @@ void int16SlabCodesAvx2(const int8_t* rows, int64_t k, int count, int8_t* to, in
                           _mm256_unpackhi_epi64(u[m], u[4 + m]));
     }
   }
-  for (; q < pairs; ++q)
-    for (int c = 0; c < 16; ++c)
-      for (int j = 0; j < 2; ++j)
-        to[q * pair_stride + 2 * c + j] = c < count ? rows[c * k + 2 * q + j] : int8_t{0};
+  int16SlabCodes(rows, k, count, to, pair_stride, q);
 }
 
 // One block's 16 bytes of a channel's 4-bit codes (element i's nibble: byte i low for i < 16,
@@ -122,28 +128,16 @@ void int4SlabCodesAvx2(const uint8_t*, int64_t, int64_t, int64_t, int, int, uint
 void int16PanelSetupPortable(const QuantWeight& w, int64_t n, int64_t n_end, int slabs,
                              int8_t* packed, float* scales) {
   const int8_t* codes = static_cast<const int8_t*>(w.data);
-  const int64_t pairs = w.k / 2;
   const bool avx2 = kAvx2Setups && cpuIsa() >= CpuIsa::kAvx2;
   for (int s = 0; s < slabs; ++s) {
     const int64_t first = n + 16 * s;
     const int count = static_cast<int>(std::clamp<int64_t>(n_end - first, 0, 16));
+    const int8_t* rows = count > 0 ? codes + first * w.k : codes;
     if (avx2)
-      int16SlabCodesAvx2(count > 0 ? codes + first * w.k : codes, w.k, count, packed + s * 32,
-                         slabs * 32);
-    for (int c = 0; c < 16; ++c) {
-      scales[16 * s + c] = c < count ? w.scale(first + c, 0) : 0.0f;
-      if (avx2) continue;
-      int8_t* to = packed + s * 32 + 2 * c;
-      if (c >= count) {
-        for (int64_t q = 0; q < pairs; ++q) to[q * slabs * 32] = to[q * slabs * 32 + 1] = 0;
-        continue;
-      }
-      const int8_t* row = codes + (first + c) * w.k;
-      for (int64_t q = 0; q < pairs; ++q) {
-        to[q * slabs * 32] = row[2 * q];
-        to[q * slabs * 32 + 1] = row[2 * q + 1];
-      }
-    }
+      int16SlabCodesAvx2(rows, w.k, count, packed + s * 32, slabs * 32);
+    else
+      int16SlabCodes(rows, w.k, count, packed + s * 32, slabs * 32, 0);
+    for (int c = 0; c < 16; ++c) scales[16 * s + c] = c < count ? w.scale(first + c, 0) : 0.0f;
   }
 }
 
