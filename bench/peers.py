@@ -8,9 +8,10 @@ not committed), saved with save_pretrained. From that one checkpoint:
 - llmc compiles Optimum's text-generation-with-past ONNX export: float32, `--quantize int8`,
   `--quantize int4` with groups of 32 (Q4_0's block) and of 128, and (mode "8-bit w8a8")
   `--quantize w8a8` calibrated on eight random 128-token samples, int8 activations per token
-  like ONNX Runtime's dynamic int8 (per tensor there); a mode with " kv-f16" after it runs that
-  mode's engine with a float16 KV cache (llama.cpp's default; llmc's is float32), and one with
-  " kv-prefault" has llmc write its KV cache's pages when the generator is created (the peers
+  like ONNX Runtime's dynamic int8 (per tensor there); llmc's KV cache is its default, the
+  engine's choice (float32 for the float32 engine, float16 for the quantized ones, llama.cpp's
+  default cache); a mode with " kv-f16" or " kv-f32" after it runs that mode's engine with that
+  KV cache instead, and one with " kv-prefault" has llmc write its KV cache's pages when the generator is created (the peers
   allocate theirs up front), each compared with the peers' runs of the mode without it;
 - ONNX Runtime runs the same export: float32, int8 from `quantize_dynamic` (per channel), 4-bit
   from `MatMulNBitsQuantizer` (symmetric, blocks of 32, accuracy_level 4: int8 activations, as
@@ -150,14 +151,18 @@ def calibration_samples(out_dir):
     return calib_dir
 
 
-# A mode name ending in KV_F16 runs its base mode's engine with a float16 KV cache (llama.cpp's
-# default; llmc's is float32): the like-for-like comparison of decode at long contexts. One
+# A mode name ending in KV_F16 or KV_F32 runs its base mode's engine with a float16 or float32 KV
+# cache rather than the engine's choice (float16 for the quantized engines, as llama.cpp's
+# default; float32 for the float32 engine): the like-for-like comparison of decode at long
+# contexts, and the cache llmc's quantized engines stored before 2026-12-07. One
 # ending in KV_PREFAULT has llmc write its KV cache's pages when the generator is created, as the
 # peers allocate theirs up front, so that no timed run pays the page faults of blocks that no
 # earlier run used. Suffixes combine ("8-bit kv-f16 kv-prefault").
 KV_F16 = " kv-f16"
+KV_F32 = " kv-f32"
 KV_PREFAULT = " kv-prefault"
-SUFFIX_OPTIONS = {KV_F16: ["--kv-cache-dtype", "f16"], KV_PREFAULT: ["--kv-prefault"]}
+SUFFIX_OPTIONS = {KV_F16: ["--kv-cache-dtype", "f16"], KV_F32: ["--kv-cache-dtype", "f32"],
+                  KV_PREFAULT: ["--kv-prefault"]}
 
 
 def split_mode(mode):
@@ -184,7 +189,7 @@ def llmc_engines(llmc, onnx_path, out_dir, wanted):
     unknown = [name for name in wanted if split_mode(name)[0] not in modes]
     if unknown:
         sys.exit(f"unknown mode(s) {', '.join(unknown)}: the modes are {', '.join(modes)}, each also with"
-                 f" '{KV_F16}' and/or '{KV_PREFAULT}'")
+                 f" '{KV_F16}' or '{KV_F32}' and/or '{KV_PREFAULT}'")
     engines = {}
     for name in wanted:
         base = split_mode(name)[0]
@@ -366,7 +371,8 @@ def main():
     parser.add_argument("--modes", default="float32,8-bit,4-bit,4-bit g128",
                         help="comma-separated: float32, 8-bit, 4-bit, 4-bit g128, 8-bit w8a8 (compared with the"
                         " peers' 8-bit models: ONNX Runtime's quantize_dynamic quantizes activations to 8 bits too);"
-                        f" any of them with '{KV_F16}' runs llmc with a float16 KV cache, as llama.cpp's default,"
+                        f" any of them with '{KV_F16}' or '{KV_F32}' runs llmc with that KV cache rather than the"
+                        " engine's choice (float16 for the quantized engines, as llama.cpp's default),"
                         f" and with '{KV_PREFAULT}' has llmc write its KV cache's pages when it is created."
                         " A mode with a suffix is compared with the peers' runs of its base mode, which must be"
                         " listed too")

@@ -415,7 +415,7 @@ class Generator:
 
     def __init__(self, engine: Engine, *, threads: int = 0, backend: str = "auto",
                  kv_cache: bool = True, kv_cache_tokens: int = 0,
-                 kv_cache_dtype: str = "f32", kv_cache_prefault: bool = False) -> None:
+                 kv_cache_dtype: str = "auto", kv_cache_prefault: bool = False) -> None:
         self.engine = engine
         self._generator = _llmc.Generator.create(engine._engine, backend, threads, kv_cache,
                                                  kv_cache_tokens, kv_cache_dtype,
@@ -429,6 +429,12 @@ class Generator:
     @property
     def uses_kv_cache(self) -> bool:
         return self._generator.uses_kv_cache
+
+    @property
+    def kv_cache_dtype(self) -> Optional[str]:
+        """What the KV cache stores ("auto" resolved: "f16" for an engine with quantized weights,
+        "f32" otherwise); None without a cache."""
+        return self._generator.kv_cache_dtype
 
     def _prompt_ids(self, prompt: Union[str, Sequence[int]]) -> list:
         if isinstance(prompt, str):

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -668,7 +669,7 @@ NB_MODULE(_llmc, m) {
 
   nb::class_<PyGenerator>(m, "Generator")
       .def_static("create", &makeGenerator, "engine"_a, "backend"_a = "auto", "threads"_a = 0,
-                  "use_kv_cache"_a = true, "kv_cache_tokens"_a = 0, "kv_cache_dtype"_a = "f32",
+                  "use_kv_cache"_a = true, "kv_cache_tokens"_a = 0, "kv_cache_dtype"_a = "auto",
                   "kv_cache_prefault"_a = false)
       .def(
           "generate",
@@ -708,6 +709,11 @@ NB_MODULE(_llmc, m) {
              return true;
            })
       .def_prop_ro("uses_kv_cache", [](const PyGenerator& g) { return g.generator->usesKvCache(); })
+      .def_prop_ro("kv_cache_dtype",
+                   [](const PyGenerator& g) -> std::optional<std::string> {
+                     if (!g.generator->usesKvCache()) return std::nullopt;
+                     return std::string(kvCacheDtypeName(g.generator->kvCacheDtype()));
+                   })
       .def_prop_ro("vocab_size", [](const PyGenerator& g) { return g.generator->vocabSize(); })
       .def_prop_ro("max_sequence_length",
                    [](const PyGenerator& g) { return g.generator->maxSequenceLength(); });

@@ -395,7 +395,7 @@ int main(int argc, char** argv) {
   cache_options.kv_cache_dtype = "f64";
   llmc_generator* none = NULL;
   checkError(llmc_generator_create(engine, &cache_options, &none), LLMC_INVALID_ARGUMENT,
-             "kv_cache_dtype takes f32, f16, bf16, int8 or fp8, got 'f64'",
+             "kv_cache_dtype takes auto, f32, f16, bf16, int8 or fp8, got 'f64'",
              "an unknown kv_cache_dtype: INVALID_ARGUMENT naming it");
   check(none == NULL, "a refused generator is not written");
   /* A struct from the first release's header (it ended after kv_cache_tokens), with garbage

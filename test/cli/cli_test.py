@@ -743,7 +743,7 @@ class CliTest(unittest.TestCase):
         code, _, err = run("bench", self.compile_ok(self.save(micro_decoder()), "g.engine", "--as-graph"))
         self.assert_one_error(code, err, 2, "not a language-model engine")
         code, _, err = run("generate", engine, "--prompt-ids", "1,2", "--kv-cache-dtype", "int4")
-        self.assert_one_error(code, err, 2, "--kv-cache-dtype takes f32, f16, bf16, int8 or fp8")
+        self.assert_one_error(code, err, 2, "--kv-cache-dtype takes auto, f32, f16, bf16, int8 or fp8")
         code, out, err = run("generate", engine, "--prompt-ids", "1,2,3", "--max-new-tokens", "4",
                              "--kv-cache-dtype", "bf16", "--print-ids")
         self.assertEqual(code, 0, err)

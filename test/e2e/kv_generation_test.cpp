@@ -17,6 +17,7 @@ namespace llmc {
 namespace {
 
 std::string g_engine_path;
+std::string g_int8_engine_path;  // the demo with --quantize int8
 
 std::shared_ptr<const Engine> loadEngine() {
   std::shared_ptr<const Engine> engine;
@@ -416,19 +417,75 @@ TEST(SmallTokenizer, IdsTheTokenizerCannotDecodeAreNeverChosen) {
   expectEachAsAlone(*batch, *small, prompts, unbiased, "small tokenizer");
 }
 
+// The default cache is the engine's choice: float32 for a float32 engine (so that the cache
+// path computes what recomputation does), float16 for one with quantized weights; an explicit
+// dtype is kept either way.
+TEST(KvCacheDtype, AutoIsTheEnginesChoice) {
+  for (const char* name : {"auto", "f32", "f16", "bf16", "int8", "fp8"}) {
+    DType dtype = DType::kInt32;
+    ASSERT_TRUE(kvCacheDtypeFromName(name, &dtype)) << name;
+    EXPECT_STREQ(kvCacheDtypeName(dtype), name);
+  }
+  DType unknown = DType::kInt32;
+  EXPECT_FALSE(kvCacheDtypeFromName("f64", &unknown));
+  EXPECT_EQ(unknown, DType::kInt32);
+  EXPECT_EQ(GeneratorConfig{}.kv_cache_dtype, kKvCacheAuto);
+  EXPECT_EQ(BatchConfig{}.kv_cache_dtype, kKvCacheAuto);
+
+  auto float_engine = loadEngine();
+  EXPECT_EQ(kvCacheDtypeFor(*float_engine), DType::kFloat32);
+  EXPECT_EQ(makeGenerator(float_engine, true, 0, kKvCacheAuto)->kvCacheDtype(), DType::kFloat32);
+  EXPECT_EQ(makeGenerator(float_engine, true, 0, DType::kBFloat16)->kvCacheDtype(),
+            DType::kBFloat16);
+  EXPECT_EQ(makeGenerator(float_engine, false, 0, kKvCacheAuto)->kvCacheDtype(), DType::kUndefined);
+
+  std::shared_ptr<const Engine> int8_engine;
+  ASSERT_TRUE(Engine::load(g_int8_engine_path, &int8_engine).ok());
+  EXPECT_EQ(kvCacheDtypeFor(*int8_engine), DType::kFloat16);
+  auto automatic = makeGenerator(int8_engine, true, 0, kKvCacheAuto);
+  auto f16 = makeGenerator(int8_engine, true, 0, DType::kFloat16);
+  auto f32 = makeGenerator(int8_engine, true, 0, DType::kFloat32);
+  EXPECT_EQ(automatic->kvCacheDtype(), DType::kFloat16);
+  EXPECT_EQ(f32->kvCacheDtype(), DType::kFloat32);
+  // What the cache stores shows in the logprobs: bit for bit float16's, not float32's.
+  bool differs_from_f32 = false;
+  for (size_t length : {7u, 40u}) {
+    auto prompt = promptOf(length, static_cast<int32_t>(90 + length));
+    GenerationResult a = greedyResult(*automatic, prompt, 12);
+    GenerationResult b = greedyResult(*f16, prompt, 12);
+    GenerationResult c = greedyResult(*f32, prompt, 12);
+    EXPECT_EQ(a.tokens, b.tokens) << "prompt of " << length;
+    EXPECT_EQ(a.logprobs, b.logprobs) << "prompt of " << length;
+    differs_from_f32 |= a.logprobs != c.logprobs;
+  }
+  EXPECT_TRUE(differs_from_f32) << "a float16 cache gave float32's logprobs bit for bit";
+
+  BatchConfig config;
+  std::unique_ptr<BatchGenerator> batch;
+  ASSERT_TRUE(BatchGenerator::create(int8_engine, config, &batch).ok());
+  EXPECT_EQ(batch->kvCacheDtype(), DType::kFloat16);
+  config.kv_cache_dtype = DType::kFloat32;
+  ASSERT_TRUE(BatchGenerator::create(int8_engine, config, &batch).ok());
+  EXPECT_EQ(batch->kvCacheDtype(), DType::kFloat32);
+  ASSERT_TRUE(BatchGenerator::create(float_engine, BatchConfig{}, &batch).ok());
+  EXPECT_EQ(batch->kvCacheDtype(), DType::kFloat32);
+}
+
 }  // namespace
 }  // namespace llmc
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 3) {
+  if (argc != 4) {
     std::fprintf(stderr,
-                 "usage: %s ENGINE SMALL_TOKENIZER_ENGINE (the demo compiled by llmc, without and "
-                 "with test/models/demo/tokenizer_1000.json)\n",
+                 "usage: %s ENGINE SMALL_TOKENIZER_ENGINE INT8_ENGINE (the demo compiled by llmc, "
+                 "without and with test/models/demo/tokenizer_1000.json, and with --quantize "
+                 "int8)\n",
                  argv[0]);
     return 2;
   }
   llmc::g_engine_path = argv[1];
   llmc::g_small_tokenizer_engine_path = argv[2];
+  llmc::g_int8_engine_path = argv[3];
   return RUN_ALL_TESTS();
 }

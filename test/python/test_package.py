@@ -248,9 +248,11 @@ def _resident_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGESIZE")
 
 
-def test_generator_kv_cache_prefault_and_dtype(demo_engine):
+def test_generator_kv_cache_prefault_and_dtype(demo_engine, work):
     """kv_cache_prefault=True writes the cache's pages when the generator is created (a lazy
-    cache holds none of them then) and generates the same tokens; kv_cache_dtype is checked."""
+    cache holds none of them then) and generates the same tokens; kv_cache_dtype is checked,
+    and its default is the engine's choice (float32 for the float32 demo, float16 with int8
+    weights)."""
     engine = llmc.Engine(demo_engine)
     ids = engine.tokenizer.encode("In the beginning")
     before = _resident_bytes()
@@ -264,6 +266,13 @@ def test_generator_kv_cache_prefault_and_dtype(demo_engine):
         lazy.generate(ids, max_new_tokens=16, stop_token_ids=[]).tokens
     with pytest.raises(llmc.InvalidArgumentError, match="kv_cache_dtype takes .*got 'f64'"):
         llmc.Generator(engine, kv_cache_dtype="f64")
+    assert lazy.kv_cache_dtype == "f32"
+    assert llmc.Generator(engine, kv_cache_dtype="bf16").kv_cache_dtype == "bf16"
+    assert llmc.Generator(engine, kv_cache=False).kv_cache_dtype is None
+    llmc.compile(MODELS / "demo", work / "kv-int8.engine", quantize="int8")
+    int8_engine = llmc.Engine(str(work / "kv-int8.engine"))
+    assert llmc.Generator(int8_engine).kv_cache_dtype == "f16"
+    assert llmc.Generator(int8_engine, kv_cache_dtype="f32").kv_cache_dtype == "f32"
 
 
 def test_stream(demo_engine):

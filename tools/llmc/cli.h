@@ -113,7 +113,8 @@ inline bool parseSessionFlag(const std::vector<std::string>& args, size_t* i,
   return true;
 }
 
-// `--kv-cache-dtype f32|f16|bf16|int8|fp8` (generate, bench, serve): the KV cache's storage.
+// `--kv-cache-dtype auto|f32|f16|bf16|int8|fp8` (generate, bench, serve): the KV cache's storage
+// (auto, the default: the engine's choice, kvCacheDtypeFor).
 inline Status kvCacheDtypeOption(const std::vector<std::string>& args, size_t* i, DType* out) {
   const std::string option = args[*i];
   const std::string value = *i + 1 < args.size() ? args[++*i] : "";

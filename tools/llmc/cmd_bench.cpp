@@ -38,11 +38,12 @@ struct Measured {
   // time to first token, the first pass over the engine's mapped weights.
   double create_ms = 0, cold_ttft_ms = 0;
   uint64_t derived_bytes = 0;  // the weights repacked for the CPU's kernels (prepack_weights)
+  DType kv_dtype = DType::kUndefined;  // what the KV cache stored (--kv-cache-dtype auto resolved)
 };
 
 // How the generators store their KV cache (--kv-cache-dtype, --kv-prefault).
 struct KvChoice {
-  DType dtype = DType::kFloat32;
+  DType dtype = kKvCacheAuto;
   bool prefault = false;
 };
 
@@ -62,6 +63,7 @@ Status measure(std::shared_ptr<const Engine> engine, const SessionOptions& sessi
   const auto start = std::chrono::steady_clock::now();
   LLMC_RETURN_IF_ERROR(Generator::create(engine, config, &generator));
   out->create_ms = millisecondsSince(start);
+  out->kv_dtype = generator->kvCacheDtype();
   if (kv_cache && !generator->usesKvCache())
     return invalidArgument(engine->path() +
                            ": not a language-model engine (no KV cache); compile it without "
@@ -239,9 +241,10 @@ int runBench(const std::vector<std::string>& args) {
               static_cast<long long>(llm->vocab_size));
   std::printf(
       "prompt %lld tokens, %lld new tokens (greedy), %lld runs after one warm-up; KV "
-      "cache %s%s; median [min, max]\n",
+      "cache %s%s%s; median [min, max]\n",
       static_cast<long long>(context), static_cast<long long>(new_tokens),
-      static_cast<long long>(repeat), kvDTypeName(kv_choice.dtype),
+      static_cast<long long>(repeat), kvCacheDtypeName(kv.kv_dtype),
+      kv_choice.dtype == kKvCacheAuto ? " (the engine's choice)" : "",
       kv_choice.prefault ? ", its pages written when created (--kv-prefault)" : "");
   std::printf("%-20s %28s %30s\n", "mode", "time to first token (ms)", "decode (tokens/s)");
   auto row = [](const char* name, const Measured& m) {

@@ -35,9 +35,9 @@ struct BatchConfig {
   // when their next tokens do not fit, the newest running requests are preempted: they wait
   // again and recompute their prompt and the tokens so far (their tokens do not change).
   int64_t kv_cache_tokens = 0;
-  // float32, float16, bfloat16, int8 or uint8 (FP8 E4M3 codes), the 8-bit ones with a float32
-  // scale per token and KV head
-  DType kv_cache_dtype = DType::kFloat32;
+  // kKvCacheAuto (the engine's choice, kvCacheDtypeFor), float32, float16, bfloat16, int8 or
+  // uint8 (FP8 E4M3 codes), the 8-bit ones with a float32 scale per token and KV head
+  DType kv_cache_dtype = kKvCacheAuto;
   bool kv_cache_prefault = false;  // as GeneratorConfig::kv_cache_prefault
   SessionOptions session;          // the backend the steps run on
 };
@@ -90,6 +90,8 @@ class BatchGenerator {
   size_t numRunning() const;
   size_t numWaiting() const;
   BatchStats stats() const;
+  // What the KV cache stores (kKvCacheAuto resolved).
+  DType kvCacheDtype() const;
 
  private:
   BatchGenerator() = default;

@@ -214,7 +214,10 @@ typedef struct llmc_generator_options {
   int64_t kv_cache_tokens; /* 0: 4 x the engine's context, at most 1 GiB */
   /* Fields added after the first release: a caller whose struct_size ends before one gets its
    * default. */
-  const char* kv_cache_dtype; /* NULL or "f32" (the default), "f16", "bf16", "int8", "fp8" */
+  /* NULL or "auto" (the default: the engine's choice, float16 for an engine with quantized
+   * weights and float32 otherwise; float32 before 2026-12-07), "f32", "f16", "bf16", "int8",
+   * "fp8" */
+  const char* kv_cache_dtype;
   int kv_cache_prefault;      /* 1: every page of the cache written at creation (default 0) */
 } llmc_generator_options;
 LLMC_C_EXPORT llmc_generator_options llmc_generator_options_default(void);

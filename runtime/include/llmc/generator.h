@@ -85,10 +85,15 @@ using SampledTokenCallback = std::function<bool(const SampledToken& token)>;
 // The KV-cache dtype that stores FP8 E4M3 codes (llmc has no float8 dtype: its codes are uint8).
 inline constexpr DType kKvCacheFp8 = DType::kUInt8;
 
-// The KV cache's storage by name: f32, f16, bf16, int8 or fp8 (the CLI's --kv-cache-dtype, the
-// Python package's and the C API's kv_cache_dtype); false when unknown.
+// The KV-cache dtype that lets the engine choose (kvCacheDtypeFor): the default.
+inline constexpr DType kKvCacheAuto = DType::kUndefined;
+
+// The KV cache's storage by name: auto, f32, f16, bf16, int8 or fp8 (the CLI's
+// --kv-cache-dtype, the Python package's and the C API's kv_cache_dtype); false when unknown.
 inline bool kvCacheDtypeFromName(std::string_view name, DType* out) {
-  if (name == "f32")
+  if (name == "auto")
+    *out = kKvCacheAuto;
+  else if (name == "f32")
     *out = DType::kFloat32;
   else if (name == "f16")
     *out = DType::kFloat16;
@@ -102,7 +107,27 @@ inline bool kvCacheDtypeFromName(std::string_view name, DType* out) {
     return false;
   return true;
 }
-inline constexpr const char* kKvCacheDtypeNames = "f32, f16, bf16, int8 or fp8";
+inline constexpr const char* kKvCacheDtypeNames = "auto, f32, f16, bf16, int8 or fp8";
+// The name kvCacheDtypeFromName() takes for `dtype` ("?" for a dtype no cache stores).
+inline const char* kvCacheDtypeName(DType dtype) {
+  switch (dtype) {
+    case kKvCacheAuto: return "auto";
+    case DType::kFloat32: return "f32";
+    case DType::kFloat16: return "f16";
+    case DType::kBFloat16: return "bf16";
+    case DType::kInt8: return "int8";
+    case kKvCacheFp8: return "fp8";
+    default: return "?";
+  }
+}
+
+// What kKvCacheAuto stores on the CPU: float16 for an engine whose products run on quantized
+// weights (an LlmQuantMatMul step: int8, 4-bit, W8A8, FP8), whose outputs already carry more
+// error than half-precision keys and values add, and which then read half the bytes per
+// token of context (llama.cpp's default cache); float32 for any other engine, so that a
+// float32 engine over the cache computes what it computes without one. A backend that keeps
+// its own copy of the cache (CUDA: float32 device pools) stores that copy's dtype instead.
+DType kvCacheDtypeFor(const Engine& engine);
 
 struct GeneratorConfig {
   // false: full recomputation even on a language-model engine (what `llmc bench` compares
@@ -111,10 +136,10 @@ struct GeneratorConfig {
   // KV cache capacity in tokens, all sequences together (0: 4 x the engine's context,
   // at most 1 GiB). A request that needs more fails with kResourceExhausted.
   int64_t kv_cache_tokens = 0;
-  // How the cache stores K/V: float32, float16/bfloat16 for half the memory, int8 or
-  // kKvCacheFp8 (FP8 E4M3 codes) for a quarter plus a float32 scale per token and KV head
-  // (attention still computes in float32).
-  DType kv_cache_dtype = DType::kFloat32;
+  // How the cache stores K/V: kKvCacheAuto (the engine's choice, kvCacheDtypeFor), float32,
+  // float16/bfloat16 for half the memory, int8 or kKvCacheFp8 (FP8 E4M3 codes) for a quarter
+  // plus a float32 scale per token and KV head (attention still computes in float32).
+  DType kv_cache_dtype = kKvCacheAuto;
   // true: every page of the cache's host storage is written when the generator is created, so
   // that no request pays a page fault for a block that no earlier request used (what a server
   // wants for steady first-request latency; creation then costs the whole cache's faults, and
@@ -140,6 +165,8 @@ class Generator {
                        std::unique_ptr<Generator>* out);
   // Whether steps run over the paged KV cache.
   bool usesKvCache() const;
+  // What that cache stores (kKvCacheAuto resolved); DType::kUndefined without one.
+  DType kvCacheDtype() const;
   ~Generator();
 
   // Generates after `prompt`. Errors: an empty prompt, a token id outside the vocabulary, a

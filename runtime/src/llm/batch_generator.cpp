@@ -118,6 +118,8 @@ bool BatchGenerator::idle() const { return state_->waiting.empty() && state_->ru
 size_t BatchGenerator::numRunning() const { return state_->running.size(); }
 size_t BatchGenerator::numWaiting() const { return state_->waiting.size(); }
 
+DType BatchGenerator::kvCacheDtype() const { return state_->runner->cache().spec().dtype; }
+
 BatchStats BatchGenerator::stats() const {
   KvCacheStats kv = state_->runner->cache().stats();
   BatchStats stats;

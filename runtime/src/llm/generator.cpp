@@ -93,6 +93,20 @@ Status Generator::create(std::shared_ptr<const Engine> engine, std::unique_ptr<G
 
 bool Generator::usesKvCache() const { return state_->runner != nullptr; }
 
+DType Generator::kvCacheDtype() const {
+  return state_->runner ? state_->runner->cache().spec().dtype : DType::kUndefined;
+}
+
+DType kvCacheDtypeFor(const Engine& engine) {
+  for (size_t i = 0; i < engine.numSteps(); ++i) {
+    const std::string& kernel = engine.stepKernel(i);
+    if (kernel == "LlmQuantMatMul" || kernel == "MatMulInteger" ||
+        kernel == "com.microsoft.MatMulNBits")
+      return DType::kFloat16;
+  }
+  return DType::kFloat32;
+}
+
 uint64_t Generator::derivedWeightBytes() const {
   return (state_->session ? state_->session->derivedWeightBytes() : 0) +
          (state_->runner ? state_->runner->session().derivedWeightBytes() : 0);

@@ -42,19 +42,23 @@ Status LlmRunner::create(std::shared_ptr<const Engine> engine, int64_t kv_cache_
   spec.num_layers = config.num_layers;
   spec.num_kv_heads = config.num_kv_heads;
   spec.head_dim = config.head_dim;
-  if (kv_dtype != DType::kFloat32 && kv_dtype != DType::kFloat16 && kv_dtype != DType::kBFloat16 &&
-      !isQuantizedKvDType(kv_dtype))
+  if (kv_dtype != kKvCacheAuto && kv_dtype != DType::kFloat32 && kv_dtype != DType::kFloat16 &&
+      kv_dtype != DType::kBFloat16 && !isQuantizedKvDType(kv_dtype))
     return invalidArgument(std::string("KV cache dtype ") + dtypeName(kv_dtype) +
-                           " is not supported (float32, float16, bfloat16, int8, or uint8 for fp8)");
-  spec.dtype = kv_dtype;
+                           " is not supported (auto, float32, float16, bfloat16, int8, or uint8 "
+                           "for fp8)");
   spec.block_size = 16;
   spec.prefault = kv_prefault;
   LLMC_RETURN_IF_ERROR(Session::create(engine, session_options, &runner->session_));
+  // A backend with its own copy of the cache (the CUDA backend's device pools: float32
+  // whatever the host cache stores) makes that dtype the automatic choice and sets the
+  // budget in it.
+  const DType device_kv = InternalAccess::backend(*runner->session_).device_kv_dtype;
+  if (kv_dtype == kKvCacheAuto)
+    kv_dtype = device_kv != DType::kUndefined ? device_kv : kvCacheDtypeFor(*engine);
+  spec.dtype = kv_dtype;
   if (kv_cache_tokens <= 0) {
-    // A backend with its own copy of the cache (the CUDA backend's device pools: float32
-    // whatever the host cache stores) sets the budget in its dtype.
     KvCacheSpec budget_spec = spec;
-    const DType device_kv = InternalAccess::backend(*runner->session_).device_kv_dtype;
     if (device_kv != DType::kUndefined) budget_spec.dtype = device_kv;
     int64_t budget_blocks = 0;
     LLMC_RETURN_IF_ERROR(KvCache::numBlocksForBudget(budget_spec, int64_t{1} << 30, &budget_blocks));

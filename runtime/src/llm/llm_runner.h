@@ -12,6 +12,7 @@
 #include "core/step_context.h"
 #include "llm/kv_cache.h"
 #include "llmc/engine.h"
+#include "llmc/generator.h"
 #include "llmc/session.h"
 
 namespace llmc {
@@ -24,7 +25,7 @@ class LlmRunner {
  public:
   // `kv_cache_tokens`: capacity of the cache in tokens (all sequences together), rounded up
   // to whole blocks; 0 picks 4 x max_context, at most 1 GiB of cache.
-  // `kv_dtype`: float32, float16 or bfloat16 storage (attention computes in float).
+  // `kv_dtype`: the storage (GeneratorConfig::kv_cache_dtype; kKvCacheAuto resolved here).
   // `kv_prefault`: the cache's pages written when it is created (KvCacheSpec::prefault).
   static Status create(std::shared_ptr<const Engine> engine, int64_t kv_cache_tokens,
                        std::unique_ptr<LlmRunner>* out, DType kv_dtype = DType::kFloat32,
