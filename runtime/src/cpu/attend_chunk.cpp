@@ -252,20 +252,17 @@ inline void scoreTileAvx2(const float* const* q, const float* k, int64_t stride,
   _mm_storeu_ps(s[1] + at, _mm256_extractf128_ps(sums, 1));
 }
 
-// Scores of queries q[0] and q[1] against rows [0, n) of the keys, times `scale`, into s[0] and
-// s[1]: four keys per tile, then one at a time.
-void scoreQueriesAvx2(const float* const* q, int64_t n, int64_t head_dim, float scale,
-                      const BlockReader& reader, float* const* s) {
-  const KvRows& kv = reader.kv();
+// Scores of queries q[0] and q[1] against the first `rows` rows of one block of keys (block row j
+// is key j0 + j, rows `stride` apart), times `scale`, into s[0] and s[1]: four keys per tile,
+// then one at a time.
+void scoreBlockAvx2(const float* const* q, const float* block, int64_t stride, int64_t rows,
+                    int64_t j0, int64_t head_dim, float scale, float* const* s) {
   const __m256 scales = _mm256_set1_ps(scale);
-  forEachKeyBlock(reader, n, [&](const float* block, int64_t j0, int64_t rows) {
-    int64_t j = 0;
-    for (; j + 4 <= rows; j += 4)
-      scoreTileAvx2(q, block + j * kv.row_stride, kv.row_stride, head_dim, scales, s, j0 + j);
-    for (; j < rows; ++j)
-      for (int i = 0; i < 2; ++i)
-        s[i][j0 + j] = dot(q[i], block + j * kv.row_stride, head_dim) * scale;
-  });
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4)
+    scoreTileAvx2(q, block + j * stride, stride, head_dim, scales, s, j0 + j);
+  for (; j < rows; ++j)
+    for (int i = 0; i < 2; ++i) s[i][j0 + j] = dot(q[i], block + j * stride, head_dim) * scale;
 }
 
 // out[r][d, d + 8 kVectors) += Σ_j p[r][j] row_j over j in [from, to) of one block (row j is
@@ -294,11 +291,17 @@ void addRowsSliceAvx2(const float* const* p, const Rows& block, int64_t j0, int6
   }
 }
 
-// The same over all of head_dim (a multiple of 8): 32 dimensions at a time, then the 8-24 left.
+// The same over all of head_dim (a multiple of 8): 32 dimensions at a time, then the 8-24 left;
+// for three queries and more 16 at a time (then 8), which keeps their sums in registers.
 template <int kRows, typename Rows>
 void addRowsAvx2(const float* const* p, const Rows& block, int64_t j0, int64_t from, int64_t to,
                  int64_t head_dim, float* const* out) {
   int64_t d = 0;
+  if constexpr (kRows >= 3) {
+    for (; d + 16 <= head_dim; d += 16) addRowsSliceAvx2<kRows, 2>(p, block, j0, from, to, d, out);
+    if (d < head_dim) addRowsSliceAvx2<kRows, 1>(p, block, j0, from, to, d, out);
+    return;
+  }
   for (; d + 32 <= head_dim; d += 32) addRowsSliceAvx2<kRows, 4>(p, block, j0, from, to, d, out);
   switch ((head_dim - d) / 8) {
     case 3: addRowsSliceAvx2<kRows, 3>(p, block, j0, from, to, d, out); break;
@@ -333,6 +336,68 @@ void weightedValuesAvx2(const float* const* p, const int64_t* counts, const Bloc
   if (kRows > 1)
     for (int r = 0; r < kRows; ++r)
       addValuesAvx2<1>(p + r, reader, shared, counts[r], head_dim, out + r);
+}
+
+// One block of values (rows [j0, end) of the sequence) added to the outputs of kRows queries:
+// the rows below all of their counts for all of them at once, then each query's own rows.
+template <int kRows>
+void addBlockAvx2(const float* const* p, const int64_t* counts, const FloatRows& block, int64_t j0,
+                  int64_t end, int64_t head_dim, float* const* out) {
+  const int64_t shared = *std::min_element(counts, counts + kRows);
+  if (j0 < shared) addRowsAvx2<kRows>(p, block, j0, j0, std::min(end, shared), head_dim, out);
+  if (kRows > 1)
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t from = std::max(j0, shared), to = std::min(end, counts[r]);
+      if (from < to) addRowsAvx2<1>(p + r, block, j0, from, to, head_dim, out + r);
+    }
+}
+
+// Queries of a chunk added together over the values (addBlockAvx2), four at a time (six ran as
+// fast, eight slower: their sums no longer fit in registers).
+constexpr int kValueQueries = 4;
+
+// attendChunk on AVX2 for two queries and more: the blocks of keys, then of values, in the outer
+// loop and the queries in the inner one, so that a block is read (and a stored cache's block
+// converted) once for the whole chunk and then served from L1, where the loop over queries
+// outside read every block from L2 again for each pair of queries (1.2x prefill attention over
+// 2,048 positions on the AVX2 EPYC, docs/kv-cache.md). Each score and each output is computed
+// as before (scoreTileAvx2's and dotRow's products; each output in j order from zero), so the
+// same bits. `s` holds a score row per query.
+void attendRowsAvx2(const float* const* queries, const int64_t* counts, int64_t rows,
+                    int64_t head_dim, float scale, const BlockReader& reader, int64_t longest,
+                    float* const* s, float* const* out) {
+  const KvRows& kv = reader.kv();
+  const int64_t stride = kv.row_stride;
+  for (int64_t j0 = 0; j0 < longest; j0 += kv.block_rows) {
+    reader.askAhead(kv.key_blocks, j0, longest);
+    const int64_t b = j0 / kv.block_rows;
+    const float* block = reader.rows(kv.key_blocks, b, std::min(kv.block_rows, longest - j0));
+    int64_t i = 0;
+    for (; i + 2 <= rows; i += 2) {
+      const int64_t n = std::max(counts[i], counts[i + 1]);
+      if (n > j0)
+        scoreBlockAvx2(queries + i, block, stride, std::min(kv.block_rows, n - j0), j0, head_dim,
+                       scale, s + i);
+    }
+    if (i < rows && counts[i] > j0)
+      scoreRows(queries[i], FloatRows{block, stride}, std::min(kv.block_rows, counts[i] - j0),
+                head_dim, scale, s[i] + j0);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    softmaxRowAvx2(s[i], counts[i]);
+    std::fill(out[i], out[i] + head_dim, 0.0f);
+  }
+  for (int64_t j0 = 0; j0 < longest; j0 += kv.block_rows) {
+    reader.askAhead(kv.value_blocks, j0, longest);
+    const int64_t end = std::min(j0 + kv.block_rows, longest);
+    const FloatRows block{reader.rows(kv.value_blocks, j0 / kv.block_rows, end - j0), stride};
+    int64_t i = 0;
+    for (; i + kValueQueries <= rows; i += kValueQueries)
+      addBlockAvx2<kValueQueries>(s + i, counts + i, block, j0, end, head_dim, out + i);
+    for (; i + 2 <= rows; i += 2)
+      addBlockAvx2<2>(s + i, counts + i, block, j0, end, head_dim, out + i);
+    if (i < rows) addBlockAvx2<1>(s + i, counts + i, block, j0, end, head_dim, out + i);
+  }
 }
 
 // A lone query (a decode step's head over its own KV head) against a stored (not float32)
@@ -562,23 +627,32 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
          scores[0], out[0]);
     return;
   }
+  if (!wide) {
+    if (rows == 1) {
+      scoreOne(queries[0], counts[0], head_dim, scale, reader, scores[0]);
+      softmaxRowAvx2(scores[0], counts[0]);
+      weightedValuesAvx2<1>(scores.data(), counts, reader, head_dim, out);
+    } else {
+      attendRowsAvx2(queries, counts, rows, head_dim, scale, reader, longest, scores.data(), out);
+    }
+    return;
+  }
   int64_t i = 0;
-  if (wide)
-    for (; i + 4 <= rows; i += 4)
-      scoreQueries<2>(queries + i, *std::max_element(counts + i, counts + i + 4), head_dim, scale,
-                      reader, scores.data() + i);
+  for (; i + 4 <= rows; i += 4)
+    scoreQueries<2>(queries + i, *std::max_element(counts + i, counts + i + 4), head_dim, scale,
+                    reader, scores.data() + i);
   for (; i + 2 <= rows; i += 2)
-    (wide ? scoreQueries<1> : scoreQueriesAvx2)(queries + i, std::max(counts[i], counts[i + 1]),
-                                                head_dim, scale, reader, scores.data() + i);
+    scoreQueries<1>(queries + i, std::max(counts[i], counts[i + 1]), head_dim, scale, reader,
+                    scores.data() + i);
   if (i < rows)
     scoreOne(queries[i], counts[i], head_dim, scale, reader, scratch.data() + i * stride);
   for (int64_t i = 0; i < rows; ++i) {
-    (wide ? softmaxRow : softmaxRowAvx2)(scratch.data() + i * stride, counts[i]);
+    softmaxRow(scratch.data() + i * stride, counts[i]);
     p[static_cast<size_t>(i)] = scratch.data() + i * stride;
   }
   // AVX-512's value tiles take head_dim in slices of up to 128 dimensions (a multiple of 16);
-  // head sizes off the 16s take the AVX2 loops (the same bits) on every level.
-  if (!wide || head_dim % 16 != 0) {
+  // head sizes off the 16s take the AVX2 loops (the same bits).
+  if (head_dim % 16 != 0) {
     for (i = 0; i + 2 <= rows; i += 2)
       weightedValuesAvx2<2>(p.data() + i, counts + i, reader, head_dim, out + i);
     if (i < rows) weightedValuesAvx2<1>(p.data() + i, counts + i, reader, head_dim, out + i);
