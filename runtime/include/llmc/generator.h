@@ -122,9 +122,10 @@ inline const char* kvCacheDtypeName(DType dtype) {
 }
 
 // What kKvCacheAuto stores on the CPU: float16 for an engine whose products run on quantized
-// weights (an LlmQuantMatMul step: int8, 4-bit, W8A8, FP8), whose outputs already carry more
-// error than half-precision keys and values add, and which then read half the bytes per
-// token of context (llama.cpp's default cache); float32 for any other engine, so that a
+// weights (an LlmQuantMatMul step: int8, 4-bit, W8A8, FP8, MatMulNBits lowered onto them; or
+// ONNX's MatMulInteger and com.microsoft.MatMulNBits kept as they are), whose outputs already
+// carry more error than half-precision keys and values add, and which then read half the bytes
+// per token of context (llama.cpp's default cache); float32 for any other engine, so that a
 // float32 engine over the cache computes what it computes without one. A backend that keeps
 // its own copy of the cache (CUDA: float32 device pools) stores that copy's dtype instead.
 DType kvCacheDtypeFor(const Engine& engine);

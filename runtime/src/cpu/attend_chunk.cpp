@@ -359,8 +359,8 @@ constexpr int kValueQueries = 4;
 // attendChunk on AVX2 for two queries and more: the blocks of keys, then of values, in the outer
 // loop and the queries in the inner one, so that a block is read (and a stored cache's block
 // converted) once for the whole chunk and then served from L1, where the loop over queries
-// outside read every block from L2 again for each pair of queries (1.2x prefill attention over
-// 2,048 positions on the AVX2 EPYC, docs/kv-cache.md). Each score and each output is computed
+// outside read every block from L2 again for each pair of queries (1.3-1.5x prefill attention
+// over 2,048 positions on the AVX2 EPYC, docs/kv-cache.md). Each score and each output is computed
 // as before (scoreTileAvx2's and dotRow's products; each output in j order from zero), so the
 // same bits. `s` holds a score row per query.
 void attendRowsAvx2(const float* const* queries, const int64_t* counts, int64_t rows,
