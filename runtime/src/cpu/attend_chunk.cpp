@@ -356,13 +356,13 @@ void addBlockAvx2(const float* const* p, const int64_t* counts, const FloatRows&
 // fast, eight slower: their sums no longer fit in registers).
 constexpr int kValueQueries = 4;
 
-// attendChunk on AVX2 for two queries and more: the blocks of keys, then of values, in the outer
-// loop and the queries in the inner one, so that a block is read (and a stored cache's block
-// converted) once for the whole chunk and then served from L1, where the loop over queries
-// outside read every block from L2 again for each pair of queries (1.3-1.5x prefill attention
-// over 2,048 positions on the AVX2 EPYC, docs/kv-cache.md). Each score and each output is computed
-// as before (scoreTileAvx2's and dotRow's products; each output in j order from zero), so the
-// same bits. `s` holds a score row per query.
+// attendChunk on AVX2 (but for a lone query over a stored cache, attendLoneStored): the blocks of
+// keys, then of values, in the outer loop and the queries in the inner one, so that a block is
+// read (and a stored cache's block converted) once for the whole chunk and then served from L1,
+// where the loop over queries outside read every block from L2 again for each pair of queries
+// (1.3-1.5x prefill attention over 2,048 positions on the AVX2 EPYC, docs/kv-cache.md). Each
+// score and each output is computed as before (scoreTileAvx2's and dotRow's products; each
+// output in j order from zero), so the same bits. `s` holds a score row per query.
 void attendRowsAvx2(const float* const* queries, const int64_t* counts, int64_t rows,
                     int64_t head_dim, float scale, const BlockReader& reader, int64_t longest,
                     float* const* s, float* const* out) {
@@ -628,13 +628,7 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
     return;
   }
   if (!wide) {
-    if (rows == 1) {
-      scoreOne(queries[0], counts[0], head_dim, scale, reader, scores[0]);
-      softmaxRowAvx2(scores[0], counts[0]);
-      weightedValuesAvx2<1>(scores.data(), counts, reader, head_dim, out);
-    } else {
-      attendRowsAvx2(queries, counts, rows, head_dim, scale, reader, longest, scores.data(), out);
-    }
+    attendRowsAvx2(queries, counts, rows, head_dim, scale, reader, longest, scores.data(), out);
     return;
   }
   int64_t i = 0;
