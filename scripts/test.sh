@@ -10,6 +10,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 JOBS="$(nproc)"
+# As scripts/build.sh: ccache hits across clones at different paths (the sanitizer and TSan
+# trees carry debug info, hence hash_dir off).
+export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true
 
 ./scripts/setup.sh
 

@@ -35,7 +35,7 @@ using testing::FailNthAllocation;
 using testing::oneHotEngine;
 
 std::string tokenizerJson() {
-  std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / ".." / "models" /
+  std::filesystem::path path = std::filesystem::path(LLMC_TEST_SOURCE_DIR) / "models" /
                                "tokenizers" / "gpt2_bpe" / "tokenizer.json";
   std::ifstream file(path, std::ios::binary);
   std::ostringstream contents;

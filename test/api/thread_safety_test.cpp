@@ -32,7 +32,7 @@ void onThreads(Body body) {
 }
 
 std::shared_ptr<const Tokenizer> gpt2Tokenizer() {
-  std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / ".." / "models" /
+  std::filesystem::path path = std::filesystem::path(LLMC_TEST_SOURCE_DIR) / "models" /
                                "tokenizers" / "gpt2_bpe" / "tokenizer.json";
   std::unique_ptr<Tokenizer> tokenizer;
   Status status = Tokenizer::fromFile(path.string(), &tokenizer);
@@ -126,7 +126,7 @@ TEST(ThreadSafetyTest, OneTokenizerEncodesAndDecodesOnFourThreads) {
                     "concurrency and sanitizer again and again " + std::to_string(i * 7919));
   std::unique_ptr<Tokenizer> reference;
   // The expected ids, from a separate tokenizer whose cache no thread touches.
-  ASSERT_TRUE(Tokenizer::fromFile((std::filesystem::path(__FILE__).parent_path() / ".." / "models" /
+  ASSERT_TRUE(Tokenizer::fromFile((std::filesystem::path(LLMC_TEST_SOURCE_DIR) / "models" /
                                    "tokenizers" / "gpt2_bpe" / "tokenizer.json")
                                       .string(),
                                   &reference)

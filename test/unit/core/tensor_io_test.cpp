@@ -20,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kFixtures = fs::path(__FILE__).parent_path() / "data" / "tensor_io";
+const fs::path kFixtures = fs::path(LLMC_TEST_SOURCE_DIR) / "unit" / "core" / "data" / "tensor_io";
 
 constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kUInt8,   DType::kInt8,   DType::kUInt16,
                                 DType::kInt16,   DType::kInt32,   DType::kInt64,  DType::kBool,
@@ -280,8 +280,8 @@ TEST(TensorIoTest, ReadTensorFileDispatchesOnExtension) {
 // The Debian package's copy and the one in the repository's venv (scripts/setup.sh).
 const fs::path kOnnxNodeTestDirs[] = {
     "/usr/share/libonnx-testdata/data/node",
-    fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / ".venv" / "lib" /
-        "python3.11" / "site-packages" / "onnx" / "backend" / "test" / "data" / "node",
+    fs::path(LLMC_TEST_SOURCE_DIR).parent_path() / ".venv" / "lib" / "python3.11" /
+        "site-packages" / "onnx" / "backend" / "test" / "data" / "node",
 };
 
 TEST(TensorIoTest, ReadsOnnxNodeTestAdd) {

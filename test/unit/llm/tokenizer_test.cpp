@@ -22,7 +22,7 @@ namespace {
 using Json = nlohmann::json;
 
 std::filesystem::path fixturesDir() {
-  return std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "models" / "tokenizers";
+  return std::filesystem::path(LLMC_TEST_SOURCE_DIR) / "models" / "tokenizers";
 }
 
 std::string readFile(const std::filesystem::path& path) {
