@@ -12,6 +12,7 @@ nearest, SmoothQuant's smoothing against none, the cached statistics); and --max
 table docs/quantization.md records.
 """
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -202,6 +203,7 @@ def main():
             held = [c for i, c in enumerate(chapters) if is_held_out(i)]
             prompts = [c.split("\n")[0][:300] for c in held][:4]
 
+            @functools.lru_cache(maxsize=None)  # the float32 cache's tokens serve every dtype
             def greedy(prompt, dtype, engine="float32"):
                 proc = run([args.llmc, "generate", engines[engine], "--prompt", prompt, "--tokenizer", TOKENIZER,
                             "--max-new-tokens", "48", "--print-ids", "--kv-cache-dtype", dtype])

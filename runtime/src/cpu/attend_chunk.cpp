@@ -602,7 +602,6 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   for (int64_t i = 0; i < rows; ++i) longest = std::max(longest, counts[i]);
   const int64_t stride = (longest + 15) / 16 * 16 + 4;  // + 4: scoreTile stores four at a time
   scratch.resize(static_cast<size_t>(rows * stride));
-  std::vector<const float*> p(static_cast<size_t>(rows));
   thread_local std::vector<float> converted;  // a block of the other dtypes as float
   const BlockReader reader(
       kv, head_dim,
@@ -631,6 +630,7 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
     attendRowsAvx2(queries, counts, rows, head_dim, scale, reader, longest, scores.data(), out);
     return;
   }
+  std::vector<const float*> p(static_cast<size_t>(rows));
   int64_t i = 0;
   for (; i + 4 <= rows; i += 4)
     scoreQueries<2>(queries + i, *std::max_element(counts + i, counts + i + 4), head_dim, scale,
