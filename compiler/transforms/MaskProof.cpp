@@ -258,17 +258,55 @@ double elementAsDouble(const Tensor& t, int64_t i) {
   }
 }
 
-// c0 + cn * n + cb * b, over the sequence length n and the batch size b (both >= 1).
+// An element as an integer, exactly: nothing where it is a float with a fraction or outside
+// int64 (a double's integers stop being exact at 2^53, and INT64_MAX, an exporter's "to the
+// end", is not a double).
+std::optional<int64_t> elementAsInt64(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kInt64: return t.data<int64_t>()[i];
+    case DType::kInt32: return t.data<int32_t>()[i];
+    case DType::kBool: return t.data<uint8_t>()[i] ? 1 : 0;
+    default: break;
+  }
+  const double value = elementAsDouble(t, i);
+  // [-2^63, 2^63): the doubles that convert to int64 without overflow.
+  if (!(value >= -0x1p63 && value < 0x1p63) || value != std::trunc(value)) return std::nullopt;
+  return static_cast<int64_t>(value);
+}
+
+// c0 + cn * n + cb * b, over the sequence length n and the batch size b (both >= 1). The
+// arithmetic is exact or gives nothing: a model's INT64_MAX ("to the end") plus one is not a
+// form the proof follows, and must not wrap into one.
 struct Affine {
   int64_t c0 = 0, cn = 0, cb = 0;
   bool invariant() const { return cn == 0 && cb == 0; }
-  Affine operator+(const Affine& o) const { return {c0 + o.c0, cn + o.cn, cb + o.cb}; }
-  Affine operator-(const Affine& o) const { return {c0 - o.c0, cn - o.cn, cb - o.cb}; }
-  Affine times(int64_t k) const { return {c0 * k, cn * k, cb * k}; }
+  std::optional<Affine> plus(const Affine& o) const {
+    Affine r;
+    if (__builtin_add_overflow(c0, o.c0, &r.c0) || __builtin_add_overflow(cn, o.cn, &r.cn) ||
+        __builtin_add_overflow(cb, o.cb, &r.cb))
+      return std::nullopt;
+    return r;
+  }
+  std::optional<Affine> minus(const Affine& o) const {
+    Affine r;
+    if (__builtin_sub_overflow(c0, o.c0, &r.c0) || __builtin_sub_overflow(cn, o.cn, &r.cn) ||
+        __builtin_sub_overflow(cb, o.cb, &r.cb))
+      return std::nullopt;
+    return r;
+  }
+  std::optional<Affine> times(int64_t k) const {
+    Affine r;
+    if (__builtin_mul_overflow(c0, k, &r.c0) || __builtin_mul_overflow(cn, k, &r.cn) ||
+        __builtin_mul_overflow(cb, k, &r.cb))
+      return std::nullopt;
+    return r;
+  }
   // The sign of the value for every n, b >= 1: +1, -1, 0 (always zero) or nothing.
   std::optional<int> sign() const {
     if (invariant()) return c0 > 0 ? 1 : c0 < 0 ? -1 : 0;
-    int64_t at_one = c0 + cn + cb;
+    int64_t at_one = 0;
+    if (__builtin_add_overflow(c0, cn, &at_one) || __builtin_add_overflow(at_one, cb, &at_one))
+      return std::nullopt;
     if (cn >= 0 && cb >= 0 && at_one > 0) return 1;
     if (cn <= 0 && cb <= 0 && at_one < 0) return -1;
     return std::nullopt;
@@ -455,10 +493,12 @@ class Prover {
     if (t.rank() != static_cast<int64_t>(rank) || t.numElements() == 0 || t.numElements() > 4096)
       return std::nullopt;
     IndexForm form{0, std::vector<int64_t>(rank, 0)};
+    // Elements within 2^31, so that the steps and sums below stay far inside int64.
     auto at = [&](int64_t i) -> std::optional<int64_t> {
-      double value = elementAsDouble(t, i);
-      if (std::isnan(value)) return std::nullopt;
-      return static_cast<int64_t>(value);
+      std::optional<int64_t> value = elementAsInt64(t, i);
+      if (!value || *value < -(int64_t{1} << 31) || *value > (int64_t{1} << 31))
+        return std::nullopt;
+      return value;
     };
     auto first = at(0);
     if (!first) return std::nullopt;
@@ -636,9 +676,9 @@ class Prover {
     if (t->numElements() > 64) return std::nullopt;
     Elements elements;
     for (int64_t i = 0; i < t->numElements(); ++i) {
-      double value = elementAsDouble(*t, i);
-      if (std::isnan(value)) return std::nullopt;
-      elements.push_back(Affine{static_cast<int64_t>(value), 0, 0});
+      std::optional<int64_t> value = elementAsInt64(*t, i);
+      if (!value) return std::nullopt;
+      elements.push_back(Affine{*value, 0, 0});
     }
     return elements;
   }
@@ -715,14 +755,14 @@ class Prover {
       bool known = !dims.empty() || isa<RankedTensorType>(op->getOperand(0).getType());
       for (const auto& d : dims) {
         if (!d) { known = false; break; }
-        if (d->invariant()) {
-          product = product.times(d->c0);
-        } else if (product.invariant()) {
-          product = d->times(product.c0);
-        } else {
+        std::optional<Affine> next = d->invariant()        ? product.times(d->c0)
+                                     : product.invariant() ? d->times(product.c0)
+                                                           : std::nullopt;
+        if (!next) {
           known = false;
           break;
         }
+        product = *next;
       }
       *out = {Kind::kShape, Elements{known ? std::optional<Affine>(product) : std::nullopt}};
       normalize(out);
@@ -785,10 +825,8 @@ class Prover {
     if (name == "nn.identity" || name == "nn.cast" || name == "nn.squeeze" ||
         name == "nn.unsqueeze" || name == "nn.reshape" || name == "nn.flatten")
       return result(a);
-    if (name == "nn.add")
-      return broadcast([](Affine x, Affine y) -> std::optional<Affine> { return x + y; });
-    if (name == "nn.sub")
-      return broadcast([](Affine x, Affine y) -> std::optional<Affine> { return x - y; });
+    if (name == "nn.add") return broadcast([](Affine x, Affine y) { return x.plus(y); });
+    if (name == "nn.sub") return broadcast([](Affine x, Affine y) { return x.minus(y); });
     if (name == "nn.mul")
       return broadcast([](Affine x, Affine y) -> std::optional<Affine> {
         if (x.invariant()) return y.times(x.c0);
@@ -798,6 +836,7 @@ class Prover {
     if (name == "nn.div")
       return broadcast([](Affine x, Affine y) -> std::optional<Affine> {
         if (!y.invariant() || y.c0 == 0) return std::nullopt;
+        if (y.c0 == -1) return x.times(-1);  // (INT64_MIN / -1 and % -1 overflow)
         if (x.c0 % y.c0 != 0 || x.cn % y.c0 != 0 || x.cb % y.c0 != 0) return std::nullopt;
         return Affine{x.c0 / y.c0, x.cn / y.c0, x.cb / y.c0};
       });
@@ -805,20 +844,25 @@ class Prover {
       if (in.size() != 2) return false;
       bool is_min = name == "nn.min";
       return broadcast([&](Affine x, Affine y) -> std::optional<Affine> {
-        auto sign = (x - y).sign();
+        auto difference = x.minus(y);
+        auto sign = difference ? difference->sign() : std::nullopt;
         if (sign) return (*sign >= 0) == is_min ? y : x;
         // min(a, c) with a growing in n only: a while n <= (c - a.c0) / a.cn.
         const Affine& grow = x.invariant() ? y : x;
         const Affine& limit = x.invariant() ? x : y;
-        if (!is_min || !limit.invariant() || grow.cb != 0 || grow.cn <= 0) return std::nullopt;
-        bound_ = std::min(bound_, (limit.c0 - grow.c0) / grow.cn);
+        int64_t room = 0;
+        if (!is_min || !limit.invariant() || grow.cb != 0 || grow.cn <= 0 ||
+            __builtin_sub_overflow(limit.c0, grow.c0, &room))
+          return std::nullopt;
+        bound_ = std::min(bound_, room / grow.cn);
         return grow;
       });
     }
     if (name == "nn.equal" || name == "nn.less" || name == "nn.greater" ||
         name == "nn.less_or_equal" || name == "nn.greater_or_equal")
       return broadcast([&](Affine x, Affine y) -> std::optional<Affine> {
-        auto sign = (x - y).sign();
+        auto difference = x.minus(y);
+        auto sign = difference ? difference->sign() : std::nullopt;
         if (!sign) return std::nullopt;
         bool value = name == "nn.equal"          ? *sign == 0
                      : name == "nn.less"         ? *sign < 0
@@ -932,10 +976,12 @@ class Prover {
           if (!end || end->invariant()) continue;
           int64_t axis = axes && i < axes->size() ? (*axes)[i] : static_cast<int64_t>(i);
           if (axis < 0) axis += type.getRank();
+          int64_t room = 0;
           if (end->cb != 0 || end->cn <= 0 || axis < 0 || axis >= type.getRank() ||
-              type.isDynamicDim(axis))
+              type.isDynamicDim(axis) ||
+              __builtin_sub_overflow(type.getDimSize(axis), end->c0, &room))
             return refuse(op, "slices a buffer to a length it cannot bound");
-          bound_ = std::min(bound_, (type.getDimSize(axis) - end->c0) / end->cn);
+          bound_ = std::min(bound_, room / end->cn);
         }
       }
       return true;
@@ -1053,7 +1099,7 @@ std::string identityGridError(Operation* op, const Tensor& indices_tensor) {
     for (int64_t k = depth - 1; k >= 0; --k) {
       int64_t coordinate = rest % indices->dim(k);
       rest /= indices->dim(k);
-      if (elementAsDouble(*indices, p * depth + k) != static_cast<double>(coordinate))
+      if (elementAsInt64(*indices, p * depth + k) != coordinate)
         return where(op) + " (ScatterND) writes element " + std::to_string(p) +
                " away from its own position; the mask proof does not follow permuted writes";
     }
@@ -1274,8 +1320,18 @@ PositionsProof provePositions(func::FuncOp func, StringRef batch_symbol, StringR
     proof.error = values.error;
     return proof;
   }
-  // j + offset at index j of the last axis in every row; offset read at index 0 of the first.
-  proof.offset = static_cast<int64_t>(elementAsDouble(values.full, 0));
+  // j + offset at index j of the last axis in every row; offset read at index 0 of the first
+  // (within 2^31, so that j + offset is exact).
+  const std::optional<int64_t> offset =
+      values.full.numElements() ? elementAsInt64(values.full, 0) : std::nullopt;
+  if (!offset || *offset < -(int64_t{1} << 31) || *offset > (int64_t{1} << 31)) {
+    proof.error =
+        "the first token's position is not a position (" +
+        (values.full.numElements() ? std::to_string(elementAsDouble(values.full, 0)) : "none") +
+        ")";
+    return proof;
+  }
+  proof.offset = *offset;
   auto check = [&](const Tensor& t, int64_t batch, int64_t n) -> std::string {
     if (t.rank() < 1 || t.rank() > 2 || t.dim(t.rank() - 1) != n ||
         (t.rank() == 2 && t.dim(0) != 1 && t.dim(0) != batch))
@@ -1283,12 +1339,11 @@ PositionsProof provePositions(func::FuncOp func, StringRef batch_symbol, StringR
              " x " + std::to_string(n) + " tokens, not [batch, " + std::to_string(n) + "]";
     const int64_t count = t.numElements();
     for (int64_t e = 0; e < count; ++e) {
-      const double got = elementAsDouble(t, e);
-      if (got != static_cast<double>(e % n + proof.offset))
+      const std::optional<int64_t> got = elementAsInt64(t, e);
+      if (got != e % n + proof.offset)
         return "the position of token " + std::to_string(e % n) + " is " +
-               (std::isfinite(got) ? std::to_string(static_cast<long long>(got))
-                                   : std::to_string(got)) +
-               ", not " + std::to_string(e % n + proof.offset);
+               (got ? std::to_string(*got) : std::to_string(elementAsDouble(t, e))) + ", not " +
+               std::to_string(e % n + proof.offset);
     }
     return "";
   };
