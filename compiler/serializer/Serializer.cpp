@@ -51,8 +51,10 @@ class EngineWriter {
         for (const SymbolTerm& term : terms)
           kept = kept && (term.symbol.empty() ||
                           (declared.count(term.symbol) && !relations.count(term.symbol)));
-        symbols.push_back(fb::CreateSymbol(fbb_, fbb_.CreateString(name), range.first, range.second,
-                                           kept ? fbb_.CreateString(expression) : 0));
+        auto name_string = fbb_.CreateString(name);
+        auto expression_string = kept ? fbb_.CreateString(expression) : 0;
+        symbols.push_back(
+            fb::CreateSymbol(fbb_, name_string, range.first, range.second, expression_string));
       }
     }
 
@@ -106,9 +108,13 @@ class EngineWriter {
     }
     auto arena = func->getAttrOfType<IntegerAttr>("exec.arena_bytes");
 
-    auto producer = fb::CreateProducer(fbb_, fbb_.CreateString(options.compiler_version),
-                                       fbb_.CreateString(options.source_hash),
-                                       fbb_.CreateString(options.build_options));
+    // Every builder call in a statement of its own, here and below: the order of a call's
+    // arguments is the compiler's choice (gcc and clang differ), and the buffer's layout
+    // follows the order of the calls, so the same model gave other bytes from a clang build.
+    auto compiler_version = fbb_.CreateString(options.compiler_version);
+    auto source_hash = fbb_.CreateString(options.source_hash);
+    auto build_options = fbb_.CreateString(options.build_options);
+    auto producer = fb::CreateProducer(fbb_, compiler_version, source_hash, build_options);
     if (failed(layoutWeights(func))) return failure();
     auto values_vec = fbb_.CreateVector(values_);
     auto weights_vec = fbb_.CreateVector(weights_);
@@ -181,8 +187,10 @@ class EngineWriter {
     bool ranked = true;
     auto dims = makeDims(type, dim_names, &ranked);
     DType dtype = dtypeFromMlir(cast<ShapedType>(type).getElementType());
-    auto offset = fb::CreateValue(fbb_, fbb_.CreateString(name), kind, static_cast<uint8_t>(dtype),
-                                  fbb_.CreateVector(dims), weight, slot, ranked);
+    auto name_string = fbb_.CreateString(name);
+    auto dims_vector = fbb_.CreateVector(dims);
+    auto offset = fb::CreateValue(fbb_, name_string, kind, static_cast<uint8_t>(dtype), dims_vector,
+                                  weight, slot, ranked);
     values_.push_back(offset);
     int32_t index = static_cast<int32_t>(values_.size() - 1);
     if (value) index_[value] = index;
@@ -238,17 +246,20 @@ class EngineWriter {
       auto shaped = type ? dyn_cast<RankedTensorType>(type.getValue()) : RankedTensorType();
       if (!shaped) return -2;
       std::vector<int64_t> dims(shaped.getShape().begin(), shaped.getShape().end());
-      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Source, fbb_.CreateString(source.getValue().str()),
-                                           static_cast<uint8_t>(dtypeFromMlir(shaped.getElementType())),
-                                           fbb_.CreateVector(dims)));
+      auto source_name = fbb_.CreateString(source.getValue().str());
+      auto dims_vector = fbb_.CreateVector(dims);
+      steps.push_back(fb::CreateRecipeStep(
+          fbb_, fb::RecipeKind::Source, source_name,
+          static_cast<uint8_t>(dtypeFromMlir(shaped.getElementType())), dims_vector));
       index = static_cast<int32_t>(steps.size() - 1);
     } else if (auto literal = expr.getAs<ElementsAttr>("literal")) {
       Tensor t = tensorFromElements(literal);
       std::vector<int64_t> dims(t.shape().begin(), t.shape().end());
       fbb_.ForceVectorAlignment(t.sizeBytes(), 1, 8);
       auto data = fbb_.CreateVector(static_cast<const uint8_t*>(t.data()), t.sizeBytes());
-      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Literal, 0, static_cast<uint8_t>(t.dtype()),
-                                           fbb_.CreateVector(dims), data));
+      auto dims_vector = fbb_.CreateVector(dims);
+      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Literal, 0,
+                                           static_cast<uint8_t>(t.dtype()), dims_vector, data));
       index = static_cast<int32_t>(steps.size() - 1);
     } else if (auto kernel = expr.getAs<StringAttr>("kernel")) {
       std::vector<int32_t> inputs;
@@ -264,9 +275,12 @@ class EngineWriter {
       if (auto dict = expr.getAs<DictionaryAttr>("params"))
         if (!makeParams(dict, nullptr, &params)) return -2;
       auto output = expr.getAs<IntegerAttr>("output");
-      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Kernel, 0, 0, 0, 0,
-                                           fbb_.CreateString(kernel.getValue().str()), fbb_.CreateVector(params),
-                                           fbb_.CreateVector(inputs), output ? static_cast<int32_t>(output.getInt()) : 0));
+      auto kernel_name = fbb_.CreateString(kernel.getValue().str());
+      auto params_vector = fbb_.CreateVector(params);
+      auto inputs_vector = fbb_.CreateVector(inputs);
+      steps.push_back(fb::CreateRecipeStep(fbb_, fb::RecipeKind::Kernel, 0, 0, 0, 0, kernel_name,
+                                           params_vector, inputs_vector,
+                                           output ? static_cast<int32_t>(output.getInt()) : 0));
       index = static_cast<int32_t>(steps.size() - 1);
     }
     if (index >= 0) memo[expr] = index;
@@ -344,9 +358,13 @@ class EngineWriter {
                                  fb::ValueKind::Intermediate, dim_names, -1,
                                  static_cast<int32_t>((*slots)[r])));
     }
-    return fb::CreateStep(fbb_, fbb_.CreateString(call.getKernel().str()), fbb_.CreateString(node),
-                          fbb_.CreateVector(params), fbb_.CreateVector(inputs),
-                          fbb_.CreateVector(outputs));
+    auto kernel_name = fbb_.CreateString(call.getKernel().str());
+    auto node_name = fbb_.CreateString(node);
+    auto params_vector = fbb_.CreateVector(params);
+    auto inputs_vector = fbb_.CreateVector(inputs);
+    auto outputs_vector = fbb_.CreateVector(outputs);
+    return fb::CreateStep(fbb_, kernel_name, node_name, params_vector, inputs_vector,
+                          outputs_vector);
   }
 
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};
