@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit, lit, ONNX conformance, end-to-end models, CLI,
-# fuzz replays. The suite runs twice: on an ASan/UBSan build (build/asan) and on the
-# Release build users get (build/). A third build, the runtime alone without MLIR/LLVM/
+# fuzz replays. The suite runs twice: on an ASan/UBSan build (build/asan, clang) and on the
+# Release build users get (build/, gcc). A third build, the runtime alone without MLIR/LLVM/
 # protobuf (build-runtime-only/), is checked for its dependencies; a fourth (build/tsan) runs
 # the API tests (test/api: threads, exceptions) and the thread tests (test/threads: the CPU
 # backend's pool and threaded kernels) under ThreadSanitizer. The last lines are
@@ -26,11 +26,22 @@ echo "== build: the Python package into .venv (pip install ., in build/) =="
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps --disable-pip-version-check \
   --config-settings=build-dir=build --config-settings=cmake.define.LLMC_BUILD_TESTS=ON .
 
+# The ASan tree is clang's: under ASan and UBSan it compiles this code two to three times as fast
+# as gcc (docs/testing.md), and it was most of a cold run's building; the Release tree stays
+# gcc's, so both compilers build every file. A tree configured with another compiler is made again.
+ASAN_CC=$(command -v clang || command -v clang-14)
+ASAN_CXX=$(command -v clang++ || command -v clang++-14)
+if [[ -f build/asan/CMakeCache.txt ]] &&
+  ! grep -qx "CMAKE_CXX_COMPILER:FILEPATH=$ASAN_CXX" build/asan/CMakeCache.txt; then
+  echo "build/asan was configured with another compiler than $ASAN_CXX: configuring it again"
+  rm -rf build/asan
+fi
+
 echo "== build: ASan + UBSan (build/asan) =="
 if [[ ! -f build/asan/build.ninja ]]; then
   # -g1 (line tables, no variables): the sanitizers' reports name files and lines; full debug
   # info made this, the longest build, about a third slower cold (docs/testing.md).
-  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  CC=$ASAN_CC CXX=$ASAN_CXX cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
     -DLLMC_SANITIZE=address,undefined -DLLMC_ENABLE_CUDA=OFF \
     -DLLMC_PYTHON="$ROOT/.venv/bin/python" >/dev/null
@@ -49,7 +60,9 @@ ninja -C build-runtime-only -j "$JOBS" llmc
 
 # The API and thread tests under ThreadSanitizer: the runtime and those two binaries, no
 # compiler: a cold build is 2.5 min (the runtime alone) to 5 min (with the tests, on a loaded
-# machine) on 2 cores; ccache makes a rebuild after a change take seconds.
+# machine) on 2 cores; ccache makes a rebuild after a change take seconds. gcc's: with clang's
+# static TSan runtime, operator new is defined twice (fail_allocation.cpp replaces it), and
+# clang saved little here (276 s cold against about 375).
 echo "== build: API and thread tests under ThreadSanitizer (build/tsan) =="
 if [[ ! -f build/tsan/build.ninja ]]; then
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -80,6 +93,13 @@ release_status=0
 (cd build && ctest -j "$JOBS" --output-on-failure --timeout 1800) 2>&1 \
   | tee build/ctest-summary.log || release_status=$?
 
+# gcc's llmc and clang's must write the same engine bytes (the serializer once laid the buffer
+# out in the order a compiler chose to evaluate a call's arguments).
+echo "== the same engines from gcc's llmc (build/) and clang's (build/asan) =="
+same_engine_status=0
+test/cli/same_engine_across_builds.sh build/tools/llmc/llmc build/asan/tools/llmc/llmc "$ROOT" \
+  build/same-engine || same_engine_status=$?
+
 # The same binaries on an emulated CPU without AVX-512 (qemu-user, -cpu Haswell: AVX2, FMA,
 # F16C): the kernels' dispatch and the references that depend on the host's ISA (ONNX
 # Runtime's and numpy's kernels, in the Python harnesses' own process) as an AVX2-only host
@@ -101,11 +121,16 @@ for binary in api thread; do
   echo "ThreadSanitizer, ${binary} tests (build/tsan): $(grep -E '^\[  (PASSED|FAILED)  \]' build/tsan/${binary}-tests.log | head -n 1 || echo "no result")"
 done
 echo "Emulated AVX2-only CPU (build/): $(grep -E '^emulated Haswell:' build/emulated-host.log || echo "no result")"
+echo "Same engines from gcc's and clang's llmc: $([[ $same_engine_status -eq 0 ]] && echo yes || echo NO)"
 # ctest's counts last.
 echo "ASan + UBSan (build/asan): $(grep -E 'tests passed|tests failed out of' build/asan/ctest-summary.log | tail -n 1)"
 echo "Release (build/):          $(grep -E 'tests passed|tests failed out of' build/ctest-summary.log | tail -n 1)"
 if [[ $tsan_status -ne 0 ]]; then
   echo "FAILED: tests under ThreadSanitizer (build/tsan) failed (exit $tsan_status); see build/tsan/api-tests.log and build/tsan/thread-tests.log"
+  exit 1
+fi
+if [[ $same_engine_status -ne 0 ]]; then
+  echo "FAILED: gcc's and clang's llmc wrote different engines; see the lines under 'the same engines'"
   exit 1
 fi
 if [[ $emulated_status -ne 0 ]]; then

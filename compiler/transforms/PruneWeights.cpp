@@ -367,7 +367,7 @@ class PruneWeightsPass : public impl::PruneWeightsBase<PruneWeightsPass> {
       *why = "its residual stream has other users";
       return std::nullopt;
     }
-    return DecoderLayer{attention, input, post, exit, 0};
+    return DecoderLayer{attention, input, post, exit, 0, ""};
   }
 
   // `norm` now normalizes x (+ residual): its operands set, or, when it gains or loses its

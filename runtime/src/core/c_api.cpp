@@ -138,6 +138,8 @@ size_t llmc_dtype_size(llmc_dtype dtype) {
 
 // ----- Engines -----
 
+}  // extern "C"
+
 namespace {
 llmc::Status wrapEngine(std::shared_ptr<const llmc::Engine> engine, llmc_engine** out) {
   auto wrapped = std::make_unique<llmc_engine>();
@@ -159,6 +161,8 @@ llmc::Status wrapEngine(std::shared_ptr<const llmc::Engine> engine, llmc_engine*
   return llmc::okStatus();
 }
 }  // namespace
+
+extern "C" {
 
 llmc_status* llmc_engine_load(const char* path, llmc_engine** out) {
   return guarded("llmc_engine_load", [&] {
@@ -192,6 +196,8 @@ size_t llmc_engine_output_count(const llmc_engine* engine) {
   return engine ? engine->engine->outputs().size() : 0;
 }
 
+}  // extern "C"
+
 namespace {
 llmc_status* tensorInfo(const char* function, const llmc_engine* engine, bool input, size_t index,
                         llmc_tensor_info* out) {
@@ -212,6 +218,8 @@ llmc_status* tensorInfo(const char* function, const llmc_engine* engine, bool in
   });
 }
 }  // namespace
+
+extern "C" {
 
 llmc_status* llmc_engine_input(const llmc_engine* engine, size_t index, llmc_tensor_info* out) {
   return tensorInfo("llmc_engine_input", engine, true, index, out);
@@ -258,6 +266,8 @@ llmc_session_options llmc_session_options_default(void) {
   return llmc_session_options{sizeof(llmc_session_options), LLMC_BACKEND_AUTO, 0};
 }
 
+}  // extern "C"
+
 namespace {
 // The C options as the runtime's (fields past what the caller's struct_size covers keep their
 // defaults).
@@ -277,6 +287,8 @@ llmc::Status sessionOptions(const char* function, const llmc_session_options* in
   return llmc::okStatus();
 }
 }  // namespace
+
+extern "C" {
 
 llmc_status* llmc_session_create(const llmc_engine* engine, const llmc_session_options* options,
                                  llmc_session** out) {
@@ -507,6 +519,8 @@ void llmc_generator_cancel(llmc_generator* generator) {
   if (generator) generator->cancel.store(true);
 }
 
+}  // extern "C"
+
 namespace {
 llmc::Status generate(llmc_generator* generator, std::span<const int32_t> prompt,
                       const llmc_generation_options* in, llmc_token_callback callback,
@@ -573,6 +587,8 @@ llmc::Status generate(llmc_generator* generator, std::span<const int32_t> prompt
   return status;
 }
 }  // namespace
+
+extern "C" {
 
 llmc_status* llmc_generator_generate(llmc_generator* generator, const int32_t* prompt,
                                      size_t prompt_length, const llmc_generation_options* options,
