@@ -19,7 +19,7 @@ APT_PACKAGES=(
   libonnx-testdata
   bible-kjv
   python3 python3-venv
-  clang-14 libclang-rt-14-dev  # the sanitizer builds (test.sh) and fuzz.sh: clang, its sanitizers and libFuzzer
+  clang-14 libclang-rt-14-dev  # the ASan build (test.sh) and fuzz.sh: clang, its sanitizers and libFuzzer
   qemu-user  # test/isa/emulated_host.py: tests on an emulated AVX2-only CPU
   pkgconf  # test/install: a C program built against the installed SDK through llmc.pc
 )

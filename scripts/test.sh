@@ -29,8 +29,8 @@ echo "== build: the Python package into .venv (pip install ., in build/) =="
 # The ASan tree is clang's: under ASan and UBSan it compiles this code two to three times as fast
 # as gcc (docs/testing.md), and it was most of a cold run's building; the Release tree stays
 # gcc's, so both compilers build every file. A tree configured with another compiler is made again.
-ASAN_CC=$(command -v clang || command -v clang-14)
-ASAN_CXX=$(command -v clang++ || command -v clang++-14)
+ASAN_CC=$(command -v clang || command -v clang-14) || { echo "test.sh: no clang; run scripts/setup.sh" >&2; exit 1; }
+ASAN_CXX=$(command -v clang++ || command -v clang++-14) || { echo "test.sh: no clang++; run scripts/setup.sh" >&2; exit 1; }
 if [[ -f build/asan/CMakeCache.txt ]] &&
   ! grep -qx "CMAKE_CXX_COMPILER:FILEPATH=$ASAN_CXX" build/asan/CMakeCache.txt; then
   echo "build/asan was configured with another compiler than $ASAN_CXX: configuring it again"
