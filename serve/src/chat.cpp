@@ -129,9 +129,7 @@ Status ChatTemplate::render(const jinja::Value& messages, bool add_generation_pr
                             const jinja::Value& extra, std::string* out) const {
   // The request's extra variables first: they cannot replace the checked messages, the
   // generation prompt flag or the special tokens.
-  jinja::Value context = jinja::Value::dict();
-  if (extra.isDict())
-    for (const auto& [key, value] : extra.asDict()) context.setKey(key, value);
+  jinja::Value context = jinja::Value::dict(extra.isDict() ? extra.asDict() : jinja::Value::Dict());
   for (const auto& [name, token] : special_tokens_) context.setKey(name, jinja::Value(token));
   context.setKey("messages", messages);
   context.setKey("add_generation_prompt", jinja::Value(add_generation_prompt));

@@ -51,6 +51,13 @@ class Value {
   bool isTuple() const { return tuple_; }
   bool isNamespace() const { return namespace_; }
   void markNamespace() { namespace_ = true; }  // a dict whose attributes `set` may assign
+  // A string from `safe` (markupsafe's Markup): `+` with a plain string escapes that string.
+  bool isMarkup() const { return markup_; }
+  void markMarkup() { markup_ = true; }
+  // A list that is a Python iterator or view in jinja2 (what map/select/unique/reverse and
+  // dict.items() return): json.dumps refuses it, naming this type; null for a list.
+  const char* iteratorType() const { return iterator_type_; }
+  void markIterator(const char* type) { iterator_type_ = type; }
   bool asBool() const { return b_; }
   int64_t asInt() const { return i_; }
   double asDouble() const { return kind_ == Kind::kInt ? static_cast<double>(i_) : d_; }
@@ -68,6 +75,8 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
   bool namespace_ = false;
+  bool markup_ = false;
+  const char* iterator_type_ = nullptr;
   bool b_ = false;
   int64_t i_ = 0;
   double d_ = 0;

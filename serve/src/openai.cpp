@@ -281,8 +281,8 @@ std::optional<ApiError> parseCompletionRequest(const json& body, const ModelLimi
   return parseCommon(body, limits, out);
 }
 
-std::optional<ApiError> parseChatRequest(const json& body, const ModelLimits& limits,
-                                         const Tokenizer& tokenizer,
+std::optional<ApiError> parseChatRequest(const json& body, std::string_view body_text,
+                                         const ModelLimits& limits, const Tokenizer& tokenizer,
                                          const ChatTemplate* chat_template,
                                          CompletionRequest* out) {
   if (!body.is_object()) return bad("", "the request body must be a JSON object");
@@ -321,27 +321,26 @@ std::optional<ApiError> parseChatRequest(const json& body, const ModelLimits& li
   }
   bool add_generation_prompt = true;
   if (auto e = boolean(body, "add_generation_prompt", &add_generation_prompt)) return e;
-  // What the template sees: the messages as given, tools, and chat_template_kwargs.
-  jinja::Value messages_value, extra = jinja::Value::dict();
-  if (!jinja::valueFromJson(messages->dump(), &messages_value).ok())
-    return bad("messages", "cannot read 'messages'");
-  auto tools = body.find("tools");
-  if (tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array()) return bad("tools", "'tools' must be an array");
-    jinja::Value v;
-    if (!jinja::valueFromJson(tools->dump(), &v).ok()) return bad("tools", "cannot read 'tools'");
-    extra.setKey("tools", v);
-  }
+  // What the template sees: the messages as given, tools, and chat_template_kwargs, read from
+  // the body's text so that objects keep their keys' order (a tool's parameters are printed
+  // in it).
+  jinja::Value given, extra = jinja::Value::dict();
+  if (Status read = jinja::valueFromJson(body_text, &given); !read.ok())
+    return bad("messages", "cannot read the request for the chat template: " + read.message());
+  const jinja::Value* messages_given = given.find("messages");
+  if (!messages_given || !messages_given->isList())  // `body` is this text, parsed
+    return bad("messages", "'messages' must be a non-empty array");
+  const jinja::Value messages_value = *messages_given;
   auto kwargs = body.find("chat_template_kwargs");
   if (kwargs != body.end() && !kwargs->is_null()) {
     if (!kwargs->is_object())
       return bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    for (const auto& [key, value] : kwargs->items()) {
-      jinja::Value v;
-      if (!jinja::valueFromJson(value.dump(), &v).ok())
-        return bad("chat_template_kwargs", "cannot read chat_template_kwargs." + key);
-      extra.setKey(key, v);
-    }
+    extra = jinja::Value::dict(given.find("chat_template_kwargs")->asDict());  // distinct keys
+  }
+  auto tools = body.find("tools");
+  if (tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) return bad("tools", "'tools' must be an array");
+    if (!extra.find("tools")) extra.setKey("tools", *given.find("tools"));  // kwargs' wins
   }
   std::string text;
   Status status = chat_template->render(messages_value, add_generation_prompt, extra, &text);

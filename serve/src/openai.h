@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat.h"
@@ -56,9 +57,11 @@ std::optional<ApiError> parseCompletionRequest(const nlohmann::json& body,
                                                const ModelLimits& limits,
                                                const Tokenizer& tokenizer, CompletionRequest* out);
 // Parses a /v1/chat/completions body: the messages rendered with `chat_template` (null: 400)
-// and tokenized without adding special tokens (the template writes them).
-std::optional<ApiError> parseChatRequest(const nlohmann::json& body, const ModelLimits& limits,
-                                         const Tokenizer& tokenizer,
+// and tokenized without adding special tokens (the template writes them). `body_text` is the
+// body as received: the template sees its objects' keys in their order (`body`, a
+// nlohmann::json, sorts them), as transformers' templates see a Python dict's.
+std::optional<ApiError> parseChatRequest(const nlohmann::json& body, std::string_view body_text,
+                                         const ModelLimits& limits, const Tokenizer& tokenizer,
                                          const ChatTemplate* chat_template, CompletionRequest* out);
 
 // The text of one choice as its tokens arrive: decoded incrementally, with stop strings cut

@@ -203,7 +203,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (body.is_discarded()) return sendError(ApiError{400, "the request body is not valid JSON"});
     if (path == "/tokenize") return tokenize(body);
     if (path == "/detokenize") return detokenize(body);
-    return complete(body, path == "/v1/chat/completions");
+    return complete(body, request_.body(), path == "/v1/chat/completions");
   }
 
   void tokenize(const json& body) {
@@ -253,10 +253,10 @@ class Session : public std::enable_shared_from_this<Session> {
     size_t text_offset = 0;    // completions' logprobs: the text offset of the next token
   };
 
-  void complete(const json& body, bool chat) {
+  void complete(const json& body, std::string_view body_text, bool chat) {
     CompletionRequest request;
-    if (auto error = chat ? parseChatRequest(body, s_.limits, *s_.tokenizer, s_.chat_template.get(),
-                                             &request)
+    if (auto error = chat ? parseChatRequest(body, body_text, s_.limits, *s_.tokenizer,
+                                             s_.chat_template.get(), &request)
                           : parseCompletionRequest(body, s_.limits, *s_.tokenizer, &request))
       return sendError(*error);
     if (request.stream && request_.version() < 11)

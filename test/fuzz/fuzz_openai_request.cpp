@@ -105,8 +105,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (body.is_discarded()) return 0;
       CompletionRequest request;
       const std::optional<ApiError> error =
-          data[0] % 4 == 0 ? parseCompletionRequest(body, s.limits, *s.tokenizer, &request)
-                           : parseChatRequest(body, s.limits, *s.tokenizer, s.chat.get(), &request);
+          data[0] % 4 == 0
+              ? parseCompletionRequest(body, s.limits, *s.tokenizer, &request)
+              : parseChatRequest(body, text, s.limits, *s.tokenizer, s.chat.get(), &request);
       if (error) {
         if (error->status < 400 || error->status > 599 || error->message.empty())
           fail("an error without a status or message");

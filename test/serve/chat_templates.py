@@ -69,6 +69,13 @@ CONVERSATIONS = {
     "ends-with-assistant": [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "  Yes.  "}],
 }
 EXTRA = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+# OpenAI-style tools whose keys are not in sorted order: templates print them as given.
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "city": {"type": "string", "description": "Where, e.g. \"Zürich\""}},
+        "required": ["city"]}}}]
 
 # One feature each: whitespace control, trim/lstrip of blocks, scoping, filters, tests, methods.
 FEATURES = {
@@ -76,6 +83,13 @@ FEATURES = {
     "trim-lstrip": "x\n    {% if true %}\n  y\n    {% endif %}\nz\n{# c #}\nw",
     "lstrip-inline": "a {% if true %}b{% endif %} c\n  {%+ if true %}d{% endif %}",
     "plus-trim": "{% if true +%}\nkept{% endif %}",
+    "key-order": "{{ tools | tojson }}|{% for k in tools[0].function.parameters.properties %}{{ k }},"
+                 "{% endfor %}|{{ tools[0].function.parameters.properties.items() | list }}",
+    "ensure-ascii": "{{ 'Zürich 🙂 \x7f' | tojson(ensure_ascii=True) }}|{{ 'Zürich 🙂 \x7f' | tojson }}",
+    "markup-plus": "{{ '<b>' | safe + 'x\" & <y>' }}|{{ \"a&'\" + '<b>' | safe }}|{{ ('<i>' | safe) ~ '&' }}",
+    "iterators-as-lists": "{{ tools | map(attribute='type') | list | tojson }}{{ {'a': 1}.items() | list }}"
+                          "{{ [3, 1] | reverse | list }}",
+    "iterator-tojson": "{{ tools | map(attribute='type') | tojson }}",
     "loop-vars": "{% for x in [3, 1, 2] %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}"
                  "{{ loop.length }}{{ loop.revindex }}{{ loop.previtem }}|{% endfor %}",
     "loop-filter-else": "{% for x in range(10) if x is odd %}{{ x }}{% else %}none{% endfor %}"
@@ -139,6 +153,23 @@ HOSTILE = {
     "huge-slice-step": "{{ [1, 2, 3][::9223372036854775807] }}{{ [1, 2, 3][::-9223372036854775807] }}|"
                        "{{ [1, 2, 3][-9223372036854775807:] }}",
     "cpu": "{% for a in range(1000000) %}{% for b in range(1000000) %}{% endfor %}{% endfor %}",
+    # Work that one evaluation step hides: quadratic filters and tests, long searches, values
+    # built from shared parts (8 MB strings, lists of references to them or to each other).
+    "unique-quadratic": "{{ range(300000) | unique | list | length }}",
+    "in-list-loop": "{% set l = range(100000) | list %}{% for i in range(100000) %}{% if -1 in l %}"
+                    "{% endif %}{% endfor %}",
+    "substring-search": "{% set s = 'aaaaaaaa' * 1000000 %}{{ (s ~ 'b') in (s ~ s) }}",
+    "count-search": "{% set s = 'aaaaaaaa' * 1000000 %}{{ (s ~ s).count(s ~ 'b') }}",
+    "replace-growth": "{% set s = 'aaaaaaaa' * 1000000 %}{{ s.replace('a', 'bbb') | length }}",
+    "print-shared": "{% set s = 'aaaaaaaa' * 1000000 %}{{ [s] * 100000 }}",
+    "tojson-shared": "{% set s = 'aaaaaaaa' * 1000000 %}{{ [s] * 100000 | tojson }}",
+    "join-shared": "{% set s = 'aaaaaaaa' * 1000000 %}{{ [s] * 100000 | join(',') | length }}",
+    "compare-nested": "{% set a = [1] * 100000 %}{% set b = [a] * 100000 %}{{ b == b }}",
+    "sort-nested": "{% set a = [1] * 1000 %}{% set b = [a] * 100000 %}{{ b | sort | length }}",
+    "split-many": "{% set s = 'aaaaaaaa' * 1000000 %}{{ s.split('a') | length }}",
+    "indent-wide": "{{ 'a\nb' | indent(2000000000) }}",
+    "tojson-indent-wide": "{{ [[1]] | tojson(indent=2000000000) }}",
+    "loop-frames": "{% macro m() %}{% for i in range(1000000) %}{{ x }}{% endfor %}{% endmacro %}{{ m() }}",
     "set-attr-on-dict": "{% set d = {} %}{% set d.x = 1 %}",
 }
 # ... and of those, the ones whose output is defined: (template, text).
@@ -175,9 +206,15 @@ def main() -> int:
                 context = dict(EXTRA, messages=messages, add_generation_prompt=generation_prompt)
                 cases.append((f"{os.path.basename(path)} / {name} / prompt {'on' if generation_prompt else 'off'}",
                               template, context))
+        context = dict(EXTRA, messages=CONVERSATIONS["user"], tools=TOOLS, add_generation_prompt=True)
+        cases.append((f"{os.path.basename(path)} / tools / prompt on", template, context))
     for name, template in FEATURES.items():
         cases.append((f"feature {name}", template, dict(EXTRA, messages=CONVERSATIONS["multi-turn"],
-                                                         add_generation_prompt=True)))
+                                                         tools=TOOLS, add_generation_prompt=True)))
+    # One object of 100,000 keys (reading it was quadratic: 34 s).
+    wide = dict({"role": "user", "content": "hi"}, **{f"k{i}": i for i in range(100000)})
+    cases.append(("feature wide-object", "{{ messages[0] | length }} {{ messages[0].content }}",
+                  dict(EXTRA, messages=[wide])))
     hostile_first = len(cases)
     for name, template in HOSTILE.items():
         cases.append((f"hostile {name}", template, dict(EXTRA, messages=CONVERSATIONS["user"])))

@@ -18,21 +18,29 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1], std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
-  auto cases = nlohmann::json::parse(buffer.str(), nullptr, false);
-  if (cases.is_discarded() || !cases.is_array()) {
+  // Read as the server reads a request: objects keep their keys' order.
+  using llmc::serve::jinja::Value;
+  Value cases;
+  if (!llmc::serve::jinja::valueFromJson(buffer.str(), &cases).ok() || !cases.isList()) {
     std::fprintf(stderr, "%s: not a JSON list\n", argv[1]);
     return 2;
   }
   nlohmann::json results = nlohmann::json::array();
-  for (const auto& c : cases) {
+  for (const Value& c : cases.asList()) {
     using llmc::serve::jinja::Template;
-    using llmc::serve::jinja::Value;
+    const Value* source = c.find("template");
+    const Value* context = c.find("context");
+    const Value* now = c.find("now");
+    if (!source || !source->isString() || !context) {
+      std::fprintf(stderr, "%s: a case without a template or a context\n", argv[1]);
+      return 2;
+    }
     std::unique_ptr<Template> tmpl;
-    llmc::Status status = Template::parse(c.at("template").get<std::string>(), &tmpl);
-    Value context;
-    if (status.ok()) status = llmc::serve::jinja::valueFromJson(c.at("context").dump(), &context);
+    llmc::Status status = Template::parse(source->asString(), &tmpl);
     std::string text;
-    if (status.ok()) status = tmpl->render(context, &text, c.value("now", int64_t{0}));
+    if (status.ok())
+      status =
+          tmpl->render(*context, &text, now && now->kind() == Value::Kind::kInt ? now->asInt() : 0);
     results.push_back(status.ok() ? nlohmann::json{{"text", text}}
                                   : nlohmann::json{{"error", status.message()}});
   }

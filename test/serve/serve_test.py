@@ -131,7 +131,8 @@ def main() -> int:
             server.stop()
         template_file = os.path.join(tmp, "other.jinja")
         with open(template_file, "w") as f:
-            f.write("{% for m in messages %}<{{ m.role }}> {{ m.content }}\n{% endfor %}")
+            f.write("{% if tools %}{{ raise_exception('tools: ' ~ tools | tojson) }}{% endif %}"
+                    "{% for m in messages %}<{{ m.role }}> {{ m.content }}\n{% endfor %}")
         server = Server(args.llmc, plain, "--chat-template", template_file, "--write-timeout", "0.1",
                         "--read-timeout", "1")
         try:
@@ -140,6 +141,15 @@ def main() -> int:
             expected = completion_of(server, jinja_render(open(template_file).read(),
                                                           [{"role": "user", "content": "And God said"}]), 8)
             check(chat == expected, f"--chat-template replaces the template: {chat!r}")
+            # The template sees the request's objects with their keys in the order sent (a tool's
+            # parameters are printed in it), as transformers' templates see Python dicts.
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from chat_templates import TOOLS
+            status, data = server.request("POST", "/v1/chat/completions",
+                                          {"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS})
+            message = json.loads(data)["error"]["message"] if status == 400 else data[:200]
+            check(status == 400 and message.endswith("tools: " + json.dumps(TOOLS, ensure_ascii=False)),
+                  f"tools reach the template in the order sent: {status} {message!r}")
         finally:
             server.stop()
         # A KV cache of 128 tokens and six 50-token requests at once: the newest are preempted
