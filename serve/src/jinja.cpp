@@ -62,6 +62,16 @@ class Budget {
                   b = 1 + static_cast<int64_t>(pattern / kBytesPerUnit);
     charge(a > kMaxWork / b ? kMaxWork + 1 : a * b, line);
   }
+  // A dict keeps its entries in insertion order and finds a key by scanning them: a unit per
+  // entry, whether the key is there or not.
+  const Value* find(const Value& dict, std::string_view key, int line) {
+    charge(static_cast<int64_t>(dict.asDict().size()), line);
+    return dict.find(key);
+  }
+  void setKey(Value& dict, const std::string& key, Value v, int line) {
+    charge(static_cast<int64_t>(dict.asDict().size()), line);
+    dict.setKey(key, std::move(v));
+  }
 
  private:
   int64_t used_ = 0;
@@ -1398,8 +1408,7 @@ bool equal(const Value& a, const Value& b, Budget& budget, int line, int depth =
     case Value::Kind::kDict: {
       if (a.asDict().size() != b.asDict().size()) return false;
       for (const auto& [k, v] : a.asDict()) {
-        budget.charge(static_cast<int64_t>(b.asDict().size()), line);  // find() is a scan
-        const Value* other = b.find(k);
+        const Value* other = budget.find(b, k, line);
         if (!other || !equal(v, *other, budget, line, depth + 1)) return false;
       }
       return true;
@@ -1451,8 +1460,7 @@ bool contains(const Value& container, const Value& item, Budget& budget, int lin
   }
   if (container.isDict()) {
     if (item.isList() || item.isDict() || item.isUndefined()) return false;
-    budget.charge(static_cast<int64_t>(container.asDict().size()), line);
-    return container.find(dictKey(item, line)) != nullptr;
+    return budget.find(container, dictKey(item, line), line) != nullptr;
   }
   if (container.isUndefined()) return false;  // iterating an undefined value yields nothing
   fail(line, std::string("'in' on a value of type ") + kindName(container));
@@ -1653,10 +1661,7 @@ class Renderer {
         budget_.charge(static_cast<int64_t>(a[0].asDict().size()), line);
         d = Value::dict(a[0].asDict());  // its keys are distinct already
       }
-      for (auto& [k, v] : kw) {
-        budget_.charge(static_cast<int64_t>(d.asDict().size()), line);
-        d.setKey(k, v);
-      }
+      for (auto& [k, v] : kw) budget_.setKey(d, k, v, line);
       return d;
     };
     globals_["namespace"] = native([this, make_dict](std::vector<Value>& a, Kwargs& kw, int line) {
@@ -1731,8 +1736,7 @@ class Renderer {
     Value ns = lookup(target.substr(0, dot), line);
     if (!ns.isNamespace())
       fail(line, "cannot set an attribute of '" + target.substr(0, dot) + "' (not a namespace)");
-    budget_.charge(static_cast<int64_t>(ns.asDict().size()), line);
-    ns.setKey(target.substr(dot + 1), std::move(v));
+    budget_.setKey(ns, target.substr(dot + 1), std::move(v), line);
   }
 
   // An iteration builds `loop`, ten entries and a function: 1.6 us here, against 50 ns for an
@@ -1822,7 +1826,7 @@ class Renderer {
         Value d = Value::dict();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i]);
-          d.setKey(dictKey(k, e.line), eval(*e.args[i + 1]));
+          budget_.setKey(d, dictKey(k, e.line), eval(*e.args[i + 1]), e.line);
         }
         return d;
       }
@@ -1984,8 +1988,7 @@ class Renderer {
 
   Value attribute(const Value& obj, const std::string& name, int line) {
     if (obj.isDict()) {
-      budget_.charge(static_cast<int64_t>(obj.asDict().size()), line);
-      if (const Value* v = obj.find(name)) return *v;
+      if (const Value* v = budget_.find(obj, name, line)) return *v;
       return dictMethod(obj, name, line);
     }
     if (obj.isString()) {
@@ -2004,8 +2007,7 @@ class Renderer {
   Value item(const Value& obj, const Value& key, int line) {
     if (obj.isDict()) {
       if (key.isList() || key.isDict() || key.isUndefined()) return Value();
-      budget_.charge(static_cast<int64_t>(obj.asDict().size()), line);
-      const Value* v = obj.find(dictKey(key, line));
+      const Value* v = budget_.find(obj, dictKey(key, line), line);
       return v ? *v : Value();
     }
     if (obj.isList() || obj.isString()) {
@@ -2307,10 +2309,9 @@ class Renderer {
     if (name == "get")
       return native([this, obj](std::vector<Value>& a, Kwargs&, int l) {
         if (a.empty()) fail(l, "get needs a key");
-        budget_.charge(static_cast<int64_t>(obj.asDict().size()), l);
         const Value* v = a[0].isList() || a[0].isDict() || a[0].isUndefined()
                              ? nullptr
-                             : obj.find(dictKey(a[0], l));
+                             : budget_.find(obj, dictKey(a[0], l), l);
         if (v) return *v;
         return a.size() > 1 ? a[1] : Value::none();
       });

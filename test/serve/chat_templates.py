@@ -171,6 +171,9 @@ HOSTILE = {
     "tojson-indent-wide": "{{ [[1]] | tojson(indent=2000000000) }}",
     "loop-frames": "{% macro m() %}{% for i in range(1000000) %}{{ x }}{% endfor %}{% endmacro %}{{ m() }}",
     "set-attr-on-dict": "{% set d = {} %}{% set d.x = 1 %}",
+    # Each key of a dict literal is checked against those before it (quadratic): the tag's limit
+    # of 2,048 tokens bounds it before the work budget does.
+    "dict-literal-wide": "{{ {" + ", ".join(f"'k{i}': {i}" for i in range(200000)) + "} | length }}",
 }
 # ... and of those, the ones whose output is defined: (template, text).
 HOSTILE_OK = {"huge-slice-step": "[1][3]|[1, 2, 3]"}
