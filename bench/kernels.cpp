@@ -163,36 +163,49 @@ double memoryReadRate(int threads, bool avx512, std::vector<llmc::Tensor>* buffe
 
 // Decode's attention over a paged cache as the 110M Llama's step reads it (12 layers, 12 KV
 // heads of 64, blocks of 16 positions, one query per head over `positions` of them): every layer's
-// heads split across `pool`'s threads, one attendChunk call per head. Returns GB/s of the cache's
-// stored bytes (K, V and the 8-bit formats' scales) read per second.
+// heads split across `pool`'s threads, one attendChunk call per head, or (`together`) one
+// attendHeads call per thread's share of the heads, as the runtime's decode step makes them.
+// Returns GB/s of the cache's stored bytes (K, V and the 8-bit formats' scales) read per second.
 double decodeAttentionRate(llmc::ThreadPool* pool, const llmc::KvCache& cache,
                            std::span<const int32_t> table, int64_t positions,
-                           const std::vector<float>& queries, std::vector<float>* out) {
+                           const std::vector<float>& queries, std::vector<float>* out,
+                           bool together) {
   using namespace llmc;
   const KvCacheSpec& spec = cache.spec();
   const int64_t heads = spec.num_kv_heads, dim = spec.head_dim, block = spec.block_size;
   const int64_t element = static_cast<int64_t>(dtypeSize(spec.dtype));
   const int64_t blocks = (positions + block - 1) / block;
+  const int64_t per_task = together ? (heads + pool->threads() - 1) / pool->threads() : 1;
   const auto start = Clock::now();
   for (int32_t layer = 0; layer < spec.num_layers; ++layer)
-    parallelFor(pool, heads, [&](int64_t h) {
-      std::vector<const void*> keys, values;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int32_t id = table[static_cast<size_t>(b)];
-        keys.push_back(static_cast<const char*>(cache.keyData(id, layer)) +
-                       h * block * dim * element);
-        values.push_back(static_cast<const char*>(cache.valueData(id, layer)) +
-                         h * block * dim * element);
+    parallelFor(pool, (heads + per_task - 1) / per_task, [&](int64_t task) {
+      const int64_t h0 = task * per_task, h1 = std::min(heads, h0 + per_task);
+      std::vector<const void*> pointers(static_cast<size_t>(2 * (h1 - h0) * blocks));
+      std::vector<KvRows> rows;
+      std::vector<const float*> q;
+      std::vector<float*> o;
+      for (int64_t h = h0; h < h1; ++h) {
+        const void** keys = &pointers[static_cast<size_t>(2 * (h - h0) * blocks)];
+        const void** values = keys + blocks;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int32_t id = table[static_cast<size_t>(b)];
+          keys[b] = static_cast<const char*>(cache.keyData(id, layer)) + h * block * dim * element;
+          values[b] =
+              static_cast<const char*>(cache.valueData(id, layer)) + h * block * dim * element;
+        }
+        rows.push_back(KvRows{keys, values, block, dim});
+        if (spec.dtype != DType::kFloat32) {
+          rows.back().dtype = spec.dtype;
+          rows.back().scale_offset = spec.kvScaleOffset() + h * block * (4 - dim * element);
+        }
+        q.push_back(queries.data() + (layer * heads + h) * dim);
+        o.push_back(out->data() + (layer * heads + h) * dim);
       }
-      KvRows rows{keys.data(), values.data(), block, dim};
-      if (spec.dtype != DType::kFloat32) {
-        rows.dtype = spec.dtype;
-        rows.scale_offset = spec.kvScaleOffset() + h * block * (4 - dim * element);
-      }
-      const float* q = queries.data() + (layer * heads + h) * dim;
-      float* o = out->data() + (layer * heads + h) * dim;
       thread_local std::vector<float> scores;
-      attendChunk(&q, &positions, 1, dim, 0.125f, rows, &o, scores);
+      if (together)
+        attendHeads(q.data(), positions, h1 - h0, dim, 0.125f, rows.data(), o.data(), scores);
+      else
+        attendChunk(q.data(), &positions, 1, dim, 0.125f, rows[0], o.data(), scores);
     });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double bytes =
@@ -242,8 +255,8 @@ int main(int argc, char** argv) {
     // The cache filled with random values: floats of magnitude [0.5, 1) (no subnormal, which
     // some cores take a slow path for) and int8 codes of every value, scales 0.01.
     std::printf(
-        "\n| KV cache | positions | threads | decode attention, cache read (GB/s) |\n"
-        "|---|---|---|---|\n");
+        "\n| KV cache | positions | threads | walk | decode attention, cache read (GB/s) |\n"
+        "|---|---|---|---|---|\n");
     constexpr int64_t kPositions = 2048;
     for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kInt8}) {
       KvCacheSpec spec;
@@ -286,13 +299,22 @@ int main(int argc, char** argv) {
       if (defaultThreadCount() > 1) counts.push_back(defaultThreadCount());
       for (const int threads : counts) {
         ThreadPool pool(threads);
-        std::vector<double> runs;
-        decodeAttentionRate(&pool, *cache, table, kPositions, queries, &out);  // unmeasured
-        for (int r = 0; r < rounds; ++r)
-          runs.push_back(decodeAttentionRate(&pool, *cache, table, kPositions, queries, &out));
-        const Stat s = summarize(runs);
-        std::printf("| %s | %lld | %d | %.1f [%.1f, %.1f] |\n", kvDTypeName(dtype),
-                    static_cast<long long>(kPositions), threads, s.median, s.low, s.high);
+        // The two walks alternated round by round: this VM's rate drifts within a run.
+        const bool heads_walk = attendHeadsSupported(spec.head_dim, dtype);
+        std::vector<double> runs[2];
+        for (int r = -1; r < rounds; ++r)  // round -1 unmeasured
+          for (int together = 0; together < (heads_walk ? 2 : 1); ++together) {
+            const double rate =
+                decodeAttentionRate(&pool, *cache, table, kPositions, queries, &out, together);
+            if (r >= 0) runs[together].push_back(rate);
+          }
+        for (int together = 0; together < (heads_walk ? 2 : 1); ++together) {
+          const Stat s = summarize(runs[together]);
+          std::printf("| %s | %lld | %d | %s | %.1f [%.1f, %.1f] |\n", kvDTypeName(dtype),
+                      static_cast<long long>(kPositions), threads,
+                      together ? "heads together (attendHeads)" : "a head at a time (attendChunk)",
+                      s.median, s.low, s.high);
+        }
       }
     }
   }

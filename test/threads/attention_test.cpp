@@ -63,12 +63,12 @@ Tensor concatTokens(const std::vector<Tensor>& parts) {
   return out;
 }
 
-// A cache of kKvHeads heads of `dim`.
+// A cache of `kv_heads` heads of `dim`.
 KvCacheSpec floatSpec(int32_t layers, int64_t blocks, DType dtype = DType::kFloat32,
-                      int64_t dim = kDim) {
+                      int64_t dim = kDim, int64_t kv_heads = kKvHeads) {
   KvCacheSpec spec;
   spec.num_layers = layers;
-  spec.num_kv_heads = kKvHeads;
+  spec.num_kv_heads = static_cast<int32_t>(kv_heads);
   spec.head_dim = static_cast<int32_t>(dim);
   spec.dtype = dtype;
   spec.num_blocks = blocks;
@@ -100,24 +100,25 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, LlmStepContext*
   return status->ok() ? ctx.outputs[0] : Tensor();
 }
 
-// Mixed prefill/decode steps of three sequences (heads of `dim`) through a cache storing `dtype`;
-// the result must match whole-sequence attention within `tolerance`, and be the same bits on 2, 3
-// and 7 threads as on one.
-void checkRaggedSteps(DType dtype, double tolerance, int64_t dim = kDim) {
+// Mixed prefill/decode steps of three sequences (`heads` query heads over `kv_heads` KV heads of
+// `dim`) through a cache storing `dtype`; the result must match whole-sequence attention within
+// `tolerance`, and be the same bits on 2, 3 and 7 threads as on one.
+void checkRaggedSteps(DType dtype, double tolerance, int64_t dim = kDim, int64_t heads = kHeads,
+                      int64_t kv_heads = kKvHeads) {
   ThreadPool pools[] = {ThreadPool(2), ThreadPool(3), ThreadPool(7)};
   std::mt19937 rng(7);
   std::vector<Sequence> seqs = {
       {11, 37, {}, {}, {}, {}}, {12, 5, {}, {}, {}, {}}, {13, 18, {}, {}, {}, {}}};
   for (Sequence& s : seqs) {
-    s.q = makeFloat({1, kHeads, s.length, dim}, randomValues(kHeads * s.length * dim, rng));
-    s.k = makeFloat({1, kKvHeads, s.length, dim}, randomValues(kKvHeads * s.length * dim, rng));
-    s.v = makeFloat({1, kKvHeads, s.length, dim}, randomValues(kKvHeads * s.length * dim, rng));
+    s.q = makeFloat({1, heads, s.length, dim}, randomValues(heads * s.length * dim, rng));
+    s.k = makeFloat({1, kv_heads, s.length, dim}, randomValues(kv_heads * s.length * dim, rng));
+    s.v = makeFloat({1, kv_heads, s.length, dim}, randomValues(kv_heads * s.length * dim, rng));
     Status status;
     s.expected = attend(s.q, s.k, s.v, nullptr, 0, &status);
     ASSERT_OK(status);
   }
   std::unique_ptr<KvCache> cache;
-  ASSERT_OK(KvCache::create(floatSpec(kLayers, 16, dtype, dim), &cache));
+  ASSERT_OK(KvCache::create(floatSpec(kLayers, 16, dtype, dim, kv_heads), &cache));
 
   // Steps as (sequence, first, count): chunked prefill mixed with decode, in both layers.
   std::vector<std::vector<std::array<int64_t, 3>>> steps = {
@@ -208,15 +209,30 @@ TEST(LlmAttention, WideHeadsOverTheCacheEqualWholeSequenceAttention) {
   }
 }
 
+// A KV head per query head, the decode tokens of a step walk their KV heads a block at a time
+// for several heads at once (attendHeads), in ranges of heads that the thread count sets: five
+// KV heads, which 1, 2, 3 and 7 threads cut into different ranges, for each cache format.
+TEST(LlmAttention, MultiHeadDecodeOverHeadRangesOfEveryThreadCount) {
+  for (int64_t dim : {8, 64}) {
+    SCOPED_TRACE("head_dim " + std::to_string(dim));
+    const double growth = std::sqrt(dim / 8.0);
+    checkRaggedSteps(DType::kFloat32, 1e-5, dim, 5, 5);
+    checkRaggedSteps(DType::kFloat16, 5e-3 * growth, dim, 5, 5);
+    checkRaggedSteps(DType::kInt8, 2e-2 * growth, dim, 5, 5);
+  }
+}
+
 // A stored (not float32) cache is read two ways: a task of one or two tokens (decode) has the
 // chunked kernel convert each block as it reads it, a longer one converts its rows into scratch
 // once. Both give the same floats, so a token's result must be the same bits whichever way: a
 // 37-token prefill in one step (tasks of 32 and 5 tokens), then the last token alone and the
 // last two again, over the same cache, for every stored dtype and head size. With one query
 // head per KV head, the last token alone is a lone query, which converts each row in registers
-// as it reads it (attendLoneStored), and its bits must be the same again.
+// as it reads it (attendLoneStored), and walks its KV heads together (attendHeads), and its bits
+// must be the same again; float32 rows, read in place by every task, too.
 TEST(LlmAttention, DecodeReadsTheStoredCacheAsPrefillDoes) {
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8})
+  for (DType dtype :
+       {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8})
     for (int64_t dim : {64, 128, 8, 40, 256})
       for (int64_t heads : {kHeads, kKvHeads}) {
         SCOPED_TRACE(std::string(kvDTypeName(dtype)) + ", head_dim " + std::to_string(dim) + ", " +

@@ -91,6 +91,16 @@ inline constexpr int64_t kChunkMaxHeadDim = 256;
 bool attendChunkSupported(int64_t head_dim);
 void attendChunk(const float* const* queries, const int64_t* counts, int64_t rows, int64_t head_dim,
                  float scale, const KvRows& kv, float* const* out, std::vector<float>& scratch);
+// A decode step's attention over several KV heads of one sequence, one query per head: query h
+// attends to rows [0, count) of kv[h] and writes head_dim floats to out[h]. The blocks in the
+// outer loop and the heads in the inner one, so that one block's rows of all the heads, which lie
+// together in the cache, are read in one sweep rather than as a 4 KiB run per head and block.
+// Each head's result is attendChunk's for its query alone (the same calls per block, in the same
+// order), so the same bits. Only where attendHeadsSupported(head_dim, dtype): attendChunk's
+// levels, and for float32 rows AVX2 alone (AVX-512 has its own float32 tiles).
+bool attendHeadsSupported(int64_t head_dim, DType dtype);
+void attendHeads(const float* const* queries, int64_t count, int64_t heads, int64_t head_dim,
+                 float scale, const KvRows* kv, float* const* out, std::vector<float>& scratch);
 // attendChunk's exponential of one value (x <= 0), for the test that bounds it over its range;
 // only where attendChunkSupported.
 float attendExpForTesting(float x);

@@ -22,6 +22,7 @@
 // next one into L1 (docs/kv-cache.md); a prefill chunk asks for nothing ahead (BlockReader).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -446,6 +447,38 @@ void attendLoneStored(const float* q, int64_t count, int64_t head_dim, float sca
   }
 }
 
+// attendHeads' walk, over Rows (FloatRows for float32 rows in place, else StoredBlock<format>):
+// a block's rows of every head, then the next block's, for the scores and again for the values;
+// each head's calls those of attendRowsAvx2 or attendLoneStored for its query alone.
+template <typename Rows>
+void attendHeadsWith(const float* const* q, int64_t count, int64_t heads, int64_t head_dim,
+                     float scale, const KvRows* kv, void (*softmax)(float*, int64_t),
+                     float* const* s, float* const* out) {
+  const int64_t block_rows = kv[0].block_rows;
+  auto rows_of = [&](int64_t h, const void* block) {
+    if constexpr (std::is_same_v<Rows, FloatRows>)
+      return FloatRows{static_cast<const float*>(block), kv[h].row_stride};
+    else
+      return Rows(kv[h], block);
+  };
+  for (int64_t j0 = 0; j0 < count; j0 += block_rows)
+    for (int64_t h = 0; h < heads; ++h) {
+      prefetchNextBlock(kv[h].key_blocks, kv[h], j0, count, head_dim);
+      scoreRows(q[h], rows_of(h, kv[h].key_blocks[j0 / block_rows]),
+                std::min(block_rows, count - j0), head_dim, scale, s[h] + j0);
+    }
+  for (int64_t h = 0; h < heads; ++h) {
+    softmax(s[h], count);
+    std::fill(out[h], out[h] + head_dim, 0.0f);
+  }
+  for (int64_t j0 = 0; j0 < count; j0 += block_rows)
+    for (int64_t h = 0; h < heads; ++h) {
+      prefetchNextBlock(kv[h].value_blocks, kv[h], j0, count, head_dim);
+      addRowsAvx2<1>(s + h, rows_of(h, kv[h].value_blocks[j0 / block_rows]), j0, j0,
+                     std::min(count, j0 + block_rows), head_dim, out + h);
+    }
+}
+
 float expOneAvx2(float x) { return _mm256_cvtss_f32(expNonPositive8(_mm256_set1_ps(x))); }
 
 LLMC_TARGET_END
@@ -664,12 +697,37 @@ void attendChunk(const float* const* queries, const int64_t* counts, int64_t row
   }
 }
 
+bool attendHeadsSupported(int64_t head_dim, DType dtype) {
+  return attendChunkSupported(head_dim) && (dtype != DType::kFloat32 || cpuIsa() < CpuIsa::kAvx512);
+}
+
+void attendHeads(const float* const* queries, int64_t count, int64_t heads, int64_t head_dim,
+                 float scale, const KvRows* kv, float* const* out, std::vector<float>& scratch) {
+  const int64_t stride = (count + 15) / 16 * 16;
+  scratch.resize(static_cast<size_t>(heads * stride));
+  std::vector<float*> scores(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) scores[static_cast<size_t>(h)] = scratch.data() + h * stride;
+  using Walk = void (*)(const float* const*, int64_t, int64_t, int64_t, float, const KvRows*,
+                        void (*)(float*, int64_t), float* const*, float* const*);
+  const DType dtype = kv[0].dtype;
+  const Walk walk = dtype == DType::kFloat16    ? attendHeadsWith<StoredBlock<DType::kFloat16>>
+                    : dtype == DType::kBFloat16 ? attendHeadsWith<StoredBlock<DType::kBFloat16>>
+                    : dtype == DType::kInt8     ? attendHeadsWith<StoredBlock<DType::kInt8>>
+                    : dtype == DType::kUInt8    ? attendHeadsWith<StoredBlock<DType::kUInt8>>
+                                                : attendHeadsWith<FloatRows>;
+  walk(queries, count, heads, head_dim, scale, kv,
+       cpuIsa() >= CpuIsa::kAvx512 ? softmaxRow : softmaxRowAvx2, scores.data(), out);
+}
+
 float attendExpForTesting(float x) {
   return cpuIsa() >= CpuIsa::kAvx512 ? expOne(x) : expOneAvx2(x);
 }
 #else
 bool attendChunkSupported(int64_t) { return false; }
 void attendChunk(const float* const*, const int64_t*, int64_t, int64_t, float, const KvRows&,
+                 float* const*, std::vector<float>&) {}
+bool attendHeadsSupported(int64_t, DType) { return false; }
+void attendHeads(const float* const*, int64_t, int64_t, int64_t, float, const KvRows*,
                  float* const*, std::vector<float>&) {}
 float attendExpForTesting(float x) { return x; }
 #endif

@@ -231,8 +231,22 @@ Status llmAttention(KernelContext& ctx) {
   struct Task {
     int64_t sequence, kv_head, first_token, last_token;  // tokens_of[sequence][first, last)
     int64_t first_head, last_head;                       // query heads [first, last)
+    int64_t last_kv_head;  // KV heads [kv_head, last_kv_head): more than one for attendHeads
   };
   constexpr int64_t kTokenChunk = 32;
+  const int64_t threads = ctx.threadPool() ? ctx.threadPool()->threads() : 1;
+  const bool chunked = plain && attendChunkSupported(head_dim);
+  // A sequence's decode token under multi-head attention (a KV head per query head): its task
+  // takes a range of KV heads, walked a block at a time for all of them (attendHeads), so that
+  // it reads each block's rows of those heads together; as many ranges per sequence as keep
+  // every thread busy. A head's result is the same in any range, so no bit depends on them.
+  const bool by_heads = chunked && group == 1 && attendHeadsSupported(head_dim, cache_dtype);
+  int64_t lone_tokens = 0;
+  for (const std::vector<int64_t>& own : tokens_of) lone_tokens += own.size() == 1;
+  const int64_t ranges =
+      lone_tokens > 0 ? std::clamp<int64_t>((threads + lone_tokens - 1) / lone_tokens, 1, kv_heads)
+                      : 1;
+  const int64_t heads_per_range = (kv_heads + ranges - 1) / ranges;
   std::vector<int64_t> lengths(tokens_of.size(), 0);
   std::vector<Task> tasks;
   for (size_t w = 0; w < tokens_of.size(); ++w) {
@@ -245,16 +259,16 @@ Status llmAttention(KernelContext& ctx) {
                                   " positions, its block table holds " +
                                   std::to_string(table.size() * block_size));
     const int64_t count = static_cast<int64_t>(tokens_of[w].size());
-    for (int64_t h = 0; h < kv_heads; ++h)
+    const int64_t heads_per_task = by_heads && count == 1 ? heads_per_range : 1;
+    for (int64_t h = 0; h < kv_heads; h += heads_per_task)
       for (int64_t c = 0; c < count; c += kTokenChunk)
         tasks.push_back({static_cast<int64_t>(w), h, c, std::min(count, c + kTokenChunk), h * group,
-                         (h + 1) * group});
+                         (h + 1) * group, std::min(kv_heads, h + heads_per_task)});
   }
   // Fewer tasks than threads (a decode step of one sequence over a few KV heads; one for
   // multi-query attention): each task's query heads are split into parts, each reading the KV
   // head's rows itself, so that every thread has work. A head's result does not depend on the
   // part it is in, so the split (and the thread count) changes no bit.
-  const int64_t threads = ctx.threadPool() ? ctx.threadPool()->threads() : 1;
   if (group > 1 && !tasks.empty() && static_cast<int64_t>(tasks.size()) < threads) {
     const int64_t parts = std::min(group, (threads + static_cast<int64_t>(tasks.size()) - 1) /
                                               static_cast<int64_t>(tasks.size()));
@@ -269,13 +283,53 @@ Status llmAttention(KernelContext& ctx) {
     tasks = std::move(split);
   }
   constexpr int64_t kConvertInChunk = 2;
-  const bool chunked = plain && attendChunkSupported(head_dim);
   const int64_t element_bytes = static_cast<int64_t>(element);
+  // The 8-bit formats' row scales follow the layer's codes: scale_offset bytes from the layer's
+  // start, 4 per row; as an offset from KV head h's first row:
+  auto head_scale_offset = [&](int64_t h) {
+    return scale_offset + h * block_size * (4 - head_dim * element_bytes);
+  };
   parallelFor(ctx.threadPool(), static_cast<int64_t>(tasks.size()), [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
     const size_t w = static_cast<size_t>(task.sequence);
     const std::vector<int32_t>& table = step->block_tables[w];
     const std::vector<int64_t>& own = tokens_of[w];
+    if (by_heads && own.size() == 1) {
+      // Positions [0, count) of the cache in place, the rows of KV head h at h * block_rows.
+      const int64_t t = own[0], count = step->token_position[t] + 1;
+      const int64_t heads_here = task.last_kv_head - task.kv_head;
+      const int64_t blocks = (count + block_size - 1) / block_size;
+      const int64_t head_bytes = block_size * head_dim * element_bytes;
+      std::vector<const void*> pointers(static_cast<size_t>(2 * heads_here * blocks));
+      std::vector<KvRows> rows(static_cast<size_t>(heads_here));
+      std::vector<const float*> queries(rows.size());
+      std::vector<float*> outs(rows.size());
+      for (int64_t k = 0; k < heads_here; ++k) {
+        const int64_t h = task.kv_head + k;
+        const void** keys = &pointers[static_cast<size_t>(2 * k * blocks)];
+        const void** values = keys + blocks;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int32_t block = table[static_cast<size_t>(b)];
+          keys[b] = static_cast<const uint8_t*>(cache.keyData(block, static_cast<int32_t>(layer))) +
+                    h * head_bytes;
+          values[b] =
+              static_cast<const uint8_t*>(cache.valueData(block, static_cast<int32_t>(layer))) +
+              h * head_bytes;
+        }
+        KvRows& r = rows[static_cast<size_t>(k)];
+        r = KvRows{keys, values, block_size, head_dim};
+        if (cache_dtype != DType::kFloat32) {
+          r.dtype = cache_dtype;
+          r.scale_offset = head_scale_offset(h);
+        }
+        queries[static_cast<size_t>(k)] = qd + q_at(0, h, t);
+        outs[static_cast<size_t>(k)] = od + o_at(0, h, t);
+      }
+      thread_local std::vector<float> scores;
+      attendHeads(queries.data(), count, heads_here, head_dim, scale, rows.data(), outs.data(),
+                  scores);
+      return;
+    }
     // The positions this task's tokens see: [lowest first visible, length of the last).
     int64_t from = INT64_MAX, to = 0;
     for (int64_t c = task.first_token; c < task.last_token; ++c) {
@@ -320,12 +374,11 @@ Status llmAttention(KernelContext& ctx) {
     }
     if (chunked) {
       // Every token sees positions from 0 (from == 0): block i of the lists is the sequence's
-      // block i. The chunk's queries per head at once. The 8-bit formats' row scales follow
-      // the layer's codes: scale_offset bytes from the layer's start, 4 per row.
+      // block i. The chunk's queries per head at once.
       KvRows rows{key_blocks.data(), value_blocks.data(), block_size, head_dim};
       if (in_place && cache_dtype != DType::kFloat32) {
         rows.dtype = cache_dtype;
-        rows.scale_offset = scale_offset + task.kv_head * block_size * (4 - head_dim * element_bytes);
+        rows.scale_offset = head_scale_offset(task.kv_head);
       }
       // The KV head's query heads read the same rows: as many of them as fit in a chunk of
       // kTokenChunk queries go in one call (all of a decode step's group), so that each tile of

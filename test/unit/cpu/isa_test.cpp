@@ -52,6 +52,23 @@ void expectWithinSumRounding(const float* a, const float* b, int64_t rows, int64
 
 // The levels of attendChunk's two forms that the host supports: AVX2 and AVX-512 (the levels
 // above AVX-512 run its AVX-512 form).
+// One element of a cache row as `dtype` stores it at `at`: x in the float formats, any code (FP8's
+// NaNs aside) in the 8-bit ones.
+void storeCacheElement(DType dtype, float x, uint8_t* at, std::mt19937& rng) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(at, &x, 4);
+  } else if (dtype == DType::kFloat16) {
+    const Float16 h = toFloat16(x);
+    std::memcpy(at, &h, 2);
+  } else if (dtype == DType::kBFloat16) {
+    const BFloat16 h = toBFloat16(x);
+    std::memcpy(at, &h, 2);
+  } else {
+    *at = static_cast<uint8_t>(rng());
+    if (dtype == DType::kUInt8 && (*at & 0x7f) == 0x7f) *at = 0;
+  }
+}
+
 std::vector<CpuIsa> chunkLevels() {
   std::vector<CpuIsa> levels;
   for (CpuIsa level : cpuIsaLevelsAllowed())
@@ -589,17 +606,8 @@ TEST(IsaKernelsTest, ChunkedAttentionOverStoredCodes) {
                 std::memcpy(row + code_bytes + r * 4, &scale, 4);
                 for (int64_t d = 0; d < head_dim; ++d) {
                   const float x = normal(rng);
-                  uint8_t* at = row + (r * head_dim + d) * static_cast<int64_t>(element);
-                  if (dtype == DType::kFloat16) {
-                    const Float16 h = toFloat16(x);
-                    std::memcpy(at, &h, 2);
-                  } else if (dtype == DType::kBFloat16) {
-                    const BFloat16 h = toBFloat16(x);
-                    std::memcpy(at, &h, 2);
-                  } else {
-                    *at = static_cast<uint8_t>(rng());  // any code, FP8 NaNs aside
-                    if (dtype == DType::kUInt8 && (*at & 0x7f) == 0x7f) *at = 0;
-                  }
+                  storeCacheElement(dtype, x,
+                                    row + (r * head_dim + d) * static_cast<int64_t>(element), rng);
                 }
               }
           std::vector<float> float_keys(static_cast<size_t>(blocks * block_rows * head_dim)),
@@ -649,6 +657,95 @@ TEST(IsaKernelsTest, ChunkedAttentionOverStoredCodes) {
                 << cpuIsaName(level);
           }
         }
+}
+
+// attendHeads walks a block of every head before the next block; each head's output must be the
+// bits of attendChunk for that head's query alone, for every cache format, head size, block size
+// (a partial last block included) and number of heads, at every level where it runs. The heads'
+// rows lie as a cache layer's do: head after head in each block, the 8-bit formats' row scales
+// after all of the layer's codes.
+TEST(IsaKernelsTest, AttendHeadsMatchesAttendChunkPerHead) {
+  const std::vector<CpuIsa> levels = chunkLevels();
+  if (levels.empty()) GTEST_SKIP() << "attendChunk needs AVX2";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType dtype :
+       {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8})
+    for (int64_t head_dim : {32, 64, 80, 128})
+      for (int64_t block_rows : {16, 5})
+        for (int64_t heads : {1, 3})
+          for (int64_t count : {1, 16, 37}) {
+            SCOPED_TRACE(std::string(dtypeName(dtype)) + ", head_dim " + std::to_string(head_dim) +
+                         ", blocks of " + std::to_string(block_rows) + ", " +
+                         std::to_string(heads) + " heads, " + std::to_string(count) + " positions");
+            const int64_t element = static_cast<int64_t>(dtypeSize(dtype));
+            const bool scaled = dtype == DType::kInt8 || dtype == DType::kUInt8;
+            const int64_t blocks = (count + block_rows - 1) / block_rows;
+            const int64_t head_bytes = block_rows * head_dim * element;
+            const int64_t codes = heads * head_bytes;
+            const int64_t block_bytes = codes + (scaled ? heads * block_rows * 4 : 0);
+            std::vector<uint8_t> keys(static_cast<size_t>(blocks * block_bytes)),
+                values(keys.size());
+            for (std::vector<uint8_t>* store : {&keys, &values})
+              for (int64_t b = 0; b < blocks; ++b) {
+                uint8_t* block = store->data() + b * block_bytes;
+                for (int64_t row = 0; row < heads * block_rows; ++row) {
+                  if (scaled) {
+                    const float scale = 0.01f + 0.001f * static_cast<float>(row % 7);
+                    std::memcpy(block + codes + row * 4, &scale, 4);
+                  }
+                  for (int64_t d = 0; d < head_dim; ++d) {
+                    const float x = normal(rng);
+                    storeCacheElement(dtype, x, block + (row * head_dim + d) * element, rng);
+                  }
+                }
+              }
+            std::vector<const void*> pointers(static_cast<size_t>(2 * heads * blocks));
+            std::vector<KvRows> rows(static_cast<size_t>(heads));
+            std::vector<float> q(static_cast<size_t>(heads * head_dim));
+            for (float& x : q) x = normal(rng);
+            std::vector<const float*> queries;
+            std::vector<float> together(q.size()), alone(q.size());
+            std::vector<float*> out_together, out_alone;
+            for (int64_t h = 0; h < heads; ++h) {
+              const void** k = &pointers[static_cast<size_t>(2 * h * blocks)];
+              const void** v = k + blocks;
+              for (int64_t b = 0; b < blocks; ++b) {
+                k[b] = keys.data() + b * block_bytes + h * head_bytes;
+                v[b] = values.data() + b * block_bytes + h * head_bytes;
+              }
+              KvRows& r = rows[static_cast<size_t>(h)];
+              r = KvRows{k, v, block_rows, head_dim};
+              r.dtype = dtype;
+              r.scale_offset = codes + h * block_rows * 4 - h * head_bytes;
+              queries.push_back(q.data() + h * head_dim);
+              out_together.push_back(together.data() + h * head_dim);
+              out_alone.push_back(alone.data() + h * head_dim);
+            }
+            std::vector<float> scratch;
+            int tested = 0;
+            for (CpuIsa level : levels) {
+              IsaCap cap(level);
+              // AVX2 runs every format; AVX-512 the stored ones (its float32 tiles are its own).
+              ASSERT_EQ(attendHeadsSupported(head_dim, dtype),
+                        level == CpuIsa::kAvx2 || dtype != DType::kFloat32)
+                  << cpuIsaName(level);
+              if (!attendHeadsSupported(head_dim, dtype)) continue;
+              std::fill(together.begin(), together.end(), -7.0f);
+              std::fill(alone.begin(), alone.end(), 7.0f);
+              attendHeads(queries.data(), count, heads, head_dim, 0.125f, rows.data(),
+                          out_together.data(), scratch);
+              for (int64_t h = 0; h < heads; ++h)
+                attendChunk(&queries[static_cast<size_t>(h)], &count, 1, head_dim, 0.125f,
+                            rows[static_cast<size_t>(h)], &out_alone[static_cast<size_t>(h)],
+                            scratch);
+              EXPECT_EQ(0,
+                        std::memcmp(together.data(), alone.data(), together.size() * sizeof(float)))
+                  << cpuIsaName(level);
+              ++tested;
+            }
+            EXPECT_GT(tested, 0);
+          }
 }
 
 }  // namespace
