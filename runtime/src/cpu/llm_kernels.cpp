@@ -295,7 +295,8 @@ Status llmAttention(KernelContext& ctx) {
     const std::vector<int32_t>& table = step->block_tables[w];
     const std::vector<int64_t>& own = tokens_of[w];
     if (by_heads && own.size() == 1) {
-      // Positions [0, count) of the cache in place, the rows of KV head h at h * block_rows.
+      // Positions [0, count), read in place: KV head h's rows lie h * head_bytes into each
+      // block's layer.
       const int64_t t = own[0], count = step->token_position[t] + 1;
       const int64_t heads_here = task.last_kv_head - task.kv_head;
       const int64_t blocks = (count + block_size - 1) / block_size;
